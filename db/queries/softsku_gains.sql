@@ -1,0 +1,26 @@
+-- Soft SKU gains with confidence intervals, across platforms.
+-- Answers: "what does the newest soft SKU of each service buy on each platform, against the
+-- production configuration and against the stock one?" Gains are in percent of the primary
+-- metric; NULL means that validation was not run.
+WITH latest AS (
+    SELECT service, platform, MAX(soft_sku_id) AS soft_sku_id
+    FROM v_soft_skus
+    GROUP BY service, platform
+)
+SELECT
+    s.service,
+    s.platform,
+    s.soft_sku_id,
+    s.configuration_key,
+    100.0 * s.vs_production_estimate AS vs_production_pct,
+    100.0 * s.vs_production_ci_low AS vs_production_ci_low_pct,
+    100.0 * s.vs_production_ci_high AS vs_production_ci_high_pct,
+    s.vs_production_decision,
+    100.0 * s.vs_stock_estimate AS vs_stock_pct,
+    100.0 * s.vs_stock_ci_low AS vs_stock_ci_low_pct,
+    100.0 * s.vs_stock_ci_high AS vs_stock_ci_high_pct,
+    s.vs_stock_decision,
+    s.created_at
+FROM v_soft_skus s
+JOIN latest l ON l.soft_sku_id = s.soft_sku_id
+ORDER BY s.service, s.platform;

@@ -1,0 +1,3 @@
+from musku.cli import main
+
+main()

@@ -1,0 +1,688 @@
+"""The sequential paired A/B driver: applies, warms up, swaps, batches and asks the rule.
+
+Design of one comparison (rule ``cs``)::
+
+    period 0 (L/2)    period 1 (L)      period 2 (L)      period 3 (L)   ...
+    host0: A  host1: B | host0: B host1: A | host0: A host1: B | host0: B ...
+    [apply][min warm-up][probe: MSER-5 + tests][batch][batch]...[apply]...
+
+- **Paired windows.** Both hosts are measured over the same windows; the statistic is the
+  per-window log-ratio ``d = dir * (log m_B - log m_A)``, so the live load common to both
+  hosts cancels, and ``dir = -1`` for lower-is-better metrics makes ``d > 0`` mean "B better".
+- **Crossover.** Host roles alternate by period; a fixed host bias ``delta`` enters as
+  ``+delta`` in one role order and ``-delta`` in the other and drops out of the crossover
+  estimator. The first period is half as long as the others: the sequence of role orders is
+  then A-B-B-A A-B-B-A in half-periods, which also cancels a linear drift of the bias (e.g. a
+  host-specific sensitivity to the slowly varying live load) at every block boundary.
+- **Period length.** A swap costs one re-apply (the apply's host seconds: reboots for
+  ``spec.reboot_knobs``) plus the warm-up. Periods are three times that cost (<= 25 %
+  overhead), at least four batches, at most a sixth of the sample cap; so swaps that need a
+  reboot get longer periods. The swap cost is re-measured after the first swap.
+- **Warm-up.** After every apply at least ``spec.stats.warmup_s`` is discarded; then a probe
+  of windows is searched for the end of the transient (:func:`musku.abtest.stats.detect_warmup`)
+  and extended while the transient lasts. Windows with ``Sample.valid`` false (knob drift)
+  are recorded but never used.
+- **Batches.** The batch size comes from the pilot's AR(1) coefficient (neighbouring batch
+  means correlate <= 0.1); the rule looks after every batch.
+- **Guardrails.** Judged on the B-role windows: the candidate is pruned as soon as the
+  confidence sequence of a guardrail metric's mean lies wholly beyond its limit; at a final
+  stop a point estimate beyond the limit also prunes (production safety first).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from musku.abtest import stats
+from musku.abtest.rules import DecisionRule, Evidence, RuleSetup, Verdict, make_rule, pct
+from musku.domain import (
+    ComparisonResult,
+    ComparisonSpec,
+    Configuration,
+    Decision,
+    Direction,
+    Guardrail,
+    Sample,
+)
+from musku.errors import HostError, InputError
+from musku.hosts.base import HostPair
+
+FloatArray = NDArray[np.float64]
+WindowRow = dict[str, Any]
+
+PROBE_MIN = 60  # windows searched for the end of the transient after the minimum warm-up
+PROBE_ROUNDS = 3  # extra probes when the transient outlasts the first one
+SWAP_OVERHEAD = 3.0  # period length / swap cost
+BATCH_CORRELATION = 0.05  # target correlation of neighbouring batch means
+BATCH_RHO_MARGIN = 1.0  # AR(1) coefficient upper bound: estimate + margin / sqrt(n)
+MAX_INVALID_FRACTION = 0.5  # of a period's windows, beyond which the hosts are not measurable
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Live state of a comparison, given to ``on_progress`` after every look."""
+
+    samples: int  # steady windows used per host
+    estimate: float  # relative effect of B over A, good direction positive
+    ci_low: float
+    ci_high: float
+    host_time_s: float  # host seconds since the comparison started
+    period: int
+    batches: int
+    batch_size: int
+    decision: Decision | None = None  # set on the last call
+
+
+class _Stop(Exception):
+    """Internal: should_stop() said stop."""
+
+
+def validate_spec(spec: ComparisonSpec) -> None:
+    """Reject specs the tester cannot honour, with one-line :class:`InputError` messages."""
+    st = spec.stats
+    if not isinstance(spec.metric, str) or not spec.metric:
+        raise InputError("comparison metric must be a non-empty metric name")
+    if not isinstance(spec.direction, Direction):
+        raise InputError(
+            f"comparison direction must be 'higher' or 'lower', not {spec.direction!r}"
+        )
+    checks: list[tuple[str, object, bool, str]] = [
+        (
+            "confidence",
+            st.confidence,
+            _num(st.confidence) and 0.5 < st.confidence < 1.0,
+            "between 0.5 and 1 (exclusive)",
+        ),
+        (
+            "min_effect",
+            st.min_effect,
+            _num(st.min_effect) and 0.0 < st.min_effect < 0.5,
+            "a relative effect in (0, 0.5)",
+        ),
+        ("warmup_s", st.warmup_s, _num(st.warmup_s) and st.warmup_s >= 0.0, ">= 0 seconds"),
+        (
+            "sample_interval_s",
+            st.sample_interval_s,
+            _num(st.sample_interval_s) and st.sample_interval_s > 0.0,
+            "> 0 seconds",
+        ),
+        (
+            "sample_cap",
+            st.sample_cap,
+            isinstance(st.sample_cap, int)
+            and not isinstance(st.sample_cap, bool)
+            and st.sample_cap >= 10,
+            "an integer >= 10",
+        ),
+    ]
+    for key, value, ok, why in checks:
+        if not ok:
+            raise InputError(f"statistics {key} = {value!r} is invalid: must be {why}")
+    for g in spec.guardrails:
+        if not isinstance(g, Guardrail) or g.op not in ("<=", ">=") or not _num(g.limit):
+            raise InputError(
+                f"guardrail {g!s} is invalid: give metric, '<=' or '>=', and a finite limit"
+            )
+        if not g.metric:
+            raise InputError("guardrail metric must be a non-empty metric name")
+
+
+def _num(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(float(x))
+
+
+class _Buffer:
+    """Growable float column."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.data = np.empty(capacity)
+        self.n = 0
+
+    def extend(self, values: FloatArray) -> None:
+        need = self.n + values.size
+        if need > self.data.size:
+            grown = np.empty(max(need, 2 * self.data.size))
+            grown[: self.n] = self.data[: self.n]
+            self.data = grown
+        self.data[self.n : need] = values
+        self.n = need
+
+    def view(self) -> FloatArray:
+        return self.data[: self.n]
+
+
+@dataclass
+class _Chunk:
+    """Windows as columns (all measured windows of a chunk, valid or not)."""
+
+    m0: FloatArray  # primary metric, host 0
+    m1: FloatArray
+    valid: NDArray[np.bool_]
+    guard0: dict[str, FloatArray]  # guardrail metric -> host 0 values
+    guard1: dict[str, FloatArray]
+    samples: list[tuple[Sample, Sample]]
+
+    def select(self, mask: NDArray[np.bool_]) -> _Chunk:
+        idx = np.flatnonzero(mask)
+        return _Chunk(
+            self.m0[idx],
+            self.m1[idx],
+            self.valid[idx],
+            {k: v[idx] for k, v in self.guard0.items()},
+            {k: v[idx] for k, v in self.guard1.items()},
+            [self.samples[i] for i in idx],
+        )
+
+
+class _Comparison:
+    def __init__(
+        self,
+        pair: HostPair,
+        baseline: Configuration,
+        candidate: Configuration,
+        spec: ComparisonSpec,
+        rule: DecisionRule,
+        on_window: Callable[[list[WindowRow]], None] | None,
+        on_progress: Callable[[Progress], None] | None,
+        should_stop: Callable[[], bool] | None,
+    ) -> None:
+        self.pair = pair
+        self.baseline = baseline
+        self.candidate = candidate
+        self.spec = spec
+        self.rule = rule
+        self.on_window = on_window
+        self.on_progress = on_progress
+        self.should_stop = should_stop
+        st = spec.stats
+        self.alpha = 1.0 - st.confidence
+        self.interval = float(st.sample_interval_s)
+        self.cap = int(rule.sample_cap if rule.sample_cap is not None else st.sample_cap)
+        self.dir = 1.0 if spec.direction is Direction.HIGHER else -1.0
+        self.warm_n = int(math.ceil(st.warmup_s / self.interval - 1e-9))
+        self.guard_metrics = tuple(dict.fromkeys(g.metric for g in spec.guardrails))
+        self.t0 = pair.now()
+        self.seq = 0
+        self.period = 0
+        self.sign = 1
+        # steady data
+        self.log_a = _Buffer()
+        self.log_b = _Buffer()
+        self.d = _Buffer()
+        self.win_period = _Buffer()  # period of each steady window
+        self.guard_b = {m: _Buffer() for m in self.guard_metrics}
+        self.batch_d: list[float] = []
+        self.batch_sign: list[int] = []
+        self.batch_period: list[int] = []
+        self.batch_guard: dict[str, list[float]] = {m: [] for m in self.guard_metrics}
+        self.batch_start = 0  # steady index where the open batch starts
+        self.b: int | None = None
+        self.period_len: int | None = None
+        self.apply_s: list[float] = []
+        self.warm_s: list[float] = []
+        self.swap_measured = False
+        self.period_sign: list[int] = []
+        self.verdict = Verdict.undecided()
+        self.guard_values: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _check_stop(self) -> None:
+        if self.should_stop is not None and self.should_stop():
+            raise _Stop
+
+    def _measure(self, n: int) -> _Chunk:
+        """``n`` paired windows (in pieces, checking should_stop between them)."""
+        parts: list[list[tuple[Sample, Sample]]] = []
+        left = n
+        while left > 0:
+            self._check_stop()
+            k = min(left, 600)
+            got = self.pair.windows(self.interval, k)
+            if len(got) != k:
+                raise HostError(f"host pair returned {len(got)} windows instead of {k}")
+            parts.append(got)
+            left -= k
+        samples = [w for p in parts for w in p]
+        return self._columns(samples)
+
+    def _columns(self, samples: list[tuple[Sample, Sample]]) -> _Chunk:
+        n = len(samples)
+        metric = self.spec.metric
+        m0 = np.empty(n)
+        m1 = np.empty(n)
+        ok = np.empty(n, dtype=bool)
+        g0 = {m: np.empty(n) for m in self.guard_metrics}
+        g1 = {m: np.empty(n) for m in self.guard_metrics}
+        for i, (s0, s1) in enumerate(samples):
+            try:
+                m0[i] = s0.metrics[metric]
+                m1[i] = s1.metrics[metric]
+                for m in self.guard_metrics:
+                    g0[m][i] = s0.metrics[m]
+                    g1[m][i] = s1.metrics[m]
+            except KeyError as exc:
+                have = ", ".join(sorted(s0.metrics)) or "none"
+                raise InputError(
+                    f"the hosts do not report metric {exc.args[0]!r} (they report: {have})"
+                ) from None
+            ok[i] = s0.valid and s1.valid
+        with np.errstate(invalid="ignore"):
+            ok &= np.isfinite(m0) & np.isfinite(m1) & (m0 > 0) & (m1 > 0)
+            for m in self.guard_metrics:
+                ok &= np.isfinite(g0[m]) & np.isfinite(g1[m])
+        return _Chunk(m0, m1, ok, g0, g1, samples)
+
+    def _emit(self, chunk: _Chunk, warmup: NDArray[np.bool_] | bool) -> None:
+        if self.on_window is None:
+            self.seq += len(chunk.samples)
+            return
+        warm = np.broadcast_to(np.asarray(warmup, dtype=bool), (len(chunk.samples),))
+        roles = ("A", "B") if self.sign > 0 else ("B", "A")
+        rows: list[WindowRow] = []
+        for i, pair_samples in enumerate(chunk.samples):
+            for host in (0, 1):
+                s = pair_samples[host]
+                rows.append(
+                    {
+                        "seq": self.seq,
+                        "t": s.t,
+                        "host": host,
+                        "role": roles[host],
+                        "period": self.period,
+                        "warmup": bool(warm[i]),
+                        "valid": bool(s.valid),
+                        "metrics": dict(s.metrics),
+                    }
+                )
+            self.seq += 1
+        self.on_window(rows)
+
+    def _log_ratio(self, chunk: _Chunk) -> FloatArray:
+        """Sign-adjusted log-ratio B vs A of the valid windows of ``chunk``."""
+        v = chunk.valid
+        lr = np.log(chunk.m1[v]) - np.log(chunk.m0[v])  # host1 vs host0
+        return self.dir * self.sign * lr
+
+    # ------------------------------------------------------------------ phases
+
+    def _apply(self) -> None:
+        configs = (
+            (self.baseline, self.candidate) if self.sign > 0 else (self.candidate, self.baseline)
+        )
+        self._check_stop()
+        secs = float(self.pair.apply(configs))
+        self.apply_s.append(secs)
+
+    def _warmup(self) -> _Chunk:
+        """Minimum warm-up, then the data-driven end of the transient. Returns the valid
+        steady windows measured while looking for it."""
+        t_start = self.pair.now()
+        if self.warm_n:
+            self._emit(self._measure(self.warm_n), True)
+        if not self.rule.detect_warmup:
+            self.warm_s.append(self.pair.now() - t_start)
+            return self._columns([])
+        probe_n = max(PROBE_MIN, self.warm_n, 2 * (self.b or 0))
+        chunks: list[_Chunk] = []
+        verdict = stats.WarmupVerdict(0, False, 0.0, 0.0)
+        for _ in range(1 + PROBE_ROUNDS):
+            chunks.append(self._measure(probe_n))
+            probe = _concat(chunks)
+            verdict = stats.detect_warmup(self._log_ratio(probe))
+            if not verdict.extend:
+                break
+        probe = _concat(chunks)
+        # map the discard count (valid windows) to the measured windows
+        valid_idx = np.flatnonzero(probe.valid)
+        cut = (
+            int(valid_idx[verdict.discard])
+            if verdict.discard < valid_idx.size
+            else len(probe.samples)
+        )
+        warm = np.zeros(len(probe.samples), dtype=bool)
+        warm[:cut] = True
+        self._emit(probe, warm)
+        self.warm_s.append(
+            self.pair.now() - t_start - self.interval * float(np.count_nonzero(~warm & probe.valid))
+        )
+        return probe.select(~warm & probe.valid)
+
+    def _pilot(self, steady: _Chunk) -> None:
+        """Batch size, period length and the rule's tuning from the first steady windows."""
+        d = self._log_ratio(steady)
+        if self.rule.fixed_batch is not None:
+            self.b = int(self.rule.fixed_batch)
+            rho = stats.ar1_coefficient(d) if d.size >= 4 else 0.0
+        else:
+            rho = stats.ar1_coefficient(d) if d.size >= 4 else 0.5
+            self.b = self._batch_size(rho, d.size)
+        sd = float(d.std(ddof=1)) if d.size >= 4 else math.nan
+        self.rule.start(
+            RuleSetup(
+                alpha=self.alpha,
+                min_effect=self.spec.stats.min_effect,
+                sample_cap=self.cap,
+                batch_size=self.b,
+                pilot_sd=sd,
+                pilot_rho=max(0.0, rho),
+            )
+        )
+        self.period_len = self._period_length()
+
+    def _batch_size(self, rho: float, n: int) -> int:
+        """Batch size for an AR(1) coefficient estimated from ``n`` windows (upper bound)."""
+        rho_up = min(0.99, rho + (BATCH_RHO_MARGIN / math.sqrt(n) if n else 0.5))
+        return stats.choose_batch_size(
+            rho_up, target=BATCH_CORRELATION, maximum=max(5, self.cap // 20)
+        )
+
+    def _rebatch(self) -> None:
+        """Re-estimate the autocorrelation from all steady windows so far (within periods)
+        and, when it calls for longer batches, rebuild the batch means with them. Only at
+        a period start (every batch closed); batches never shrink."""
+        assert self.b is not None
+        if self.rule.fixed_batch is not None or self.d.n < 4:
+            return
+        d = self.d.view()
+        per = self.win_period.view()
+        resid = d.copy()
+        starts = np.flatnonzero(np.r_[True, per[1:] != per[:-1]])
+        ends = np.r_[starts[1:], d.size]
+        for s, e in zip(starts, ends, strict=True):
+            resid[s:e] -= d[s:e].mean()
+        same = per[1:] == per[:-1]
+        denom = float(resid @ resid)
+        rho = float((resid[1:] * resid[:-1])[same].sum()) / denom if denom > 0 else 0.0
+        b = self._batch_size(rho, d.size)
+        if b <= self.b:
+            return
+        self.b = b
+        self.batch_d.clear()
+        self.batch_sign.clear()
+        self.batch_period.clear()
+        for m in self.guard_metrics:
+            self.batch_guard[m].clear()
+        for s, e in zip(starts, ends, strict=True):
+            p = int(per[s])
+            sign = self.period_sign[p]
+            for k in range((e - s) // b):
+                sl = slice(s + k * b, s + (k + 1) * b)
+                self.batch_d.append(float(d[sl].mean()))
+                self.batch_sign.append(sign)
+                self.batch_period.append(p)
+                for m in self.guard_metrics:
+                    self.batch_guard[m].append(float(self.guard_b[m].view()[sl].mean()))
+        self.batch_start = self.d.n
+        self.period_len = self._period_length()
+
+    def _period_length(self) -> int:
+        """Steady windows per (full) period: SWAP_OVERHEAD x the swap cost in windows."""
+        assert self.b is not None
+        b = self.b
+        swap_cost_s = max(self.apply_s) + max(self.warm_s)
+        if not self.swap_measured and (
+            self.baseline.diff(self.candidate).keys() & self.spec.reboot_knobs
+        ):
+            # first apply may not have rebooted (hosts already there): assume a reboot costs
+            # at least as much as the warm-up until a swap has been measured
+            swap_cost_s = max(swap_cost_s, 2 * max(self.warm_s))
+        cost_w = swap_cost_s / self.interval
+        lo = 4 * b
+        hi = max(lo, self.cap // 6)
+        n = min(max(SWAP_OVERHEAD * cost_w, lo), hi)
+        return int(math.ceil(n / b) * b)
+
+    def _period_target(self) -> int:
+        if not self.rule.crossover:
+            return self.cap
+        assert self.period_len is not None and self.b is not None
+        if self.period == 0:
+            return max(2 * self.b, int(math.ceil(self.period_len / 2 / self.b) * self.b))
+        return self.period_len
+
+    # ------------------------------------------------------------------ steady state
+
+    def _add_steady(self, chunk: _Chunk) -> None:
+        v = chunk.valid
+        m_a = chunk.m0[v] if self.sign > 0 else chunk.m1[v]
+        m_b = chunk.m1[v] if self.sign > 0 else chunk.m0[v]
+        la, lb = np.log(m_a), np.log(m_b)
+        self.log_a.extend(la)
+        self.log_b.extend(lb)
+        self.d.extend(self.dir * (lb - la))
+        self.win_period.extend(np.full(la.size, float(self.period)))
+        for m in self.guard_metrics:
+            g = chunk.guard1[m][v] if self.sign > 0 else chunk.guard0[m][v]
+            self.guard_b[m].extend(g)
+
+    def _close_batches(self) -> int:
+        """Turn complete batches of the open period into batch means; returns how many."""
+        assert self.b is not None
+        closed = 0
+        d = self.d.view()
+        while self.d.n - self.batch_start >= self.b:
+            sl = slice(self.batch_start, self.batch_start + self.b)
+            self.batch_d.append(float(d[sl].mean()))
+            self.batch_sign.append(self.sign)
+            self.batch_period.append(self.period)
+            for m in self.guard_metrics:
+                self.batch_guard[m].append(float(self.guard_b[m].view()[sl].mean()))
+            self.batch_start += self.b
+            closed += 1
+        return closed
+
+    def _evidence(self) -> Evidence:
+        return Evidence(
+            batch_d=np.asarray(self.batch_d, dtype=float),
+            batch_sign=np.asarray(self.batch_sign, dtype=np.int8),
+            batch_period=np.asarray(self.batch_period, dtype=np.int64),
+            log_a=self.log_a.view(),
+            log_b=self.log_b.view(),
+            direction=self.dir,
+            samples=self.d.n,
+            batch_size=self.b or 1,
+        )
+
+    def _guardrails(self, final: bool) -> tuple[Guardrail, float, float, float] | None:
+        """The first broken guardrail: (guardrail, mean, low, high) of its B-role mean."""
+        for g in self.spec.guardrails:
+            vals = np.asarray(self.batch_guard[g.metric], dtype=float)
+            if vals.size == 0:
+                continue
+            mean = float(vals.mean())
+            self.guard_values[g.metric] = mean
+            if vals.size < 4:
+                continue
+            se = float(vals.std(ddof=1)) / math.sqrt(vals.size)
+            ratio = stats.small_sample_ratio(self.alpha, vals.size - 1)
+            n_opt_of = getattr(self.rule, "n_opt", None)
+            n_opt = float(n_opt_of(self.b)) if callable(n_opt_of) else 32.0
+            hw = stats.cs_halfwidth(se * ratio, float(vals.size), self.alpha, n_opt)
+            lo, hi = mean - hw, mean + hw
+            beyond = lo > g.limit if g.op == "<=" else hi < g.limit
+            if beyond or (final and not g.holds(mean)):
+                return g, mean, lo, hi
+        return None
+
+    def _progress(self, decision: Decision | None = None) -> None:
+        if self.on_progress is None:
+            return
+        self.on_progress(
+            Progress(
+                samples=self.d.n,
+                estimate=self.verdict.estimate,
+                ci_low=self.verdict.ci_low,
+                ci_high=self.verdict.ci_high,
+                host_time_s=self.pair.now() - self.t0,
+                period=self.period,
+                batches=len(self.batch_d),
+                batch_size=self.b or 0,
+                decision=decision,
+            )
+        )
+
+    def _look(self) -> tuple[Decision, str] | None:
+        self.verdict = self.rule.look(self._evidence())
+        v = self.verdict
+        n = self.d.n
+        interval = f"interval [{pct(v.ci_low)}, {pct(v.ci_high)}]"
+        capped = n >= self.cap
+        final = v.decision is not None or capped
+        broken = self._guardrails(final=final)
+        if broken is not None and v.decision is not Decision.WORSE:
+            g, mean, lo, hi = broken
+            how = (
+                f"its interval [{lo:.4g}, {hi:.4g}] lies beyond the limit"
+                if (lo > g.limit if g.op == "<=" else hi < g.limit)
+                else "its estimate is beyond the limit at the stop"
+            )
+            return Decision.GUARDRAIL, (
+                f"guardrail {g} broken: candidate's {g.metric} = {mean:.4g}, {how} "
+                f"after {n:,} samples"
+            )
+        if v.decision in (Decision.BETTER, Decision.WORSE):
+            return v.decision, f"{interval} excludes 0 after {n:,} samples"
+        if v.decision is Decision.NO_DIFFERENCE:
+            m = self.spec.stats.min_effect
+            return v.decision, f"{interval} lies inside ±{m * 100:.2f} % after {n:,} samples"
+        if capped:
+            return Decision.INCONCLUSIVE, (
+                f"no significant difference: {interval} after {n:,} samples (sample cap)"
+            )
+        return None
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self) -> ComparisonResult:
+        self.sign = self.rule.first_order()
+        try:
+            outcome = self._loop()
+        except _Stop:
+            outcome = (Decision.ABORTED, f"stopped on request after {self.d.n:,} samples")
+        decision, reason = outcome
+        self._progress(decision)
+        th = self.pair.threading()
+        roles = {"A": th[0], "B": th[1]} if self.sign > 0 else {"A": th[1], "B": th[0]}
+        detail = f"; {self.verdict.detail}" if self.verdict.detail and decision.final else ""
+        return ComparisonResult(
+            baseline=self.baseline,
+            candidate=self.candidate,
+            decision=decision,
+            estimate=self.verdict.estimate,
+            ci_low=self.verdict.ci_low,
+            ci_high=self.verdict.ci_high,
+            samples=self.d.n,
+            host_time_s=self.pair.now() - self.t0,
+            reason=reason + detail,
+            guardrail_values=dict(self.guard_values),
+            threading=roles,
+            method=self.rule.method(),
+        )
+
+    def _loop(self) -> tuple[Decision, str]:
+        while True:
+            self.period_sign.append(self.sign)
+            self._apply()
+            if self.period == 1 and self.rule.crossover:
+                self.swap_measured = True
+            steady = self._warmup()
+            if self.b is None:
+                self._pilot(steady)
+            else:
+                if self.period == 1 and self.rule.crossover:
+                    self.period_len = self._period_length()  # with the first swap measured
+                self._rebatch()
+            assert self.b is not None
+            target = self._period_target()
+            in_period = 0
+            measured = invalid = 0
+            pending: _Chunk | None = steady
+            while True:
+                if pending is not None and len(pending.samples):
+                    take = min(len(pending.samples), self.cap - self.d.n)
+                    if take < len(pending.samples):
+                        pending = pending.select(np.arange(len(pending.samples)) < take)
+                    self._add_steady(pending)
+                    in_period += int(np.count_nonzero(pending.valid))
+                pending = None
+                if self._close_batches():
+                    self._check_stop()
+                    outcome = self._look()
+                    self._progress()
+                    if outcome is not None:
+                        return outcome
+                if self.d.n >= self.cap:
+                    # cap reached inside an open batch: judge what there is
+                    outcome = self._look() or (Decision.INCONCLUSIVE, "sample cap reached")
+                    return outcome
+                if in_period >= target and self.d.n == self.batch_start:
+                    break
+                need = min(self.b - (self.d.n - self.batch_start), self.cap - self.d.n)
+                chunk = self._measure(need)
+                measured += need
+                bad = int(np.count_nonzero(~chunk.valid))
+                invalid += bad
+                if measured >= 200 and invalid > MAX_INVALID_FRACTION * measured:
+                    raise HostError(
+                        f"{invalid} of {measured} windows invalid in period {self.period}: "
+                        "the hosts' knob state keeps drifting"
+                    )
+                self._emit(chunk, False)
+                pending = chunk.select(chunk.valid)
+            if not self.rule.crossover:
+                continue
+            self.period += 1
+            self.sign = -self.sign
+
+
+def _concat(chunks: list[_Chunk]) -> _Chunk:
+    if len(chunks) == 1:
+        return chunks[0]
+    keys = chunks[0].guard0.keys()
+    return _Chunk(
+        np.concatenate([c.m0 for c in chunks]),
+        np.concatenate([c.m1 for c in chunks]),
+        np.concatenate([c.valid for c in chunks]),
+        {k: np.concatenate([c.guard0[k] for c in chunks]) for k in keys},
+        {k: np.concatenate([c.guard1[k] for c in chunks]) for k in keys},
+        [s for c in chunks for s in c.samples],
+    )
+
+
+def run_comparison(
+    pair: HostPair,
+    baseline: Configuration,
+    candidate: Configuration,
+    spec: ComparisonSpec,
+    *,
+    on_window: Callable[[list[WindowRow]], None] | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    seed: int | None = None,
+    rule: str | DecisionRule = "cs",
+    rule_options: Mapping[str, Any] | None = None,
+) -> ComparisonResult:
+    """Run one sequential A/B comparison of ``candidate`` (role B) against ``baseline``
+    (role A) on ``pair`` and return what it found.
+
+    ``on_window(rows)`` receives every measured window (two rows, one per host, with keys
+    ``seq, t, host, role, period, warmup, valid, metrics``); ``on_progress(progress)`` a
+    :class:`Progress` after every look; ``should_stop()`` is polled between pieces of
+    measurement and, when true, the comparison returns at once with ``Decision.ABORTED``.
+    ``seed`` (default ``spec.stats.seed``) seeds the rule (the randomised role order).
+    Raises :class:`InputError` for an invalid spec or a metric the hosts do not report, and
+    lets :class:`HostError` / :class:`UnsupportedError` from the pair through."""
+    validate_spec(spec)
+    rule_obj = make_rule(
+        rule, seed=spec.stats.seed if seed is None else seed, **dict(rule_options or {})
+    )
+    return _Comparison(
+        pair, baseline, candidate, spec, rule_obj, on_window, on_progress, should_stop
+    ).run()

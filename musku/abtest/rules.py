@@ -1,0 +1,301 @@
+"""Decision rules: seeded strategy objects turning the evidence so far into a verdict.
+
+A rule is looked at after every batch (continuous monitoring); it also declares the design
+it needs from the driver (crossover or not, data-driven warm-up detection or a fixed one,
+a fixed look interval or the autocorrelation-derived batch size). Rules are chosen by name
+from :data:`RULES` (``"module:Class"`` strings, built-ins as aliases) or passed as objects:
+
+==============  ==============================================================================
+``cs``          musku's rule: crossover design (ABBA periods), paired log-ratios in batch means,
+                two-sided asymptotic confidence sequence (Waudby-Smith et al. 2021/2023);
+                stops BETTER/WORSE when the sequence excludes 0, NO_DIFFERENCE when it lies
+                inside +-min_effect. Valid under continuous monitoring.
+``naive-paired`` the same sequence on paired log-ratios *without* crossover: the two hosts'
+                fixed bias is taken for an effect. Kept to show why crossover is needed.
+``welch``       the original muSKU method: unpaired two-sample Welch t-test at 95 %, re-checked
+                after every batch of windows, no crossover, fixed warm-up, cap 30,000.
+==============  ==============================================================================
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from musku.abtest import stats
+from musku.domain import Decision
+from musku.errors import InputError
+
+FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class RuleSetup:
+    """What the driver knows when the rule starts (after the pilot windows)."""
+
+    alpha: float  # 1 - confidence
+    min_effect: float  # relative minimum effect of interest
+    sample_cap: int  # samples per host
+    batch_size: int  # windows per batch (one look per batch)
+    pilot_sd: float  # sd of one window's log-ratio in the pilot (nan when unknown)
+    pilot_rho: float  # lag-1 autocorrelation of the pilot's log-ratios
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Steady-state data so far. Log-ratios ``d`` are sign-adjusted: positive = B better."""
+
+    batch_d: FloatArray  # mean log-ratio of each completed batch
+    batch_sign: NDArray[np.int8]  # +1: host 0 ran A in that batch, -1: roles swapped
+    batch_period: NDArray[np.int64]  # period index of each batch
+    log_a: FloatArray  # per steady window: log primary metric of the host in role A
+    log_b: FloatArray  # ... and of the host in role B
+    direction: float  # +1 higher is better, -1 lower is better
+    samples: int  # steady windows per host
+    batch_size: int  # windows per batch (may grow when the autocorrelation is re-estimated)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A rule's answer at one look. Effects are relative (exp(log effect) - 1)."""
+
+    decision: Decision | None  # None: keep sampling
+    estimate: float
+    ci_low: float
+    ci_high: float
+    detail: str = ""
+
+    @classmethod
+    def undecided(cls, estimate: float = math.nan) -> Verdict:
+        return cls(None, estimate, -math.inf, math.inf)
+
+
+def to_relative(x: float, direction: float) -> float:
+    """Relative effect from a sign-adjusted log-ratio ``x`` (``dir * log(B / A)``), in the
+    metric's good direction and the simulator's convention: ``B/A - 1`` when higher is better,
+    ``1 - B/A`` when lower is better. Increasing in ``x``; +-inf map to the scale's ends."""
+    if x == math.inf:
+        return math.inf if direction > 0 else 1.0
+    if x == -math.inf:
+        return -1.0 if direction > 0 else -math.inf
+    return math.expm1(x) if direction > 0 else -math.expm1(-x)
+
+
+def pct(x: float) -> str:
+    """``+3.90 %``: a relative effect for humans."""
+    if math.isnan(x):
+        return "n/a"
+    if math.isinf(x):
+        return "+inf" if x > 0 else "-inf"
+    return f"{x * 100:+.2f} %"
+
+
+class DecisionRule(ABC):
+    """Base of decision rules. Subclasses set the class attributes and implement ``look``."""
+
+    name: ClassVar[str] = ""
+    crossover: bool = True  # swap the hosts' roles every period
+    detect_warmup: bool = True  # find the end of the transient from the data
+    fixed_batch: int | None = None  # look every this many windows instead of the AR(1) batch
+    sample_cap: int | None = None  # overrides the spec's cap when set
+
+    def __init__(self, *, seed: int | None = None) -> None:
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.setup: RuleSetup | None = None
+
+    def first_order(self) -> int:
+        """Role order of the first period: +1 host 0 runs A, -1 host 0 runs B (randomised
+        by the seed for crossover designs, so neither host is systematically first)."""
+        if not self.crossover:
+            return 1
+        return 1 if self.rng.random() < 0.5 else -1
+
+    def start(self, setup: RuleSetup) -> None:
+        self.setup = setup
+
+    @abstractmethod
+    def look(self, ev: Evidence) -> Verdict:
+        """The verdict after the latest batch."""
+
+    def method(self) -> str:
+        return self.name
+
+
+class ConfidenceSequenceRule(DecisionRule):
+    """Crossover + batch means + asymptotic confidence sequence.
+
+    The confidence sequence is Robbins' normal-mixture boundary on the CLT-approximated sum
+    (Waudby-Smith et al.), tuned to be tightest where the interval first becomes as narrow as
+    ``min_effect``; the intrinsic time is the information of the crossover estimator in
+    batches. Small-sample honesty: the standard error is inflated by ``t_{df} / z`` and no
+    decision is taken before ``min_batches`` batches (and ``min_per_order`` of each role order)."""
+
+    name = "cs"
+
+    def __init__(
+        self,
+        *,
+        seed: int | None = None,
+        crossover: bool = True,
+        min_batches: int = 12,
+        min_per_order: int = 4,
+    ) -> None:
+        super().__init__(seed=seed)
+        self.crossover = crossover
+        self.min_batches = min_batches
+        self.min_per_order = min_per_order
+        self.n_opt_windows = 32.0
+
+    def start(self, setup: RuleSetup) -> None:
+        super().start(setup)
+        # tightest where a CS (~3 standard errors wide) reaches min_effect; fixed in windows
+        # at the start so later re-batching does not retune it
+        sd = setup.pilot_sd
+        b = setup.batch_size
+        if math.isfinite(sd) and sd > 0:
+            lrv = sd * sd * stats.long_run_variance_factor(setup.pilot_rho)
+            n = lrv * (3.0 / math.log1p(setup.min_effect)) ** 2
+        else:
+            n = 32.0 * b
+        self.n_opt_windows = float(
+            min(max(n, float(self.min_batches * b)), float(setup.sample_cap))
+        )
+
+    def n_opt(self, batch_size: int) -> float:
+        """Intrinsic time (in batches of ``batch_size``) where the sequence is tightest."""
+        return max(float(self.min_batches), self.n_opt_windows / batch_size)
+
+    def look(self, ev: Evidence) -> Verdict:
+        assert self.setup is not None, "start() first"
+        setup = self.setup
+        if self.crossover:
+            est = stats.crossover_estimate(ev.batch_d, ev.batch_sign, ev.batch_period)
+        else:
+            est = stats.plain_estimate(ev.batch_d, ev.batch_period)
+        rel = ev.direction
+        if est is None:
+            mean = float(np.mean(ev.batch_d)) if ev.batch_d.size else math.nan
+            return Verdict.undecided(to_relative(mean, rel) if math.isfinite(mean) else math.nan)
+        ratio = stats.small_sample_ratio(setup.alpha, est.df)
+        hw = stats.cs_halfwidth(est.se * ratio, est.n_eff, setup.alpha, self.n_opt(ev.batch_size))
+        lo, hi = est.mean - hw, est.mean + hw
+        v_est, v_lo, v_hi = to_relative(est.mean, rel), to_relative(lo, rel), to_relative(hi, rel)
+        enough = est.n_plus + est.n_minus >= self.min_batches and (
+            not self.crossover or min(est.n_plus, est.n_minus) >= self.min_per_order
+        )
+        # est.bias = dir * log(host1 / host0) in the primary metric
+        detail = (
+            f"host 1 vs host 0 bias {pct(math.expm1(est.bias * rel))}" if self.crossover else ""
+        )
+        decision: Decision | None = None
+        if enough:
+            if v_lo > 0:
+                decision = Decision.BETTER
+            elif v_hi < 0:
+                decision = Decision.WORSE
+            elif -setup.min_effect < v_lo and v_hi < setup.min_effect:
+                decision = Decision.NO_DIFFERENCE
+        return Verdict(decision, v_est, v_lo, v_hi, detail)
+
+    def method(self) -> str:
+        design = "crossover-abba" if self.crossover else "no-crossover"
+        b = self.setup.batch_size if self.setup else 0
+        return (
+            f"{self.name}: asymptotic confidence sequence, {design}, batch means b={b}, "
+            "warm-up mser5"
+        )
+
+
+class NaivePairedRule(ConfidenceSequenceRule):
+    """The confidence-sequence rule without crossover (host roles never swapped)."""
+
+    name = "naive-paired"
+
+    def __init__(self, *, seed: int | None = None, min_batches: int = 12) -> None:
+        super().__init__(seed=seed, crossover=False, min_batches=min_batches)
+
+
+class PaperWelchRule(DecisionRule):
+    """The original muSKU method: unpaired Welch t-test on the A and B windows' (log) metric,
+    95 %, re-checked every ``check_every`` windows, no crossover, fixed warm-up, cap 30,000.
+    Its repeated looks and ignored host bias / autocorrelation are what musku fixes."""
+
+    name = "welch"
+    crossover = False
+    detect_warmup = False
+
+    def __init__(
+        self,
+        *,
+        seed: int | None = None,
+        check_every: int = 50,
+        cap: int = 30_000,
+        min_samples: int = 30,
+    ) -> None:
+        super().__init__(seed=seed)
+        if check_every < 2 or cap < 10:
+            raise InputError("welch rule: check_every must be >= 2 and cap >= 10")
+        self.fixed_batch = check_every
+        self.sample_cap = cap
+        self.min_samples = min_samples
+
+    def look(self, ev: Evidence) -> Verdict:
+        assert self.setup is not None, "start() first"
+        alpha = self.setup.alpha
+        a = ev.direction * ev.log_a
+        b = ev.direction * ev.log_b
+        na, nb = a.size, b.size
+        if na < 2 or nb < 2:
+            return Verdict.undecided()
+        va, vb = float(a.var(ddof=1)) / na, float(b.var(ddof=1)) / nb
+        diff = float(b.mean() - a.mean())
+        se = math.sqrt(va + vb)
+        if se == 0.0:
+            return Verdict.undecided(to_relative(diff, ev.direction))
+        df = (va + vb) ** 2 / (va * va / (na - 1) + vb * vb / (nb - 1))
+        q = stats.t_quantile(1 - alpha / 2, df)
+        lo, hi = diff - q * se, diff + q * se
+        decision: Decision | None = None
+        if min(na, nb) >= self.min_samples:
+            if lo > 0:
+                decision = Decision.BETTER
+            elif hi < 0:
+                decision = Decision.WORSE
+        r = ev.direction
+        return Verdict(
+            decision, to_relative(diff, r), to_relative(lo, r), to_relative(hi, r), "unpaired Welch"
+        )
+
+    def method(self) -> str:
+        return f"{self.name}: unpaired Welch t-test, checked every {self.fixed_batch} windows"
+
+
+RULES: dict[str, str] = {
+    "cs": "musku.abtest.rules:ConfidenceSequenceRule",
+    "naive-paired": "musku.abtest.rules:NaivePairedRule",
+    "welch": "musku.abtest.rules:PaperWelchRule",
+}
+"""Decision rule name -> ``module:Class``; any ``module:Class`` naming a
+:class:`DecisionRule` subclass works too."""
+
+
+def make_rule(rule: str | DecisionRule, *, seed: int | None = None, **options: Any) -> DecisionRule:
+    """A fresh rule object from a registry name / ``module:Class``, or ``rule`` itself."""
+    if isinstance(rule, DecisionRule):
+        return rule
+    from musku.registry import load
+
+    cls = load(rule, RULES, kind="decision rule")
+    if not (isinstance(cls, type) and issubclass(cls, DecisionRule)):
+        raise InputError(f"decision rule {rule!r} is not a DecisionRule subclass")
+    try:
+        obj = cls(seed=seed, **options)
+    except TypeError as exc:
+        raise InputError(f"decision rule {rule!r}: {exc}") from None
+    return obj

@@ -1,0 +1,290 @@
+"""Statistics of the sequential A/B tester: pure functions on numpy arrays.
+
+Nothing here knows about hosts or configurations. The driver (:mod:`musku.abtest.driver`)
+feeds these with per-window log-ratios and the decision rules (:mod:`musku.abtest.rules`)
+turn them into verdicts.
+
+- :func:`ar1_coefficient` / :func:`choose_batch_size`: batch means whose neighbours are
+  nearly uncorrelated, from the estimated lag-1 autocorrelation of the window series.
+- :func:`mser_truncation` / :func:`detect_warmup`: the end of the transient after a
+  configuration change, found from the data (MSER-5, White 1997, confirmed by a
+  changepoint t-test and a residual-trend test, both with AR(1)-corrected variances).
+- :func:`crossover_estimate`: the period-balanced crossover estimator of the effect with
+  a batch-means / Newey-West (Bartlett, lag 1) long-run variance.
+- :func:`cs_halfwidth`: the two-sided asymptotic confidence sequence of Waudby-Smith,
+  Arnold, Wu, McAuliffe and Ramdas ("Time-uniform central limit theory and asymptotic
+  confidence sequences", 2021/2023), i.e. Robbins' normal-mixture boundary applied to the
+  CLT-approximated sum, tuned to be tightest at a chosen intrinsic time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+FloatArray = NDArray[np.float64]
+
+
+# --------------------------------------------------------------------------- autocorrelation
+
+
+def ar1_coefficient(x: FloatArray) -> float:
+    """Lag-1 autocorrelation of ``x`` (the Yule-Walker AR(1) coefficient), in [-0.99, 0.99].
+
+    Returns 0.0 for series too short (< 4 points) or constant."""
+    x = np.asarray(x, dtype=float)
+    if x.size < 4:
+        return 0.0
+    c = x - x.mean()
+    denom = float(c @ c)
+    if denom <= 0.0:
+        return 0.0
+    rho = float(c[1:] @ c[:-1]) / denom
+    return float(min(0.99, max(-0.99, rho)))
+
+
+def batch_mean_correlation(rho: float, b: int) -> float:
+    """Correlation between neighbouring means of ``b`` consecutive points of an AR(1) with
+    lag-1 coefficient ``rho``."""
+    if b < 1:
+        raise ValueError("batch size must be >= 1")
+    if rho <= 0.0:
+        return 0.0
+    q = 1.0 - rho**b
+    cov = rho * q * q / (1.0 - rho) ** 2  # sum_{i<=b<j<=2b} rho^(j-i)
+    var = b * (1.0 + rho) / (1.0 - rho) - 2.0 * rho * q / (1.0 - rho) ** 2
+    return float(cov / var)
+
+
+def choose_batch_size(
+    rho: float, *, target: float = 0.1, minimum: int = 5, maximum: int = 500
+) -> int:
+    """Smallest batch size whose neighbouring AR(1) batch means correlate at most ``target``."""
+    rho = min(0.99, max(0.0, rho))
+    b = max(1, minimum)
+    while b < maximum and batch_mean_correlation(rho, b) > target:
+        b += 1 if b < 20 else max(1, b // 10)
+    return int(min(b, maximum))
+
+
+def long_run_variance_factor(rho: float) -> float:
+    """Variance inflation of a mean of AR(1) points: (1 + rho) / (1 - rho), rho clamped >= 0."""
+    rho = min(0.99, max(0.0, rho))
+    return (1.0 + rho) / (1.0 - rho)
+
+
+# --------------------------------------------------------------------------- warm-up
+
+
+def mser_truncation(x: FloatArray, batch: int = 5) -> int:
+    """MSER-``batch`` truncation point: the number of leading points to discard.
+
+    Groups ``x`` in consecutive means of ``batch`` points ``z_0..z_{m-1}`` and returns
+    ``batch * k`` for the ``k`` in ``[0, m // 2]`` minimising the marginal standard error
+    ``sum_{i>=k} (z_i - mean(z_k..))^2 / (m - k)^2`` (White 1997; Franklin & White 2008)."""
+    x = np.asarray(x, dtype=float)
+    m = x.size // batch
+    if m < 4:
+        return 0
+    z = x[: m * batch].reshape(m, batch).mean(axis=1)
+    # tail sums from the end: S1[k] = sum z[k:], S2[k] = sum z[k:]^2
+    s1 = np.cumsum(z[::-1])[::-1]
+    s2 = np.cumsum((z * z)[::-1])[::-1]
+    kmax = m // 2
+    k = np.arange(kmax + 1)
+    cnt = (m - k).astype(float)
+    sse = s2[: kmax + 1] - s1[: kmax + 1] ** 2 / cnt
+    stat = np.maximum(sse, 0.0) / cnt**2
+    return int(np.argmin(stat)) * batch
+
+
+@dataclass(frozen=True)
+class WarmupVerdict:
+    """What :func:`detect_warmup` found in a probe of post-minimum-warm-up windows."""
+
+    discard: int  # leading points of the probe that are still transient
+    extend: bool  # the transient may continue past the probe: measure more and look again
+    shift_t: float  # changepoint t statistic (transient mean vs the rest)
+    trend_t: float  # trend t statistic of the kept part
+
+
+def detect_warmup(x: FloatArray, *, threshold: float = 3.0, batch: int = 5) -> WarmupVerdict:
+    """Find the end of the transient at the start of ``x`` (the windows right after the
+    minimum warm-up).
+
+    MSER-5 proposes a truncation point; it is accepted only when the discarded head's mean
+    differs from the kept tail's by more than ``threshold`` AR(1)-corrected standard errors
+    (so stationary noise does not cost data). The kept part is then tested for a residual
+    linear trend (slope t statistic, AR(1)-corrected). ``extend`` asks for more data when
+    the accepted truncation point sits at MSER's search limit (half the probe) or a trend
+    remains: the transient is longer than the probe."""
+    x = np.asarray(x, dtype=float)
+    n = x.size
+    if n < 4 * batch:
+        return WarmupVerdict(0, False, 0.0, 0.0)
+    k = mser_truncation(x, batch)
+    shift_t = 0.0
+    discard = 0
+    if k > 0:
+        head, tail = x[:k], x[k:]
+        rho = max(0.0, ar1_coefficient(tail))
+        var = float(tail.var(ddof=1)) * long_run_variance_factor(rho)
+        se = math.sqrt(var * (1.0 / k + 1.0 / tail.size)) if var > 0 else 0.0
+        diff = float(head.mean() - tail.mean())
+        shift_t = diff / se if se > 0 else (math.inf if diff else 0.0)
+        if abs(shift_t) > threshold:
+            discard = k
+    kept = x[discard:]
+    trend_t = _trend_t(kept)
+    at_limit = discard > 0 and discard >= batch * ((n // batch) // 2) - batch
+    extend = at_limit or abs(trend_t) > threshold
+    return WarmupVerdict(discard, extend, shift_t, trend_t)
+
+
+def _trend_t(y: FloatArray) -> float:
+    """t statistic of the OLS slope of ``y`` on time, residual variance AR(1)-corrected."""
+    n = y.size
+    if n < 10:
+        return 0.0
+    t = np.arange(n, dtype=float)
+    t -= t.mean()
+    sxx = float(t @ t)
+    yc = y - y.mean()
+    slope = float(t @ yc) / sxx
+    resid = yc - slope * t
+    s2 = float(resid @ resid) / (n - 2)
+    if s2 <= 0.0:
+        return 0.0
+    rho = max(0.0, ar1_coefficient(resid))
+    se = math.sqrt(s2 * long_run_variance_factor(rho) / sxx)
+    return slope / se
+
+
+# --------------------------------------------------------------------------- estimation
+
+
+@dataclass(frozen=True)
+class CrossoverEstimate:
+    """The effect estimated from batch means (log scale, good direction positive)."""
+
+    mean: float  # effect estimate
+    se: float  # its standard error (batch means, Newey-West lag 1, small-sample inflated)
+    n_eff: float  # intrinsic time in batches: long-run variance / se^2
+    bias: float  # estimated host bias (half the difference of the two role orders)
+    n_plus: int
+    n_minus: int
+    df: int
+
+
+def crossover_estimate(
+    y: FloatArray, sign: NDArray[np.int8] | FloatArray, period: NDArray[np.int64] | FloatArray
+) -> CrossoverEstimate | None:
+    """Crossover estimate from batch means ``y`` of sign-adjusted log-ratios.
+
+    ``sign[j]`` is +1 when host 0 ran A during batch ``j`` and -1 when the roles were swapped;
+    the host bias ``delta`` enters as ``y = mu + sign * delta + noise``, so the OLS fit of that
+    model (the mean of the two role orders' means) removes it. The variance of the batch
+    means is the pooled residual variance plus a Bartlett lag-1 term over neighbouring batches
+    of the same period, never less than the plain variance. Returns ``None`` until both role
+    orders have at least two batches."""
+    y = np.asarray(y, dtype=float)
+    s = np.asarray(sign)
+    plus = s > 0
+    n_plus = int(plus.sum())
+    n_minus = int(y.size - n_plus)
+    if n_plus < 2 or n_minus < 2:
+        return None
+    m_plus = float(y[plus].mean())
+    m_minus = float(y[~plus].mean())
+    resid = np.where(plus, y - m_plus, y - m_minus)
+    df = y.size - 2
+    gamma0 = float(resid @ resid) / df
+    per = np.asarray(period)
+    same = per[1:] == per[:-1]
+    gamma1 = float((resid[1:] * resid[:-1])[same].sum()) / df
+    lrv = max(gamma0, gamma0 + gamma1)  # Bartlett weight 1/2 on both lags +-1
+    var = 0.25 * lrv * (1.0 / n_plus + 1.0 / n_minus)
+    return CrossoverEstimate(
+        mean=0.5 * (m_plus + m_minus),
+        se=math.sqrt(var),
+        n_eff=4.0 / (1.0 / n_plus + 1.0 / n_minus),
+        bias=0.5 * (m_plus - m_minus),
+        n_plus=n_plus,
+        n_minus=n_minus,
+        df=df,
+    )
+
+
+def plain_estimate(
+    y: FloatArray, period: NDArray[np.int64] | FloatArray
+) -> CrossoverEstimate | None:
+    """Mean of batch means without crossover correction (the naive paired estimator)."""
+    y = np.asarray(y, dtype=float)
+    if y.size < 3:
+        return None
+    resid = y - y.mean()
+    df = y.size - 1
+    gamma0 = float(resid @ resid) / df
+    per = np.asarray(period)
+    same = per[1:] == per[:-1]
+    gamma1 = float((resid[1:] * resid[:-1])[same].sum()) / df
+    lrv = max(gamma0, gamma0 + gamma1)
+    return CrossoverEstimate(
+        mean=float(y.mean()),
+        se=math.sqrt(lrv / y.size),
+        n_eff=float(y.size),
+        bias=0.0,
+        n_plus=int(y.size),
+        n_minus=0,
+        df=df,
+    )
+
+
+# --------------------------------------------------------------------------- confidence sequence
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student-t quantile (scipy.special.stdtrit: microseconds, unlike scipy.stats.t.ppf)."""
+    from scipy.special import ndtri, stdtrit  # lazy: heavy import
+
+    if not math.isfinite(df) or df > 1e7:
+        return float(ndtri(p))
+    return float(stdtrit(df, p))
+
+
+def small_sample_ratio(alpha: float, df: float) -> float:
+    """``t_df(1 - alpha/2) / z(1 - alpha/2)``: how much wider a t interval is than a z one."""
+    from scipy.special import ndtri  # lazy
+
+    return t_quantile(1 - alpha / 2, df) / float(ndtri(1 - alpha / 2))
+
+
+def cs_rho2(alpha: float, n_opt: float) -> float:
+    """Mixture precision making the boundary tightest near intrinsic time ``n_opt``
+    (Waudby-Smith et al., the approximately optimal choice for a two-sided CS)."""
+    la = math.log(1.0 / alpha)
+    return (2.0 * la + math.log(2.0 * la + 1.0)) / max(n_opt, 1.0)
+
+
+def cs_radius(n: float, alpha: float, n_opt: float) -> float:
+    """Radius of the two-sided (1 - alpha) asymptotic confidence sequence in standard errors.
+
+    With ``S_n`` a sum of ``n`` unit-variance terms, ``|S_n / n - mu| <=
+    sqrt(2 (n rho^2 + 1) / (n^2 rho^2) * log(sqrt(n rho^2 + 1) / alpha))`` holds for all ``n``
+    at once with probability ``-> 1 - alpha``; dividing by the standard error ``1 / sqrt(n)``
+    gives the multiplier returned here (about 3.0 at ``n_opt`` for alpha = 0.05, growing
+    like sqrt(log n) after it)."""
+    if n <= 0:
+        return math.inf
+    rho2 = cs_rho2(alpha, n_opt)
+    v = n * rho2 + 1.0
+    return math.sqrt(2.0 * v / rho2 / n * math.log(math.sqrt(v) / alpha))
+
+
+def cs_halfwidth(se: float, n: float, alpha: float, n_opt: float) -> float:
+    """Half-width of the asymptotic confidence sequence around an estimate with standard
+    error ``se`` at intrinsic time ``n``."""
+    return se * cs_radius(n, alpha, n_opt)

@@ -1,0 +1,161 @@
+"""``musku agent ...``: run the daemon, ask it for its status, relay one request, roll back.
+
+``musku agent rpc`` is what the controller runs over SSH: a fixed command, the request as one
+JSON object on stdin (optionally ``"agent_socket": PATH`` to choose the agent), the reply as
+one JSON object on stdout. It always prints a reply; an unreachable agent is an error reply.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from musku.errors import HostError, MuskuError
+
+app = typer.Typer(help="The musku agent: runs on every host under test.", no_args_is_help=True)
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="agent configuration (default /etc/musku/agent.toml)"),
+]
+SocketOpt = Annotated[
+    Path | None, typer.Option("--socket", help="agent socket (default: from the config)")
+]
+
+
+def _fail(exc: MuskuError) -> typer.Exit:
+    typer.echo(f"musku: error: {exc.one_line()}", err=True)
+    return typer.Exit(int(exc.status))
+
+
+def _socket(config: Path | None, socket: Path | None) -> Path:
+    from musku.agent.config import DEFAULT_CONFIG, DEFAULT_SOCKET, load_config
+
+    if socket is not None:
+        return socket
+    if config is not None or Path(DEFAULT_CONFIG).exists():
+        return load_config(config or DEFAULT_CONFIG).socket
+    return Path(DEFAULT_SOCKET)
+
+
+@app.command()
+def run(config: ConfigOpt = None) -> None:
+    """Run the agent daemon (foreground; systemd unit in agents/musku-agent.service)."""
+    from musku.agent.config import DEFAULT_CONFIG, load_config
+    from musku.agent.daemon import run as run_daemon
+
+    try:
+        cfg = load_config(config or DEFAULT_CONFIG)
+        raise typer.Exit(run_daemon(cfg))
+    except MuskuError as exc:
+        raise _fail(exc) from None
+
+
+@app.command()
+def status(
+    config: ConfigOpt = None,
+    socket: SocketOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Show the agent's state: experiment, lease, deployed soft SKU, spool."""
+    from musku.agent.client import AgentClient
+
+    try:
+        client = AgentClient(_socket(config, socket))
+        st = client.call("status")
+        client.close()
+    except MuskuError as exc:
+        raise _fail(exc) from None
+    if as_json:
+        typer.echo(json.dumps(st, indent=2, sort_keys=True))
+        return
+    lease = st.get("lease_remaining_s")
+    typer.echo(f"experiment:  {st['experiment'] or '-'}")
+    typer.echo(f"lease:       {'-' if lease is None else f'{lease:.1f}s left'}")
+    typer.echo(f"expected:    {st['expected'] or '-'}")
+    typer.echo(f"deployed:    {st['deployed'] or '-'}")
+    typer.echo(f"spool:       {st['spool_rows']} rows ({st['spool_dropped']} dropped)")
+    typer.echo(f"samplers:    {st['samplers']}")
+    for line in st.get("recovered", []):
+        typer.echo(f"recovered:   {line}")
+    for line in st.get("degraded", []):
+        typer.echo(f"DEGRADED:    {line}")
+
+
+def rpc_once(text: str, default_socket: Path) -> tuple[dict[str, Any], int]:
+    """Relay one request; (reply, exit status)."""
+    from musku.agent.rpc import relay
+
+    return relay(text, default_socket)
+
+
+@app.command()
+def rpc(config: ConfigOpt = None, socket: SocketOpt = None) -> None:
+    """Read one JSON request on stdin, send it to the local agent, print the JSON reply."""
+    from musku.agent.rpc import main as rpc_main
+
+    argv: list[str] = []
+    if config is not None:
+        argv += ["--config", str(config)]
+    if socket is not None:
+        argv += ["--socket", str(socket)]
+    raise typer.Exit(rpc_main(argv))
+
+
+@app.command()
+def rollback(
+    config: ConfigOpt = None,
+    socket: SocketOpt = None,
+    undeploy: Annotated[
+        bool,
+        typer.Option(
+            "--undeploy", help="also remove the deployed soft SKU (back to pre-musku state)"
+        ),
+    ] = False,
+) -> None:
+    """Roll back the running experiment (and with --undeploy the deployed soft SKU).
+
+    Works with the daemon running (through its socket) or stopped (directly on its journal)."""
+    from musku.agent.client import AgentClient
+
+    try:
+        sock = _socket(config, socket)
+        try:
+            client = AgentClient(sock, timeout=300)
+            result = client.call("rollback", undeploy=undeploy)
+            client.close()
+        except HostError as exc:
+            if "cannot reach" not in exc.message:
+                raise
+            result = _offline_rollback(config, undeploy)
+    except MuskuError as exc:
+        raise _fail(exc) from None
+    typer.echo(json.dumps(result, sort_keys=True))
+
+
+def _offline_rollback(config: Path | None, undeploy: bool) -> dict[str, Any]:
+    """The daemon is not running: recover its journal here (holding its lock)."""
+    import os
+
+    from musku.agent.config import DEFAULT_CONFIG, load_config
+    from musku.agent.core import Agent
+    from musku.agent.daemon import _lock
+
+    cfg = load_config(config or DEFAULT_CONFIG)
+    fd = _lock(cfg)
+    agent = Agent(cfg)
+    try:
+        recovered = agent.recover()
+        result = agent.op_rollback({"undeploy": undeploy})
+        result["recovered"] = recovered
+        return result
+    finally:
+        agent.close(rollback_experiment=True)
+        os.close(fd)
+
+
+def main() -> None:
+    app(prog_name="musku agent")

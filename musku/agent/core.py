@@ -1,0 +1,573 @@
+"""The agent's state machine: knobs, journal, lease, spool. No sockets here (see server.py).
+
+Requests are JSON objects ``{"op": NAME, ...}``; :meth:`Agent.handle` answers every request
+with ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {"type", "status", "message"}}``
+and never raises: a malformed request gets a clear error and the daemon keeps running.
+
+Safety rules (docs/agent.md):
+
+- everything is validated before the first write: an unknown knob, an unsupported knob or a
+  value outside what the probe says this host can take is refused with nothing written;
+- the snapshot of a knob is journaled (fsync) before the knob is written; a failed write or
+  verify rolls back what this request applied, in reverse order, and the request fails;
+- an experiment holds a lease; when it lapses the agent rolls the experiment back;
+- a deployed soft SKU is kept across restarts (TuneD #416); an unfinished experiment or deploy
+  found at start is rolled back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from musku.agent.core_errors import error_reply
+from musku.agent.journal import Journal, TxKind
+from musku.agent.spool import Spool
+from musku.domain import KNOBS, Configuration, Value
+from musku.errors import HostError, InputError, MuskuError, UnsupportedError
+
+if TYPE_CHECKING:
+    from musku.agent.config import AgentConfig
+    from musku.hostfs import HostFS
+    from musku.knobs.base import Knob, Support
+    from musku.metrics.base import Sampler
+
+log = logging.getLogger("musku.agent")
+
+PROTOCOL = 1
+__all__ = ["OPS", "PROTOCOL", "Agent", "error_reply"]
+
+OPS = (
+    "hello",
+    "capabilities",
+    "check",
+    "apply",
+    "renew",
+    "collect",
+    "ack",
+    "deploy",
+    "rollback",
+    "status",
+    "metrics",
+)
+
+KnobFactory = Callable[..., "Knob"]
+
+
+def _default_knob_factory(name: str, fs: HostFS, **options: object) -> Knob:
+    from musku.knobs import load_knob
+
+    return load_knob(name, fs, **options)
+
+
+def _config_of(raw: object, what: str = "config") -> Configuration:
+    if not isinstance(raw, dict):
+        raise InputError(f"{what} must be an object knob -> value")
+    try:
+        return Configuration.of(raw)
+    except KeyError as exc:
+        raise InputError(
+            f"{what}: unknown knob {exc.args[0]!r} (knobs: {', '.join(KNOBS)})"
+        ) from None
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{what}: {exc}") from None
+
+
+def _number(req: Mapping[str, Any], key: str, default: float | None = None) -> float:
+    v = req.get(key, default)
+    if v is None:
+        raise InputError(f"request needs {key!r}")
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise InputError(f"{key} must be a number, not {v!r}")
+    return float(v)
+
+
+class Agent:
+    """One host's agent. Thread-safe: requests, the lease check and sampling share one lock."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        fs: HostFS | None = None,
+        knob_factory: KnobFactory | None = None,
+        samplers: list[Sampler] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from musku.agent.metrics import AgentMetrics
+        from musku.hostfs import HostFS
+
+        self.config = config
+        self.fs = fs if fs is not None else HostFS(config.root)
+        self._factory = knob_factory or _default_knob_factory
+        self._clock = clock
+        self.lock = threading.RLock()
+        config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.journal = Journal(config.state_dir / "journal.sqlite")
+        self.spool = Spool(config.state_dir / "spool.sqlite", max_rows=config.spool_max_rows)
+        self.metrics = AgentMetrics()
+        self._knobs: dict[str, Knob] = {}
+        self.lease_deadline: float | None = None
+        self.lease_s = 0.0
+        self.expected: dict[str, Value] = {}  # knob -> value the host should be at now
+        self.experiment: dict[str, Any] = {}  # id, config of the open experiment
+        self.samplers: list[Sampler] = samplers if samplers is not None else []
+        self._sampler_backends: dict[str, str] = {}
+        self._last_sample_t = time.time()
+        self._drift_reported: set[str] = set()
+        self.started = time.time()
+        self.recovered: list[str] = []
+        self.degraded: list[str] = []
+        self.blocked = ""  # set when a rollback could not complete: changes are refused
+
+    # ------------------------------------------------------------------ knobs
+
+    def knob(self, name: str) -> Knob:
+        if name not in KNOBS:
+            raise InputError(f"unknown knob {name!r} (knobs: {', '.join(KNOBS)})")
+        k = self._knobs.get(name)
+        if k is None:
+            k = self._factory(name, self.fs, **self.config.knobs.get(name, {}))
+            self._knobs[name] = k
+        return k
+
+    def _probe(self, name: str) -> Support:
+        return self.knob(name).probe()
+
+    def _validate(self, config: Configuration) -> dict[str, Value]:
+        """Canonical values for every knob, or raise with nothing written."""
+        from musku.knobs.base import InvalidSetting
+
+        out: dict[str, Value] = {}
+        for name, value in config.settings:
+            support = self._probe(name)
+            if not support.supported:
+                raise UnsupportedError(f"{name} is not supported on this host: {support.reason}")
+            v = self.knob(name).validate(value)
+            if support.settings and v not in support.settings:
+                allowed = ", ".join(str(s) for s in support.settings)
+                raise InvalidSetting(
+                    f"{name} = {value!r} is outside this host's capabilities ({allowed})"
+                )
+            out[name] = v
+        return out
+
+    def _write(self, values: Mapping[str, Value]) -> list[str]:
+        """Journal-then-write each knob that differs; verify. Caller holds the lock and an open
+        transaction. On failure rolls back this call's writes and raises HostError."""
+        from musku.knobs.base import Snapshot
+
+        mark = self.journal.last_seq()
+        changed: list[str] = []
+        try:
+            for name in KNOBS:
+                if name not in values:
+                    continue
+                knob, value = self.knob(name), values[name]
+                if not knob.plan(value):
+                    continue
+                snap: Snapshot = knob.snapshot()
+                seq = self.journal.record_step(name, snap.to_json(), value)
+                knob.apply(value)
+                if not knob.verify(value):
+                    raise HostError(f"{name} did not take {value!r} (read back {knob.read()!r})")
+                self.journal.mark_done(seq)
+                changed.append(name)
+        except Exception as exc:
+            undone = self._undo(after=mark)
+            msg = exc.one_line() if isinstance(exc, MuskuError) else f"{type(exc).__name__}: {exc}"
+            raise HostError(f"apply failed ({msg}); rolled back {undone} write(s)") from None
+        return changed
+
+    def _undo(self, after: int = 0) -> int:
+        """Roll back journaled steps with seq > after, newest first. Raises HostError if a
+        restore fails (the step stays journaled: the next start retries it)."""
+        from musku.knobs.base import Snapshot
+
+        failed: list[str] = []
+        steps = self.journal.steps(after)
+        for step in reversed(steps):
+            try:
+                self.knob(step.knob).rollback(Snapshot.from_json(step.snapshot))
+                self.journal.forget_step(step.seq)
+            except Exception as exc:  # noqa: BLE001 - continue restoring the others
+                failed.append(f"{step.knob}: {exc}")
+                log.error("rollback of %s failed: %s", step.knob, exc)
+        if failed:
+            self.degraded.append("rollback failed: " + "; ".join(failed))
+            raise HostError("ROLLBACK FAILED for " + "; ".join(failed))
+        return len(steps)
+
+    def _deployed_values(self) -> dict[str, Value]:
+        d = self.journal.deployed()
+        return dict(d["config"]) if d else {}
+
+    # ------------------------------------------------------------------ life cycle
+
+    def recover(self) -> list[str]:
+        """At start: roll back an unfinished transaction, re-establish a deployed soft SKU."""
+        with self.lock:
+            msgs: list[str] = []
+            kind = self.journal.open_tx()
+            if kind is not None:
+                n = len(self.journal.steps())
+                try:
+                    self._undo()
+                except HostError as exc:
+                    # come up anyway (status shows it) but refuse changes until resolved
+                    self.blocked = f"recovery incomplete: {exc.one_line()}"
+                    log.critical("%s; run 'musku agent rollback' once fixed", self.blocked)
+                    self.recovered = [self.blocked]
+                    return self.recovered
+                self.journal.close_tx()
+                msgs.append(f"rolled back an unfinished {kind.value} ({n} write(s), reverse order)")
+                self.metrics.rollbacks.labels(reason="recovery").inc()
+            deployed = self._deployed_values()
+            if deployed:
+                try:
+                    cfg = _config_of(deployed, "deployed soft SKU")
+                    values = self._validate(cfg)
+                    stale = [n for n, v in values.items() if not self.knob(n).verify(v)]
+                    if stale:
+                        self.journal.begin(TxKind.DEPLOY, {"config": deployed, "reapply": True})
+                        try:
+                            self._write(values)
+                        finally:
+                            self.journal.close_tx()
+                        msgs.append(f"re-applied the deployed soft SKU ({', '.join(stale)})")
+                    else:
+                        msgs.append(f"deployed soft SKU in place: {cfg}")
+                except MuskuError as exc:
+                    self.degraded.append(f"deployed soft SKU not re-applied: {exc.one_line()}")
+                    log.error("deployed soft SKU not re-applied: %s", exc.one_line())
+            self.expected = dict(deployed)
+            for m in msgs:
+                log.info("recovery: %s", m)
+            self.recovered = msgs
+            return msgs
+
+    def start_samplers(self) -> None:
+        from musku.metrics import load_sampler
+
+        if self.samplers:
+            for s in self.samplers:
+                s.start()
+            return
+        for name, opts in self.config.samplers.items():
+            try:
+                s = load_sampler(name, self.fs, **opts)
+                support = s.probe()
+            except MuskuError as exc:
+                log.warning("sampler %s: %s", name, exc.one_line())
+                continue
+            if not support.supported:
+                log.info("sampler %s unavailable: %s", name, support.reason)
+                self._sampler_backends[name] = "unavailable: " + support.reason
+                continue
+            s.start()
+            self._sampler_backends[name] = getattr(s, "backend", "") or support.backend
+            log.info("sampler %s: %s", name, self._sampler_backends[name])
+            self.samplers.append(s)
+        self._last_sample_t = time.time()
+
+    def close(self, *, rollback_experiment: bool = True) -> None:
+        """Stop. An open experiment is rolled back (its lease cannot be honoured while the agent
+        is down); a deployed soft SKU stays (TuneD #416)."""
+        with self.lock:
+            if rollback_experiment and self.journal.open_tx() is TxKind.EXPERIMENT:
+                log.info("stopping: rolling back the running experiment; deployed SKU kept")
+                self._rollback_experiment("stop")
+            for s in self.samplers:
+                try:
+                    s.close()
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("sampler close: %s", exc)
+            self.spool.close()
+            self.journal.close()
+
+    def tick(self) -> None:
+        """Lease check (call at least every tenth of the shortest lease)."""
+        if self.lease_deadline is None or self._clock() < self.lease_deadline:
+            return
+        with self.lock:
+            if self.lease_deadline is not None and self._clock() >= self.lease_deadline:
+                log.warning(
+                    "lease expired (%.1fs not renewed): reverting to baseline", self.lease_s
+                )
+                self.metrics.lease_expiries.inc()
+                try:
+                    self._rollback_experiment("lease")
+                except MuskuError as exc:
+                    log.error("lease rollback: %s (retrying in 5s)", exc.one_line())
+                    self.lease_deadline = self._clock() + 5.0
+
+    def _rollback_experiment(self, reason: str) -> int:
+        """Roll back the open transaction (an experiment; or a deploy whose recovery failed)."""
+        n = 0
+        if self.journal.open_tx() is not None:
+            try:
+                n = self._undo()
+            except HostError as exc:
+                self.blocked = exc.one_line()
+                raise
+            self.journal.close_tx()
+            self.blocked = ""
+            self.metrics.rollbacks.labels(reason=reason).inc()
+        self.lease_deadline = None
+        self.experiment = {}
+        self.expected = self._deployed_values()
+        return n
+
+    # ------------------------------------------------------------------ sampling
+
+    def sample_once(self) -> None:
+        """One spool row: every sampler's figures since the last row, plus knob verification."""
+        t0 = time.perf_counter()
+        now = time.time()
+        duration = now - self._last_sample_t
+        self._last_sample_t = now
+        values: dict[str, float] = {}
+        for s in self.samplers:
+            try:
+                values.update(s.sample())
+            except Exception as exc:  # noqa: BLE001 - one bad source must not stop sampling
+                log.warning("sampler %s failed: %s", s.name, exc)
+        valid, note, key = True, "", ""
+        if self.lock.acquire(blocking=False):
+            try:
+                drifted = self._drifted()
+                key = Configuration.of(self.expected).key() if self.expected else ""
+            finally:
+                self.lock.release()
+            if drifted:
+                valid, note = False, "outside change: " + ", ".join(drifted)
+                self.metrics.drift.inc()
+                new = set(drifted) - self._drift_reported
+                if new:
+                    log.warning(
+                        "outside change of %s: windows marked invalid", ", ".join(sorted(new))
+                    )
+                self._drift_reported = set(drifted)
+            else:
+                self._drift_reported = set()
+        else:
+            note = "busy"  # an apply is in progress: the controller skips this row
+        self.spool.add(now, duration, values, valid=valid, note=note, config=key)
+        for k, v in values.items():
+            self.metrics.last.labels(metric=k).set(v)
+        self.metrics.sample_seconds.observe(time.perf_counter() - t0)
+
+    def _drifted(self) -> list[str]:
+        out = []
+        for name, value in self.expected.items():
+            try:
+                if not self.knob(name).verify(value):
+                    out.append(name)
+            except MuskuError:
+                out.append(name)
+        return out
+
+    # ------------------------------------------------------------------ requests
+
+    def handle(self, request: object) -> dict[str, Any]:
+        op = request.get("op") if isinstance(request, dict) else None
+        label = op if isinstance(op, str) and op in OPS else "invalid"
+        try:
+            if not isinstance(request, dict):
+                raise InputError('a request is a JSON object {"op": ...}')
+            if not isinstance(op, str) or op not in OPS:
+                raise InputError(f"unknown op {op!r} (ops: {', '.join(OPS)})")
+            result = getattr(self, f"op_{op}")(request)
+            self.metrics.requests.labels(op=label, outcome="ok").inc()
+            return {"ok": True, "result": result}
+        except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply
+            if not isinstance(exc, MuskuError):
+                log.exception("request %s failed", label)
+            self.metrics.requests.labels(op=label, outcome="error").inc()
+            return error_reply(exc)
+
+    def op_hello(self, req: dict[str, Any]) -> dict[str, Any]:
+        import socket
+
+        from musku import __version__
+
+        return {
+            "protocol": PROTOCOL,
+            "version": __version__,
+            "hostname": socket.gethostname(),
+            "time": time.time(),
+            "sample_interval_s": self.config.sample_interval_s,
+            "samplers": dict(self._sampler_backends),
+        }
+
+    def op_capabilities(self, req: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in KNOBS:
+            try:
+                s = self._probe(name)
+                out[name] = {
+                    "supported": s.supported,
+                    "reason": s.reason,
+                    "backend": s.backend,
+                    "settings": list(s.settings),
+                    "reboot": s.reboot,
+                }
+                if s.supported:
+                    out[name]["current"] = self.knob(name).read()
+            except MuskuError as exc:
+                out[name] = {"supported": False, "reason": exc.one_line()}
+        return {"knobs": out, "samplers": dict(self._sampler_backends)}
+
+    def op_check(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Validate a configuration and return the planned writes; nothing is written."""
+        with self.lock:
+            values = self._validate(_config_of(req.get("config")))
+            plan = {
+                n: [w.path for w in self.knob(n).apply(v, dry_run=True)] for n, v in values.items()
+            }
+            return {"config": values, "writes": plan}
+
+    def _check_not_blocked(self) -> None:
+        if self.blocked:
+            raise HostError(
+                f"agent refuses changes: {self.blocked} (fix, then 'musku agent rollback')"
+            )
+
+    def op_apply(self, req: dict[str, Any]) -> dict[str, Any]:
+        self._check_not_blocked()
+        cfg = _config_of(req.get("config"))
+        lease = _number(req, "lease_s", self.config.default_lease_s)
+        if not 0 < lease <= self.config.max_lease_s:
+            raise InputError(f"lease_s must be in (0, {self.config.max_lease_s:g}]")
+        t0 = time.monotonic()
+        with self.lock:
+            values = self._validate(cfg)
+            began = False
+            if self.journal.open_tx() is None:
+                exp = str(req.get("experiment", "")) or f"exp-{int(time.time())}"
+                self.journal.begin(TxKind.EXPERIMENT, {"experiment": exp})
+                self.experiment = {"id": exp}
+                began = True
+            try:
+                changed = self._write(values)
+            except MuskuError:
+                if began:
+                    self.journal.close_tx()
+                    self.experiment = {}
+                self.metrics.applies.labels(outcome="rolled_back").inc()
+                raise
+            self.expected = {**self._deployed_values(), **self.expected, **values}
+            self.lease_s = lease
+            self.lease_deadline = self._clock() + lease
+            self.metrics.applies.labels(outcome="ok").inc()
+            log.info(
+                "applied %s (changed: %s), lease %.1fs", cfg, ", ".join(changed) or "none", lease
+            )
+            return {
+                "changed": changed,
+                "config": Configuration.of(self.expected).as_dict(),
+                "key": Configuration.of(self.expected).key(),
+                "seconds": time.monotonic() - t0,
+                "experiment": self.experiment.get("id", ""),
+                "time": time.time(),
+            }
+
+    def op_renew(self, req: dict[str, Any]) -> dict[str, Any]:
+        lease = _number(req, "lease_s", self.lease_s or self.config.default_lease_s)
+        if not 0 < lease <= self.config.max_lease_s:
+            raise InputError(f"lease_s must be in (0, {self.config.max_lease_s:g}]")
+        with self.lock:
+            if self.journal.open_tx() is not TxKind.EXPERIMENT or self.lease_deadline is None:
+                raise HostError("no experiment is running here (lease lapsed or agent restarted)")
+            self.lease_s = lease
+            self.lease_deadline = self._clock() + lease
+            return {"lease_s": lease, "experiment": self.experiment.get("id", "")}
+
+    def op_collect(self, req: dict[str, Any]) -> dict[str, Any]:
+        cursor = int(_number(req, "cursor", 0))
+        limit = int(_number(req, "limit", 5000))
+        if cursor < 0 or not 1 <= limit <= 100_000:
+            raise InputError("cursor must be >= 0 and limit in 1..100000")
+        rows, nxt = self.spool.collect(cursor, limit)
+        return {"rows": [r.to_json() for r in rows], "cursor": nxt, "time": time.time()}
+
+    def op_ack(self, req: dict[str, Any]) -> dict[str, Any]:
+        cursor = int(_number(req, "cursor"))
+        if cursor < 0:
+            raise InputError("cursor must be >= 0")
+        return {"deleted": self.spool.ack(cursor)}
+
+    def op_deploy(self, req: dict[str, Any]) -> dict[str, Any]:
+        self._check_not_blocked()
+        cfg = _config_of(req.get("config"))
+        with self.lock:
+            values = self._validate(cfg)
+            if self.journal.open_tx() is TxKind.EXPERIMENT:
+                self._rollback_experiment("deploy")
+            new = {**self._deployed_values(), **values}
+            self.journal.begin(TxKind.DEPLOY, {"config": new})
+            try:
+                changed = self._write(values)
+            except MuskuError:
+                self.journal.close_tx()
+                raise
+            self.journal.close_tx(deployed={"config": new, "at": time.time()})
+            self.expected = dict(new)
+            log.info(
+                "deployed soft SKU %s (changed: %s)",
+                Configuration.of(new),
+                ", ".join(changed) or "none",
+            )
+            return {"deployed": new, "changed": changed}
+
+    def op_rollback(self, req: dict[str, Any]) -> dict[str, Any]:
+        undeploy = bool(req.get("undeploy", False))
+        with self.lock:
+            n = self._rollback_experiment("request")
+            if not undeploy:
+                return {"rolled_back": n, "deployed": self._deployed_values()}
+            from musku.knobs.base import Snapshot
+
+            originals = self.journal.originals()
+            for name, snap in reversed(originals):
+                self.knob(name).rollback(Snapshot.from_json(snap))
+            self.journal.close_tx(deployed=None)
+            self.journal.forget_originals()
+            self.expected = {}
+            self.metrics.rollbacks.labels(reason="undeploy").inc()
+            log.info("undeployed: %d knob(s) restored to their pre-musku state", len(originals))
+            return {
+                "rolled_back": n,
+                "restored_originals": [n for n, _ in originals],
+                "deployed": {},
+            }
+
+    def op_status(self, req: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            tx = self.journal.open_tx()
+            remaining = (
+                None
+                if self.lease_deadline is None
+                else max(0.0, self.lease_deadline - self._clock())
+            )
+            return {
+                "experiment": self.experiment.get("id", "") if tx is TxKind.EXPERIMENT else "",
+                "expected": dict(self.expected),
+                "deployed": self._deployed_values(),
+                "lease_remaining_s": remaining,
+                "spool_rows": self.spool.count(),
+                "spool_dropped": self.spool.dropped,
+                "spool_head": self.spool.head(),
+                "recovered": list(self.recovered),
+                "degraded": list(self.degraded),
+                "blocked": self.blocked,
+                "uptime_s": time.time() - self.started,
+                "samplers": dict(self._sampler_backends),
+            }
+
+    def op_metrics(self, req: dict[str, Any]) -> dict[str, Any]:
+        self.metrics.refresh(self)
+        return {"text": self.metrics.exposition()}

@@ -1,0 +1,516 @@
+"""The ``musku`` command line (typer + rich).
+
+Exit codes are those of :class:`musku.errors.ExitStatus` (documented in docs/cli.md); every
+user-caused error prints one line ``musku: error: ...`` and no traceback. Heavy modules
+(scipy, statsmodels, sqlalchemy) are imported inside the commands so ``--help`` is instant.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from musku.errors import ExitStatus, InputError, Interrupted, MuskuError
+
+app = typer.Typer(
+    name="musku",
+    help="Production A/B tuning of server soft SKUs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="Results database.", no_args_is_help=True)
+sku_app = typer.Typer(help="Soft SKUs in the results database.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(sku_app, name="sku")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from musku import __version__
+
+        typer.echo(f"musku {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """Production A/B tuning of server soft SKUs."""
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        envvar="MUSKU_DB",
+        help="Results DB URL (sqlite:///file.db, postgresql+psycopg://...). "
+        "Default: an SQLite file in the user's data directory.",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def _mount_optional(module: str, name: str, help_text: str) -> None:
+    """Mount a component's sub-app (knobs, agent, services, tune) when it is installed."""
+    import importlib
+
+    try:
+        sub = importlib.import_module(module).app
+    except ImportError:
+        return
+    app.add_typer(sub, name=name, help=help_text)
+
+
+_mount_optional("musku.knobs.cli", "knobs", "Knobs on this host: probe what can be tuned.")
+_mount_optional("musku.agent.cli", "agent", "The per-host agent daemon.")
+_mount_optional("musku.services.cli", "services", "The μSuite services: build, run, bench.")
+_mount_optional("musku.tune.cli", "tune", "Threading auto-tuner: train decision tables.")
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, highlight=False, width=None if stream.isatty() else 160)
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _open_store(url: str | None) -> Any:
+    from musku.storage import open_store
+
+    return open_store(url)
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.2f} %"
+
+
+def _interval(lo: float, hi: float) -> str:
+    return f"[{lo * 100:+.2f} %, {hi * 100:+.2f} %]"
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+
+
+class _StopFlag:
+    """SIGINT/SIGTERM only set a flag; the sweep stops at the next window and keeps its data."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> threading.Event:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+        return self.event
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.event.is_set():  # second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self.event.set()
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+# ---------------------------------------------------------------------------- sweep
+
+
+@app.command()
+def sweep(
+    file: Annotated[Path, typer.Argument(help="Experiment file (TOML).")],
+    db: DbOption = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the latest unfinished run of this experiment.")
+    ] = False,
+    seed: Annotated[int | None, typer.Option(help="Override the experiment's seed.")] = None,
+    json_out: JsonOption = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No live progress.")] = False,
+) -> None:
+    """Sweep the experiment's knobs, compose the soft SKU, validate it, store everything."""
+    from musku.experiment import load_experiment
+    from musku.sweep import run_sweep
+    from musku.sweep.progress import LiveProgress
+
+    experiment = load_experiment(file)
+    store = _open_store(db)
+    started = time.monotonic()
+    try:
+        with _StopFlag() as stop, LiveProgress(enabled=not quiet and not json_out) as progress:
+            try:
+                report = run_sweep(experiment, store=store, resume=resume, progress=progress, stop=stop, seed=seed)
+            except Interrupted as exc:
+                raise Interrupted(
+                    f"{exc.message}; measurements kept: continue with "
+                    f"`musku sweep {file} --resume`"
+                ) from None
+    finally:
+        store.close()
+    wall = time.monotonic() - started
+    if json_out:
+        data = report.to_dict()
+        data["wall_time_s"] = wall
+        _print_json(data)
+        return
+    from musku.sweep.progress import print_report
+
+    print_report(_console(), report, wall)
+
+
+@app.command()
+def abtest(
+    file: Annotated[Path, typer.Argument(help="Experiment file (TOML): hosts, metric, statistics.")],
+    candidate: Annotated[
+        list[str],
+        typer.Option("--set", "-s", help="Candidate setting KNOB=VALUE (repeatable), over the baseline."),
+    ],
+    baseline: Annotated[
+        str, typer.Option(help="Baseline: 'production', 'stock', or KNOB=VALUE,... over production.")
+    ] = "production",
+    db: DbOption = None,
+    seed: Annotated[int | None, typer.Option(help="Override the experiment's seed.")] = None,
+    json_out: JsonOption = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No live progress.")] = False,
+) -> None:
+    """Run one A/B comparison: A keeps the baseline, B gets the candidate."""
+    from musku.domain import ExperimentStatus
+    from musku.experiment import load_experiment
+    from musku.sweep import Runner, open_pair
+    from musku.sweep.progress import LiveProgress
+    from musku.sweep.report import result_dict
+
+    experiment = load_experiment(file)
+    base = _parse_baseline(experiment, baseline)
+    cand = _apply_overrides(experiment, base, candidate)
+    store = _open_store(db)
+    try:
+        exp_id = store.create_experiment(experiment)
+        store.set_status(exp_id, ExperimentStatus.RUNNING)
+        pair = open_pair(experiment, seed=seed)
+        try:
+            store.add_hosts(exp_id, pair.describe())
+            with _StopFlag() as stop, LiveProgress(enabled=not quiet and not json_out) as progress:
+                runner = Runner(experiment, pair, store=store, experiment_id=exp_id, progress=progress, stop=stop, seed=seed)
+                try:
+                    result = runner.compare("abtest", base, cand)
+                except Interrupted:
+                    store.set_status(exp_id, ExperimentStatus.INTERRUPTED)
+                    raise
+            store.set_status(exp_id, ExperimentStatus.DONE)
+            pair.restore()
+        finally:
+            pair.close()
+    finally:
+        store.close()
+    if json_out:
+        _print_json(result_dict(result))
+        return
+    from musku.sweep.progress import print_result
+
+    print_result(_console(), result)
+
+
+def _parse_pairs(text: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in text:
+        for part in item.split(","):
+            if not part.strip():
+                continue
+            knob, sep, value = part.partition("=")
+            if not sep:
+                raise InputError(f"expected KNOB=VALUE, got {part!r}")
+            out[knob.strip()] = value.strip()
+    return out
+
+
+def _coerce(experiment: Any, knob: str, raw: str) -> Any:
+    from musku.domain import KNOBS, canonical_value
+
+    if knob not in KNOBS:
+        raise InputError(f"unknown knob {knob!r} (knobs: {', '.join(KNOBS)})")
+    if knob not in experiment.platform.settings:
+        raise InputError(f"knob {knob!r} is not in platform {experiment.platform.name}'s catalog")
+    for candidate in (raw,):
+        try:
+            if knob in ("core_count", "shp"):
+                value: Any = canonical_value(knob, int(candidate))
+            elif knob in ("core_freq", "uncore_freq") and candidate != "turbo":
+                value = canonical_value(knob, float(candidate))
+            else:
+                value = canonical_value(knob, candidate)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{knob}={raw}: {exc}") from None
+    if value not in experiment.platform.settings[knob]:
+        choices = ", ".join(str(v) for v in experiment.platform.settings[knob])
+        raise InputError(f"{knob}={raw} is not in platform {experiment.platform.name}'s catalog ({choices})")
+    return value
+
+
+def _apply_overrides(experiment: Any, base: Any, items: list[str]) -> Any:
+    config = base
+    for knob, raw in _parse_pairs(items).items():
+        config = config.with_(knob, _coerce(experiment, knob, raw))
+    return config
+
+
+def _parse_baseline(experiment: Any, text: str) -> Any:
+    if text == "production":
+        return experiment.production
+    if text == "stock":
+        return experiment.stock
+    return _apply_overrides(experiment, experiment.production, [text])
+
+
+# ---------------------------------------------------------------------------- read commands
+
+
+@app.command()
+def check(
+    file: Annotated[Path, typer.Argument(help="Experiment file (TOML).")],
+    json_out: JsonOption = False,
+) -> None:
+    """Validate an experiment file and summarise what a sweep would do."""
+    import math
+
+    from musku.experiment import load_experiment
+
+    exp = load_experiment(file)
+    data = {
+        "experiment": exp.name,
+        "service": exp.service.name,
+        "platform": exp.platform.name,
+        "mode": exp.mode.value,
+        "baseline": exp.baseline,
+        "knobs": {k: list(v) for k, v in exp.space.items()},
+        "stock": exp.stock.as_dict(),
+        "production": exp.production.as_dict(),
+        "independent_comparisons": sum(len(v) - 1 for v in exp.space.values()),
+        "exhaustive_configurations": math.prod(len(v) for v in exp.space.values()),
+        "metric": {"primary": exp.spec.metric, "direction": exp.spec.direction.value},
+        "guardrails": [str(g) for g in exp.spec.guardrails],
+        "statistics": exp.stats.__dict__,
+        "hosts": {"backend": exp.hosts.backend, **dict(exp.hosts.options)},
+    }
+    if json_out:
+        _print_json(data)
+        return
+    con = _console()
+    con.print(f"[bold]{exp.name}[/]: {exp.service.name} on {exp.platform.name}, {exp.mode.value} sweep, "
+              f"{exp.hosts.backend} hosts -- OK")
+    for knob, values in exp.space.items():
+        con.print(f"  {knob:12} {len(values):3} settings  production={exp.production.get(knob)}")
+    con.print(f"  metric {exp.spec.metric} ({exp.spec.direction.value} is better); guardrails: "
+              f"{', '.join(str(g) for g in exp.spec.guardrails) or 'none'}")
+
+
+@app.command()
+def platforms(json_out: JsonOption = False) -> None:
+    """List the platform knob catalogs musku knows (knobs/*.toml)."""
+    from musku.experiment import available_platforms, load_platform
+
+    rows = [load_platform(n) for n in available_platforms()]
+    if json_out:
+        _print_json([
+            {"name": p.name, "vendor": p.vendor, "cores": p.cores, "llc_ways": p.llc_ways,
+             "description": p.description, "knobs": {k: list(v) for k, v in p.settings.items()},
+             "stock": p.stock.as_dict()}
+            for p in rows
+        ])
+        return
+    from rich.table import Table
+
+    t = Table("platform", "vendor", "cores", "LLC ways", "knobs", "description")
+    for p in rows:
+        t.add_row(p.name, p.vendor, str(p.cores), str(p.llc_ways), ", ".join(p.settings), p.description)
+    _console().print(t)
+
+
+@app.command()
+def results(
+    experiment: Annotated[str | None, typer.Argument(help="Experiment name or id; omit to list all.")] = None,
+    db: DbOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Experiments, their comparisons and soft SKUs from the results DB."""
+    from musku.sweep.progress import print_comparisons, print_experiments
+
+    store = _open_store(db)
+    try:
+        if experiment is None:
+            exps = store.experiments()
+            if json_out:
+                _print_json([e.to_dict() for e in exps])
+            else:
+                print_experiments(_console(), exps)
+            return
+        rec = store.find_experiment(int(experiment) if experiment.isdigit() else experiment)
+        if rec is None:
+            raise InputError(f"no experiment {experiment!r} in the results DB")
+        comps = store.comparisons(rec.id)
+        skus = [s for s in store.softskus() if getattr(s, "experiment_id", None) == rec.id]
+        if json_out:
+            _print_json({
+                "experiment": rec.to_dict(),
+                "comparisons": [c.to_dict() for c in comps],
+                "soft_skus": [s.to_dict() for s in skus],
+            })
+            return
+        print_comparisons(_console(), rec, comps, skus)
+    finally:
+        store.close()
+
+
+@sku_app.command("show")
+def sku_show(
+    sku_id: Annotated[int | None, typer.Argument(help="Soft SKU id; omit to list.")] = None,
+    service: Annotated[str | None, typer.Option(help="Only this service.")] = None,
+    platform: Annotated[str | None, typer.Option(help="Only this platform.")] = None,
+    db: DbOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Show a soft SKU (its settings and validated gains), or list them."""
+    from musku.sweep.progress import print_sku, print_skus
+
+    store = _open_store(db)
+    try:
+        if sku_id is None:
+            skus = store.softskus(service=service, platform=platform)
+            if json_out:
+                _print_json([s.to_dict() for s in skus])
+            else:
+                print_skus(_console(), skus)
+            return
+        rec = store.softsku(sku_id)
+        if rec is None:
+            raise InputError(f"no soft SKU with id {sku_id}")
+        if json_out:
+            _print_json(rec.to_dict())
+        else:
+            print_sku(_console(), rec)
+    finally:
+        store.close()
+
+
+@sku_app.command("diff")
+def sku_diff(
+    first: Annotated[int, typer.Argument(help="Soft SKU id.")],
+    second: Annotated[int, typer.Argument(help="Soft SKU id.")],
+    db: DbOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Knob-by-knob difference between two soft SKUs."""
+    from musku.domain import KNOBS, format_value
+
+    store = _open_store(db)
+    try:
+        recs = [store.softsku(first), store.softsku(second)]
+    finally:
+        store.close()
+    for i, rec in zip((first, second), recs, strict=True):
+        if rec is None:
+            raise InputError(f"no soft SKU with id {i}")
+    skus = [r.sku for r in recs]  # type: ignore[union-attr]
+    a, b = (s.configuration for s in skus)
+    rows = []
+    for knob in KNOBS:
+        va, vb = a.get(knob), b.get(knob)
+        if va is None and vb is None:
+            continue
+        rows.append({"knob": knob, "first": va, "second": vb, "same": va == vb})
+    if json_out:
+        _print_json({"first": first, "second": second, "knobs": rows})
+        return
+    from rich.table import Table
+
+    t = Table("knob", f"#{first} {skus[0].service}/{skus[0].platform}",
+              f"#{second} {skus[1].service}/{skus[1].platform}", "")
+    for r in rows:
+        fa = format_value(r["knob"], r["first"]) if r["first"] is not None else "-"
+        fb = format_value(r["knob"], r["second"]) if r["second"] is not None else "-"
+        t.add_row(r["knob"], fa, fb, "" if r["same"] else "differs")
+    _console().print(t)
+
+
+# ---------------------------------------------------------------------------- db
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOption = None) -> None:
+    """Bring the results DB to this musku's schema (creates it when absent)."""
+    from musku.storage import default_url, upgrade
+
+    url = db or default_url()
+    before, after = upgrade(url)
+    if before == after:
+        typer.echo(f"database already at revision {after}")
+    else:
+        typer.echo(f"database upgraded from {before or 'empty'} to {after}")
+
+
+@db_app.command("status")
+def db_status(db: DbOption = None, json_out: JsonOption = False) -> None:
+    """The results DB's URL and schema revision against this musku's."""
+    from musku.storage import current_revision, default_url, head_revision
+
+    url = db or default_url()
+    cur, head = current_revision(url), head_revision()
+    data = {"url": _redact(url), "revision": cur, "head": head, "up_to_date": cur == head}
+    if json_out:
+        _print_json(data)
+        return
+    state = "up to date" if cur == head else "needs `musku db upgrade`"
+    typer.echo(f"{data['url']}: revision {cur or 'none'} (head {head}) -- {state}")
+
+
+def _redact(url: str) -> str:
+    import re
+
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+
+
+# ---------------------------------------------------------------------------- entry point
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry: run the app, map errors to exit codes, never a traceback.
+
+    Usage errors are click's own (exit 2); musku's errors are one line with their status.
+    """
+    try:
+        app(args=argv, prog_name="musku")  # standalone: exits through SystemExit
+    except MuskuError as exc:
+        _err(exc.one_line())
+        sys.exit(int(exc.status))
+    except KeyboardInterrupt:
+        _err("interrupted")
+        sys.exit(int(ExitStatus.INTERRUPTED))
+    except BrokenPipeError:
+        sys.exit(int(ExitStatus.OK))
+    except Exception as exc:  # a bug: one line, and how to get the traceback
+        if os.environ.get("MUSKU_DEBUG"):
+            raise
+        _err(f"internal error: {type(exc).__name__}: {exc} (set MUSKU_DEBUG=1 for a traceback)")
+        sys.exit(int(ExitStatus.ERROR))
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(f"musku: error: {' '.join(str(text).split())}\n")

@@ -1,0 +1,263 @@
+"""The domain: frozen value types shared by the controller, the simulator, agents and storage.
+
+Nothing here touches a database, a host or the clock. Storage converts these to and from
+its own models explicitly (``musku.storage``).
+
+Knob values are JSON-able primitives, one canonical form per knob:
+
+=============  ==========  ============================================================
+knob           type        examples
+=============  ==========  ============================================================
+core_freq      float GHz   2.2, 1.9  (the catalog may also list "turbo")
+uncore_freq    float GHz   1.8
+core_count     int         18 (active physical cores)
+cdp            str         "off" (CDP disabled) or "D:C" = data ways : code ways, "6:5"
+prefetch       str         a named prefetcher configuration from the platform catalog:
+                           "all_on", "all_off", "dcu_dcuip", "dcu", "l2hw_dcu" (Intel)
+thp            str         "always" | "madvise" | "never"
+shp            int         number of static 2 MiB huge pages, 0 = none
+=============  ==========  ============================================================
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Union
+
+KNOBS: tuple[str, ...] = (
+    "core_freq",
+    "uncore_freq",
+    "core_count",
+    "cdp",
+    "prefetch",
+    "thp",
+    "shp",
+)
+"""The seven knobs, in the order sweeps visit them."""
+
+Value = Union[int, float, str]
+
+
+def canonical_value(knob: str, value: object) -> Value:
+    """Normalise a knob value to its canonical primitive (raises ValueError/TypeError)."""
+    if knob in ("core_freq", "uncore_freq"):
+        if isinstance(value, str):
+            if value == "turbo":
+                return value
+            value = float(value)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"{knob} takes a frequency in GHz, not {value!r}")
+        return round(float(value), 3)
+    if knob in ("core_count", "shp"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise TypeError(f"{knob} takes an integer, not {value!r}")
+        return int(value)
+    if knob == "cdp":
+        if not isinstance(value, str):
+            raise TypeError(f"cdp takes 'off' or 'DATA:CODE' ways, not {value!r}")
+        if value == "off":
+            return value
+        data, sep, code = value.partition(":")
+        if not sep or not data.isdigit() or not code.isdigit():
+            raise ValueError(f"cdp takes 'off' or 'DATA:CODE' ways such as '6:5', not {value!r}")
+        return f"{int(data)}:{int(code)}"
+    if knob in ("prefetch", "thp"):
+        if not isinstance(value, str):
+            raise TypeError(f"{knob} takes a name, not {value!r}")
+        return value
+    raise KeyError(knob)
+
+
+def format_value(knob: str, value: Value) -> str:
+    """Human form of a value: '2.2GHz', '6d:5c', 'always'."""
+    if knob in ("core_freq", "uncore_freq") and not isinstance(value, str):
+        return f"{value:g}GHz"
+    if knob == "cdp" and value != "off":
+        data, _, code = str(value).partition(":")
+        return f"{data}d:{code}c"
+    return str(value)
+
+
+@dataclass(frozen=True, order=True)
+class Configuration:
+    """A full or partial assignment knob -> value. Hashable, ordered by knob order."""
+
+    settings: tuple[tuple[str, Value], ...] = ()
+
+    @classmethod
+    def of(cls, mapping: Mapping[str, object] | None = None, **kw: object) -> Configuration:
+        merged: dict[str, object] = dict(mapping or {})
+        merged.update(kw)
+        items = []
+        for knob, value in merged.items():
+            if knob not in KNOBS:
+                raise KeyError(knob)
+            items.append((knob, canonical_value(knob, value)))
+        items.sort(key=lambda kv: KNOBS.index(kv[0]))
+        return cls(tuple(items))
+
+    def as_dict(self) -> dict[str, Value]:
+        return dict(self.settings)
+
+    def get(self, knob: str, default: Value | None = None) -> Value | None:
+        return self.as_dict().get(knob, default)
+
+    def __getitem__(self, knob: str) -> Value:
+        return self.as_dict()[knob]
+
+    def __contains__(self, knob: object) -> bool:
+        return any(k == knob for k, _ in self.settings)
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, _ in self.settings)
+
+    def knobs(self) -> tuple[str, ...]:
+        return tuple(k for k, _ in self.settings)
+
+    def with_(self, knob: str, value: object) -> Configuration:
+        d: dict[str, object] = dict(self.as_dict())
+        d[knob] = value
+        return Configuration.of(d)
+
+    def merged(self, other: Configuration) -> Configuration:
+        """This configuration overridden by ``other``'s settings."""
+        d: dict[str, object] = dict(self.as_dict())
+        d.update(other.as_dict())
+        return Configuration.of(d)
+
+    def diff(self, other: Configuration) -> dict[str, tuple[Value | None, Value | None]]:
+        """Knobs whose values differ: knob -> (self's, other's)."""
+        a, b = self.as_dict(), other.as_dict()
+        return {k: (a.get(k), b.get(k)) for k in KNOBS if a.get(k) != b.get(k)}
+
+    def key(self) -> str:
+        """Canonical, stable text form; used as a DB key and in logs."""
+        return json.dumps(self.as_dict(), sort_keys=False, separators=(",", ":"))
+
+    @classmethod
+    def from_key(cls, key: str) -> Configuration:
+        return cls.of(json.loads(key))
+
+    def __str__(self) -> str:
+        return " ".join(f"{k}={format_value(k, v)}" for k, v in self.settings) or "(empty)"
+
+
+class Direction(enum.Enum):
+    HIGHER = "higher"  # throughput-like metrics: mips, qps
+    LOWER = "lower"  # latency-like metrics: p99_ms, power_w
+
+
+@dataclass(frozen=True)
+class Guardrail:
+    """A limit the candidate must respect, e.g. ``p99_ms <= 12`` or ``qos_violation_rate <= 0.01``."""
+
+    metric: str
+    op: str  # "<=" or ">="
+    limit: float
+
+    def holds(self, value: float) -> bool:
+        return value <= self.limit if self.op == "<=" else value >= self.limit
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.limit:g}"
+
+
+@dataclass(frozen=True)
+class StatsSettings:
+    """Statistics settings of an experiment's ``[statistics]`` table."""
+
+    confidence: float = 0.95
+    min_effect: float = 0.005  # minimum effect of interest, relative (0.005 = 0.5 %)
+    warmup_s: float = 60.0  # minimum warm-up discarded after every change (detection may extend it)
+    sample_interval_s: float = 1.0  # one sample (window) per host every this many seconds
+    sample_cap: int = 30_000  # samples per host before "inconclusive"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measurement window of one host."""
+
+    host: str
+    t: float  # host-clock seconds at the window's end
+    duration: float  # window length, seconds
+    metrics: Mapping[str, float]  # "mips", "qps", "p99_ms", "qos_violation_rate", "power_w", ...
+    valid: bool = True  # False when the knob state drifted during the window (outside change)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class ComparisonSpec:
+    """Everything an A/B comparison needs besides the hosts and the two configurations."""
+
+    metric: str = "mips"
+    direction: Direction = Direction.HIGHER
+    guardrails: tuple[Guardrail, ...] = ()
+    stats: StatsSettings = field(default_factory=StatsSettings)
+    reboot_knobs: frozenset[str] = frozenset()  # knobs whose change needs a reboot here
+
+
+class Decision(enum.Enum):
+    """Outcome of one A/B comparison (B = candidate, A = baseline)."""
+
+    BETTER = "better"  # interval excludes 0 on the good side
+    WORSE = "worse"  # interval excludes 0 on the bad side
+    NO_DIFFERENCE = "no_difference"  # interval inside +-min_effect: no meaningful difference
+    INCONCLUSIVE = "inconclusive"  # sample cap reached first
+    GUARDRAIL = "guardrail"  # candidate broke a guardrail: pruned
+    ABORTED = "aborted"  # interrupted or a host failed; not a result
+
+    @property
+    def final(self) -> bool:
+        return self is not Decision.ABORTED
+
+
+@dataclass(frozen=True)
+class ComparisonResult:
+    """What one A/B comparison found. ``estimate`` and the interval are relative effects of
+    B over A in the metric's good direction: +0.045 means B is 4.5 % better."""
+
+    baseline: Configuration
+    candidate: Configuration
+    decision: Decision
+    estimate: float
+    ci_low: float
+    ci_high: float
+    samples: int  # samples (windows) used per host, after warm-up discard
+    host_time_s: float  # host time the comparison took, including warm-up and reboots
+    reason: str
+    guardrail_values: Mapping[str, float] = field(default_factory=dict)
+    threading: Mapping[str, str] = field(default_factory=dict)  # "A"/"B" -> threading used
+    method: str = ""  # which decision rule produced it
+
+
+class SweepMode(enum.Enum):
+    INDEPENDENT = "independent"
+    EXHAUSTIVE = "exhaustive"
+    SEARCH = "search"
+
+
+class ExperimentStatus(enum.Enum):
+    """created -> running -> (interrupted -> running)* -> done | failed."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    INTERRUPTED = "interrupted"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class SoftSku:
+    """The composed best configuration for a service on a platform, with its validations."""
+
+    service: str
+    platform: str
+    configuration: Configuration
+    vs_production: ComparisonResult | None = None
+    vs_stock: ComparisonResult | None = None

@@ -1,0 +1,66 @@
+"""Exit statuses and the exception hierarchy: the one place mapping errors to exit codes.
+
+Every error a user can cause derives from :class:`MuskuError` and carries an
+:class:`ExitStatus`. The CLI prints ``musku: error: <message>`` on one line and exits
+with that status; it never shows a traceback for these.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitStatus(enum.IntEnum):
+    """Documented exit codes (docs/cli.md)."""
+
+    OK = 0
+    ERROR = 1  # unexpected internal error (a bug: reported with a short message)
+    USAGE = 2  # bad command line (typer/click's own usage errors use 2 as well)
+    BAD_INPUT = 3  # experiment file / catalog / sim model / request malformed or invalid
+    UNSUPPORTED = 4  # the host cannot do what was asked (knob unsupported, missing device)
+    DATABASE = 5  # DB unreachable, or at an older/newer schema than this musku
+    HOST = 6  # a host/agent failed: unreachable, apply/verify failed, rolled back
+    INTERRUPTED = 130  # Ctrl-C: stopped cleanly, what was measured is kept
+
+
+class MuskuError(Exception):
+    """Base of all user-facing errors."""
+
+    status: ExitStatus = ExitStatus.ERROR
+
+    def __init__(self, message: str, *, where: str | None = None) -> None:
+        self.message = message
+        self.where = where  # "file:line" (or "file") where the problem is, when known
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        text = " ".join(self.message.split())
+        return f"{self.where}: {text}" if self.where else text
+
+
+class InputError(MuskuError):
+    """Malformed or invalid input: TOML, unknown knob/platform, value outside a catalog."""
+
+    status = ExitStatus.BAD_INPUT
+
+
+class UnsupportedError(MuskuError):
+    """The host (or platform) cannot do this. A typed answer, not a crash."""
+
+    status = ExitStatus.UNSUPPORTED
+
+
+class DatabaseError(MuskuError):
+    status = ExitStatus.DATABASE
+
+
+class SchemaOutOfDate(DatabaseError):
+    """The database is at another schema revision; ``musku db upgrade`` fixes it."""
+
+
+class HostError(MuskuError):
+    status = ExitStatus.HOST
+
+
+class Interrupted(MuskuError):
+    status = ExitStatus.INTERRUPTED

@@ -1,0 +1,430 @@
+"""The one root-relative host filesystem object.
+
+Every read and write of a kernel interface (``/sys``, ``/proc``, ``/dev/cpu/N/msr``, the resctrl
+mount, cgroups, the bootloader configuration ``/etc/default/grub``) goes through a
+:class:`HostFS` built with a root and passed in (``HostFS(root="/")`` on a real host, a tmp tree in
+tests). No other module spells a kernel path: the constants below are the only place they live.
+
+Writes are deliberately plain (``open(O_WRONLY|O_TRUNC)``, one ``write``) so that a sysfs/procfs
+attribute sees exactly one store; the kernel's refusal surfaces as :class:`HostFSError` carrying the
+errno. Model-specific registers are read and written with ``os.pread``/``os.pwrite`` of 8 bytes at
+offset = register on ``/dev/cpu/N/msr``, only for the registers and bits of an allow-list, always
+read-modify-write of the intended bits. Regular files (the bootloader configuration) are replaced
+atomically (temp file + fsync + rename) after a backup copy is written.
+
+Test fakes subclass :class:`HostFS` and override the primitives (:meth:`HostFS.write_bytes`,
+:meth:`HostFS.mkdir`, :meth:`HostFS.rmdir`) to enforce the kernel's rules at this interface.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from musku.errors import HostError, InputError, UnsupportedError
+
+# --- kernel paths: the only place they are spelled -------------------------------------------
+
+SYS_CPU = "/sys/devices/system/cpu"
+CPUFREQ = SYS_CPU + "/cpufreq"
+INTEL_PSTATE = SYS_CPU + "/intel_pstate"
+INTEL_UNCORE = SYS_CPU + "/intel_uncore_frequency"
+THP_DIR = "/sys/kernel/mm/transparent_hugepage"
+HUGEPAGES_DIR = "/sys/kernel/mm/hugepages"
+PROC_NR_HUGEPAGES = "/proc/sys/vm/nr_hugepages"
+RESCTRL = "/sys/fs/resctrl"
+CGROUP_ROOT = "/sys/fs/cgroup"
+CGROUP_V1_CPUSET = CGROUP_ROOT + "/cpuset"
+MSR_DEV_DIR = "/dev/cpu"
+MSR_ALLOW_WRITES = "/sys/module/msr/parameters/allow_writes"
+PROC_CMDLINE = "/proc/cmdline"
+PROC_CPUINFO = "/proc/cpuinfo"
+PROC_MEMINFO = "/proc/meminfo"
+PROC_MOUNTS = "/proc/mounts"
+GRUB_DEFAULT = "/etc/default/grub"
+
+BACKUP_SUFFIX = ".musku.bak"
+
+
+def cpu_dir(cpu: int) -> str:
+    return f"{SYS_CPU}/cpu{cpu}"
+
+
+def msr_path(cpu: int) -> str:
+    return f"{MSR_DEV_DIR}/{cpu}/msr"
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+class HostFSError(HostError):
+    """A read or write of a host path failed (the kernel refused it, or it is missing)."""
+
+    def __init__(self, message: str, *, path: str = "", err: int = 0) -> None:
+        self.path = path
+        self.errno = err
+        super().__init__(message)
+
+
+class MsrNotAllowed(InputError):
+    """A register, or bits of it, outside musku's MSR allow-list: refused, nothing written."""
+
+
+class MsrUnavailable(UnsupportedError):
+    """No usable ``/dev/cpu/N/msr`` (msr module not loaded, no such CPU, writes disabled)."""
+
+
+# --- the MSR allow-list ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MsrRule:
+    """What musku may do with one register: read it, and write only ``write_mask`` bits."""
+
+    name: str
+    write_mask: int = 0  # 0 = read-only
+
+
+IA32_PERF_CTL = 0x199
+IA32_MISC_ENABLE = 0x1A0
+MSR_PLATFORM_INFO = 0xCE
+IA32_PM_ENABLE = 0x770
+IA32_HWP_CAPABILITIES = 0x771
+MSR_UNCORE_RATIO_LIMIT = 0x620
+MSR_MISC_FEATURE_CONTROL = 0x1A4
+AMD_PREFETCH_CONTROL = 0xC0000108
+
+PERF_CTL_RATIO_MASK = 0xFF00  # bits 15:8 target ratio
+PERF_CTL_IDA_DISENGAGE = 1 << 32  # bit 32: turbo (IDA) disengage
+UNCORE_RATIO_MASK = 0x7F7F  # bits 6:0 max ratio, 14:8 min ratio
+INTEL_PREFETCH_MASK = 0xF  # bits 0-3 (a set bit disables)
+AMD_PREFETCH_MASK = 0x2F  # bits 0,1,2,3,5 (a set bit disables)
+
+MSR_ALLOW_LIST: Mapping[int, MsrRule] = {
+    IA32_PERF_CTL: MsrRule("IA32_PERF_CTL", PERF_CTL_RATIO_MASK | PERF_CTL_IDA_DISENGAGE),
+    IA32_MISC_ENABLE: MsrRule("IA32_MISC_ENABLE"),  # read: bit 38 turbo disable
+    MSR_PLATFORM_INFO: MsrRule("MSR_PLATFORM_INFO"),  # read: ratios
+    IA32_PM_ENABLE: MsrRule("IA32_PM_ENABLE"),  # read: bit 0 HWP enabled
+    IA32_HWP_CAPABILITIES: MsrRule("IA32_HWP_CAPABILITIES"),
+    MSR_UNCORE_RATIO_LIMIT: MsrRule("MSR_UNCORE_RATIO_LIMIT", UNCORE_RATIO_MASK),
+    MSR_MISC_FEATURE_CONTROL: MsrRule("MSR_MISC_FEATURE_CONTROL", INTEL_PREFETCH_MASK),
+    AMD_PREFETCH_CONTROL: MsrRule("AMD PrefetchControl", AMD_PREFETCH_MASK),
+}
+
+
+# --- cpu lists -------------------------------------------------------------------------------
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """``"0-3,8,10-11"`` -> ``[0, 1, 2, 3, 8, 10, 11]`` (the kernel's cpulist format)."""
+    cpus: set[int] = set()
+    text = text.strip()
+    if not text:
+        return []
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"not a cpu list: {text!r}")
+        a, b = int(lo), int(hi) if sep else int(lo)
+        if b < a:
+            raise ValueError(f"not a cpu list: {text!r}")
+        cpus.update(range(a, b + 1))
+    return sorted(cpus)
+
+
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """``[0, 1, 2, 3, 8]`` -> ``"0-3,8"``."""
+    out: list[str] = []
+    items = sorted(set(cpus))
+    i = 0
+    while i < len(items):
+        j = i
+        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
+            j += 1
+        out.append(str(items[i]) if i == j else f"{items[i]}-{items[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+# --- HostFS ----------------------------------------------------------------------------------
+
+
+class HostFS:
+    """Root-relative access to a host's kernel interfaces."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] = "/",
+        *,
+        msr_allow: Mapping[int, MsrRule] = MSR_ALLOW_LIST,
+    ) -> None:
+        self.root = Path(root).resolve()
+        self.msr_allow = dict(msr_allow)
+
+    def __repr__(self) -> str:
+        return f"HostFS(root={str(self.root)!r})"
+
+    # paths
+
+    def host(self, path: str) -> Path:
+        """The real path of a host path (absolute, as the kernel names it) under the root."""
+        p = PurePosixPath(path)
+        if not p.is_absolute():
+            raise InputError(f"host path must be absolute: {path!r}")
+        if ".." in p.parts:
+            raise InputError(f"host path must not contain '..': {path!r}")
+        return self.root.joinpath(*p.parts[1:])
+
+    def exists(self, path: str) -> bool:
+        return self.host(path).exists()
+
+    def is_dir(self, path: str) -> bool:
+        return self.host(path).is_dir()
+
+    def is_file(self, path: str) -> bool:
+        return self.host(path).is_file()
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return sorted(os.listdir(self.host(path)))
+        except OSError as exc:
+            raise self._error("list", path, exc) from None
+
+    # reads
+
+    def read_bytes(self, path: str) -> bytes:
+        try:
+            with open(self.host(path), "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise self._error("read", path, exc) from None
+
+    def read_text(self, path: str) -> str:
+        return self.read_bytes(path).decode("utf-8", errors="replace")
+
+    def read_value(self, path: str) -> str:
+        """A one-value attribute, whitespace stripped."""
+        return self.read_text(path).strip()
+
+    def read_int(self, path: str) -> int:
+        text = self.read_value(path)
+        try:
+            return int(text, 0) if text.startswith("0x") else int(text)
+        except ValueError:
+            raise HostFSError(f"{path}: expected an integer, read {text!r}", path=path) from None
+
+    # writes
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """One write of ``data`` to an existing attribute/file (no create, truncates files)."""
+        real = self.host(path)
+        try:
+            fd = os.open(real, os.O_WRONLY | os.O_TRUNC)
+        except OSError as exc:
+            raise self._error("open for writing", path, exc) from None
+        try:
+            n = os.write(fd, data)
+            if n != len(data):
+                raise HostFSError(f"{path}: short write ({n} of {len(data)} bytes)", path=path)
+        except OSError as exc:
+            raise self._error("write", path, exc) from None
+        finally:
+            os.close(fd)
+
+    def write_text(self, path: str, text: str) -> None:
+        self.write_bytes(path, text.encode())
+
+    def mkdir(self, path: str) -> None:
+        try:
+            os.mkdir(self.host(path))
+        except OSError as exc:
+            raise self._error("mkdir", path, exc) from None
+
+    def rmdir(self, path: str) -> None:
+        try:
+            os.rmdir(self.host(path))
+        except OSError as exc:
+            raise self._error("rmdir", path, exc) from None
+
+    def atomic_replace(self, path: str, data: bytes, *, backup: bool = True) -> str | None:
+        """Replace a regular file atomically (temp + fsync + rename), keeping its mode.
+
+        With ``backup`` the current content is first written to ``path + BACKUP_SUFFIX``
+        (also atomically); returns the backup's host path.
+        """
+        real = self.host(path)
+        if not real.is_file():
+            raise HostFSError(f"{path}: not a regular file", path=path, err=errno.ENOENT)
+        backup_path: str | None = None
+        if backup:
+            backup_path = path + BACKUP_SUFFIX
+            self._replace(self.host(backup_path), real.read_bytes(), real.stat().st_mode)
+        self._replace(real, data, real.stat().st_mode)
+        return backup_path
+
+    def _replace(self, real: Path, data: bytes, mode: int) -> None:
+        fd, tmp = tempfile.mkstemp(prefix="." + real.name + ".", dir=real.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, mode & 0o7777)
+            os.replace(tmp, real)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        dfd = os.open(real.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    # MSRs
+
+    def msr_writes_allowed(self) -> tuple[bool, str]:
+        """Whether the msr driver accepts writes (``msr.allow_writes``; absent = pre-5.9 kernel)."""
+        if not self.exists(MSR_ALLOW_WRITES):
+            return True, ""
+        value = self.read_value(MSR_ALLOW_WRITES)
+        if value == "off":
+            return False, "msr.allow_writes is off (boot with msr.allow_writes=on)"
+        return True, ""
+
+    def _msr_offset(self, reg: int) -> int:
+        """File offset of a register in /dev/cpu/N/msr: the register number (the msr driver's
+        ABI). Test fakes backed by sparse files space registers apart instead, because
+        neighbouring registers (0x199, 0x1A0, 0x1A4) are closer than 8 bytes."""
+        return reg
+
+    def has_msr(self, cpu: int = 0) -> bool:
+        return self.exists(msr_path(cpu))
+
+    def _msr_rule(self, reg: int) -> MsrRule:
+        rule = self.msr_allow.get(reg)
+        if rule is None:
+            raise MsrNotAllowed(f"MSR {reg:#x} is not on musku's allow-list")
+        return rule
+
+    def read_msr(self, cpu: int, reg: int) -> int:
+        self._msr_rule(reg)
+        path = msr_path(cpu)
+        try:
+            fd = os.open(self.host(path), os.O_RDONLY)
+        except FileNotFoundError:
+            raise MsrUnavailable(f"{path} is missing (load the msr module: modprobe msr)") from None
+        except OSError as exc:
+            raise self._error("open", path, exc) from None
+        try:
+            data = os.pread(fd, 8, self._msr_offset(reg))
+        except OSError as exc:
+            raise self._error(f"read MSR {reg:#x} from", path, exc) from None
+        finally:
+            os.close(fd)
+        if len(data) == 0:  # a fake device never written at this offset reads as zeros
+            data = b"\0" * 8
+        if len(data) != 8:
+            raise HostFSError(f"{path}: short MSR read at {reg:#x}", path=path)
+        return int(struct.unpack("<Q", data)[0])
+
+    def write_msr(self, cpu: int, reg: int, value: int, mask: int) -> int:
+        """Read-modify-write of ``mask`` bits of ``reg`` on ``cpu``; returns the old value.
+
+        Refuses (nothing written) a register outside the allow-list, a mask with bits the
+        allow-list does not permit, or a value with bits outside the mask.
+        """
+        rule = self._msr_rule(reg)
+        if mask <= 0 or mask & ~rule.write_mask:
+            raise MsrNotAllowed(
+                f"MSR {reg:#x} ({rule.name}): bits {mask & ~rule.write_mask:#x} may not be written"
+                f" (writable: {rule.write_mask:#x})"
+            )
+        if value & ~mask:
+            raise MsrNotAllowed(
+                f"MSR {reg:#x} ({rule.name}): value {value:#x} has bits outside mask {mask:#x}"
+            )
+        ok, why = self.msr_writes_allowed()
+        if not ok:
+            raise MsrUnavailable(why)
+        old = self.read_msr(cpu, reg)
+        new = (old & ~mask) | value
+        if new == old:
+            return old
+        path = msr_path(cpu)
+        try:
+            fd = os.open(self.host(path), os.O_WRONLY)
+        except OSError as exc:
+            raise self._error("open for writing", path, exc) from None
+        try:
+            n = os.pwrite(fd, struct.pack("<Q", new), self._msr_offset(reg))
+            if n != 8:
+                raise HostFSError(f"{path}: short MSR write at {reg:#x}", path=path)
+        except OSError as exc:
+            raise self._error(f"write MSR {reg:#x} to", path, exc) from None
+        finally:
+            os.close(fd)
+        return old
+
+    # host facts
+
+    def online_cpus(self) -> list[int]:
+        return parse_cpulist(self.read_value(SYS_CPU + "/online"))
+
+    def present_cpus(self) -> list[int]:
+        return parse_cpulist(self.read_value(SYS_CPU + "/present"))
+
+    def cpu_vendor(self) -> str:
+        """``"intel"``, ``"amd"`` or ``"other"`` from /proc/cpuinfo."""
+        if not self.exists(PROC_CPUINFO):
+            return "other"
+        for line in self.read_text(PROC_CPUINFO).splitlines():
+            key, _, val = line.partition(":")
+            if key.strip() == "vendor_id":
+                v = val.strip()
+                if v == "GenuineIntel":
+                    return "intel"
+                if v in ("AuthenticAMD", "HygonGenuine"):
+                    return "amd"
+                return "other"
+        return "other"
+
+    def cpu_flags(self) -> set[str]:
+        if not self.exists(PROC_CPUINFO):
+            return set()
+        for line in self.read_text(PROC_CPUINFO).splitlines():
+            key, _, val = line.partition(":")
+            if key.strip() == "flags":
+                return set(val.split())
+        return set()
+
+    def meminfo(self) -> dict[str, int]:
+        """/proc/meminfo as name -> value (kB for sizes, counts for HugePages_*)."""
+        out: dict[str, int] = {}
+        for line in self.read_text(PROC_MEMINFO).splitlines():
+            key, _, rest = line.partition(":")
+            fields = rest.split()
+            if fields and fields[0].isdigit():
+                out[key.strip()] = int(fields[0])
+        return out
+
+    def mounts(self) -> list[tuple[str, str, str, str]]:
+        """/proc/mounts as (source, mountpoint, fstype, options)."""
+        if not self.exists(PROC_MOUNTS):
+            return []
+        rows = []
+        for line in self.read_text(PROC_MOUNTS).splitlines():
+            f = line.split()
+            if len(f) >= 4:
+                rows.append((f[0], f[1], f[2], f[3]))
+        return rows
+
+    def _error(self, what: str, path: str, exc: OSError) -> HostFSError:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        return HostFSError(f"cannot {what} {path}: {reason}", path=path, err=exc.errno or 0)

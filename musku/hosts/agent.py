@@ -1,0 +1,488 @@
+"""The ``agent`` backend: two real hosts, each running ``musku agent``.
+
+Each host is reached either over SSH (fabric/paramiko: the fixed command ``musku agent rpc`` with
+the JSON request on stdin, the JSON reply on stdout) or, for hosts on this machine, directly on
+the agent's Unix socket. The pair applies a configuration to each host under a lease that a
+background thread renews; ``window(s)`` waits for the window's wall time, then collects both
+agents' spooled samples for that interval (each translated to its host's clock) and aggregates
+them into one :class:`~musku.domain.Sample` per host.
+
+``[hosts]`` options (experiment file)::
+
+    backend = "agent"
+    hosts = ["host-a", "host-b"]        # or tables: {name, host, port, user, socket}
+    ssh_user = "root"                   # default for every host
+    ssh_port = 22
+    identity_file = "~/.ssh/musku"      # optional; else the SSH agent / default keys
+    known_hosts = "~/.ssh/known_hosts"  # host keys are checked (unknown hosts refused)
+    remote_command = ["musku", "agent", "rpc"]
+    lease_s = 30                        # the agents revert if not renewed within this
+    connect_timeout_s = 10
+
+A host table with ``socket`` and no ``host`` is reached on that Unix socket directly; with both,
+``socket`` is passed to the remote ``musku agent rpc`` in the request (``agent_socket``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from musku.agent.protocol import raise_for
+from musku.domain import Configuration, Sample
+from musku.errors import HostError, InputError, MuskuError
+from musku.hosts.base import Host, HostPair
+
+if TYPE_CHECKING:
+    from musku.agent.spool import Row
+    from musku.experiment import Experiment
+
+log = logging.getLogger("musku.hosts")
+
+
+class Link(Protocol):
+    def call(self, op: str, **fields: Any) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class SocketLink:
+    """An agent on this machine, through its Unix socket (thread-safe)."""
+
+    def __init__(self, path: str | Path, *, timeout: float = 120.0) -> None:
+        from musku.agent.client import AgentClient
+
+        self.where = str(path)
+        self._client = AgentClient(path, timeout=timeout)
+        self._lock = threading.Lock()
+
+    def call(self, op: str, **fields: Any) -> Any:
+        with self._lock:
+            return self._client.call(op, **fields)
+
+    def close(self) -> None:
+        with self._lock:
+            self._client.close()
+
+
+class SshLink:
+    """An agent on another host: one SSH exec of a fixed command per request (thread-safe)."""
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        user: str = "root",
+        port: int = 22,
+        identity_file: str | None = None,
+        known_hosts: str | None = None,
+        remote_command: Sequence[str] = ("musku", "agent", "rpc"),
+        agent_socket: str | None = None,
+        connect_timeout: float = 10.0,
+        timeout: float = 300.0,
+    ) -> None:
+        self.where = f"{user}@{host}:{port}"
+        self.command = shlex.join(list(remote_command))  # fixed: never built from request data
+        self.agent_socket = agent_socket
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._host, self._user, self._port = host, user, port
+        self._identity, self._known_hosts = identity_file, known_hosts
+        self._connect_timeout = connect_timeout
+        self._conn: Any = None
+
+    def _connection(self) -> Any:
+        if self._conn is not None and self._conn.is_connected:
+            return self._conn
+        import paramiko
+        from fabric import Connection
+
+        kwargs: dict[str, Any] = {"allow_agent": True, "look_for_keys": self._identity is None}
+        if self._identity:
+            kwargs["key_filename"] = [str(Path(self._identity).expanduser())]
+        conn = Connection(
+            self._host,
+            user=self._user,
+            port=self._port,
+            connect_timeout=self._connect_timeout,
+            connect_kwargs=kwargs,
+        )
+        # host keys are checked: an unknown or changed host key is refused, never auto-added
+        conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        if self._known_hosts:
+            try:
+                conn.client.load_host_keys(str(Path(self._known_hosts).expanduser()))
+            except OSError as exc:
+                raise HostError(f"{self.where}: cannot read known_hosts: {exc.strerror}") from None
+        try:
+            conn.open()
+        except (paramiko.SSHException, OSError) as exc:
+            raise HostError(f"cannot connect to {self.where}: {exc}") from None
+        self._conn = conn
+        return conn
+
+    def request(self, req: dict[str, Any]) -> dict[str, Any]:
+        import paramiko
+
+        if self.agent_socket:
+            req = {**req, "agent_socket": self.agent_socket}
+        data = json.dumps(req, separators=(",", ":")).encode() + b"\n"
+        with self._lock:
+            for attempt in (0, 1):
+                try:
+                    conn = self._connection()
+                    chan = conn.client.get_transport().open_session(timeout=self._connect_timeout)
+                    chan.settimeout(self.timeout)
+                    chan.exec_command(self.command)
+                    chan.sendall(data)
+                    chan.shutdown_write()
+                    out = bytearray()
+                    while chunk := chan.recv(65536):
+                        out += chunk
+                    err = chan.recv_stderr(4096)
+                    status = chan.recv_exit_status()
+                    chan.close()
+                    break
+                except (paramiko.SSHException, OSError, EOFError) as exc:
+                    self._drop()
+                    if attempt:
+                        raise HostError(f"{self.where}: SSH failed: {exc}") from None
+        lines = [ln for ln in bytes(out).decode(errors="replace").splitlines() if ln.strip()]
+        try:
+            reply = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            msg = err.decode(errors="replace").strip()[:300]
+            raise HostError(
+                f"{self.where}: '{self.command}' exited {status} without a reply"
+                + (f": {msg}" if msg else "")
+            ) from None
+        if not isinstance(reply, dict):
+            raise HostError(f"{self.where}: malformed reply")
+        return reply
+
+    def call(self, op: str, **fields: Any) -> Any:
+        return raise_for(self.request({"op": op, **fields}), where=f"{self.where}: ")
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+
+# --------------------------------------------------------------------------- aggregation
+
+
+def aggregate(
+    rows: Sequence[Row], *, host: str, t0: float, t1: float, arm: Configuration | None = None
+) -> Sample:
+    """One Sample from the spool rows whose midpoint lies in ``[t0, t1]`` (host clock).
+
+    Metrics are duration-weighted means over the rows that carry them (latency percentiles:
+    the weighted mean of per-row percentiles). The sample is invalid when a row saw an outside
+    change, a row was taken at another configuration than ``arm``, or no row fell inside.
+    """
+    inside = [r for r in rows if t0 <= r.t - r.duration / 2 <= t1]
+    notes: list[str] = []
+    valid = bool(inside)
+    if not inside:
+        notes.append("no samples in the window")
+    sums: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    for r in inside:
+        if not r.valid:
+            valid = False
+            if r.note and r.note not in notes:
+                notes.append(r.note)
+        if arm is not None and arm.settings:
+            try:
+                at = Configuration.from_key(r.config).as_dict() if r.config else {}
+            except (KeyError, TypeError, ValueError):
+                at = {}
+            if any(at.get(k) != v for k, v in arm.settings):
+                valid = False
+                if "host not at the arm's configuration" not in notes:
+                    notes.append("host not at the arm's configuration")
+        for k, v in r.metrics.items():
+            sums[k] = sums.get(k, 0.0) + v * r.duration
+            weights[k] = weights.get(k, 0.0) + r.duration
+    metrics = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+    return Sample(
+        host=host, t=t1, duration=t1 - t0, metrics=metrics, valid=valid, note="; ".join(notes)
+    )
+
+
+# --------------------------------------------------------------------------- hosts
+
+
+class AgentHost(Host):
+    """One host's agent, with its clock offset and its collection cursor."""
+
+    def __init__(self, name: str, link: Link) -> None:
+        self.name = name
+        self.link = link
+        self.offset = 0.0  # host clock - controller clock
+        self.sample_interval = 0.1
+        self.info: dict[str, Any] = {}
+        self.applied = Configuration()
+        self._cursor = 0
+        self._rows: list[Row] = []
+
+    def hello(self) -> dict[str, Any]:
+        sent = time.time()
+        info = self.link.call("hello")
+        got = time.time()
+        self.offset = float(info["time"]) - (sent + got) / 2
+        self.sample_interval = float(info.get("sample_interval_s", 0.1))
+        self.info = dict(info)
+        # start collecting from now: rows spooled before this session are not ours
+        st = self.link.call("status")
+        self._cursor = int(st.get("spool_head", 0))
+        return self.info
+
+    def configuration(self) -> Configuration:
+        return self.applied
+
+    def rows_between(self, t0: float, t1: float, *, wait_s: float = 10.0) -> list[Row]:
+        """Spooled rows up to host time ``t1`` (waiting until one at or past it exists);
+        rows from before ``t0`` are dropped and acknowledged."""
+        from musku.agent.spool import Row
+
+        deadline = time.monotonic() + wait_s
+        while True:
+            res = self.link.call("collect", cursor=self._cursor)
+            self._rows.extend(Row.from_json(r) for r in res["rows"])
+            self._cursor = int(res["cursor"])
+            if (self._rows and self._rows[-1].t >= t1) or time.monotonic() >= deadline:
+                break
+            if not res["rows"]:
+                time.sleep(min(self.sample_interval, 0.2))
+        taken = [r for r in self._rows if r.t - r.duration / 2 <= t1]
+        self._rows = [r for r in self._rows if r.t - r.duration / 2 > t1]
+        if taken:
+            self.link.call("ack", cursor=max(r.id for r in taken))
+        return [r for r in taken if r.t - r.duration / 2 >= t0]
+
+    def skip_to_now(self) -> None:
+        """Forget rows so far (after a switch): the next window starts fresh."""
+        res = self.link.call("collect", cursor=self._cursor, limit=100_000)
+        self._cursor = int(res["cursor"])
+        self._rows = []
+        if self._cursor:
+            self.link.call("ack", cursor=self._cursor)
+
+
+class LeaseKeeper:
+    """Renews the experiment lease on each host every third of the lease."""
+
+    def __init__(self, hosts: Sequence[AgentHost], lease_s: float) -> None:
+        self.hosts = list(hosts)
+        self.lease_s = lease_s
+        self.error: str = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="musku-lease", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            for h in self.hosts:
+                try:
+                    h.link.call("renew", lease_s=self.lease_s)
+                except MuskuError as exc:
+                    self.error = f"{h.name}: lease renewal failed: {exc.one_line()}"
+                    log.error("%s", self.error)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+
+class AgentPair(HostPair):
+    backend = "agent"
+
+    def __init__(
+        self, hosts: tuple[AgentHost, AgentHost], *, lease_s: float = 30.0, name: str = ""
+    ) -> None:
+        self.hosts = hosts
+        self.lease_s = lease_s
+        self.experiment = name or f"musku-{int(time.time())}"
+        self._t0 = time.monotonic()
+        self._keeper = LeaseKeeper(hosts, lease_s)
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda h: h.hello(), hosts))
+
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def apply(self, configs: tuple[Configuration, Configuration]) -> float:
+        t0 = time.monotonic()
+
+        def one(i: int) -> Any:
+            return self.hosts[i].link.call(
+                "apply",
+                config=configs[i].as_dict(),
+                lease_s=self.lease_s,
+                experiment=self.experiment,
+            )
+
+        with ThreadPoolExecutor(2) as pool:
+            futures = [pool.submit(one, i) for i in (0, 1)]
+            errors = []
+            for f in futures:
+                exc = f.exception()
+                if exc is not None:
+                    errors.append(exc)
+        if errors:
+            self._rollback_all()
+            first = errors[0]
+            if isinstance(first, MuskuError):
+                raise type(first)(f"{first.one_line()} (both hosts rolled back)")
+            raise HostError(f"apply failed: {first} (both hosts rolled back)")
+        self._keeper.error = ""
+        self._keeper.start()  # first: the lease runs from the apply on
+        for i, h in enumerate(self.hosts):
+            h.applied = configs[i]
+            h.skip_to_now()
+        return time.monotonic() - t0
+
+    def _rollback_all(self) -> None:
+        self._keeper.stop()
+        for h in self.hosts:
+            try:
+                h.link.call("rollback")
+            except MuskuError as exc:
+                log.error("%s: rollback failed: %s", h.name, exc.one_line())
+
+    def window(self, seconds: float) -> tuple[Sample, Sample]:
+        if seconds <= 0:
+            raise InputError("a window must be longer than 0 s")
+        if self._keeper.error:
+            raise HostError(self._keeper.error)
+        start = time.time()
+        time.sleep(seconds)
+        end = time.time()
+        out = []
+        for h in self.hosts:
+            t0, t1 = start + h.offset, end + h.offset
+            rows = h.rows_between(t0, t1, wait_s=max(5.0, 10 * h.sample_interval))
+            out.append(aggregate(rows, host=h.name, t0=t0, t1=t1, arm=h.applied))
+        return out[0], out[1]
+
+    def restore(self) -> None:
+        self._rollback_all()
+        for h in self.hosts:
+            h.applied = Configuration()
+
+    def close(self) -> None:
+        self._keeper.stop()
+        for h in self.hosts:
+            h.link.close()
+
+    def describe(self) -> Mapping[str, Any]:
+        return {
+            "backend": self.backend,
+            "hosts": [h.name for h in self.hosts],
+            "agents": {h.name: {**h.info, "clock_offset_s": h.offset} for h in self.hosts},
+            "lease_s": self.lease_s,
+        }
+
+
+# --------------------------------------------------------------------------- factory
+
+
+@dataclass(frozen=True)
+class _HostOpt:
+    name: str
+    host: str
+    port: int
+    user: str
+    socket: str
+
+
+def _host_options(opts: Mapping[str, Any]) -> list[_HostOpt]:
+    raw = opts.get("hosts")
+    if not isinstance(raw, list) or len(raw) != 2:
+        raise InputError("[hosts] the agent backend needs hosts = [two hosts]")
+    user = opts.get("ssh_user", "root")
+    port = opts.get("ssh_port", 22)
+    if not isinstance(user, str) or isinstance(port, bool) or not isinstance(port, int):
+        raise InputError("[hosts] ssh_user must be a string and ssh_port an integer")
+    out = []
+    for entry in raw:
+        if isinstance(entry, str) and entry:
+            out.append(_HostOpt(entry, entry, port, user, ""))
+        elif isinstance(entry, dict):
+            extra = set(entry) - {"name", "host", "port", "user", "socket"}
+            if extra:
+                raise InputError(f"[hosts] unknown host key(s): {', '.join(sorted(extra))}")
+            host, sock = entry.get("host", ""), entry.get("socket", "")
+            if not host and not sock:
+                raise InputError('[hosts] each host needs host = "address" or socket = "path"')
+            name = entry.get("name") or host or sock
+            p = entry.get("port", port)
+            if isinstance(p, bool) or not isinstance(p, int) or not 0 < p < 65536:
+                raise InputError(f"[hosts] {name}: port must be an integer in 1..65535")
+            out.append(_HostOpt(str(name), str(host), p, str(entry.get("user", user)), str(sock)))
+        else:
+            raise InputError("[hosts] each host is a name or a table {name, host, socket, ...}")
+    if out[0].name == out[1].name:
+        raise InputError("[hosts] the two hosts must have different names")
+    return out
+
+
+def make_link(h: _HostOpt, opts: Mapping[str, Any]) -> Link:
+    if not h.host:
+        return SocketLink(h.socket)
+    cmd = opts.get("remote_command", ["musku", "agent", "rpc"])
+    if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) and c for c in cmd):
+        raise InputError("[hosts] remote_command must be a list of strings")
+    ident, known = opts.get("identity_file"), opts.get("known_hosts")
+    return SshLink(
+        h.host,
+        user=h.user,
+        port=h.port,
+        identity_file=str(ident) if ident else None,
+        known_hosts=str(known) if known else None,
+        remote_command=cmd,
+        agent_socket=h.socket or None,
+        connect_timeout=float(opts.get("connect_timeout_s", 10.0)),
+    )
+
+
+def open_pair(experiment: Experiment, seed: int = 0) -> AgentPair:
+    opts = experiment.hosts.options
+    lease = opts.get("lease_s", 30.0)
+    if isinstance(lease, bool) or not isinstance(lease, int | float) or lease <= 0:
+        raise InputError("[hosts] lease_s must be a positive number")
+    hosts = _host_options(opts)
+    links = [make_link(h, opts) for h in hosts]
+    try:
+        return AgentPair(
+            (AgentHost(hosts[0].name, links[0]), AgentHost(hosts[1].name, links[1])),
+            lease_s=float(lease),
+            name=experiment.name,
+        )
+    except BaseException:
+        for link in links:
+            link.close()
+        raise

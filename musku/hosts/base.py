@@ -1,0 +1,89 @@
+"""The host-backend interface. The sweep and the A/B tester see only this.
+
+A :class:`HostPair` is two identical hosts under the same live load. The tester applies a
+configuration to each (``apply``), then takes paired measurement windows (``window``): both
+hosts are measured over the same interval of host time, so the live-load signal common to
+both cancels in their ratio. Host time is virtual for simulated hosts (hours run in seconds)
+and wall time for real ones; ``now()`` tells it either way.
+
+Backends (registry ``BACKENDS``, chosen by the experiment's ``[hosts] backend``):
+
+- ``sim``: simulated pair (``musku.sim``), response from a documented model file;
+- ``agent``: two real hosts, each running ``musku agent`` reached over SSH or a Unix socket;
+- ``local``: one real host, A and B alternated in randomized windows (switchback).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+from musku.domain import Configuration, Sample
+
+
+class Host(ABC):
+    """One host as the controller sees it."""
+
+    name: str
+
+    @abstractmethod
+    def configuration(self) -> Configuration:
+        """The configuration currently applied (as verified on the host)."""
+
+
+class HostPair(ABC):
+    """Two identical hosts, measured in the same windows."""
+
+    hosts: tuple[Host, Host]
+
+    @abstractmethod
+    def now(self) -> float:
+        """Host-clock seconds since the pair was opened."""
+
+    @abstractmethod
+    def apply(self, configs: tuple[Configuration, Configuration]) -> float:
+        """Apply ``configs[i]`` to ``hosts[i]`` (both at once; only knobs that differ from
+        what is applied change). Returns the host seconds it took, including reboots.
+        Raises :class:`musku.errors.HostError` (hosts rolled back) or
+        :class:`musku.errors.UnsupportedError`; never leaves a host half-applied."""
+
+    @abstractmethod
+    def window(self, seconds: float) -> tuple[Sample, Sample]:
+        """Measure both hosts over the next ``seconds`` of host time; one sample each,
+        ``(hosts[0]'s, hosts[1]'s)``."""
+
+    def windows(self, seconds: float, count: int) -> list[tuple[Sample, Sample]]:
+        """``count`` consecutive paired windows. Backends that can produce them faster than
+        one call at a time (the simulator: vectorised) override this."""
+        return [self.window(seconds) for _ in range(count)]
+
+    def threading(self) -> tuple[str, str]:
+        """Threading model each host's service runs now ("" when not applicable)."""
+        return ("", "")
+
+    def restore(self) -> None:
+        """Put both hosts back at their baseline (end of experiment or abort)."""
+
+    def close(self) -> None:
+        """Release connections/leases. Does not change the hosts' configuration."""
+
+    def __enter__(self) -> HostPair:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def describe(self) -> Mapping[str, Any]:
+        """Facts about the hosts for the results DB (names, backend, platform, kernel...)."""
+        return {"hosts": [h.name for h in self.hosts]}
+
+
+BACKENDS: dict[str, str] = {
+    "sim": "musku.sim.pair:open_pair",
+    "agent": "musku.hosts.agent:open_pair",
+    "local": "musku.hosts.local:open_pair",
+}
+"""Backend name -> ``module:factory``. A factory is called as
+``factory(experiment, seed=...) -> HostPair`` where ``experiment`` is a
+:class:`musku.experiment.Experiment`."""

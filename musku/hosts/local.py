@@ -1,0 +1,306 @@
+"""The ``local`` backend: one real host, A and B alternated in randomized windows (switchback).
+
+``apply((A, B))`` validates both configurations on the host (nothing written) and records them.
+``window(s)`` runs one A sub-window and one B sub-window in random order: it applies the arm's
+configuration through the agent (journaled, leased, only differing knobs change), discards
+``settle_s`` after the switch, measures ``s`` seconds, and returns ``(sample_A, sample_B)``, so the
+A/B tester works unchanged. ``restore()`` rolls the host back to its baseline.
+
+The host's agent is either the system agent (``socket = "/run/musku/agent.sock"``) or, by default,
+a private agent process started for the run (state in ``state_dir``). The private agent dies
+with the controller (``PR_SET_PDEATHSIG``) and rolls the experiment back as it stops; its
+lease covers a controller that hangs.
+
+The workload under test is a μSuite service already running (``workload = "none"`` plus its
+``stats_file``) or, by default, the built-in memory workload (:mod:`musku.workload`).
+
+``[hosts]`` options: ``backend = "local"``, ``settle_s`` (default 1.0), ``lease_s`` (30),
+``socket``, ``state_dir``, ``workload`` ("builtin" | "none"), ``stats_file``, ``arena_mib``
+(256), ``madvise`` (false), ``agent_sample_interval_s`` (0.1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from musku.domain import Configuration, Sample
+from musku.errors import HostError, InputError, MuskuError
+from musku.hosts.agent import AgentHost, Link, SocketLink, aggregate
+from musku.hosts.base import Host, HostPair
+
+if TYPE_CHECKING:
+    from musku.experiment import Experiment
+
+log = logging.getLogger("musku.hosts")
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+class _Arm(Host):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.config = Configuration()
+
+    def configuration(self) -> Configuration:
+        return self.config
+
+
+def _num(opts: Mapping[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+    v = opts.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
+        raise InputError(f"[hosts] {key} must be a number in [{lo:g}, {hi:g}]")
+    return float(v)
+
+
+class ChildProcess:
+    """A process this backend started (agent or workload); stopped by its pid only."""
+
+    def __init__(self, argv: list[str], log_path: Path, name: str) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=self._log,
+            preexec_fn=_die_with_parent,
+            close_fds=True,
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace").strip().splitlines()[-1][:300]
+        except (OSError, IndexError):
+            return ""
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+
+
+class LocalSwitchbackPair(HostPair):
+    backend = "local"
+
+    def __init__(
+        self,
+        link: Link,
+        *,
+        seed: int = 0,
+        settle_s: float = 1.0,
+        lease_s: float = 30.0,
+        name: str = "",
+        children: list[ChildProcess] | None = None,
+    ) -> None:
+        import numpy as np
+
+        self.arms = (_Arm("local/A"), _Arm("local/B"))
+        self.hosts = self.arms
+        self.agent = AgentHost("local", link)
+        self.rng = np.random.default_rng(seed)
+        self.settle_s = settle_s
+        self.lease_s = lease_s
+        self.experiment = name or f"musku-local-{int(time.time())}"
+        self.children = children or []
+        self.switches = 0
+        self._t0 = time.monotonic()
+        self.agent.hello()
+
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def apply(self, configs: tuple[Configuration, Configuration]) -> float:
+        t0 = time.monotonic()
+        for cfg in configs:
+            self.agent.link.call("check", config=cfg.as_dict())
+        for arm, cfg in zip(self.arms, configs, strict=True):
+            arm.config = cfg
+        return time.monotonic() - t0
+
+    def _switch(self, cfg: Configuration) -> None:
+        try:
+            self.agent.link.call(
+                "apply", config=cfg.as_dict(), lease_s=self.lease_s, experiment=self.experiment
+            )
+        except MuskuError as exc:
+            self.restore()
+            raise type(exc)(f"{exc.one_line()} (host rolled back)") from None
+        self.switches += 1
+
+    def _sub_window(self, arm: _Arm, seconds: float) -> Sample:
+        for child in self.children:
+            if not child.alive():
+                raise HostError(f"the {child.name} process exited: {child.tail()}")
+        self._switch(arm.config)
+        time.sleep(self.settle_s)  # discarded: the switch's transient
+        start = time.time()
+        time.sleep(seconds)
+        end = time.time()
+        t0, t1 = start + self.agent.offset, end + self.agent.offset
+        rows = self.agent.rows_between(t0, t1, wait_s=max(5.0, 10 * self.agent.sample_interval))
+        return aggregate(rows, host=arm.name, t0=t0, t1=t1, arm=arm.config)
+
+    def window(self, seconds: float) -> tuple[Sample, Sample]:
+        if seconds <= 0:
+            raise InputError("a window must be longer than 0 s")
+        order = [0, 1] if self.rng.random() < 0.5 else [1, 0]
+        out: dict[int, Sample] = {}
+        for i in order:
+            out[i] = self._sub_window(self.arms[i], seconds)
+        return out[0], out[1]
+
+    def restore(self) -> None:
+        try:
+            self.agent.link.call("rollback")
+        except MuskuError as exc:
+            log.error("local rollback failed: %s", exc.one_line())
+            raise
+
+    def close(self) -> None:
+        """Stops what this backend started. A private agent rolls its experiment back as it
+        stops (nothing would honour the lease otherwise); the system agent is left alone and
+        its lease lapses."""
+        self.agent.link.close()
+        for child in reversed(self.children):
+            child.stop()
+
+    def describe(self) -> Mapping[str, Any]:
+        return {
+            "backend": self.backend,
+            "hosts": [a.name for a in self.arms],
+            "design": "switchback",
+            "settle_s": self.settle_s,
+            "agent": self.agent.info,
+        }
+
+
+def _wait_for_socket(path: Path, child: ChildProcess, timeout: float = 30.0) -> SocketLink:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise HostError(f"the local agent exited at start: {child.tail()}")
+        if path.exists():
+            link = SocketLink(path)
+            try:
+                link.call("hello")
+                return link
+            except HostError:
+                link.close()
+        time.sleep(0.1)
+    raise HostError(f"the local agent did not answer on {path} within {timeout:g}s")
+
+
+def _default_state_dir() -> Path:
+    from platformdirs import user_state_dir
+
+    return Path(user_state_dir("musku")) / "local"
+
+
+def open_pair(experiment: Experiment, seed: int = 0) -> LocalSwitchbackPair:
+    opts = experiment.hosts.options
+    known = {
+        "settle_s",
+        "lease_s",
+        "socket",
+        "state_dir",
+        "workload",
+        "stats_file",
+        "arena_mib",
+        "madvise",
+        "agent_sample_interval_s",
+    }
+    extra = set(opts) - known
+    if extra:
+        raise InputError(
+            f"[hosts] unknown option(s) for the local backend: {', '.join(sorted(extra))}"
+        )
+    settle = _num(opts, "settle_s", 1.0, 0.0, 600.0)
+    lease = _num(opts, "lease_s", 30.0, 1.0, 3600.0)
+    interval = _num(opts, "agent_sample_interval_s", 0.1, 0.01, 10.0)
+    arena = int(_num(opts, "arena_mib", 256, 8, 1 << 20))
+    workload = opts.get("workload", "builtin")
+    if workload not in ("builtin", "none"):
+        raise InputError("[hosts] workload must be 'builtin' or 'none' (a service already running)")
+    state = Path(str(opts.get("state_dir") or _default_state_dir())).expanduser()
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stats = Path(str(opts.get("stats_file") or state / "workload.json"))
+    if workload == "none" and not opts.get("stats_file"):
+        raise InputError("[hosts] workload = 'none' needs the service's stats_file")
+    children: list[ChildProcess] = []
+    try:
+        if workload == "builtin":
+            with contextlib.suppress(FileNotFoundError):
+                stats.unlink()
+            argv = [
+                sys.executable,
+                "-m",
+                "musku.workload",
+                "--stats",
+                str(stats),
+                "--arena-mib",
+                str(arena),
+                "--seed",
+                str(seed),
+            ]
+            if opts.get("madvise", False):
+                argv.append("--madvise")
+            children.append(ChildProcess(argv, state / "workload.log", "workload"))
+        if workload == "builtin":
+            deadline = time.monotonic() + 30
+            while not stats.exists():
+                if time.monotonic() > deadline or not children[0].alive():
+                    raise HostError(f"the workload did not start: {children[0].tail()}")
+                time.sleep(0.1)
+        sock = opts.get("socket")
+        if sock:
+            link: Link = SocketLink(str(sock))
+        else:
+            sock_path = state / "agent.sock"
+            cfg = state / "agent.toml"
+            cfg.write_text(
+                "[agent]\n"
+                f"state_dir = {str(state / 'agent')!r}\n"
+                f"socket = {str(sock_path)!r}\n"
+                f"sample_interval_s = {interval!r}\n"
+                "default_lease_s = 30.0\n"
+                "[samplers.perf]\n[samplers.psutil]\n"
+                f"[samplers.service]\nstats_file = {str(stats)!r}\n"
+            )
+            os.chmod(cfg, 0o600)
+            agent = ChildProcess(
+                [sys.executable, "-m", "musku.agent", "run", "--config", str(cfg)],
+                state / "agent.log",
+                "local agent",
+            )
+            children.append(agent)
+            link = _wait_for_socket(sock_path, agent)
+        return LocalSwitchbackPair(
+            link, seed=seed, settle_s=settle, lease_s=lease, name=experiment.name, children=children
+        )
+    except BaseException:
+        for child in reversed(children):
+            child.stop()
+        raise

@@ -1,0 +1,72 @@
+"""Knob plugins: a registry of ``"module:Class"`` strings, loaded lazily.
+
+``from musku.knobs import load_knob, probe_all`` imports no plugin module; each is imported when
+first loaded. A user may name any ``"package.module:Class"`` implementing
+:class:`musku.knobs.base.Knob` instead of a built-in alias.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from musku.domain import KNOBS
+from musku.errors import InputError, MuskuError
+
+if TYPE_CHECKING:
+    from musku.hostfs import HostFS
+    from musku.knobs.base import Knob, Support
+
+REGISTRY: dict[str, str] = {
+    "core_freq": "musku.knobs.core_freq:CoreFreqKnob",
+    "uncore_freq": "musku.knobs.uncore_freq:UncoreFreqKnob",
+    "core_count": "musku.knobs.core_count:CoreCountKnob",
+    "cdp": "musku.knobs.cdp:CdpKnob",
+    "prefetch": "musku.knobs.prefetch:PrefetchKnob",
+    "thp": "musku.knobs.thp:ThpKnob",
+    "shp": "musku.knobs.shp:ShpKnob",
+}
+
+assert tuple(REGISTRY) == KNOBS
+
+
+def knob_class(name: str) -> type[Knob]:
+    from musku.knobs.base import Knob
+    from musku.registry import load
+
+    cls = load(name, REGISTRY, kind="knob")
+    if not (isinstance(cls, type) and issubclass(cls, Knob)):
+        raise InputError(f"knob {name!r} does not name a musku.knobs.base.Knob subclass")
+    return cls
+
+
+def load_knob(name: str, fs: HostFS, **options: object) -> Knob:
+    """The knob ``name`` (alias or ``module:Class``) bound to ``fs`` with its options."""
+    return knob_class(name)(fs, **options)
+
+
+def probe_all(
+    fs: HostFS,
+    names: tuple[str, ...] | list[str] | None = None,
+    **options: object,
+) -> dict[str, Support]:
+    """Probe every knob (or ``names``). ``options`` maps knob name -> that knob's options dict.
+
+    Never raises for an unsupported knob: a failing probe becomes ``Support(False, reason)``.
+    """
+    from musku.knobs.base import Support
+
+    out: dict[str, Support] = {}
+    for name in names or tuple(REGISTRY):
+        opts = options.get(name, {})
+        if not isinstance(opts, dict):
+            raise InputError(f"options for knob {name!r} must be a table")
+        try:
+            out[name] = load_knob(name, fs, **opts).probe()
+        except MuskuError as exc:
+            out[name] = Support(False, exc.one_line())
+        except OSError as exc:
+            out[name] = Support(False, f"{exc.strerror or exc}")
+    return out
+
+
+__all__ = ["REGISTRY", "knob_class", "load_knob", "probe_all"]

@@ -1,0 +1,679 @@
+"""Simulator model files: how a service's metrics respond to soft-SKU knobs, and the noise.
+
+The schema is documented in docs/sim.md. A model is parsed and validated once
+(:meth:`SimModel.load` / :meth:`SimModel.from_dict`); every problem is an
+:class:`~musku.errors.InputError` naming the file and, where it can, the line.
+
+The response is multiplicative: the throughput (relative MIPS, 1.0 at the reference) of a
+configuration is the product of one multiplier per knob setting, times the multiplier of every
+interaction whose conditions all hold. Interactions are how composition is made sub-additive
+(two knobs relieving the same bottleneck do not stack their gains).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from musku.domain import KNOBS, Configuration, Direction, Value, canonical_value, format_value
+from musku.errors import InputError, UnsupportedError
+from musku.experiment import _line_of, _Source, load_platform
+
+METRICS: dict[str, Direction] = {
+    "mips": Direction.HIGHER,
+    "qps": Direction.HIGHER,
+    "p99_ms": Direction.LOWER,
+    "qos_violation_rate": Direction.LOWER,
+    "power_w": Direction.LOWER,
+}
+"""Metrics a simulated host reports, with the direction in which each is better."""
+
+_TOP = {"model", "reference", "knobs", "interactions", "noise", "timing"}
+_KNOB_KEYS = {"throughput", "p99", "qos", "power", "description"}
+_REF_KEYS = {"mips", "qps", "p99_ms", "power_w", "qos_violation_rate", "config"}
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    """The live-load signal common to both hosts (relative load, 1.0 = average)."""
+
+    diurnal_amplitude: float = 0.15  # +- fraction of the mean
+    diurnal_period_s: float = 86_400.0
+    jitter_sigma: float = 0.005  # white noise per tick, common to both hosts
+    burst_rate_per_h: float = 1.0  # Poisson rate of load bursts
+    burst_amplitude: float = 0.08  # mean burst height (fraction of the mean load)
+    burst_duration_s: float = 300.0  # exponential decay time constant of a burst
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """Per-host noise, host bias, outliers and the warm-up transient."""
+
+    tick_s: float = 1.0  # AR(1) time step
+    host_bias: float = 0.003  # hosts[1] is this much faster than hosts[0] (relative)
+    ar_phi: float = 0.6  # AR(1) coefficient per tick
+    ar_sigma: float = 0.02  # stationary std of the per-tick log-noise of one host
+    outlier_prob: float = 0.001  # per window per host
+    outlier_scale: float = 0.3  # outlier log-deviation is +-scale*U(0.5, 1.5)
+    p99_sigma: float = 0.03  # extra per-window log-noise of p99
+    power_sigma: float = 0.005  # per-window log-noise of power
+    p99_load_gain: float = 0.5  # p99 *= 1 + gain * (load - 1)
+    power_load_gain: float = 0.3  # power *= 1 + gain * (load - 1)
+    warmup_amplitude: float = 0.05  # relative throughput loss right after a change
+    warmup_tau_s: float = 40.0  # its exponential decay time constant
+    load: LoadModel = field(default_factory=LoadModel)
+
+
+@dataclass(frozen=True)
+class Timing:
+    apply_s: float = 2.0  # host seconds to apply a change that needs no reboot
+    reboot_s: float = 180.0  # extra host seconds when a reboot knob changes
+
+
+@dataclass(frozen=True)
+class Interaction:
+    """Extra throughput multiplier applied when every condition holds."""
+
+    when: Mapping[str, tuple[bool, frozenset[Value]]]  # knob -> (negated, values)
+    throughput: float
+    p99: float
+    why: str = ""
+
+    def holds(self, settings: Mapping[str, Value]) -> bool:
+        for knob, (negated, values) in self.when.items():
+            if knob not in settings:
+                return False
+            inside = settings[knob] in values
+            if inside == negated:
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class KnobResponse:
+    throughput: Mapping[Value, float]
+    p99: Mapping[Value, float]
+    qos: Mapping[Value, float]
+    power: Mapping[Value, float]
+
+    @property
+    def settings(self) -> tuple[Value, ...]:
+        return tuple(self.throughput)
+
+
+@dataclass(frozen=True)
+class Point:
+    """Noiseless response of one configuration (relative to the reference where noted)."""
+
+    throughput: float  # relative MIPS
+    p99: float  # relative p99
+    qos: float  # absolute QoS-violation rate
+    power: float  # relative power
+
+
+def _table_error(src: _Source, message: str, table: str) -> InputError:
+    """An error pointing at ``[table]`` or, when only its sub-tables exist, the first of them
+    (or at ``key = ...`` inside the parent table when ``table`` is ``parent.key``)."""
+    for header in (table, f"{table}.throughput", f"{table}.p99", f"{table}.qos", f"{table}.power"):
+        line = _line_of(src.text, header) if src.text else None
+        if line:
+            return InputError(message, where=f"{src.path}:{line}")
+    parent, _, key = table.rpartition(".")
+    return src.error(message, key, parent) if parent else src.error(message)
+
+
+class _DictSource(_Source):
+    """A :class:`_Source` over a dict (no text, so errors name the source only)."""
+
+    def __init__(self, data: Mapping[str, Any], name: str) -> None:
+        self.path = Path(name)
+        self.text = ""
+        self.data = dict(data)
+
+
+def _nth_header_line(text: str, header: str, n: int) -> int | None:
+    count = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        if re.match(rf"^\[\[\s*{re.escape(header)}\s*\]\]", line.strip()):
+            if count == n:
+                return number
+            count += 1
+    return None
+
+
+def _number(src: _Source, value: object, what: str, key: str, table: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise src.error(f"{what} must be a number, not {value!r}", key, table)
+    v = float(value)
+    if not math.isfinite(v):
+        raise src.error(f"{what} must be finite, not {value!r}", key, table)
+    return v
+
+
+def _setting(src: _Source, knob: str, raw: object, key: str, table: str) -> Value:
+    """A setting given as a TOML key (always text) or a value, in canonical form."""
+    candidates: list[object] = [raw]
+    if isinstance(raw, str) and knob in ("core_count", "shp"):
+        candidates = [int(raw)] if re.fullmatch(r"-?\d+", raw.strip()) else []
+    for cand in candidates:
+        try:
+            return canonical_value(knob, cand)
+        except (TypeError, ValueError):
+            pass
+    raise src.error(f"[{table}] {raw!r} is not a valid {knob} setting", key, table)
+
+
+class SimModel:
+    """A parsed, validated simulator model. Build with :meth:`load` or :meth:`from_dict`."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str,
+        source: str,
+        reference: Mapping[str, float],
+        reference_config: Configuration | None,
+        knobs: Mapping[str, KnobResponse],
+        interactions: tuple[Interaction, ...],
+        noise: NoiseModel,
+        timing: Timing,
+        platform: str | None = None,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.source = source
+        self.reference = dict(reference)
+        self.reference_config = reference_config
+        self.knobs = dict(knobs)
+        self.interactions = interactions
+        self.noise = noise
+        self.timing = timing
+        self.platform = platform
+        self._cache: dict[Configuration, Point] = {}
+
+    def __repr__(self) -> str:
+        return f"SimModel({self.name!r}, source={self.source!r})"
+
+    # ----------------------------------------------------------------- construction
+
+    @classmethod
+    def load(
+        cls, path: str | Path, *, space: Mapping[str, Iterable[Value]] | None = None
+    ) -> SimModel:
+        """Parse and validate a model file. With ``space`` (an experiment's knob -> settings),
+        every modelled knob and setting must be in it, and every setting in it modelled."""
+        src = _Source(Path(path))
+        return cls._parse(src, space)
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        source: str = "<dict>",
+        *,
+        space: Mapping[str, Iterable[Value]] | None = None,
+    ) -> SimModel:
+        """The same schema as a model file, from a dict (errors name ``source``)."""
+        if not isinstance(data, Mapping):
+            raise InputError("a sim model must be a table/dict", where=source)
+        return cls._parse(_DictSource(data, source), space)
+
+    @classmethod
+    def _parse(cls, src: _Source, space: Mapping[str, Iterable[Value]] | None) -> SimModel:
+        data = src.data
+        for key in data:
+            if key not in _TOP:
+                raise src.error(f"unknown table [{key}] (allowed: {', '.join(sorted(_TOP))})", key)
+
+        # [model]
+        meta = src.table("model", required=False)
+        for key in meta:
+            if key not in {"name", "description", "platform"}:
+                raise src.error(
+                    f"[model] has unknown key '{key}' (allowed: description, name, platform)",
+                    key,
+                    "model",
+                )
+        name = src.get("model", "name", str, src.path.stem)
+        description = src.get("model", "description", str, "")
+        platform_name = src.get("model", "platform", str, None)
+        catalog: Mapping[str, tuple[Value, ...]] | None = None
+        if platform_name is not None:
+            try:
+                catalog = load_platform(platform_name).settings
+            except InputError as exc:
+                raise src.error(exc.message, "platform", "model") from None
+        allowed_space: dict[str, set[Value]] | None = None
+        if space is not None:
+            allowed_space = {k: set(v) for k, v in space.items()}
+
+        # [reference]
+        ref_tbl = src.table("reference")
+        for key in ref_tbl:
+            if key not in _REF_KEYS:
+                raise src.error(
+                    f"[reference] has unknown key '{key}' "
+                    f"(allowed: {', '.join(sorted(_REF_KEYS))})",
+                    key,
+                    "reference",
+                )
+        reference: dict[str, float] = {}
+        for metric, default in (
+            ("mips", None),
+            ("qps", None),
+            ("p99_ms", None),
+            ("power_w", None),
+            ("qos_violation_rate", 0.0),
+        ):
+            if metric not in ref_tbl:
+                if default is None:
+                    raise src.error(f"[reference] needs '{metric}'", "reference")
+                reference[metric] = default
+                continue
+            v = _number(src, ref_tbl[metric], f"[reference] {metric}", metric, "reference")
+            if metric == "qos_violation_rate":
+                if not 0.0 <= v < 1.0:
+                    raise src.error(
+                        "[reference] qos_violation_rate must be in [0, 1)", metric, "reference"
+                    )
+            elif v <= 0.0:
+                raise src.error(f"[reference] {metric} must be > 0", metric, "reference")
+            reference[metric] = v
+
+        # [knobs.<knob>]
+        knob_tbl = src.table("knobs")
+        knobs: dict[str, KnobResponse] = {}
+        for knob, spec in knob_tbl.items():
+            table = f"knobs.{knob}"
+            if knob not in KNOBS:
+                raise _table_error(src, f"unknown knob '{knob}' (knobs: {', '.join(KNOBS)})", table)
+            if catalog is not None and knob not in catalog:
+                raise _table_error(
+                    src, f"knob '{knob}' is not in platform '{platform_name}'", table
+                )
+            if allowed_space is not None and knob not in allowed_space:
+                raise _table_error(
+                    src,
+                    f"knob '{knob}' is not in the experiment's space "
+                    f"({', '.join(allowed_space) or 'empty'})",
+                    table,
+                )
+            if not isinstance(spec, dict):
+                raise src.error(f"[{table}] must be a table", knob, "knobs")
+            for key in spec:
+                if key not in _KNOB_KEYS:
+                    raise _table_error(
+                        src,
+                        f"[{table}] has unknown key '{key}' "
+                        f"(allowed: {', '.join(sorted(_KNOB_KEYS))})",
+                        f"{table}.{key}",
+                    )
+            if not isinstance(spec.get("throughput"), dict) or not spec["throughput"]:
+                raise _table_error(
+                    src, f"[{table}] needs a non-empty [{table}.throughput] table", table
+                )
+            tables: dict[str, dict[Value, float]] = {}
+            for part in ("throughput", "p99", "qos", "power"):
+                raw = spec.get(part, {})
+                sub = f"{table}.{part}"
+                if not isinstance(raw, dict):
+                    raise src.error(f"[{sub}] must be a table of setting = number", part, table)
+                values: dict[Value, float] = {}
+                for key, number in raw.items():
+                    setting = _setting(src, knob, key, key, sub)
+                    if setting in values:
+                        raise src.error(f"[{sub}] lists {key!r} twice", key, sub)
+                    if part == "throughput":
+                        if catalog is not None and setting not in catalog[knob]:
+                            choices = ", ".join(format_value(knob, x) for x in catalog[knob])
+                            raise src.error(
+                                f"[{sub}] {knob} = {key!r} is not in platform "
+                                f"'{platform_name}' ({choices})",
+                                key,
+                                sub,
+                            )
+                        if allowed_space is not None and setting not in allowed_space[knob]:
+                            choices = ", ".join(
+                                format_value(knob, x) for x in sorted(allowed_space[knob], key=str)
+                            )
+                            raise src.error(
+                                f"[{sub}] {knob} = {key!r} is not in the experiment's space "
+                                f"({choices})",
+                                key,
+                                sub,
+                            )
+                    elif setting not in tables["throughput"]:
+                        raise src.error(
+                            f"[{sub}] {key!r} has no throughput in [{table}.throughput]", key, sub
+                        )
+                    v = _number(src, number, f"[{sub}] {key}", key, sub)
+                    if part == "qos":
+                        if not 0.0 <= v <= 1.0:
+                            raise src.error(
+                                f"[{sub}] {key}: a violation rate is in [0, 1]", key, sub
+                            )
+                    elif v <= 0.0:
+                        raise src.error(f"[{sub}] {key}: a multiplier must be > 0", key, sub)
+                    values[setting] = v
+                tables[part] = values
+            if allowed_space is not None:
+                missing = [v for v in allowed_space[knob] if v not in tables["throughput"]]
+                if missing:
+                    raise _table_error(
+                        src,
+                        f"[{table}.throughput] does not model the experiment's setting(s) "
+                        f"{', '.join(format_value(knob, v) for v in missing)}",
+                        table,
+                    )
+            knobs[knob] = KnobResponse(
+                throughput=tables["throughput"],
+                p99=tables["p99"],
+                qos=tables["qos"],
+                power=tables["power"],
+            )
+
+        # [reference.config]
+        ref_cfg_raw = ref_tbl.get("config")
+        reference_config: Configuration | None = None
+        if ref_cfg_raw is not None:
+            if not isinstance(ref_cfg_raw, dict):
+                raise src.error("[reference.config] must be a table", "config", "reference")
+            cfg: dict[str, Value] = {}
+            for knob, raw in ref_cfg_raw.items():
+                if knob not in KNOBS:
+                    raise src.error(
+                        f"[reference.config] unknown knob '{knob}'", knob, "reference.config"
+                    )
+                value = _setting(src, knob, raw, knob, "reference.config")
+                resp = knobs.get(knob)
+                if resp is not None:
+                    if value not in resp.throughput:
+                        raise src.error(
+                            f"[reference.config] {knob} = {raw!r} is not modelled "
+                            f"in [knobs.{knob}]",
+                            knob,
+                            "reference.config",
+                        )
+                    if abs(resp.throughput[value] - 1.0) > 1e-9:
+                        raise src.error(
+                            f"[reference.config] the reference setting {knob} = {raw!r} must have "
+                            f"throughput 1.0 in [knobs.{knob}.throughput], not "
+                            f"{resp.throughput[value]:g}",
+                            knob,
+                            "reference.config",
+                        )
+                cfg[knob] = value
+            reference_config = Configuration.of(cfg)
+
+        # [[interactions]]
+        inter_raw = data.get("interactions", [])
+        if not isinstance(inter_raw, list):
+            raise src.error(
+                "interactions must be an array of tables [[interactions]]", "interactions"
+            )
+        interactions: list[Interaction] = []
+        for i, item in enumerate(inter_raw):
+            line = _nth_header_line(src.text, "interactions", i)
+
+            def ierr(msg: str, line: int | None = line, i: int = i) -> InputError:
+                where = f"{src.path}:{line}" if line else str(src.path)
+                return InputError(f"[[interactions]] #{i + 1}: {msg}", where=where)
+
+            if not isinstance(item, dict):
+                raise ierr("must be a table")
+            for key in item:
+                if key not in {"when", "throughput", "p99", "why"}:
+                    raise ierr(f"unknown key '{key}' (allowed: p99, throughput, when, why)")
+            when_raw = item.get("when")
+            if not isinstance(when_raw, dict) or not when_raw:
+                raise ierr("needs when = { knob = value, ... } with at least one condition")
+            when: dict[str, tuple[bool, frozenset[Value]]] = {}
+            for knob, cond in when_raw.items():
+                if knob not in knobs:
+                    raise ierr(f"condition on knob '{knob}' that the model does not have")
+                negated = isinstance(cond, str) and cond.startswith("!")
+                items = cond if isinstance(cond, list) else [cond[1:] if negated else cond]
+                if not items:
+                    raise ierr(f"empty condition list for '{knob}'")
+                vals: set[Value] = set()
+                for raw in items:
+                    try:
+                        cond_value = _setting(src, knob, raw, "when", "interactions")
+                    except InputError:
+                        raise ierr(f"{raw!r} is not a valid {knob} setting") from None
+                    if cond_value not in knobs[knob].throughput:
+                        raise ierr(f"{knob} = {raw!r} is not modelled in [knobs.{knob}]")
+                    vals.add(cond_value)
+                when[knob] = (negated, frozenset(vals))
+            if "throughput" not in item:
+                raise ierr("needs throughput = <multiplier>")
+            mult = item["throughput"]
+            if isinstance(mult, bool) or not isinstance(mult, int | float) or not mult > 0:
+                raise ierr(f"throughput must be a number > 0, not {mult!r}")
+            if not math.isfinite(float(mult)):
+                raise ierr("throughput must be finite")
+            p99 = item.get("p99", 1.0 / float(mult))
+            if isinstance(p99, bool) or not isinstance(p99, int | float) or not p99 > 0:
+                raise ierr(f"p99 must be a number > 0, not {p99!r}")
+            why = item.get("why", "")
+            if not isinstance(why, str):
+                raise ierr("why must be text")
+            interactions.append(Interaction(when, float(mult), float(p99), why))
+
+        noise = cls._parse_noise(src)
+        timing = cls._parse_timing(src)
+        model = cls(
+            name=name,
+            description=description,
+            source=str(src.path),
+            reference=reference,
+            reference_config=reference_config,
+            knobs=knobs,
+            interactions=tuple(interactions),
+            noise=noise,
+            timing=timing,
+            platform=platform_name,
+        )
+        if reference_config is not None:
+            tp = model.throughput(reference_config)
+            if abs(tp - 1.0) > 1e-9:
+                raise src.error(
+                    f"[reference.config] throughput there must be 1.0, but interactions make it "
+                    f"{tp:.6g}",
+                    "config",
+                    "reference",
+                )
+        return model
+
+    @staticmethod
+    def _parse_noise(src: _Source) -> NoiseModel:
+        tbl = src.table("noise", required=False)
+        d = NoiseModel()
+        fields_ = {
+            "tick_s": (d.tick_s, lambda v: v > 0, "must be > 0"),
+            "host_bias": (d.host_bias, lambda v: -0.5 < v < 0.5, "must be in (-0.5, 0.5)"),
+            "ar_phi": (d.ar_phi, lambda v: 0 <= v < 1, "must be in [0, 1)"),
+            "ar_sigma": (d.ar_sigma, lambda v: 0 <= v < 1, "must be in [0, 1)"),
+            "outlier_prob": (d.outlier_prob, lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+            "outlier_scale": (d.outlier_scale, lambda v: 0 <= v < 3, "must be in [0, 3)"),
+            "p99_sigma": (d.p99_sigma, lambda v: 0 <= v < 1, "must be in [0, 1)"),
+            "power_sigma": (d.power_sigma, lambda v: 0 <= v < 1, "must be in [0, 1)"),
+            "p99_load_gain": (d.p99_load_gain, lambda v: v >= 0, "must be >= 0"),
+            "power_load_gain": (d.power_load_gain, lambda v: v >= 0, "must be >= 0"),
+        }
+        sub_load = tbl.get("load", {})
+        sub_warm = tbl.get("warmup", {})
+        for name, sub in (("load", sub_load), ("warmup", sub_warm)):
+            if not isinstance(sub, dict):
+                raise src.error(f"[noise.{name}] must be a table", name, "noise")
+        values = _read_numbers(src, "noise", tbl, fields_, skip={"load", "warmup"})
+        ld = LoadModel()
+        load_fields = {
+            "diurnal_amplitude": (
+                ld.diurnal_amplitude,
+                lambda v: 0 <= v < 0.9,
+                "must be in [0, 0.9)",
+            ),
+            "diurnal_period_s": (ld.diurnal_period_s, lambda v: v > 0, "must be > 0"),
+            "jitter_sigma": (ld.jitter_sigma, lambda v: 0 <= v < 0.5, "must be in [0, 0.5)"),
+            "burst_rate_per_h": (
+                ld.burst_rate_per_h,
+                lambda v: 0 <= v <= 3600,
+                "must be in [0, 3600]",
+            ),
+            "burst_amplitude": (ld.burst_amplitude, lambda v: 0 <= v < 2, "must be in [0, 2)"),
+            "burst_duration_s": (ld.burst_duration_s, lambda v: v > 0, "must be > 0"),
+        }
+        load_values = _read_numbers(src, "noise.load", sub_load, load_fields)
+        warm_fields = {
+            "amplitude": (d.warmup_amplitude, lambda v: 0 <= v < 1, "must be in [0, 1)"),
+            "tau_s": (d.warmup_tau_s, lambda v: v > 0, "must be > 0"),
+        }
+        warm = _read_numbers(src, "noise.warmup", sub_warm, warm_fields)
+        return NoiseModel(
+            **values,
+            warmup_amplitude=warm["amplitude"],
+            warmup_tau_s=warm["tau_s"],
+            load=LoadModel(**load_values),
+        )
+
+    @staticmethod
+    def _parse_timing(src: _Source) -> Timing:
+        tbl = src.table("timing", required=False)
+        d = Timing()
+        vals = _read_numbers(
+            src,
+            "timing",
+            tbl,
+            {
+                "apply_s": (d.apply_s, lambda v: v >= 0, "must be >= 0"),
+                "reboot_s": (d.reboot_s, lambda v: v >= 0, "must be >= 0"),
+            },
+        )
+        return Timing(**vals)
+
+    # ----------------------------------------------------------------- the response
+
+    def settings(self, knob: str) -> tuple[Value, ...]:
+        """The settings modelled for ``knob`` (empty when the model ignores it)."""
+        resp = self.knobs.get(knob)
+        return resp.settings if resp else ()
+
+    def check(self, config: Configuration) -> None:
+        """Raise :class:`UnsupportedError` when ``config`` has a setting the model lacks."""
+        for knob, value in config.settings:
+            resp = self.knobs.get(knob)
+            if resp is not None and value not in resp.throughput:
+                choices = ", ".join(format_value(knob, v) for v in resp.settings)
+                raise UnsupportedError(
+                    f"sim model {self.name!r} has no setting {knob}={format_value(knob, value)} "
+                    f"(modelled: {choices})",
+                    where=self.source,
+                )
+
+    def point(self, config: Configuration) -> Point:
+        """Noiseless response of ``config``; knobs it leaves out sit at the reference."""
+        cached = self._cache.get(config)
+        if cached is not None:
+            return cached
+        self.check(config)
+        settings = dict(config.settings)
+        if self.reference_config is not None:
+            for knob, value in self.reference_config.settings:
+                settings.setdefault(knob, value)
+        tp = p99 = power = 1.0
+        qos = self.reference["qos_violation_rate"]
+        for knob, resp in self.knobs.items():
+            setting = settings.get(knob)
+            if setting is None:
+                continue
+            m = resp.throughput[setting]
+            tp *= m
+            p99 *= resp.p99.get(setting, 1.0 / m)
+            power *= resp.power.get(setting, 1.0)
+            qos = max(qos, resp.qos.get(setting, 0.0))
+        for inter in self.interactions:
+            if inter.holds(settings):
+                tp *= inter.throughput
+                p99 *= inter.p99
+        result = Point(tp, p99, qos, power)
+        if len(self._cache) < 65_536:
+            self._cache[config] = result
+        return result
+
+    def throughput(self, config: Configuration) -> float:
+        """Noiseless relative MIPS (1.0 = the reference)."""
+        return self.point(config).throughput
+
+    def metric(self, config: Configuration, name: str) -> float:
+        """Noiseless value of metric ``name`` (absolute units) at ``config``."""
+        p = self.point(config)
+        ref = self.reference
+        if name == "mips":
+            return ref["mips"] * p.throughput
+        if name == "qps":
+            return ref["qps"] * p.throughput
+        if name == "p99_ms":
+            return ref["p99_ms"] * p.p99
+        if name == "qos_violation_rate":
+            return p.qos
+        if name == "power_w":
+            return ref["power_w"] * p.power
+        raise InputError(f"unknown metric {name!r} (sim metrics: {', '.join(METRICS)})")
+
+    def true_effect(self, a: Configuration, b: Configuration, metric: str = "mips") -> float:
+        """Relative effect of ``b`` over ``a`` in the metric's good direction: +0.045 = 4.5 %
+        better (``b/a - 1`` when higher is better, ``1 - b/a`` when lower is)."""
+        direction = METRICS.get(metric)
+        if direction is None:
+            raise InputError(f"unknown metric {metric!r} (sim metrics: {', '.join(METRICS)})")
+        va, vb = self.metric(a, metric), self.metric(b, metric)
+        if va == 0.0:
+            return 0.0 if vb == 0.0 else (-math.inf if direction is Direction.LOWER else math.inf)
+        ratio = vb / va
+        return ratio - 1.0 if direction is Direction.HIGHER else 1.0 - ratio
+
+    def best_setting(self, knob: str, base: Configuration, metric: str = "mips") -> Value:
+        """The setting of ``knob`` with the largest true effect over ``base`` (ties: base's)."""
+        settings = self.settings(knob)
+        if not settings:
+            raise InputError(f"sim model {self.name!r} does not model knob {knob!r}")
+        current = base.get(knob)
+        best: Value = current if current in settings and current is not None else settings[0]
+        best_eff = self.true_effect(base, base.with_(knob, best), metric)
+        for s in settings:
+            eff = self.true_effect(base, base.with_(knob, s), metric)
+            if eff > best_eff + 1e-12:
+                best, best_eff = s, eff
+        return best
+
+
+def _read_numbers(
+    src: _Source,
+    table: str,
+    tbl: Mapping[str, Any],
+    spec: Mapping[str, tuple[float, Any, str]],
+    skip: set[str] | frozenset[str] = frozenset(),
+) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key in tbl:
+        if key not in spec and key not in skip:
+            allowed = ", ".join(sorted(set(spec) | set(skip)))
+            raise src.error(f"[{table}] has unknown key '{key}' (allowed: {allowed})", key, table)
+    for key, (default, ok, why) in spec.items():
+        if key not in tbl:
+            out[key] = float(default)
+            continue
+        v = _number(src, tbl[key], f"[{table}] {key}", key, table)
+        if not ok(v):
+            raise src.error(f"[{table}] {key} {why}, not {tbl[key]!r}", key, table)
+        out[key] = v
+    return out
+
+
+__all__ = ["METRICS", "SimModel", "NoiseModel", "LoadModel", "Timing", "Interaction"]

@@ -1,0 +1,467 @@
+"""A simulated pair of "identical" hosts under the same live load, on a virtual clock.
+
+Per host and per tick (``noise.tick_s``, 1 s by default) the measured throughput is::
+
+    ref_mips * throughput(config) * (1 + bias_h) * load(t) * warm_h(t) * exp(x_h(t))
+
+- ``load(t)``: live load common to both hosts: a diurnal sine, Poisson bursts decaying
+  exponentially, and a little white jitter. It cancels in the hosts' ratio.
+- ``bias_h``: a fixed bias between the two hosts (``hosts[1]`` is ``host_bias`` faster).
+- ``warm_h(t) = 1 - A exp(-(t - t_h) / tau)``: the cold-cache transient after a change on host
+  ``h`` applied (rebooted) at ``t_h``; a host whose configuration did not change keeps its state.
+- ``x_h``: AR(1) noise per host with coefficient ``ar_phi`` per tick and stationary std
+  ``ar_sigma``. A window longer than a tick averages its sub-steps (at most 256 per window;
+  the AR coefficient is rescaled to the sub-step as ``phi ** (dt / tick_s)``).
+
+Each window of each host is then an outlier with probability ``outlier_prob`` (log-deviation
+``+-outlier_scale * U(0.5, 1.5)``). p99, the QoS-violation rate and power follow (docs/sim.md).
+
+Random streams are separate per purpose and drawn in window order, so ``windows(s, n)`` gives
+the same numbers as ``n`` calls of ``window(s)`` (up to floating-point rounding).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from scipy.signal import lfilter
+
+from musku.domain import Configuration, Sample
+from musku.errors import InputError
+from musku.hosts.base import Host, HostPair
+from musku.sim.model import Point, SimModel
+
+if TYPE_CHECKING:
+    from musku.experiment import Experiment
+
+_MAX_SUBSTEPS = 256
+_BURST_BLOCK_S = 3600.0
+
+
+class SimHost(Host):
+    """One simulated host: its name and the configuration applied to it."""
+
+    def __init__(self, name: str, config: Configuration) -> None:
+        self.name = name
+        self._config = config
+
+    def configuration(self) -> Configuration:
+        return self._config
+
+
+@dataclass(frozen=True)
+class WindowArrays:
+    """``count`` paired windows as arrays of shape ``(count, 2)`` (column h = hosts[h])."""
+
+    t: np.ndarray  # (count,) window end times
+    duration: float
+    mips: np.ndarray
+    qps: np.ndarray
+    p99_ms: np.ndarray
+    qos_violation_rate: np.ndarray
+    power_w: np.ndarray
+
+    def metric(self, name: str) -> np.ndarray:
+        value = getattr(self, name, None)
+        if not isinstance(value, np.ndarray) or name in ("t",):
+            raise InputError(f"unknown sim metric {name!r}")
+        return value
+
+
+class SimPair(HostPair):
+    """Two simulated hosts driven by a :class:`SimModel`. Seeded and reproducible."""
+
+    def __init__(
+        self,
+        model: SimModel,
+        seed: int = 0,
+        host_bias: float | None = None,
+        noise_scale: float = 1.0,
+        initial: tuple[Configuration, Configuration] | None = None,
+        reboot_knobs: frozenset[str] = frozenset(),
+        names: tuple[str, str] = ("sim-a", "sim-b"),
+    ) -> None:
+        if not noise_scale >= 0.0 or not math.isfinite(noise_scale):
+            raise InputError(f"noise_scale must be >= 0, not {noise_scale!r}")
+        if initial is None:
+            ref = model.reference_config or Configuration()
+            initial = (ref, ref)
+        for cfg in initial:
+            model.check(cfg)
+        self.model = model
+        self.seed = int(seed)
+        self.reboot_knobs = frozenset(reboot_knobs)
+        self.noise_scale = float(noise_scale)
+        n = model.noise
+        bias = n.host_bias if host_bias is None else float(host_bias)
+        if not -0.5 < bias < 0.5:
+            raise InputError(f"host_bias must be in (-0.5, 0.5), not {bias!r}")
+        self.host_bias = bias
+        self._bias = np.array([1.0, 1.0 + bias])
+        self.hosts: tuple[SimHost, SimHost] = (
+            SimHost(names[0], initial[0]),
+            SimHost(names[1], initial[1]),
+        )
+        self._initial = initial
+        self._t = 0.0
+        # cold start: both hosts begin warming up at t = 0
+        self._warm_start = np.zeros(2)
+        self._points = [model.point(initial[0]), model.point(initial[1])]
+        ss = np.random.SeedSequence([self.seed, 0x5155])
+        host_ss, load_ss, out_ss, met_ss, gap_ss, phase_ss = ss.spawn(6)
+        self._rng_host = np.random.default_rng(host_ss)
+        self._rng_load = np.random.default_rng(load_ss)
+        self._rng_out = np.random.default_rng(out_ss)
+        self._rng_met = np.random.default_rng(met_ss)
+        self._rng_gap = np.random.default_rng(gap_ss)
+        self._phase = float(np.random.default_rng(phase_ss).uniform(0.0, 2 * math.pi))
+        self._burst_seed = [self.seed, 0xB0B5]
+        self._bursts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        sigma = n.ar_sigma * self.noise_scale
+        # stationary start
+        self._x = self._rng_gap.standard_normal(2) * sigma
+        self.applies = 0
+        self.reboots = 0
+
+    # ----------------------------------------------------------------- HostPair
+
+    def now(self) -> float:
+        return self._t
+
+    def apply(self, configs: tuple[Configuration, Configuration]) -> float:
+        if len(configs) != 2:
+            raise InputError("apply takes one configuration per host")
+        new = []
+        for host, cfg in zip(self.hosts, configs, strict=True):
+            merged = host.configuration().merged(cfg)
+            self.model.check(merged)  # raises before anything changes
+            new.append(merged)
+        costs = np.zeros(2)
+        for h, (host, cfg) in enumerate(zip(self.hosts, new, strict=True)):
+            changed = host.configuration().diff(cfg)
+            if not changed:
+                continue
+            cost = self.model.timing.apply_s
+            if self.reboot_knobs.intersection(changed):
+                cost += self.model.timing.reboot_s
+                self.reboots += 1
+            costs[h] = cost
+        t0 = self._t
+        for h, cfg in enumerate(new):
+            if costs[h] > 0:
+                self.hosts[h]._config = cfg
+                self._points[h] = self.model.point(cfg)
+                self._warm_start[h] = t0 + costs[h]
+        used = float(costs.max())
+        if used > 0:
+            self.applies += 1
+            self._advance(used)
+        return used
+
+    def window(self, seconds: float) -> tuple[Sample, Sample]:
+        n = self.model.noise
+        if (
+            isinstance(seconds, int | float)
+            and 0 < seconds <= n.tick_s * (1 + 1e-9)
+            and math.isfinite(seconds)
+        ):
+            return self._one_window(float(seconds))
+        return self.windows(seconds, 1)[0]
+
+    def windows(self, seconds: float, count: int) -> list[tuple[Sample, Sample]]:
+        """Vectorised: the numbers come from :meth:`arrays`; most of the time left is building
+        the :class:`Sample` objects (use :meth:`arrays` directly where that matters)."""
+        arr = self.arrays(seconds, count)
+        rows = np.stack(
+            (arr.mips, arr.qps, arr.p99_ms, arr.qos_violation_rate, arr.power_w), axis=-1
+        ).tolist()
+        duration = float(seconds)
+        base_a = {"host": self.hosts[0].name, "t": 0.0, "duration": duration}
+        base_a.update(metrics=None, valid=True, note="")
+        base_b = dict(base_a, host=self.hosts[1].name)
+        # Sample is a frozen dataclass; filling __dict__ skips its per-field __setattr__ cost
+        # and gives objects equal to Sample(host, t, duration, metrics).
+        new = object.__new__
+        setd = object.__setattr__
+        out: list[tuple[Sample, Sample]] = []
+        append = out.append
+        for t, ((a0, a1, a2, a3, a4), (b0, b1, b2, b3, b4)) in zip(
+            arr.t.tolist(), rows, strict=True
+        ):
+            a = new(Sample)
+            da = base_a.copy()
+            da["t"] = t
+            da["metrics"] = {
+                "mips": a0,
+                "qps": a1,
+                "p99_ms": a2,
+                "qos_violation_rate": a3,
+                "power_w": a4,
+            }
+            setd(a, "__dict__", da)
+            b = new(Sample)
+            db = base_b.copy()
+            db["t"] = t
+            db["metrics"] = {
+                "mips": b0,
+                "qps": b1,
+                "p99_ms": b2,
+                "qos_violation_rate": b3,
+                "power_w": b4,
+            }
+            setd(b, "__dict__", db)
+            append((a, b))
+        return out
+
+    def restore(self) -> None:
+        self.apply(self._initial)
+
+    def describe(self) -> Mapping[str, Any]:
+        return {
+            "hosts": [h.name for h in self.hosts],
+            "backend": "sim",
+            "model": self.model.name,
+            "model_source": self.model.source,
+            "platform": self.model.platform or "",
+            "seed": self.seed,
+            "host_bias": self.host_bias,
+            "noise_scale": self.noise_scale,
+        }
+
+    # ----------------------------------------------------------------- the engine
+
+    def arrays(self, seconds: float, count: int) -> WindowArrays:
+        """``count`` consecutive paired windows of ``seconds`` each, as numpy arrays.
+        The fast path: :meth:`windows` is this plus building :class:`Sample` objects."""
+        if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds > 0):
+            raise InputError(f"window length must be > 0 seconds, not {seconds!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise InputError(f"window count must be an integer >= 0, not {count!r}")
+        seconds = float(seconds)
+        n = self.model.noise
+        ref = self.model.reference
+        k = min(_MAX_SUBSTEPS, max(1, math.ceil(seconds / n.tick_s - 1e-9)))
+        dt = seconds / k
+        m = count * k
+        t0 = self._t
+        # sub-step midpoints
+        ts = t0 + (np.arange(m) + 0.5) * dt
+        load = self._load(ts, self._rng_load.standard_normal(m))
+        # AR(1) per host on the sub-step grid
+        sigma = n.ar_sigma * self.noise_scale
+        phi = n.ar_phi ** (dt / n.tick_s)
+        e = self._rng_host.standard_normal((m, 2)) * (sigma * math.sqrt(1.0 - phi * phi))
+        if m:
+            x, _ = lfilter([1.0], [1.0, -phi], e, axis=0, zi=(phi * self._x)[None, :])
+            self._x = x[-1].copy()
+        else:
+            x = e
+        # warm-up transient per host
+        age = ts[:, None] - self._warm_start[None, :]
+        warm = 1.0 - n.warmup_amplitude * np.exp(-np.maximum(age, 0.0) / n.warmup_tau_s)
+        lw = load[:, None] * warm
+        if k > 1:
+            f_mips = (lw * np.exp(x)).reshape(count, k, 2).mean(axis=1)
+            f_qps = (lw * np.exp(0.5 * x)).reshape(count, k, 2).mean(axis=1)
+            load_w = load.reshape(count, k).mean(axis=1)
+            warm_w = warm.reshape(count, k, 2).mean(axis=1)
+            x_w = x.reshape(count, k, 2).mean(axis=1)
+        else:
+            f_mips = lw * np.exp(x)
+            f_qps = lw * np.exp(0.5 * x)
+            load_w, warm_w, x_w = load, warm, x
+        # per-window draws: outliers (3 uniforms) and metric noise (2 normals) per host
+        u = self._rng_out.random((count, 2, 3))
+        z = self._rng_met.standard_normal((count, 2, 2))
+        hit = u[:, :, 0] < n.outlier_prob * min(1.0, self.noise_scale) if self.noise_scale else None
+        outlier = np.ones((count, 2))
+        if hit is not None and hit.any():
+            sign = np.where(u[:, :, 2] < 0.5, -1.0, 1.0)
+            outlier = np.where(hit, np.exp(sign * n.outlier_scale * (0.5 + u[:, :, 1])), 1.0)
+        pts = self._points
+        tp = np.array([pts[0].throughput, pts[1].throughput]) * self._bias
+        mips = ref["mips"] * tp * f_mips * outlier
+        qps = ref["qps"] * tp * f_qps
+        p99_nom = ref["p99_ms"] * np.array([pts[0].p99, pts[1].p99]) / self._bias
+        load_gain = 1.0 + n.p99_load_gain * (load_w[:, None] - 1.0)
+        p99_noise = np.exp(-0.5 * x_w + n.p99_sigma * self.noise_scale * z[:, :, 0])
+        p99_rel = np.maximum(load_gain, 0.05) * p99_noise / warm_w / np.sqrt(outlier)
+        p99 = p99_nom * p99_rel
+        qos = np.minimum(1.0, np.array([pts[0].qos, pts[1].qos]) * p99_rel**3)
+        power_nom = ref["power_w"] * np.array([pts[0].power, pts[1].power])
+        power = (
+            power_nom
+            * np.maximum(1.0 + n.power_load_gain * (load_w[:, None] - 1.0), 0.05)
+            * np.exp(n.power_sigma * self.noise_scale * z[:, :, 1])
+        )
+        ends = t0 + seconds * np.arange(1, count + 1)
+        self._t = t0 + seconds * count
+        return WindowArrays(ends, seconds, mips, qps, p99, qos, power)
+
+    def point(self, h: int) -> Point:
+        """Noiseless response of host ``h``'s current configuration."""
+        return self._points[h]
+
+    def _one_window(self, seconds: float) -> tuple[Sample, Sample]:
+        """One window of at most one tick: the same draws and formulas as :meth:`arrays`,
+        in scalar arithmetic (a numpy pass over 1-element arrays costs ~10x more)."""
+        n = self.model.noise
+        lm = n.load
+        ref = self.model.reference
+        scale = self.noise_scale
+        t0 = self._t
+        tm = t0 + 0.5 * seconds
+        z_load = float(self._rng_load.standard_normal(1)[0])
+        load = 1.0 + scale * lm.diurnal_amplitude * math.sin(
+            2 * math.pi * tm / lm.diurnal_period_s + self._phase
+        )
+        if lm.jitter_sigma:
+            load += scale * lm.jitter_sigma * z_load
+        if lm.burst_rate_per_h > 0 and lm.burst_amplitude > 0 and scale > 0:
+            start, amp = self._bursts_between(tm - 8 * lm.burst_duration_s, tm)
+            for st, am in zip(start.tolist(), amp.tolist(), strict=True):
+                load += scale * am * math.exp(-(tm - st) / lm.burst_duration_s)
+        load = max(load, 0.05)
+        sigma = n.ar_sigma * scale
+        phi = n.ar_phi ** (seconds / n.tick_s)
+        e = self._rng_host.standard_normal((1, 2))[0] * (sigma * math.sqrt(1.0 - phi * phi))
+        x = (e + phi * self._x).tolist()
+        self._x = np.array(x)
+        u = self._rng_out.random((1, 2, 3))[0].tolist()
+        z = self._rng_met.standard_normal((1, 2, 2))[0].tolist()
+        self._t = t_end = t0 + seconds
+        out = []
+        for h in (0, 1):
+            pt = self._points[h]
+            bias = float(self._bias[h])
+            age = max(tm - float(self._warm_start[h]), 0.0)
+            warm = 1.0 - n.warmup_amplitude * math.exp(-age / n.warmup_tau_s)
+            xh = x[h]
+            outlier = 1.0
+            if scale and u[h][0] < n.outlier_prob * min(1.0, scale):
+                sign = -1.0 if u[h][2] < 0.5 else 1.0
+                outlier = math.exp(sign * n.outlier_scale * (0.5 + u[h][1]))
+            tp = pt.throughput * bias
+            mips = ref["mips"] * tp * (load * warm * math.exp(xh)) * outlier
+            qps = ref["qps"] * tp * (load * warm * math.exp(0.5 * xh))
+            p99_rel = (
+                max(1.0 + n.p99_load_gain * (load - 1.0), 0.05)
+                * math.exp(-0.5 * xh + n.p99_sigma * scale * z[h][0])
+                / warm
+                / math.sqrt(outlier)
+            )
+            p99 = ref["p99_ms"] * pt.p99 / bias * p99_rel
+            qos = min(1.0, pt.qos * p99_rel**3)
+            power = (
+                ref["power_w"]
+                * pt.power
+                * max(1.0 + n.power_load_gain * (load - 1.0), 0.05)
+                * math.exp(n.power_sigma * scale * z[h][1])
+            )
+            out.append(
+                Sample(
+                    self.hosts[h].name,
+                    t_end,
+                    seconds,
+                    {
+                        "mips": mips,
+                        "qps": qps,
+                        "p99_ms": p99,
+                        "qos_violation_rate": qos,
+                        "power_w": power,
+                    },
+                )
+            )
+        return out[0], out[1]
+
+    def _load(self, ts: np.ndarray, z: np.ndarray) -> np.ndarray:
+        lm = self.model.noise.load
+        scale = self.noise_scale
+        load = 1.0 + scale * lm.diurnal_amplitude * np.sin(
+            2 * math.pi * ts / lm.diurnal_period_s + self._phase
+        )
+        if lm.jitter_sigma:
+            load = load + scale * lm.jitter_sigma * z
+        if lm.burst_rate_per_h > 0 and lm.burst_amplitude > 0 and scale > 0 and ts.size:
+            start, amp = self._bursts_between(float(ts[0]) - 8 * lm.burst_duration_s, float(ts[-1]))
+            if start.size:
+                age = ts[:, None] - start[None, :]
+                contrib = np.where(age >= 0, np.exp(-np.maximum(age, 0) / lm.burst_duration_s), 0.0)
+                load = load + scale * (contrib @ amp)
+        return np.maximum(load, 0.05)
+
+    def _bursts_between(self, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+        """Burst start times and heights in [lo, hi]; a pure function of the seed and time."""
+        lm = self.model.noise.load
+        first = math.floor(max(lo, 0.0) / _BURST_BLOCK_S)
+        last = math.floor(max(hi, 0.0) / _BURST_BLOCK_S)
+        starts, amps = [], []
+        for b in range(first, last + 1):
+            blk = self._bursts.get(b)
+            if blk is None:
+                rng = np.random.default_rng([*self._burst_seed, b])
+                nb = rng.poisson(lm.burst_rate_per_h * _BURST_BLOCK_S / 3600.0)
+                st = np.sort(b * _BURST_BLOCK_S + rng.uniform(0, _BURST_BLOCK_S, nb))
+                am = lm.burst_amplitude * rng.uniform(0.5, 1.5, nb)
+                if len(self._bursts) > 64:
+                    self._bursts.clear()
+                blk = self._bursts[b] = (st, am)
+            starts.append(blk[0])
+            amps.append(blk[1])
+        s = np.concatenate(starts)
+        a = np.concatenate(amps)
+        keep = (s >= lo) & (s <= hi)
+        return s[keep], a[keep]
+
+    def _advance(self, seconds: float) -> None:
+        """Let ``seconds`` of host time pass unmeasured (applies, reboots)."""
+        n = self.model.noise
+        sigma = n.ar_sigma * self.noise_scale
+        rho = n.ar_phi ** (seconds / n.tick_s)
+        self._x = rho * self._x + math.sqrt(max(0.0, 1.0 - rho * rho)) * sigma * (
+            self._rng_gap.standard_normal(2)
+        )
+        self._t += seconds
+
+
+def open_pair(experiment: Experiment, seed: int = 0) -> SimPair:
+    """The ``sim`` backend factory: the model named by ``[hosts] model`` (relative to the
+    experiment file), validated against the experiment's space, starting at its baseline."""
+    opts = experiment.hosts.options
+    where = str(experiment.path)
+    model_opt = opts.get("model")
+    if not isinstance(model_opt, str) or not model_opt:
+        raise InputError("[hosts] backend 'sim' needs model = \"path/to/model.toml\"", where=where)
+    unknown = set(opts) - {"model", "host_bias", "noise_scale"}
+    if unknown:
+        raise InputError(
+            f"[hosts] unknown sim option(s) {', '.join(sorted(unknown))} "
+            "(allowed: model, host_bias, noise_scale)",
+            where=where,
+        )
+    model = SimModel.load(experiment.resolve(model_opt), space=experiment.space)
+    baseline = experiment.baseline_config
+    for cfg in (experiment.stock, experiment.production):
+        for knob, value in cfg.settings:
+            if model.knobs.get(knob) and value not in model.knobs[knob].throughput:
+                raise InputError(
+                    f"model {model.source} does not model the experiment's {knob}={value!r}",
+                    where=where,
+                )
+    host_bias = opts.get("host_bias")
+    noise_scale = opts.get("noise_scale", 1.0)
+    for name, v in (("host_bias", host_bias), ("noise_scale", noise_scale)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            raise InputError(f"[hosts] {name} must be a number, not {v!r}", where=where)
+    return SimPair(
+        model,
+        seed=seed,
+        host_bias=None if host_bias is None else float(host_bias),
+        noise_scale=float(noise_scale),
+        initial=(baseline, baseline),
+        reboot_knobs=experiment.spec.reboot_knobs,
+    )

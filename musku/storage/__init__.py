@@ -1,0 +1,108 @@
+"""The results database: SQLAlchemy 2 models, alembic migrations shipped in the package, and
+the :class:`~musku.storage.store.Store` the sweep, the CLI and the threading auto-tuner use.
+
+SQLite (default: a file in the user data directory) or PostgreSQL, by URL. Importing this
+package is cheap: SQLAlchemy and alembic load on first use, so ``musku --help`` stays instant.
+
+    from musku.storage import open_store, upgrade, default_url, current_revision
+    store = open_store(url)          # creates a new DB at head; refuses an out-of-date one
+    exp_id = store.create_experiment(experiment)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from musku.storage.records import (
+    EXPERIMENT_TRANSITIONS,
+    ComparisonRecord,
+    ComparisonStatus,
+    ExperimentRecord,
+    HostRecord,
+    SoftSkuRecord,
+    ThreadingTableRecord,
+    result_from_dict,
+    result_to_dict,
+    softsku_to_dict,
+)
+
+if TYPE_CHECKING:
+    from musku.storage.store import Store
+
+__all__ = [
+    "EXPERIMENT_TRANSITIONS",
+    "ComparisonRecord",
+    "ComparisonStatus",
+    "ExperimentRecord",
+    "HostRecord",
+    "SoftSkuRecord",
+    "Store",
+    "ThreadingTableRecord",
+    "current_revision",
+    "default_url",
+    "head_revision",
+    "open_store",
+    "result_from_dict",
+    "result_to_dict",
+    "softsku_to_dict",
+    "upgrade",
+]
+
+ENV_URL = "MUSKU_DB"
+"""Environment variable overriding the default database URL."""
+
+
+def default_path() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("musku")) / "results.db"
+
+
+def default_url() -> str:
+    """``$MUSKU_DB`` if set, else ``sqlite:///<user data dir>/musku/results.db`` (the
+    directory is created)."""
+    import os
+
+    env = os.environ.get(ENV_URL)
+    if env:
+        return env
+    path = default_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+def open_store(url: str | None = None, *, create: bool = True) -> Store:
+    """Open the results DB (see :func:`musku.storage.store.open_store`)."""
+    from musku.storage.store import open_store as _open
+
+    return _open(url, create=create)
+
+
+def upgrade(url: str | None = None) -> tuple[str | None, str]:
+    """Create or upgrade the DB at ``url`` to this musku's schema: ``(from_rev, to_rev)``."""
+    from musku.storage.store import upgrade as _upgrade
+
+    return _upgrade(url)
+
+
+def current_revision(url: str | None = None) -> str | None:
+    """The DB's schema revision (None when it has no musku schema yet)."""
+    from musku.storage.store import current_revision as _current
+
+    return _current(url)
+
+
+def head_revision() -> str:
+    """The schema revision this musku needs."""
+    from musku.storage.migrate import head_revision as _head
+
+    return _head()
+
+
+def __getattr__(name: str) -> object:
+    if name == "Store":
+        from musku.storage.store import Store
+
+        return Store
+    raise AttributeError(name)

@@ -1,0 +1,213 @@
+"""Explicit conversion between :mod:`musku.domain` values and storage rows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from musku.domain import ComparisonResult, Configuration, Decision
+from musku.errors import DatabaseError
+from musku.storage.models import SAMPLE_METRIC_COLUMNS, ConfigurationRow, DecisionRow
+
+SAMPLE_COLUMNS: tuple[str, ...] = (
+    "comparison_id",
+    "seq",
+    "host",
+    "t",
+    "role",
+    "period",
+    "warmup",
+    "valid",
+    "value",
+    *SAMPLE_METRIC_COLUMNS,
+    "extra",
+)
+"""Column order of bulk sample inserts (``samples`` table)."""
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def aware(value: datetime | None) -> datetime | None:
+    """SQLite gives naive datetimes back; everything musku stores is UTC."""
+    if value is None:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def jsonable(value: Any) -> Any:
+    """A deep copy made of JSON types only (TOML dates and paths become strings)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def configuration_columns(config: Configuration) -> dict[str, Any]:
+    """One column per knob (see db/README.md), for a ``configurations`` row."""
+    d = config.as_dict()
+    cols: dict[str, Any] = {"key": config.key()}
+    for knob in ("core_freq", "uncore_freq"):
+        v = d.get(knob)
+        turbo_col = "core_turbo" if knob == "core_freq" else "uncore_turbo"
+        if v is None:
+            cols[knob], cols[turbo_col] = None, None
+        elif v == "turbo":
+            cols[knob], cols[turbo_col] = None, True
+        else:
+            cols[knob], cols[turbo_col] = float(v), False
+    cols["core_count"] = d.get("core_count")
+    cdp = d.get("cdp")
+    cols["cdp"] = cdp
+    if isinstance(cdp, str) and cdp != "off":
+        data, _, code = cdp.partition(":")
+        cols["cdp_data_ways"], cols["cdp_code_ways"] = int(data), int(code)
+    else:
+        cols["cdp_data_ways"], cols["cdp_code_ways"] = None, None
+    cols["prefetch"] = d.get("prefetch")
+    cols["thp"] = d.get("thp")
+    cols["shp"] = d.get("shp")
+    return cols
+
+
+def configuration_from_row(row: ConfigurationRow) -> Configuration:
+    return Configuration.from_key(row.key)
+
+
+def decision_columns(result: ComparisonResult) -> dict[str, Any]:
+    return {
+        "decision": result.decision.value,
+        "estimate": float(result.estimate),
+        "ci_low": float(result.ci_low),
+        "ci_high": float(result.ci_high),
+        "samples": int(result.samples),
+        "host_time_s": float(result.host_time_s),
+        "reason": result.reason,
+        "method": result.method,
+        "guardrail_values": jsonable(dict(result.guardrail_values)),
+        "threading_a": result.threading.get("A"),
+        "threading_b": result.threading.get("B"),
+    }
+
+
+def result_from_rows(
+    baseline: Configuration, candidate: Configuration, row: DecisionRow
+) -> ComparisonResult:
+    threading = {}
+    if row.threading_a is not None:
+        threading["A"] = row.threading_a
+    if row.threading_b is not None:
+        threading["B"] = row.threading_b
+    return ComparisonResult(
+        baseline=baseline,
+        candidate=candidate,
+        decision=Decision(row.decision),
+        estimate=row.estimate,
+        ci_low=row.ci_low,
+        ci_high=row.ci_high,
+        samples=row.samples,
+        host_time_s=row.host_time_s,
+        reason=row.reason,
+        guardrail_values={str(k): float(v) for k, v in (row.guardrail_values or {}).items()},
+        threading=threading,
+        method=row.method,
+    )
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    f = float(value)
+    return None if f != f else f  # NaN -> NULL on both backends
+
+
+_FIXED = frozenset(SAMPLE_METRIC_COLUMNS)
+
+
+def sample_tuples(
+    comparison_id: int,
+    metric: str,
+    rows: Sequence[Mapping[str, Any]],
+    host_index: Mapping[str, int],
+    encode_extra: Callable[[dict[str, float | None]], Any] = json.dumps,
+) -> list[tuple[Any, ...]]:
+    """Rows given to ``Store.add_samples`` -> tuples in :data:`SAMPLE_COLUMNS` order.
+
+    ``host`` is the host's index in the pair (or its name, mapped through ``host_index``).
+    NaN metric values are stored as NULL on both backends. Metrics without a column of their
+    own go to ``extra``, encoded by ``encode_extra``. This loop is the Python half of the
+    ingest path (bench/db_ingest.py), hence written out by hand."""
+    out: list[tuple[Any, ...]] = []
+    append = out.append
+    fixed = _FIXED
+    i = 0
+    try:
+        for i, r in enumerate(rows):  # noqa: B007 (i is used in the error messages)
+            m = r.get("metrics") or {}
+            host = r["host"]
+            if host.__class__ is not int:
+                host = host_index[host] if host in host_index else int(host)
+            role = r["role"]
+            if role != "A" and role != "B":
+                raise ValueError(f"role must be 'A' or 'B', not {role!r}")
+            extra = None
+            if m and not fixed.issuperset(m):
+                extra = encode_extra({k: _num(v) for k, v in m.items() if k not in fixed})
+            v = m.get(metric)
+            mips = m.get("mips")
+            qps = m.get("qps")
+            p99 = m.get("p99_ms")
+            qos = m.get("qos_violation_rate")
+            power = m.get("power_w")
+            append(
+                (
+                    comparison_id,
+                    int(r["seq"]),
+                    host,
+                    float(r["t"]),
+                    role,
+                    int(r.get("period", 0)),
+                    bool(r.get("warmup", False)),
+                    bool(r.get("valid", True)),
+                    None if v is None or v != v else float(v),
+                    None if mips is None or mips != mips else float(mips),
+                    None if qps is None or qps != qps else float(qps),
+                    None if p99 is None or p99 != p99 else float(p99),
+                    None if qos is None or qos != qos else float(qos),
+                    None if power is None or power != power else float(power),
+                    extra,
+                )
+            )
+    except KeyError as exc:
+        raise DatabaseError(
+            f"sample row {i} of comparison {comparison_id} has no {exc.args[0]!r} "
+            "(rows need seq, t, host, role; host names must be the experiment's hosts)"
+        ) from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise DatabaseError(f"sample row {i} of comparison {comparison_id}: {exc}") from None
+    return out
+
+
+def sample_dict(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """A ``samples`` row -> the dict shape ``Store.add_samples`` takes."""
+    metrics: dict[str, float] = {}
+    for name in SAMPLE_METRIC_COLUMNS:
+        v = row[name]
+        if v is not None:
+            metrics[name] = float(v)
+    extra = row["extra"]
+    if isinstance(extra, str):
+        extra = json.loads(extra)
+    if extra:
+        metrics.update({k: v for k, v in extra.items() if v is not None})
+    return {
+        "seq": int(row["seq"]),
+        "t": float(row["t"]),
+        "host": int(row["host"]),
+        "role": row["role"],
+        "period": int(row["period"]),
+        "warmup": bool(row["warmup"]),
+        "valid": bool(row["valid"]),
+        "value": None if row["value"] is None else float(row["value"]),
+        "metrics": metrics,
+    }

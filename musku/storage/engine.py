@@ -1,0 +1,118 @@
+"""Engines for the two supported backends, and SQLAlchemy errors turned into one-line
+:class:`~musku.errors.DatabaseError` messages that never show a password."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from musku.errors import DatabaseError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL, Engine
+
+SUPPORTED = ("sqlite", "postgresql")
+
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+
+
+def redact(text: str) -> str:
+    """``postgresql://u:secret@h/db`` -> ``postgresql://u:***@h/db`` anywhere in ``text``."""
+    return _PASSWORD_IN_URL.sub(r"\1***@", text)
+
+
+def parse_url(url: str) -> URL:
+    """Parse and check a database URL; ``postgresql://`` means psycopg 3."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise DatabaseError(
+            f"not a database URL: {redact(url)!r} "
+            "(use sqlite:///path/results.db or postgresql://user@host:port/dbname)"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend not in SUPPORTED:
+        raise DatabaseError(
+            f"unsupported database {backend!r} in {redact(url)!r}: musku stores results in "
+            "sqlite or postgresql"
+        )
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def display(url: URL | str) -> str:
+    """A URL safe to print (password hidden)."""
+    if isinstance(url, str):
+        return redact(url)
+    return url.render_as_string(hide_password=True)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    try:
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=30000")
+        mode = cur.execute("PRAGMA journal_mode").fetchone()
+        if mode and str(mode[0]).lower() not in ("memory",):
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cur.close()
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url`` (not yet connected). Raises DatabaseError for bad URLs."""
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+    from sqlalchemy.pool import StaticPool
+
+    parsed = parse_url(url)
+    kwargs: dict[str, Any] = {}
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database in (None, "", ":memory:"):
+            # one shared connection, or every checkout would see a fresh empty DB
+            kwargs.update(poolclass=StaticPool, connect_args={"check_same_thread": False})
+    else:
+        kwargs.update(pool_pre_ping=True)
+        if "connect_timeout" not in parsed.query:
+            # a black-holed host fails in seconds, not after the kernel's TCP timeout
+            kwargs["connect_args"] = {"connect_timeout": 10}
+    try:
+        engine = create_engine(parsed, **kwargs)
+    except NoSuchModuleError:
+        raise DatabaseError(
+            f"unknown database driver {parsed.drivername!r} in {display(parsed)!r}"
+        ) from None
+    except ImportError as exc:
+        raise DatabaseError(
+            f"the driver for {parsed.drivername!r} is not installed ({exc.name}): "
+            "pip install 'musku[postgres]'"
+        ) from None
+    except ArgumentError as exc:
+        raise DatabaseError(f"bad database URL {display(parsed)!r}: {exc}") from None
+    if parsed.get_backend_name() == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def first_line(exc: BaseException) -> str:
+    """The driver's own first line of an exception, without SQLAlchemy's decorations."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc)
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            return redact(line)
+    return type(exc).__name__
+
+
+def connect_error(engine: Engine, exc: BaseException) -> DatabaseError:
+    message = first_line(exc)
+    password = engine.url.password
+    if password:
+        message = message.replace(str(password), "***")
+    return DatabaseError(f"cannot open database {display(engine.url)}: {message}")

@@ -1,0 +1,162 @@
+"""Schema revisions: alembic run in-process with a ``Config`` built in code.
+
+The migrations ship inside the package (``musku/storage/migrations``), so an installed musku
+can create and upgrade its database without an alembic.ini. Developers add a revision with::
+
+    python -m musku.storage.migrate revision -m "what changed" --db sqlite:///tmp/dev.db
+
+(the DB must be at head; autogenerate diffs it against ``musku.storage.models``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from musku.errors import DatabaseError, SchemaOutOfDate
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+    from sqlalchemy.engine import Connection, Engine
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def alembic_config(connection: Connection | None = None, url: str | None = None) -> Config:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("path_separator", "os")
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def script_directory() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def head_revision() -> str:
+    head = script_directory().get_current_head()
+    assert head is not None, "musku ships at least one migration"
+    return head
+
+
+def known_revisions() -> set[str]:
+    return {rev.revision for rev in script_directory().walk_revisions()}
+
+
+def revision_of(connection: Connection) -> str | None:
+    """The revision a database is stamped at (None for a database without musku's schema)."""
+    from alembic.runtime.migration import MigrationContext
+
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def user_tables(connection: Connection) -> list[str]:
+    from sqlalchemy import inspect
+
+    return [t for t in inspect(connection).get_table_names() if t != "alembic_version"]
+
+
+def upgrade_hint(url_text: str | None) -> str:
+    return "run `musku db upgrade`" + (f" --db {url_text}" if url_text else "")
+
+
+def newer_message(rev: str, head: str) -> str:
+    from musku import __version__
+
+    return (
+        f"database at revision {rev}, which this musku ({__version__}, schema {head}) does not "
+        "know: it was written by a newer musku; upgrade musku to use it"
+    )
+
+
+def check(connection: Connection, url_text: str | None) -> str | None:
+    """Raise unless the database is at head. Returns the revision (None: empty database)."""
+    rev = revision_of(connection)
+    head = head_revision()
+    if rev == head:
+        return rev
+    if rev is None:
+        tables = user_tables(connection)
+        if tables:
+            raise DatabaseError(
+                f"database has tables ({', '.join(sorted(tables)[:4])}...) but no musku schema "
+                "revision: not a musku results database"
+            )
+        return None
+    if rev not in known_revisions():
+        raise SchemaOutOfDate(newer_message(rev, head))
+    raise SchemaOutOfDate(
+        f"database at revision {rev}, this musku needs {head}: {upgrade_hint(url_text)}"
+    )
+
+
+def upgrade_connection(connection: Connection, target: str = "head") -> tuple[str | None, str]:
+    """Upgrade the database behind ``connection`` (committed by the caller)."""
+    from alembic import command
+
+    before = revision_of(connection)
+    if before is not None and before not in known_revisions():
+        raise SchemaOutOfDate(newer_message(before, head_revision()))
+    if before is None and user_tables(connection):
+        raise DatabaseError("database has tables but no musku schema revision: not upgrading it")
+    command.upgrade(alembic_config(connection), target)
+    after = revision_of(connection)
+    assert after is not None
+    return before, after
+
+
+def upgrade_engine(engine: Engine, target: str = "head") -> tuple[str | None, str]:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from musku.storage.engine import connect_error
+
+    try:
+        with engine.begin() as conn:
+            return upgrade_connection(conn, target)
+    except SQLAlchemyError as exc:
+        raise connect_error(engine, exc) from None
+
+
+def _main(argv: list[str] | None = None) -> int:
+    from musku.storage.engine import make_engine
+
+    parser = argparse.ArgumentParser(prog="python -m musku.storage.migrate")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("upgrade")
+    up.add_argument("--db", required=True)
+    up.add_argument("target", nargs="?", default="head")
+    rv = sub.add_parser("revision")
+    rv.add_argument("--db", required=True)
+    rv.add_argument("-m", "--message", required=True)
+    args = parser.parse_args(argv)
+    engine = make_engine(args.db)
+    try:
+        if args.cmd == "upgrade":
+            before, after = upgrade_engine(engine, args.target)
+            print(f"{before or '(empty)'} -> {after}")
+        else:
+            from alembic import command
+
+            with engine.begin() as conn:
+                command.revision(alembic_config(conn), message=args.message, autogenerate=True)
+    except DatabaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 5
+    finally:
+        engine.dispose()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

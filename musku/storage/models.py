@@ -1,0 +1,225 @@
+"""SQLAlchemy 2 models of the results database. Only the storage layer imports this module;
+everything else sees :mod:`musku.domain` values and :mod:`musku.storage.records`.
+
+The schema is documented for analysts in ``db/README.md``; change it only together with a new
+alembic revision in ``musku/storage/migrations/versions/``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+"""JSON on SQLite, JSONB on PostgreSQL (indexable, ``->>`` works the same)."""
+
+TS = DateTime(timezone=True)
+
+EXPERIMENT_STATUSES = ("created", "running", "interrupted", "done", "failed")
+COMPARISON_STATUSES = ("running", "finished", "aborted")
+DECISIONS = ("better", "worse", "no_difference", "inconclusive", "guardrail", "aborted")
+SAMPLE_METRIC_COLUMNS = ("mips", "qps", "p99_ms", "qos_violation_rate", "power_w")
+"""Metrics with their own column in ``samples``; any other metric goes to ``samples.extra``."""
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class ExperimentRow(Base):
+    __tablename__ = "experiments"
+    __table_args__ = (CheckConstraint(_in("status", EXPERIMENT_STATUSES), name="status"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), index=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    service: Mapped[str] = mapped_column(String(100), index=True)
+    platform: Mapped[str] = mapped_column(String(100), index=True)
+    mode: Mapped[str] = mapped_column(String(20))
+    baseline: Mapped[str] = mapped_column(String(20))
+    metric: Mapped[str] = mapped_column(String(100))
+    direction: Mapped[str] = mapped_column(String(10))
+    status: Mapped[str] = mapped_column(String(20), default="created")
+    path: Mapped[str] = mapped_column(Text)
+    content: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    resolved: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    musku_version: Mapped[str] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(TS)
+    started_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+
+
+class HostRow(Base):
+    __tablename__ = "hosts"
+    __table_args__ = (UniqueConstraint("experiment_id", "idx", name="uq_hosts_experiment_idx"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), index=True
+    )
+    idx: Mapped[int] = mapped_column(SmallInteger)
+    name: Mapped[str] = mapped_column(String(255))
+    backend: Mapped[str] = mapped_column(String(100))
+    facts: Mapped[dict[str, Any]] = mapped_column(JSONType)
+
+
+class ConfigurationRow(Base):
+    __tablename__ = "configurations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(Text, unique=True)
+    core_freq: Mapped[float | None] = mapped_column(Float, nullable=True)
+    core_turbo: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    uncore_freq: Mapped[float | None] = mapped_column(Float, nullable=True)
+    uncore_turbo: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    core_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cdp: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    cdp_data_ways: Mapped[int | None] = mapped_column(SmallInteger, nullable=True)
+    cdp_code_ways: Mapped[int | None] = mapped_column(SmallInteger, nullable=True)
+    prefetch: Mapped[str | None] = mapped_column(String(50), nullable=True)
+    thp: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    shp: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class ComparisonRow(Base):
+    __tablename__ = "comparisons"
+    __table_args__ = (CheckConstraint(_in("status", COMPARISON_STATUSES), name="status"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), index=True
+    )
+    purpose: Mapped[str] = mapped_column(String(100), index=True)
+    baseline_id: Mapped[int] = mapped_column(ForeignKey("configurations.id"))
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("configurations.id"))
+    status: Mapped[str] = mapped_column(String(20), default="running")
+    started_at: Mapped[datetime] = mapped_column(TS)
+    finished_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+
+
+class SampleRow(Base):
+    """One measurement window of one host: the bulk table.
+
+    Clustered on its composite key (``WITHOUT ROWID`` on SQLite), no surrogate id, and no
+    foreign key to ``comparisons``: PostgreSQL checks a foreign key with one trigger call per
+    inserted row, which cuts COPY throughput about five-fold. The Store checks the comparison
+    before inserting and deletes samples together with their comparison."""
+
+    __tablename__ = "samples"
+    __table_args__ = (
+        CheckConstraint("role IN ('A', 'B')", name="role"),
+        {"sqlite_with_rowid": False},
+    )
+
+    comparison_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    t: Mapped[float] = mapped_column(Float)
+    role: Mapped[str] = mapped_column(String(1))
+    period: Mapped[int] = mapped_column(Integer, default=0)
+    warmup: Mapped[bool] = mapped_column(Boolean, default=False)
+    valid: Mapped[bool] = mapped_column(Boolean, default=True)
+    value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    mips: Mapped[float | None] = mapped_column(Float, nullable=True)
+    qps: Mapped[float | None] = mapped_column(Float, nullable=True)
+    p99_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    qos_violation_rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+    power_w: Mapped[float | None] = mapped_column(Float, nullable=True)
+    extra: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+
+
+class DecisionRow(Base):
+    __tablename__ = "decisions"
+    __table_args__ = (CheckConstraint(_in("decision", DECISIONS), name="decision"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    comparison_id: Mapped[int] = mapped_column(
+        ForeignKey("comparisons.id", ondelete="CASCADE"), unique=True
+    )
+    decision: Mapped[str] = mapped_column(String(20), index=True)
+    estimate: Mapped[float] = mapped_column(Float)
+    ci_low: Mapped[float] = mapped_column(Float)
+    ci_high: Mapped[float] = mapped_column(Float)
+    samples: Mapped[int] = mapped_column(Integer)
+    host_time_s: Mapped[float] = mapped_column(Float)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    method: Mapped[str] = mapped_column(String(100), default="")
+    guardrail_values: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    threading_a: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    threading_b: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    decided_at: Mapped[datetime] = mapped_column(TS)
+
+
+class SoftSkuRow(Base):
+    __tablename__ = "soft_skus"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), index=True
+    )
+    service: Mapped[str] = mapped_column(String(100), index=True)
+    platform: Mapped[str] = mapped_column(String(100), index=True)
+    configuration_id: Mapped[int] = mapped_column(ForeignKey("configurations.id"))
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class ValidationRow(Base):
+    __tablename__ = "validations"
+    __table_args__ = (
+        CheckConstraint("against IN ('production', 'stock')", name="against"),
+        UniqueConstraint("soft_sku_id", "against", name="uq_validations_sku_against"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    soft_sku_id: Mapped[int] = mapped_column(ForeignKey("soft_skus.id", ondelete="CASCADE"))
+    against: Mapped[str] = mapped_column(String(20))
+    comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id"), index=True)
+    decision_id: Mapped[int] = mapped_column(ForeignKey("decisions.id"))
+
+
+class ThreadingTableRow(Base):
+    __tablename__ = "threading_tables"
+    __table_args__ = (
+        Index("ix_threading_tables_lookup", "service", "host", "platform", "config_key"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    service: Mapped[str] = mapped_column(String(100))
+    host: Mapped[str] = mapped_column(String(255))
+    platform: Mapped[str] = mapped_column(String(100))
+    config_key: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+metadata = Base.metadata

@@ -1,0 +1,221 @@
+"""Small frozen records the :class:`~musku.storage.store.Store` returns, and the JSON forms of
+domain objects. Nothing here imports SQLAlchemy, so the CLI can use these at start-up.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from musku.domain import (
+    ComparisonResult,
+    Configuration,
+    Decision,
+    ExperimentStatus,
+    SoftSku,
+)
+
+
+class ComparisonStatus(enum.Enum):
+    """running -> finished | aborted. ``aborted`` = the decision was ABORTED, or the comparison
+    was left ``running`` by a crashed run and closed by :meth:`Store.abort_running`."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    ABORTED = "aborted"
+
+
+EXPERIMENT_TRANSITIONS: Mapping[ExperimentStatus, frozenset[ExperimentStatus]] = {
+    ExperimentStatus.CREATED: frozenset({ExperimentStatus.RUNNING}),
+    ExperimentStatus.RUNNING: frozenset(
+        {ExperimentStatus.INTERRUPTED, ExperimentStatus.DONE, ExperimentStatus.FAILED}
+    ),
+    ExperimentStatus.INTERRUPTED: frozenset({ExperimentStatus.RUNNING}),
+    ExperimentStatus.DONE: frozenset(),
+    ExperimentStatus.FAILED: frozenset(),
+}
+"""Allowed experiment status changes:
+``created -> running -> (interrupted -> running)* -> done | failed``."""
+
+
+def _ts(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def configuration_to_dict(config: Configuration) -> dict[str, Any]:
+    return dict(config.as_dict())
+
+
+def result_to_dict(result: ComparisonResult) -> dict[str, Any]:
+    """JSON form of a :class:`~musku.domain.ComparisonResult`."""
+    return {
+        "baseline": configuration_to_dict(result.baseline),
+        "candidate": configuration_to_dict(result.candidate),
+        "decision": result.decision.value,
+        "estimate": result.estimate,
+        "ci_low": result.ci_low,
+        "ci_high": result.ci_high,
+        "samples": result.samples,
+        "host_time_s": result.host_time_s,
+        "reason": result.reason,
+        "guardrail_values": dict(result.guardrail_values),
+        "threading": dict(result.threading),
+        "method": result.method,
+    }
+
+
+def result_from_dict(data: Mapping[str, Any]) -> ComparisonResult:
+    """Inverse of :func:`result_to_dict`."""
+    return ComparisonResult(
+        baseline=Configuration.of(data["baseline"]),
+        candidate=Configuration.of(data["candidate"]),
+        decision=Decision(data["decision"]),
+        estimate=float(data["estimate"]),
+        ci_low=float(data["ci_low"]),
+        ci_high=float(data["ci_high"]),
+        samples=int(data["samples"]),
+        host_time_s=float(data["host_time_s"]),
+        reason=str(data.get("reason", "")),
+        guardrail_values={str(k): float(v) for k, v in data.get("guardrail_values", {}).items()},
+        threading={str(k): str(v) for k, v in data.get("threading", {}).items()},
+        method=str(data.get("method", "")),
+    )
+
+
+def softsku_to_dict(sku: SoftSku) -> dict[str, Any]:
+    return {
+        "service": sku.service,
+        "platform": sku.platform,
+        "configuration": configuration_to_dict(sku.configuration),
+        "vs_production": result_to_dict(sku.vs_production) if sku.vs_production else None,
+        "vs_stock": result_to_dict(sku.vs_stock) if sku.vs_stock else None,
+    }
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    index: int
+    name: str
+    backend: str
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "backend": self.backend,
+            "facts": dict(self.facts),
+        }
+
+
+@dataclass(frozen=True)
+class ExperimentRecord:
+    """One row of ``experiments`` (plus its hosts)."""
+
+    id: int
+    name: str
+    description: str
+    service: str
+    platform: str
+    mode: str
+    baseline: str
+    metric: str
+    direction: str
+    status: ExperimentStatus
+    path: str
+    content: Mapping[str, Any]
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    hosts: tuple[HostRecord, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "description": self.description,
+            "service": self.service,
+            "platform": self.platform,
+            "mode": self.mode,
+            "baseline": self.baseline,
+            "metric": self.metric,
+            "direction": self.direction,
+            "status": self.status.value,
+            "path": self.path,
+            "content": dict(self.content),
+            "created_at": _ts(self.created_at),
+            "started_at": _ts(self.started_at),
+            "finished_at": _ts(self.finished_at),
+            "hosts": [h.to_dict() for h in self.hosts],
+        }
+
+
+@dataclass(frozen=True)
+class ComparisonRecord:
+    """One row of ``comparisons`` with its decision (``result``), when it has one."""
+
+    id: int
+    experiment_id: int
+    purpose: str
+    baseline: Configuration
+    candidate: Configuration
+    status: ComparisonStatus
+    started_at: datetime
+    finished_at: datetime | None
+    result: ComparisonResult | None
+    sample_count: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "experiment_id": self.experiment_id,
+            "purpose": self.purpose,
+            "baseline": configuration_to_dict(self.baseline),
+            "candidate": configuration_to_dict(self.candidate),
+            "status": self.status.value,
+            "started_at": _ts(self.started_at),
+            "finished_at": _ts(self.finished_at),
+            "result": result_to_dict(self.result) if self.result else None,
+            "sample_count": self.sample_count,
+        }
+
+
+@dataclass(frozen=True)
+class SoftSkuRecord:
+    id: int
+    experiment_id: int
+    created_at: datetime
+    sku: SoftSku
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "experiment_id": self.experiment_id,
+            "created_at": _ts(self.created_at),
+            **softsku_to_dict(self.sku),
+        }
+
+
+@dataclass(frozen=True)
+class ThreadingTableRecord:
+    id: int
+    service: str
+    host: str
+    platform: str
+    config_key: str
+    table: Mapping[str, Any]
+    created_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "service": self.service,
+            "host": self.host,
+            "platform": self.platform,
+            "config_key": self.config_key,
+            "table": dict(self.table),
+            "created_at": _ts(self.created_at),
+        }

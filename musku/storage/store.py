@@ -1,0 +1,845 @@
+"""The results store: everything the sweep, the CLI and the threading auto-tuner write and read.
+
+Every method takes and returns :mod:`musku.domain` values or the frozen records of
+:mod:`musku.storage.records`; SQLAlchemy rows never leave this module. Every database failure
+becomes a one-line :class:`~musku.errors.DatabaseError`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from musku import __version__
+from musku.domain import ComparisonResult, Configuration, ExperimentStatus, SoftSku
+from musku.errors import DatabaseError
+from musku.storage import convert
+from musku.storage.engine import connect_error, display, first_line, make_engine
+from musku.storage.migrate import check, upgrade_connection
+from musku.storage.models import (
+    ComparisonRow,
+    ConfigurationRow,
+    DecisionRow,
+    ExperimentRow,
+    HostRow,
+    SampleRow,
+    SoftSkuRow,
+    ThreadingTableRow,
+    ValidationRow,
+)
+from musku.storage.records import (
+    EXPERIMENT_TRANSITIONS,
+    ComparisonRecord,
+    ComparisonStatus,
+    ExperimentRecord,
+    HostRecord,
+    SoftSkuRecord,
+    ThreadingTableRecord,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from musku.experiment import Experiment
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+_PG_SAMPLE_TYPES = [
+    "int4",  # comparison_id
+    "int4",  # seq
+    "int2",  # host
+    "float8",  # t
+    "varchar",  # role
+    "int4",  # period
+    "bool",  # warmup
+    "bool",  # valid
+    "float8",  # value
+    "float8",  # mips
+    "float8",  # qps
+    "float8",  # p99_ms
+    "float8",  # qos_violation_rate
+    "float8",  # power_w
+    "jsonb",  # extra
+]
+"""Binary COPY types of :data:`musku.storage.convert.SAMPLE_COLUMNS`, in order."""
+
+
+class InvalidTransition(DatabaseError):
+    """A status change the documented life cycle does not allow."""
+
+
+def _guard(method: Callable[P, R]) -> Callable[P, R]:
+    """SQLAlchemy errors -> one-line DatabaseError naming the operation."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except IntegrityError as exc:
+            raise DatabaseError(
+                f"{method.__name__}: rejected by the database: {first_line(exc)}"
+            ) from None
+        except SQLAlchemyError as exc:
+            raise DatabaseError(f"{method.__name__}: {first_line(exc)}") from None
+
+    return wrapper
+
+
+def open_store(url: str | None = None, *, create: bool = True) -> Store:
+    """Open the results database at ``url`` (default: :func:`musku.storage.default_url`).
+
+    A new, empty database is created at the newest schema when ``create``; a database at an
+    older (or newer) schema revision raises :class:`~musku.errors.SchemaOutOfDate`."""
+    from musku.storage import default_url
+
+    explicit = url is not None
+    url = url if url is not None else default_url()
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            rev = check(conn, display(engine.url) if explicit else None)
+            if rev is None:
+                if not create:
+                    raise DatabaseError(
+                        f"no musku database at {display(engine.url)}: run `musku db upgrade`"
+                        " to create one"
+                    )
+                upgrade_connection(conn)
+    except DatabaseError:
+        engine.dispose()
+        raise
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        raise connect_error(engine, exc) from None
+    return Store(engine)
+
+
+class Store:
+    """Results of experiments. Create with :func:`open_store`; ``close()`` when done (or use
+    it as a context manager). One Store may be used from one thread at a time."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._config_ids: dict[str, int] = {}
+        self._cmp_meta: dict[int, tuple[str, dict[str, int]]] = {}
+
+    @property
+    def url(self) -> str:
+        return display(self.engine.url)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _session(self) -> Session:
+        return self._sessions()
+
+    def _config_id(self, session: Session, config: Configuration) -> int:
+        key = config.key()
+        cached = self._config_ids.get(key)
+        if cached is not None:
+            return cached
+        found = session.scalar(select(ConfigurationRow.id).where(ConfigurationRow.key == key))
+        if found is None:
+            try:
+                with session.begin_nested():
+                    row = ConfigurationRow(**convert.configuration_columns(config))
+                    session.add(row)
+                    session.flush()
+                    found = row.id
+            except IntegrityError:  # another writer inserted it meanwhile
+                found = session.scalar(
+                    select(ConfigurationRow.id).where(ConfigurationRow.key == key)
+                )
+                if found is None:
+                    raise
+            return found  # cached once committed and looked up again, not before
+        self._config_ids[key] = found
+        return found
+
+    def _experiment(self, session: Session, exp_id: int) -> ExperimentRow:
+        row = session.get(ExperimentRow, exp_id)
+        if row is None:
+            raise DatabaseError(f"no experiment with id {exp_id}")
+        return row
+
+    def _comparison(self, session: Session, cmp_id: int) -> ComparisonRow:
+        row = session.get(ComparisonRow, cmp_id)
+        if row is None:
+            raise DatabaseError(f"no comparison with id {cmp_id}")
+        return row
+
+    def _experiment_record(self, session: Session, row: ExperimentRow) -> ExperimentRecord:
+        hosts = session.scalars(
+            select(HostRow).where(HostRow.experiment_id == row.id).order_by(HostRow.idx)
+        ).all()
+        created = convert.aware(row.created_at)
+        assert created is not None
+        return ExperimentRecord(
+            id=row.id,
+            name=row.name,
+            description=row.description,
+            service=row.service,
+            platform=row.platform,
+            mode=row.mode,
+            baseline=row.baseline,
+            metric=row.metric,
+            direction=row.direction,
+            status=ExperimentStatus(row.status),
+            path=row.path,
+            content=row.content,
+            created_at=created,
+            started_at=convert.aware(row.started_at),
+            finished_at=convert.aware(row.finished_at),
+            hosts=tuple(
+                HostRecord(index=h.idx, name=h.name, backend=h.backend, facts=h.facts)
+                for h in hosts
+            ),
+        )
+
+    # ------------------------------------------------------------------ experiments
+
+    @_guard
+    def create_experiment(self, experiment: Experiment) -> int:
+        """Record a new experiment (status ``created``); returns its id."""
+        resolved = {
+            "space": {k: list(v) for k, v in experiment.space.items()},
+            "stock": experiment.stock.as_dict(),
+            "production": experiment.production.as_dict(),
+            "guardrails": [
+                {"metric": g.metric, "op": g.op, "limit": g.limit}
+                for g in experiment.spec.guardrails
+            ],
+            "statistics": {
+                "confidence": experiment.stats.confidence,
+                "min_effect": experiment.stats.min_effect,
+                "warmup_s": experiment.stats.warmup_s,
+                "sample_interval_s": experiment.stats.sample_interval_s,
+                "sample_cap": experiment.stats.sample_cap,
+                "seed": experiment.stats.seed,
+            },
+            "reboot_knobs": sorted(experiment.spec.reboot_knobs),
+            "search_rounds": experiment.search_rounds,
+            "hosts": {"backend": experiment.hosts.backend, **dict(experiment.hosts.options)},
+            "service_knobs": list(experiment.service.knobs),
+        }
+        with self._session() as s, s.begin():
+            row = ExperimentRow(
+                name=experiment.name,
+                description=experiment.description,
+                service=experiment.service.name,
+                platform=experiment.platform.name,
+                mode=experiment.mode.value,
+                baseline=experiment.baseline,
+                metric=experiment.spec.metric,
+                direction=experiment.spec.direction.value,
+                status=ExperimentStatus.CREATED.value,
+                path=str(experiment.path),
+                content=convert.jsonable(dict(experiment.raw)),
+                resolved=convert.jsonable(resolved),
+                musku_version=__version__,
+                created_at=convert.now(),
+            )
+            s.add(row)
+            s.flush()
+            return row.id
+
+    @_guard
+    def find_experiment(self, name_or_id: str | int) -> ExperimentRecord | None:
+        """The latest experiment of that name, else the experiment with that id."""
+        with self._session() as s:
+            row = None
+            if isinstance(name_or_id, str):
+                row = s.scalars(
+                    select(ExperimentRow)
+                    .where(ExperimentRow.name == name_or_id)
+                    .order_by(ExperimentRow.id.desc())
+                    .limit(1)
+                ).first()
+            if row is None:
+                try:
+                    ident = int(name_or_id)
+                except ValueError:
+                    return None
+                row = s.get(ExperimentRow, ident)
+            return self._experiment_record(s, row) if row is not None else None
+
+    @_guard
+    def experiment(self, exp_id: int) -> ExperimentRecord:
+        with self._session() as s:
+            return self._experiment_record(s, self._experiment(s, exp_id))
+
+    @_guard
+    def experiments(self) -> list[ExperimentRecord]:
+        with self._session() as s:
+            rows = s.scalars(select(ExperimentRow).order_by(ExperimentRow.id)).all()
+            return [self._experiment_record(s, r) for r in rows]
+
+    @_guard
+    def delete_experiment(self, exp_id: int) -> None:
+        """Delete an experiment with its hosts, comparisons, samples, decisions and soft SKUs.
+        Configurations stay (they are shared)."""
+        from sqlalchemy import delete
+
+        with self._session() as s, s.begin():
+            self._experiment(s, exp_id)
+            cmp_ids = select(ComparisonRow.id).where(ComparisonRow.experiment_id == exp_id)
+            s.execute(delete(SampleRow).where(SampleRow.comparison_id.in_(cmp_ids)))
+            sku_ids = select(SoftSkuRow.id).where(SoftSkuRow.experiment_id == exp_id)
+            s.execute(delete(ValidationRow).where(ValidationRow.soft_sku_id.in_(sku_ids)))
+            s.execute(delete(SoftSkuRow).where(SoftSkuRow.experiment_id == exp_id))
+            s.execute(delete(DecisionRow).where(DecisionRow.comparison_id.in_(cmp_ids)))
+            s.execute(delete(ComparisonRow).where(ComparisonRow.experiment_id == exp_id))
+            s.execute(delete(HostRow).where(HostRow.experiment_id == exp_id))
+            s.execute(delete(ExperimentRow).where(ExperimentRow.id == exp_id))
+        self._cmp_meta.clear()
+
+    @_guard
+    def set_status(self, exp_id: int, status: ExperimentStatus) -> None:
+        """Move an experiment along ``created -> running -> (interrupted -> running)* ->
+        done | failed``; any other change raises :class:`InvalidTransition`."""
+        with self._session() as s, s.begin():
+            row = s.scalars(
+                select(ExperimentRow).where(ExperimentRow.id == exp_id).with_for_update()
+            ).first()
+            if row is None:
+                raise DatabaseError(f"no experiment with id {exp_id}")
+            current = ExperimentStatus(row.status)
+            allowed = EXPERIMENT_TRANSITIONS[current]
+            if status not in allowed:
+                choices = ", ".join(sorted(a.value for a in allowed)) or "none: it is final"
+                raise InvalidTransition(
+                    f"experiment {exp_id} ({row.name}) is {current.value}; it cannot become "
+                    f"{status.value} (allowed: {choices})"
+                )
+            row.status = status.value
+            stamp = convert.now()
+            if status is ExperimentStatus.RUNNING and row.started_at is None:
+                row.started_at = stamp
+            if status in (ExperimentStatus.DONE, ExperimentStatus.FAILED):
+                row.finished_at = stamp
+
+    @_guard
+    def resume(self, exp_id: int) -> int:
+        """Continue an experiment for ``--resume``: ``interrupted -> running``, or, for one a
+        crashed run left ``running``, ``running -> interrupted -> running``; comparisons that
+        run left ``running`` become ``aborted``. Returns how many were aborted. A done or
+        failed experiment is final (:class:`InvalidTransition`): start a new run instead."""
+        rec = self.experiment(exp_id)
+        if rec.status is ExperimentStatus.RUNNING:
+            self.set_status(exp_id, ExperimentStatus.INTERRUPTED)
+        elif rec.status is not ExperimentStatus.INTERRUPTED:
+            raise InvalidTransition(
+                f"experiment {exp_id} ({rec.name}) is {rec.status.value}: only an interrupted "
+                "(or crashed) run can be resumed; start a new run instead"
+            )
+        aborted = self.abort_running(exp_id)
+        self.set_status(exp_id, ExperimentStatus.RUNNING)
+        return aborted
+
+    @_guard
+    def add_hosts(self, exp_id: int, describe: Mapping[str, Any]) -> None:
+        """Record the pair's hosts from ``HostPair.describe()``: ``{"hosts": [name | {name,
+        ...facts}], "backend": ..., other shared facts}``. Calling it again (on resume)
+        updates the rows by host index."""
+        hosts = describe.get("hosts", [])
+        if not isinstance(hosts, Sequence) or isinstance(hosts, str):
+            raise DatabaseError("add_hosts: describe()['hosts'] must be a list")
+        shared = {k: v for k, v in describe.items() if k not in ("hosts", "backend")}
+        with self._session() as s, s.begin():
+            exp = self._experiment(s, exp_id)
+            default_backend = str(
+                describe.get("backend") or exp.resolved.get("hosts", {}).get("backend", "")
+            )
+            existing = {
+                h.idx: h for h in s.scalars(select(HostRow).where(HostRow.experiment_id == exp_id))
+            }
+            for i, h in enumerate(hosts):
+                if isinstance(h, Mapping):
+                    name = str(h.get("name", f"host{i}"))
+                    backend = str(h.get("backend", default_backend))
+                    facts = {
+                        **shared,
+                        **{k: v for k, v in h.items() if k not in ("name", "backend")},
+                    }
+                else:
+                    name, backend, facts = str(h), default_backend, dict(shared)
+                facts = convert.jsonable(facts)
+                row = existing.get(i)
+                if row is None:
+                    s.add(
+                        HostRow(
+                            experiment_id=exp_id, idx=i, name=name, backend=backend, facts=facts
+                        )
+                    )
+                else:
+                    row.name, row.backend, row.facts = name, backend, facts
+        self._cmp_meta.clear()
+
+    # ------------------------------------------------------------------ comparisons
+
+    @_guard
+    def start_comparison(
+        self, exp_id: int, purpose: str, baseline: Configuration, candidate: Configuration
+    ) -> int:
+        """A new ``running`` comparison; ``purpose`` is e.g. 'knob:cdp', 'exhaustive',
+        'search', 'validate:production', 'validate:stock'."""
+        with self._session() as s, s.begin():
+            self._experiment(s, exp_id)
+            row = ComparisonRow(
+                experiment_id=exp_id,
+                purpose=purpose,
+                baseline_id=self._config_id(s, baseline),
+                candidate_id=self._config_id(s, candidate),
+                status=ComparisonStatus.RUNNING.value,
+                started_at=convert.now(),
+            )
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def _meta(self, cmp_id: int) -> tuple[str, dict[str, int]]:
+        meta = self._cmp_meta.get(cmp_id)
+        if meta is None:
+            with self._session() as s:
+                cmp = self._comparison(s, cmp_id)
+                if cmp.status != ComparisonStatus.RUNNING.value:
+                    raise DatabaseError(f"comparison {cmp_id} is {cmp.status}; it takes no samples")
+                exp = self._experiment(s, cmp.experiment_id)
+                hosts = {
+                    h.name: h.idx
+                    for h in s.scalars(select(HostRow).where(HostRow.experiment_id == exp.id))
+                }
+                meta = (exp.metric, hosts)
+            self._cmp_meta[cmp_id] = meta
+        return meta
+
+    @_guard
+    def add_samples(self, cmp_id: int, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Bulk-insert measurement windows: ``{seq, t, host, role, period, warmup, valid,
+        metrics: {name: value}}`` each (host = index in the pair, or its name). Uses COPY on
+        PostgreSQL and one executemany on SQLite. Returns the number of rows stored."""
+        if not rows:
+            return 0
+        metric, hosts = self._meta(cmp_id)
+        cols = ", ".join(convert.SAMPLE_COLUMNS)
+        with self.engine.begin() as conn:
+            if self.dialect == "postgresql":
+                from psycopg.types.json import Jsonb
+
+                tuples = convert.sample_tuples(cmp_id, metric, rows, hosts, Jsonb)
+                raw = conn.connection.driver_connection
+                assert raw is not None
+                import psycopg
+
+                try:
+                    with (
+                        raw.cursor() as cur,
+                        cur.copy(f"COPY samples ({cols}) FROM STDIN (FORMAT BINARY)") as copy,
+                    ):
+                        copy.set_types(_PG_SAMPLE_TYPES)
+                        write = copy.write_row
+                        for t in tuples:
+                            write(t)
+                except psycopg.Error as exc:
+                    conn.rollback()
+                    raise DatabaseError(f"add_samples: {first_line(exc)}") from None
+            else:
+                tuples = convert.sample_tuples(cmp_id, metric, rows, hosts)
+                marks = ", ".join("?" for _ in convert.SAMPLE_COLUMNS)
+                conn.exec_driver_sql(f"INSERT INTO samples ({cols}) VALUES ({marks})", tuples)
+        return len(tuples)
+
+    @_guard
+    def samples(self, cmp_id: int) -> list[dict[str, Any]]:
+        """A comparison's samples in ``(host, seq)`` order, shaped like ``add_samples`` rows
+        (plus ``value``, the experiment's primary metric)."""
+        with self.engine.connect() as conn:
+            result = conn.execute(
+                select(SampleRow.__table__)
+                .where(SampleRow.comparison_id == cmp_id)
+                .order_by(SampleRow.host, SampleRow.seq)
+            )
+            return [convert.sample_dict(r) for r in result.mappings()]
+
+    @_guard
+    def finish_comparison(self, cmp_id: int, result: ComparisonResult) -> None:
+        """Record the decision; the comparison becomes ``finished`` (``aborted`` when the
+        decision is ABORTED)."""
+        with self._session() as s, s.begin():
+            cmp = s.scalars(
+                select(ComparisonRow).where(ComparisonRow.id == cmp_id).with_for_update()
+            ).first()
+            if cmp is None:
+                raise DatabaseError(f"no comparison with id {cmp_id}")
+            if cmp.status != ComparisonStatus.RUNNING.value:
+                raise InvalidTransition(f"comparison {cmp_id} is already {cmp.status}")
+            keys = {
+                r.id: r.key
+                for r in s.scalars(
+                    select(ConfigurationRow).where(
+                        ConfigurationRow.id.in_((cmp.baseline_id, cmp.candidate_id))
+                    )
+                )
+            }
+            if (keys[cmp.baseline_id], keys[cmp.candidate_id]) != (
+                result.baseline.key(),
+                result.candidate.key(),
+            ):
+                raise DatabaseError(
+                    f"finish_comparison: comparison {cmp_id} compares {keys[cmp.baseline_id]} "
+                    f"with {keys[cmp.candidate_id]}, the result {result.baseline.key()} with "
+                    f"{result.candidate.key()}"
+                )
+            stamp = convert.now()
+            s.add(
+                DecisionRow(
+                    comparison_id=cmp_id, decided_at=stamp, **convert.decision_columns(result)
+                )
+            )
+            cmp.status = (
+                ComparisonStatus.FINISHED.value
+                if result.decision.final
+                else ComparisonStatus.ABORTED.value
+            )
+            cmp.finished_at = stamp
+        self._cmp_meta.pop(cmp_id, None)
+
+    @_guard
+    def abort_running(self, exp_id: int) -> int:
+        """Mark comparisons a crashed run left ``running`` as ``aborted`` (call on resume).
+        Returns how many."""
+        with self._session() as s, s.begin():
+            res = s.execute(
+                update(ComparisonRow)
+                .where(
+                    ComparisonRow.experiment_id == exp_id,
+                    ComparisonRow.status == ComparisonStatus.RUNNING.value,
+                )
+                .values(status=ComparisonStatus.ABORTED.value, finished_at=convert.now())
+            )
+            count = int(getattr(res, "rowcount", 0) or 0)
+        self._cmp_meta.clear()
+        return count
+
+    def _comparison_records(
+        self, s: Session, exp_id: int, *, finished_only: bool
+    ) -> list[ComparisonRecord]:
+        q = (
+            select(ComparisonRow, DecisionRow)
+            .outerjoin(DecisionRow, DecisionRow.comparison_id == ComparisonRow.id)
+            .where(ComparisonRow.experiment_id == exp_id)
+            .order_by(ComparisonRow.id)
+        )
+        if finished_only:
+            q = q.where(ComparisonRow.status == ComparisonStatus.FINISHED.value)
+        pairs = s.execute(q).all()
+        ids = {c.baseline_id for c, _ in pairs} | {c.candidate_id for c, _ in pairs}
+        configs = {
+            r.id: convert.configuration_from_row(r)
+            for r in s.scalars(select(ConfigurationRow).where(ConfigurationRow.id.in_(ids)))
+        }
+        counts: dict[int, int] = {}
+        if not finished_only and pairs:
+            counts = {
+                int(cid): int(n)
+                for cid, n in s.execute(
+                    select(SampleRow.comparison_id, func.count())
+                    .where(SampleRow.comparison_id.in_([c.id for c, _ in pairs]))
+                    .group_by(SampleRow.comparison_id)
+                ).all()
+            }
+        out = []
+        for cmp, dec in pairs:
+            base, cand = configs[cmp.baseline_id], configs[cmp.candidate_id]
+            started = convert.aware(cmp.started_at)
+            assert started is not None
+            out.append(
+                ComparisonRecord(
+                    id=cmp.id,
+                    experiment_id=cmp.experiment_id,
+                    purpose=cmp.purpose,
+                    baseline=base,
+                    candidate=cand,
+                    status=ComparisonStatus(cmp.status),
+                    started_at=started,
+                    finished_at=convert.aware(cmp.finished_at),
+                    result=convert.result_from_rows(base, cand, dec) if dec is not None else None,
+                    sample_count=counts.get(cmp.id, 0),
+                )
+            )
+        return out
+
+    @_guard
+    def comparisons(self, exp_id: int) -> list[ComparisonRecord]:
+        """Every comparison of an experiment, oldest first, with decisions and sample counts."""
+        with self._session() as s:
+            self._experiment(s, exp_id)
+            return self._comparison_records(s, exp_id, finished_only=False)
+
+    @_guard
+    def completed(self, exp_id: int) -> list[tuple[str, ComparisonResult]]:
+        """(purpose, result) of every finished, non-aborted comparison, oldest first: what a
+        resumed sweep does not need to measure again."""
+        with self._session() as s:
+            self._experiment(s, exp_id)
+            recs = self._comparison_records(s, exp_id, finished_only=True)
+            return [(r.purpose, r.result) for r in recs if r.result is not None]
+
+    # ------------------------------------------------------------------ soft SKUs
+
+    def _validation_ids(
+        self, s: Session, exp_id: int, against: str, result: ComparisonResult
+    ) -> tuple[int, int]:
+        """(comparison id, decision id) of the validation comparison that produced
+        ``result``; recorded now if the sweep did not store it as a comparison."""
+        base_id = self._config_id(s, result.baseline)
+        cand_id = self._config_id(s, result.candidate)
+        # the comparison that measured it: same configurations and decision, preferably of
+        # purpose validate:<against> (when stock == production one comparison serves both)
+        candidates = s.execute(
+            select(ComparisonRow.id, DecisionRow.id, ComparisonRow.purpose, DecisionRow.estimate)
+            .join(DecisionRow, DecisionRow.comparison_id == ComparisonRow.id)
+            .where(
+                ComparisonRow.experiment_id == exp_id,
+                ComparisonRow.baseline_id == base_id,
+                ComparisonRow.candidate_id == cand_id,
+                ComparisonRow.status == ComparisonStatus.FINISHED.value,
+                DecisionRow.decision == result.decision.value,
+            )
+            .order_by(ComparisonRow.id.desc())
+        ).all()
+        matching = [c for c in candidates if c[3] == result.estimate]
+        matching.sort(key=lambda c: c[2] != f"validate:{against}")  # stable: newest first
+        found = matching[0] if matching else None
+        if found is not None:
+            return int(found[0]), int(found[1])
+        stamp = convert.now()
+        cmp = ComparisonRow(
+            experiment_id=exp_id,
+            purpose=f"validate:{against}",
+            baseline_id=base_id,
+            candidate_id=cand_id,
+            status=(
+                ComparisonStatus.FINISHED.value
+                if result.decision.final
+                else ComparisonStatus.ABORTED.value
+            ),
+            started_at=stamp,
+            finished_at=stamp,
+        )
+        s.add(cmp)
+        s.flush()
+        dec = DecisionRow(
+            comparison_id=cmp.id, decided_at=stamp, **convert.decision_columns(result)
+        )
+        s.add(dec)
+        s.flush()
+        return cmp.id, dec.id
+
+    @_guard
+    def save_softsku(self, exp_id: int, sku: SoftSku) -> int:
+        """Store a composed soft SKU with its validations; returns its id."""
+        with self._session() as s, s.begin():
+            self._experiment(s, exp_id)
+            row = SoftSkuRow(
+                experiment_id=exp_id,
+                service=sku.service,
+                platform=sku.platform,
+                configuration_id=self._config_id(s, sku.configuration),
+                created_at=convert.now(),
+            )
+            s.add(row)
+            s.flush()
+            for against, result in (("production", sku.vs_production), ("stock", sku.vs_stock)):
+                if result is None:
+                    continue
+                cmp_id, dec_id = self._validation_ids(s, exp_id, against, result)
+                s.add(
+                    ValidationRow(
+                        soft_sku_id=row.id,
+                        against=against,
+                        comparison_id=cmp_id,
+                        decision_id=dec_id,
+                    )
+                )
+            return row.id
+
+    def _softsku_records(self, s: Session, rows: Sequence[SoftSkuRow]) -> list[SoftSkuRecord]:
+        if not rows:
+            return []
+        sku_ids = [r.id for r in rows]
+        vals = s.execute(
+            select(ValidationRow, DecisionRow, ComparisonRow)
+            .join(DecisionRow, DecisionRow.id == ValidationRow.decision_id)
+            .join(ComparisonRow, ComparisonRow.id == ValidationRow.comparison_id)
+            .where(ValidationRow.soft_sku_id.in_(sku_ids))
+        ).all()
+        config_ids = {r.configuration_id for r in rows}
+        for _, _, cmp_row in vals:
+            config_ids |= {cmp_row.baseline_id, cmp_row.candidate_id}
+        configs = {
+            r.id: convert.configuration_from_row(r)
+            for r in s.scalars(select(ConfigurationRow).where(ConfigurationRow.id.in_(config_ids)))
+        }
+        by_sku: dict[int, dict[str, ComparisonResult]] = {}
+        for val, dec, cmp in vals:
+            by_sku.setdefault(val.soft_sku_id, {})[val.against] = convert.result_from_rows(
+                configs[cmp.baseline_id], configs[cmp.candidate_id], dec
+            )
+        out = []
+        for r in rows:
+            v = by_sku.get(r.id, {})
+            created = convert.aware(r.created_at)
+            assert created is not None
+            out.append(
+                SoftSkuRecord(
+                    id=r.id,
+                    experiment_id=r.experiment_id,
+                    created_at=created,
+                    sku=SoftSku(
+                        service=r.service,
+                        platform=r.platform,
+                        configuration=configs[r.configuration_id],
+                        vs_production=v.get("production"),
+                        vs_stock=v.get("stock"),
+                    ),
+                )
+            )
+        return out
+
+    @_guard
+    def softskus(
+        self, service: str | None = None, platform: str | None = None
+    ) -> list[SoftSkuRecord]:
+        """Soft SKUs, oldest first, optionally of one service and/or platform."""
+        q = select(SoftSkuRow).order_by(SoftSkuRow.id)
+        if service is not None:
+            q = q.where(SoftSkuRow.service == service)
+        if platform is not None:
+            q = q.where(SoftSkuRow.platform == platform)
+        with self._session() as s:
+            return self._softsku_records(s, s.scalars(q).all())
+
+    @_guard
+    def softsku(self, sku_id: int) -> SoftSkuRecord | None:
+        with self._session() as s:
+            row = s.get(SoftSkuRow, sku_id)
+            return self._softsku_records(s, [row])[0] if row is not None else None
+
+    # ------------------------------------------------------------------ threading tables
+
+    @_guard
+    def save_threading_table(
+        self,
+        service: str,
+        host: str,
+        platform: str,
+        config_key: str | Configuration,
+        table: Mapping[str, Any],
+    ) -> int:
+        """Store a threading table trained by ``musku.tune``; the newest one wins on lookup."""
+        key = config_key.key() if isinstance(config_key, Configuration) else config_key
+        with self._session() as s, s.begin():
+            row = ThreadingTableRow(
+                service=service,
+                host=host,
+                platform=platform,
+                config_key=key,
+                data=convert.jsonable(dict(table)),
+                created_at=convert.now(),
+            )
+            s.add(row)
+            s.flush()
+            return row.id
+
+    @_guard
+    def threading_table(
+        self, service: str, host: str, platform: str, config_key: str | Configuration
+    ) -> dict[str, Any] | None:
+        """The newest threading table for exactly this service, host, platform and
+        configuration; None if none was trained."""
+        key = config_key.key() if isinstance(config_key, Configuration) else config_key
+        with self._session() as s:
+            row = s.scalars(
+                select(ThreadingTableRow)
+                .where(
+                    ThreadingTableRow.service == service,
+                    ThreadingTableRow.host == host,
+                    ThreadingTableRow.platform == platform,
+                    ThreadingTableRow.config_key == key,
+                )
+                .order_by(ThreadingTableRow.id.desc())
+                .limit(1)
+            ).first()
+            return dict(row.data) if row is not None else None
+
+    @_guard
+    def threading_tables(
+        self, service: str | None = None, platform: str | None = None
+    ) -> list[ThreadingTableRecord]:
+        q = select(ThreadingTableRow).order_by(ThreadingTableRow.id)
+        if service is not None:
+            q = q.where(ThreadingTableRow.service == service)
+        if platform is not None:
+            q = q.where(ThreadingTableRow.platform == platform)
+        with self._session() as s:
+            out = []
+            for r in s.scalars(q):
+                created = convert.aware(r.created_at)
+                assert created is not None
+                out.append(
+                    ThreadingTableRecord(
+                        id=r.id,
+                        service=r.service,
+                        host=r.host,
+                        platform=r.platform,
+                        config_key=r.config_key,
+                        table=r.data,
+                        created_at=created,
+                    )
+                )
+            return out
+
+
+def upgrade(url: str | None = None) -> tuple[str | None, str]:
+    """Create or upgrade the database at ``url`` to the newest schema: (from, to)."""
+    from musku.storage import default_url
+    from musku.storage.migrate import upgrade_engine
+
+    engine = make_engine(url if url is not None else default_url())
+    try:
+        return upgrade_engine(engine)
+    finally:
+        engine.dispose()
+
+
+def current_revision(url: str | None = None) -> str | None:
+    """The schema revision of the database at ``url`` (None: no musku schema there)."""
+    from musku.storage import default_url
+    from musku.storage.migrate import revision_of
+
+    engine = make_engine(url if url is not None else default_url())
+    try:
+        with engine.connect() as conn:
+            return revision_of(conn)
+    except SQLAlchemyError as exc:
+        raise connect_error(engine, exc) from None
+    finally:
+        engine.dispose()

@@ -1,0 +1,205 @@
+"""The sweep runner: runs comparisons for a strategy, records them, resumes, composes the soft SKU.
+
+The runner knows nothing of the host backend: it drives a :class:`~musku.hosts.base.HostPair`
+through :func:`musku.abtest.run_comparison`. Every finished comparison is stored as it ends, so
+an interrupted sweep keeps what it measured; on ``--resume`` a comparison already finished
+(same purpose, baseline and candidate) is answered from the database instead of re-measured,
+and since strategies are deterministic functions of those answers, the sweep continues where
+it stopped.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from musku.domain import (
+    ComparisonResult,
+    Configuration,
+    Decision,
+    SoftSku,
+)
+from musku.errors import Interrupted
+from musku.experiment import Experiment
+from musku.hosts.base import HostPair
+
+
+class Progress(Protocol):
+    """What the runner reports to (the CLI's live display, or nothing)."""
+
+    def comparison_started(self, purpose: str, baseline: Configuration, candidate: Configuration) -> None: ...
+
+    def comparison_progress(self, info: Any) -> None: ...
+
+    def comparison_finished(self, purpose: str, result: ComparisonResult, cached: bool) -> None: ...
+
+    def message(self, text: str) -> None: ...
+
+
+class NullProgress:
+    def comparison_started(self, purpose: str, baseline: Configuration, candidate: Configuration) -> None:
+        pass
+
+    def comparison_progress(self, info: Any) -> None:
+        pass
+
+    def comparison_finished(self, purpose: str, result: ComparisonResult, cached: bool) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        pass
+
+
+@dataclass
+class KnobOutcome:
+    """What a sweep concluded about one knob."""
+
+    knob: str
+    baseline_value: object
+    best_value: object
+    results: list[ComparisonResult] = field(default_factory=list)
+    pruned: list[object] = field(default_factory=list)  # settings that broke a guardrail
+
+
+@dataclass
+class SweepReport:
+    experiment: str
+    mode: str
+    baseline: Configuration
+    best: Configuration
+    knobs: list[KnobOutcome]
+    sku: SoftSku | None
+    comparisons: int
+    measured: int  # comparisons actually measured in this run (not answered from a resume)
+    host_time_s: float  # host time of all comparisons (incl. resumed ones)
+    experiment_id: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        from musku.sweep.report import report_dict
+
+        return report_dict(self)
+
+
+class Runner:
+    """Runs comparisons on one pair for one experiment, with storage and resume."""
+
+    def __init__(
+        self,
+        experiment: Experiment,
+        pair: HostPair,
+        *,
+        store: Any | None = None,
+        experiment_id: int | None = None,
+        progress: Progress | None = None,
+        stop: threading.Event | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.experiment = experiment
+        self.pair = pair
+        self.store = store
+        self.experiment_id = experiment_id
+        self.progress = progress or NullProgress()
+        self.stop = stop or threading.Event()
+        self.seed = experiment.stats.seed if seed is None else seed
+        self._cache: dict[tuple[str, str, str], ComparisonResult] = {}
+        self.results: list[tuple[str, ComparisonResult]] = []
+        self.measured = 0
+        self._counter = 0
+        if store is not None and experiment_id is not None:
+            for purpose, result in store.completed(experiment_id):
+                key = (purpose, result.baseline.key(), result.candidate.key())
+                self._cache[key] = result
+
+    # ------------------------------------------------------------------ comparisons
+    def compare(self, purpose: str, baseline: Configuration, candidate: Configuration) -> ComparisonResult:
+        """One A/B comparison (or its stored answer on resume). Raises Interrupted on Ctrl-C."""
+        from musku.abtest import run_comparison
+
+        if self.stop.is_set():
+            raise Interrupted("stopped before finishing")
+        self._counter += 1
+        key = (purpose, baseline.key(), candidate.key())
+        cached = self._cache.get(key)
+        if cached is not None:
+            self.results.append((purpose, cached))
+            self.progress.comparison_finished(purpose, cached, True)
+            return cached
+        self.progress.comparison_started(purpose, baseline, candidate)
+        cmp_id = None
+        on_window: Callable[[list[dict[str, Any]]], None] | None = None
+        if self.store is not None and self.experiment_id is not None:
+            cmp_id = self.store.start_comparison(self.experiment_id, purpose, baseline, candidate)
+            store, cid = self.store, cmp_id
+
+            def on_window(rows: list[dict[str, Any]]) -> None:
+                store.add_samples(cid, rows)
+
+        result = run_comparison(
+            self.pair,
+            baseline,
+            candidate,
+            self.experiment.spec,
+            on_window=on_window,
+            on_progress=self.progress.comparison_progress,
+            should_stop=self.stop.is_set,
+            seed=self.seed * 100_003 + self._counter,
+        )
+        if self.store is not None and cmp_id is not None:
+            self.store.finish_comparison(cmp_id, result)
+        if result.decision is Decision.ABORTED:
+            raise Interrupted(f"stopped during {purpose} ({result.samples} samples kept)")
+        self.measured += 1
+        self.results.append((purpose, result))
+        self._cache[key] = result
+        self.progress.comparison_finished(purpose, result, False)
+        return result
+
+    # ------------------------------------------------------------------ choosing
+    def choose(
+        self,
+        purpose: str,
+        incumbent: Configuration,
+        results: Sequence[ComparisonResult],
+    ) -> Configuration:
+        """The best configuration among ``incumbent`` and the candidates compared against it.
+
+        Only candidates significantly better than the incumbent qualify. When several do
+        and their intervals overlap, the leader meets the closest challengers head to head
+        (a short tournament), so noise in the point estimates does not pick a neighbour of
+        the true best.
+        """
+        better = [r for r in results if r.decision is Decision.BETTER]
+        if not better:
+            return incumbent
+        better.sort(key=lambda r: r.estimate, reverse=True)
+        champion = better[0]
+        for challenger in better[1:4]:
+            if challenger.ci_high < champion.ci_low:
+                break  # clearly behind: so is everyone after it
+            duel = self.compare(f"{purpose}:runoff", champion.candidate, challenger.candidate)
+            if duel.decision is Decision.BETTER:
+                champion = challenger
+        return champion.candidate
+
+    def host_time(self) -> float:
+        return sum(r.host_time_s for _, r in self.results)
+
+    # ------------------------------------------------------------------ soft SKU
+    def generate_softsku(self, sku_config: Configuration) -> SoftSku:
+        """Validate the composed configuration by A/B against production and against stock."""
+        exp = self.experiment
+        vs_prod = self.compare("validate:production", exp.production, sku_config)
+        vs_stock = (
+            vs_prod
+            if exp.stock == exp.production
+            else self.compare("validate:stock", exp.stock, sku_config)
+        )
+        return SoftSku(
+            service=exp.service.name,
+            platform=exp.platform.name,
+            configuration=sku_config,
+            vs_production=vs_prod,
+            vs_stock=vs_stock,
+        )

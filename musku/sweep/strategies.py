@@ -1,0 +1,111 @@
+"""Sweep strategies: which comparisons to run, and what to conclude from them.
+
+- ``independent``: each knob scaled on its own against the baseline; best settings composed.
+- ``exhaustive``: every configuration of the cross product against the baseline.
+- ``search``: coordinate descent starting from the independent result, to catch interactions.
+
+All of them prune settings that break a guardrail (Decision.GUARDRAIL). Registry
+``STRATEGIES`` maps names to ``module:function``; a strategy is called as
+``strategy(runner) -> (best Configuration, list[KnobOutcome])``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from musku.domain import ComparisonResult, Configuration, Decision
+from musku.errors import InputError
+from musku.sweep.runner import KnobOutcome, Runner
+
+STRATEGIES: dict[str, str] = {
+    "independent": "musku.sweep.strategies:independent",
+    "exhaustive": "musku.sweep.strategies:exhaustive",
+    "search": "musku.sweep.strategies:search",
+}
+
+EXHAUSTIVE_LIMIT = 512
+"""Exhaustive sweeps larger than this are refused (narrow [platform.settings] or use search)."""
+
+
+def _scan_knob(runner: Runner, purpose: str, base: Configuration, knob: str) -> KnobOutcome:
+    """Compare ``base`` against ``base`` with each other setting of ``knob``; pick the best."""
+    space = runner.experiment.space[knob]
+    current = base[knob]
+    outcome = KnobOutcome(knob=knob, baseline_value=current, best_value=current)
+    for value in space:
+        if value == current:
+            continue
+        result = runner.compare(purpose, base, base.with_(knob, value))
+        outcome.results.append(result)
+        if result.decision is Decision.GUARDRAIL:
+            outcome.pruned.append(value)
+    best = runner.choose(purpose, base, outcome.results)
+    outcome.best_value = best[knob]
+    return outcome
+
+
+def independent(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
+    exp = runner.experiment
+    base = exp.baseline_config
+    outcomes = [_scan_knob(runner, f"knob:{knob}", base, knob) for knob in exp.service.knobs]
+    best = base
+    for o in outcomes:
+        best = best.with_(o.knob, o.best_value)
+    return best, outcomes
+
+
+def exhaustive(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
+    exp = runner.experiment
+    base = exp.baseline_config
+    knobs = list(exp.service.knobs)
+    size = math.prod(len(exp.space[k]) for k in knobs)
+    if size > EXHAUSTIVE_LIMIT:
+        raise InputError(
+            f"exhaustive sweep of {exp.name} would compare {size:,} configurations "
+            f"(limit {EXHAUSTIVE_LIMIT}): narrow [platform.settings] or use mode = \"search\"",
+            where=str(exp.path),
+        )
+    results: list[ComparisonResult] = []
+    for values in itertools.product(*(exp.space[k] for k in knobs)):
+        candidate = base.merged(Configuration.of(dict(zip(knobs, values, strict=True))))
+        if candidate == base:
+            continue
+        results.append(runner.compare("exhaustive", base, candidate))
+    best = runner.choose("exhaustive", base, results)
+    outcomes = []
+    for k in knobs:
+        mine = [r for r in results if set(r.baseline.diff(r.candidate)) == {k}]
+        outcomes.append(
+            KnobOutcome(
+                knob=k,
+                baseline_value=base[k],
+                best_value=best[k],
+                results=mine,
+                pruned=[r.candidate[k] for r in mine if r.decision is Decision.GUARDRAIL],
+            )
+        )
+    return best, outcomes
+
+
+def search(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
+    """Coordinate descent from the independent result: each round re-scans every knob with
+    the others held at the current best, and moves when a setting is significantly better."""
+    best, outcomes = independent(runner)
+    by_knob = {o.knob: o for o in outcomes}
+    for rnd in range(1, runner.experiment.search_rounds + 1):
+        moved = False
+        for knob in runner.experiment.service.knobs:
+            o = _scan_knob(runner, f"search:{rnd}:{knob}", best, knob)
+            by_knob[knob].results.extend(o.results)
+            by_knob[knob].pruned.extend(v for v in o.pruned if v not in by_knob[knob].pruned)
+            if o.best_value != best[knob]:
+                runner.progress.message(
+                    f"search round {rnd}: {knob} {best[knob]} -> {o.best_value} (interaction)"
+                )
+                best = best.with_(knob, o.best_value)
+                by_knob[knob].best_value = o.best_value
+                moved = True
+        if not moved:
+            break
+    return best, outcomes

@@ -1,0 +1,181 @@
+// Engine internals: thread pools, completion queues, per-RPC contexts, switching, auto-tuning.
+#pragma once
+
+#include <algorithm>
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "musku/framework.h"
+#include "musku/histogram.h"
+
+namespace musku::detail {
+
+// Sliding QPS estimate: arrivals in the shortest of several windows (10 ms .. 1 s) that holds
+// enough arrivals to be meaningful, so a flash crowd shows within ~32 arrivals.
+class LoadEstimator {
+ public:
+  void Record(int64_t now_ns);
+  double Estimate(int64_t now_ns) const;
+
+ private:
+  static constexpr size_t kRing = 8192;
+  mutable std::mutex mu_;
+  std::vector<int64_t> ring_ = std::vector<int64_t>(kRing, 0);
+  uint64_t n_ = 0;
+};
+
+struct DecisionRow {
+  double max_qps = 0;  // this row applies up to (and including) this load
+  Threading threading;
+};
+
+struct DecisionTable {
+  std::string path;
+  std::vector<DecisionRow> rows;
+  // Row for `qps`, with hysteresis: moving to a lower row needs the load well below its bound.
+  size_t Pick(double qps, size_t current) const;
+};
+
+// "" on success; else a clear reason (unreadable, corrupt JSON, wrong format, other service,
+// other CPU count = stale, impossible pool sizes).
+std::string LoadDecisionTable(const std::string& path, const std::string& service,
+                              const PoolSizes& max, DecisionTable* out);
+
+// Pinning specification "p:0,w:1+2,r:1" -> per pool the CPUs (empty = not pinned).
+struct PinSpec {
+  std::vector<int> pollers, workers, responders;
+};
+bool ParsePinSpec(const std::string& s, PinSpec* out, std::string* error);
+
+class Engine {
+ public:
+  Engine(ServerOptions opts, Role role);
+  ~Engine();
+
+  void RegisterService(grpc::Service* svc) {  // once per service, however many methods
+    if (std::find(services_.begin(), services_.end(), svc) == services_.end()) services_.push_back(svc);
+  }
+  void AddFactory(std::function<std::unique_ptr<CallBase>()> f, bool admin, int per_cq);
+
+  bool Start(std::string* error);
+  void Wait();
+  void RequestStop();
+  void Shutdown();
+
+  // threading
+  std::string SetThreading(const Threading& t);
+  std::string SetAuto(const std::string& path);
+  Threading Current() const;
+  bool auto_mode() const { return auto_.load(std::memory_order_acquire); }
+  std::string table_path() const;
+  std::string last_error() const;
+  uint64_t switches() const { return switches_.load(std::memory_order_relaxed); }
+  double MeasuredQps() const { return estimator_.Estimate(MonotonicNs()); }
+
+  LeafCallMode leaf_mode() const {
+    return static_cast<LeafCallMode>(leaf_mode_.load(std::memory_order_acquire));
+  }
+  WaitMode wait_mode() const {
+    return static_cast<WaitMode>(wait_mode_.load(std::memory_order_acquire));
+  }
+  grpc::CompletionQueue* PickResponder(int n);
+  void NoteFinish(CallBase* call, const grpc::Status& st);
+  void NoteLeafErrors(int n) { leaf_errors_.fetch_add(static_cast<uint64_t>(n)); }
+  void SetWorkerChooser(std::function<int(int)> fn) { chooser_ = std::move(fn); }
+
+  // stats
+  const ServerOptions& opts() const { return opts_; }
+  Role role() const { return role_; }
+  int port() const { return port_; }
+  double UptimeS() const { return static_cast<double>(MonotonicNs() - start_ns_) / 1e9; }
+  int thread_count() const;
+
+  struct Snapshot {
+    uint64_t requests, errors, leaf_errors;
+    double window_s;
+    Histogram hist;
+  };
+  Snapshot TakeStats(bool reset);
+
+ private:
+  class ThreadExec;
+  struct Factory {
+    std::function<std::unique_ptr<CallBase>()> make;
+    bool admin;
+    int per_cq;
+  };
+  struct Poller;
+  struct Worker;
+  struct Responder;
+
+  void PollerLoop(int k);
+  void WorkerLoop(int w);
+  void ResponderLoop(int r);
+  void HandleServerTag(int k, Tag* tag, bool ok, Exec& exec);
+  void Recycle(CallBase* call, int k);
+  void ArmOn(int k, size_t f, int count);
+  void Dispatch(CallBase* call);
+  void MaybeAuto(int64_t now);
+  std::string ApplyLocked(const Threading& t);
+  void Pin(const std::vector<int>& cpus, int index, const char* pool);
+
+  ServerOptions opts_;
+  Role role_;
+  std::vector<grpc::Service*> services_;
+  std::vector<Factory> factories_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  int64_t start_ns_;
+  PinSpec pin_;
+
+  // configuration in force (read lock-free on the hot path)
+  std::atomic<int> leaf_mode_{0}, dispatch_mode_{0}, wait_mode_{0};
+  std::atomic<int> n_pollers_{1}, n_workers_{0}, n_responders_{0};
+  mutable std::mutex config_mu_;
+  std::atomic<bool> auto_{false};
+  DecisionTable table_;
+  size_t table_row_ = 0;
+  std::atomic<int64_t> last_auto_ns_{0};
+  std::string last_error_;
+  std::atomic<uint64_t> switches_{0};
+  LoadEstimator estimator_;
+
+  std::vector<std::unique_ptr<Poller>> pollers_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::unique_ptr<Responder>> responders_;
+  std::atomic<uint32_t> rr_worker_{0}, rr_responder_{0}, rr_poller_{0};
+  std::function<int(int)> chooser_;
+
+  // per-RPC contexts: owned here, reused
+  std::mutex calls_mu_;
+  std::vector<std::unique_ptr<CallBase>> all_calls_;
+  std::vector<std::vector<CallBase*>> free_calls_;  // per factory
+  std::vector<size_t> factory_of_;                   // parallel to all_calls_ (by index)
+
+  // in flight + shutdown
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<int64_t> inflight_{0};
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_requested_ = false;
+  bool shut_down_ = false;
+  std::thread signal_thread_;
+  std::atomic<bool> signal_thread_exit_{false};
+
+  // stats
+  std::mutex stats_mu_;
+  Histogram hist_;
+  std::atomic<uint64_t> requests_{0}, errors_{0}, leaf_errors_{0};
+  std::atomic<int64_t> window_start_ns_{0};
+};
+
+}  // namespace musku::detail

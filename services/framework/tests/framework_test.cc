@@ -1,0 +1,490 @@
+// Framework tests: every model answers, run-time switching loses/duplicates nothing, control
+// validation, leaf failures, decision tables, the load estimator, command line parsing.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "engine.h"
+#include "fwtest.grpc.pb.h"
+#include "musku/admin.grpc.pb.h"
+#include "musku/framework.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+class Echo final : public musku::LeafHandler<fwtest::EchoRequest, fwtest::EchoReply> {
+ public:
+  explicit Echo(int id) : id_(id) {}
+  grpc::Status Handle(const fwtest::EchoRequest& q, fwtest::EchoReply* r) override {
+    if (q.sleep_us()) std::this_thread::sleep_for(std::chrono::microseconds(q.sleep_us()));
+    r->set_id(q.id());
+    r->set_leaf(static_cast<uint32_t>(id_));
+    return grpc::Status::OK;
+  }
+
+ private:
+  int id_;
+};
+
+class Fan final
+    : public musku::MidTierHandler<fwtest::QueryRequest, fwtest::QueryReply, fwtest::EchoRequest,
+                                   fwtest::EchoReply> {
+ public:
+  grpc::Status Process(const fwtest::QueryRequest& q,
+                       musku::FanOut<fwtest::EchoRequest>* out) override {
+    if (q.fail()) return {grpc::StatusCode::INVALID_ARGUMENT, "asked to fail"};
+    for (int i = 0; i < out->num_leaves(); ++i) {
+      auto* r = out->To(i);
+      r->set_id(q.id());
+      r->set_sleep_us(q.sleep_us());
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status Finalize(const fwtest::QueryRequest& q,
+                        std::vector<musku::LeafReply<fwtest::EchoReply>>& replies,
+                        fwtest::QueryReply* r) override {
+    uint32_t n = 0;
+    for (auto& x : replies) {
+      if (!x.status.ok()) return x.status;
+      if (x.reply.id() != q.id() || static_cast<int>(x.reply.leaf()) != x.leaf)
+        return {grpc::StatusCode::INTERNAL, "leaf reply mixed up"};
+      ++n;
+    }
+    r->set_id(q.id());
+    r->set_leaves_answered(n);
+    return grpc::Status::OK;
+  }
+};
+
+musku::ServerOptions Opts(const std::string& name, const std::string& model = "sync-inline-block") {
+  musku::ServerOptions o;
+  o.service = name;
+  o.threading.model = *musku::ThreadingModel::Parse(model);
+  o.threading.pools = {1, 1, 1};
+  o.max_pools = {3, 4, 3};
+  o.contexts_per_cq = 16;
+  o.shutdown_grace_ms = 500;
+  return o;
+}
+
+struct LeafProc {
+  Echo logic;
+  fwtest::EchoLeaf::AsyncService svc;
+  musku::Server server;
+  explicit LeafProc(int id, const std::string& model = "sync-dispatch-block")
+      : logic(id), server(Opts("echo", model), musku::Role::kLeaf) {
+    server.AddLeafMethod(&svc, &fwtest::EchoLeaf::AsyncService::RequestEcho, &logic);
+    std::string err;
+    EXPECT_TRUE(server.Start(&err)) << err;
+  }
+  std::string addr() const { return "127.0.0.1:" + std::to_string(server.port()); }
+};
+
+struct MidProc {
+  Fan logic;
+  fwtest::FanMid::AsyncService svc;
+  std::unique_ptr<musku::LeafSet<fwtest::EchoLeaf>> leaves;
+  musku::Server server;
+  MidProc(const std::vector<std::string>& addrs, musku::ServerOptions o)
+      : server((o.leaves = addrs, o), musku::Role::kMidTier) {
+    leaves = std::make_unique<musku::LeafSet<fwtest::EchoLeaf>>(addrs, o.leaf_timeout_ms);
+    server.AddMidTierMethod(&svc, &fwtest::FanMid::AsyncService::RequestQuery, &logic,
+                            leaves.get(), &fwtest::EchoLeaf::Stub::PrepareAsyncEcho);
+    std::string err;
+    EXPECT_TRUE(server.Start(&err)) << err;
+  }
+  std::string addr() const { return "127.0.0.1:" + std::to_string(server.port()); }
+};
+
+std::shared_ptr<grpc::Channel> Chan(const std::string& a) {
+  return grpc::CreateChannel(a, grpc::InsecureChannelCredentials());
+}
+
+// Sends `n` queries with ids 0..n-1, at most `window` outstanding; returns per-id answer counts.
+std::vector<int> Drive(const std::string& addr, int n, int window, std::atomic<int>* errors,
+                       uint32_t leaves = 2) {
+  auto stub = fwtest::FanMid::NewStub(Chan(addr));
+  grpc::CompletionQueue cq;
+  struct Call {
+    grpc::ClientContext ctx;
+    fwtest::QueryReply reply;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<fwtest::QueryReply>> rpc;
+    uint64_t id;
+  };
+  std::vector<int> seen(static_cast<size_t>(n), 0);
+  int sent = 0, done = 0, outstanding = 0;
+  auto send = [&] {
+    auto* c = new Call;
+    c->id = static_cast<uint64_t>(sent++);
+    c->ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    fwtest::QueryRequest q;
+    q.set_id(c->id);
+    c->rpc = stub->AsyncQuery(&c->ctx, q, &cq);
+    c->rpc->Finish(&c->reply, &c->status, c);
+    ++outstanding;
+  };
+  while (done < n) {
+    while (sent < n && outstanding < window) send();
+    void* tag;
+    bool ok;
+    if (!cq.Next(&tag, &ok)) break;
+    auto* c = static_cast<Call*>(tag);
+    --outstanding;
+    ++done;
+    if (c->status.ok() && c->reply.leaves_answered() == leaves) {
+      const auto id = c->reply.id();
+      if (id < seen.size() && id == c->id) ++seen[id];
+      else ++*errors;
+    } else {
+      ++*errors;
+      ADD_FAILURE() << "rpc " << c->id << ": " << c->status.error_message();
+    }
+    delete c;
+  }
+  cq.Shutdown();
+  void* t;
+  bool ok;
+  while (cq.Next(&t, &ok)) {
+  }
+  return seen;
+}
+
+musku::ThreadingState SetThreading(const std::string& addr, const std::string& model, int p, int w,
+                                   int r, grpc::Status* st) {
+  auto stub = musku::Admin::NewStub(Chan(addr));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  musku::SetThreadingRequest q;
+  q.set_model(model);
+  if (p >= 0) q.set_pollers(p);
+  if (w >= 0) q.set_workers(w);
+  if (r >= 0) q.set_responders(r);
+  musku::ThreadingState s;
+  *st = stub->SetThreading(&ctx, q, &s);
+  return s;
+}
+
+TEST(Models, NamesRoundTrip) {
+  auto all = musku::ThreadingModel::All();
+  ASSERT_EQ(all.size(), 8u);
+  std::set<std::string> names;
+  for (auto& m : all) {
+    names.insert(m.Name());
+    auto back = musku::ThreadingModel::Parse(m.Name());
+    ASSERT_TRUE(back.has_value());
+    EXPECT_EQ(*back, m);
+  }
+  EXPECT_EQ(names.size(), 8u);
+  EXPECT_FALSE(musku::ThreadingModel::Parse("sync-inline").has_value());
+  EXPECT_FALSE(musku::ThreadingModel::Parse("").has_value());
+}
+
+TEST(Models, Validate) {
+  musku::PoolSizes max{2, 2, 2};
+  musku::Threading t{*musku::ThreadingModel::Parse("async-dispatch-block"), {1, 1, 1}};
+  EXPECT_EQ(musku::ValidateThreading(t, max), "");
+  t.pools.workers = 0;
+  EXPECT_NE(musku::ValidateThreading(t, max), "");
+  t.pools = {1, 1, 0};
+  EXPECT_NE(musku::ValidateThreading(t, max), "");
+  t.pools = {3, 1, 1};
+  EXPECT_NE(musku::ValidateThreading(t, max), "");
+  t.pools = {0, 1, 1};
+  EXPECT_NE(musku::ValidateThreading(t, max), "");
+}
+
+TEST(Options, ParsesFrameworkAndServiceFlags) {
+  const char* argv[] = {"x", "--threading", "async-dispatch-poll", "--pollers", "2", "--workers=3",
+                        "--leaves", "a:1,b:2", "--data", "/tmp/f", "--leaf-timeout-ms", "50"};
+  musku::ServerOptions o;
+  std::string err;
+  ASSERT_TRUE(musku::ParseServerOptions(12, const_cast<char**>(argv), "svc", &o, &err)) << err;
+  EXPECT_EQ(o.threading.model.Name(), "async-dispatch-poll");
+  EXPECT_EQ(o.threading.pools.pollers, 2);
+  EXPECT_EQ(o.threading.pools.workers, 3);
+  EXPECT_EQ(o.threading.pools.responders, 1);  // async defaults to 1 response thread
+  EXPECT_EQ(o.leaves.size(), 2u);
+  EXPECT_EQ(o.Get("data"), "/tmp/f");
+  EXPECT_EQ(o.leaf_timeout_ms, 50);
+}
+
+TEST(Options, RejectsBadValues) {
+  std::string err;
+  {
+    const char* argv[] = {"x", "--threading", "bogus"};
+    musku::ServerOptions o;
+    EXPECT_FALSE(musku::ParseServerOptions(3, const_cast<char**>(argv), "s", &o, &err));
+    EXPECT_NE(err.find("unknown threading model"), std::string::npos);
+  }
+  {
+    const char* argv[] = {"x", "--pollers", "zero"};
+    musku::ServerOptions o;
+    EXPECT_FALSE(musku::ParseServerOptions(3, const_cast<char**>(argv), "s", &o, &err));
+  }
+  {
+    const char* argv[] = {"x", "--threading", "sync-dispatch-block", "--workers", "0"};
+    musku::ServerOptions o;
+    EXPECT_FALSE(musku::ParseServerOptions(5, const_cast<char**>(argv), "s", &o, &err));
+  }
+  {
+    const char* argv[] = {"x", "--threading", "auto"};
+    musku::ServerOptions o;
+    EXPECT_FALSE(musku::ParseServerOptions(3, const_cast<char**>(argv), "s", &o, &err));
+  }
+  {
+    const char* argv[] = {"x", "--pollers"};
+    musku::ServerOptions o;
+    EXPECT_FALSE(musku::ParseServerOptions(2, const_cast<char**>(argv), "s", &o, &err));
+  }
+}
+
+class AllModels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(AllModels, MidTierAnswersEveryRpcOnce) {
+  LeafProc l0(0), l1(1);
+  MidProc mid({l0.addr(), l1.addr()}, Opts("fan", GetParam()));
+  std::atomic<int> errors{0};
+  auto seen = Drive(mid.addr(), 300, 16, &errors);
+  EXPECT_EQ(errors.load(), 0);
+  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "id " << i;
+  EXPECT_EQ(mid.server.CurrentThreading().model.Name(), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Framework, AllModels,
+                         ::testing::Values("sync-inline-block", "sync-inline-poll",
+                                           "sync-dispatch-block", "sync-dispatch-poll",
+                                           "async-inline-block", "async-inline-poll",
+                                           "async-dispatch-block", "async-dispatch-poll"));
+
+TEST(Switching, EveryFewMillisecondsUnderLoadLosesAndDuplicatesNothing) {
+  LeafProc l0(0), l1(1);
+  MidProc mid({l0.addr(), l1.addr()}, Opts("fan"));
+  std::atomic<bool> stop{false};
+  std::atomic<int> switches{0}, refused{0};
+  std::thread switcher([&] {
+    std::mt19937 rng(7);
+    auto models = musku::ThreadingModel::All();
+    while (!stop.load()) {
+      const auto& m = models[rng() % models.size()];
+      grpc::Status st;
+      SetThreading(mid.addr(), m.Name(), 1 + static_cast<int>(rng() % 3),
+                   1 + static_cast<int>(rng() % 4), 1 + static_cast<int>(rng() % 3), &st);
+      if (st.ok()) ++switches;
+      else ++refused;
+      std::this_thread::sleep_for(2ms);
+    }
+  });
+  std::atomic<int> errors{0};
+  auto seen = Drive(mid.addr(), 4000, 32, &errors);
+  stop = true;
+  switcher.join();
+  EXPECT_EQ(errors.load(), 0);
+  int lost = 0, dup = 0;
+  for (int c : seen) {
+    if (c == 0) ++lost;
+    if (c > 1) ++dup;
+  }
+  EXPECT_EQ(lost, 0);
+  EXPECT_EQ(dup, 0);
+  EXPECT_EQ(refused.load(), 0);
+  EXPECT_GT(switches.load(), 20);
+}
+
+TEST(Control, BadRequestsAreRefusedAndConfigurationKept) {
+  LeafProc l0(0);
+  MidProc mid({l0.addr()}, Opts("fan", "async-dispatch-block"));
+  const auto before = mid.server.CurrentThreading();
+  grpc::Status st;
+  SetThreading(mid.addr(), "warp-speed", -1, -1, -1, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  SetThreading(mid.addr(), "", 99, -1, -1, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  SetThreading(mid.addr(), "sync-dispatch-block", 1, 0, 0, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  SetThreading(mid.addr(), "auto", -1, -1, -1, &st);  // no table known
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  const auto after = mid.server.CurrentThreading();
+  EXPECT_EQ(after.model, before.model);
+  EXPECT_TRUE(after.pools == before.pools);
+  auto s = SetThreading(mid.addr(), "sync-inline-poll", 2, 0, 0, &st);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(s.model(), "sync-inline-poll");
+  EXPECT_EQ(s.pollers(), 2);
+  std::atomic<int> errors{0};
+  Drive(mid.addr(), 50, 4, &errors, 1);
+  EXPECT_EQ(errors.load(), 0);
+}
+
+TEST(Failures, ProcessErrorAndLeafDownAndSlowLeafGiveStatusNotHang) {
+  LeafProc l0(0);
+  // A port with nothing listening: reserve one, then close it.
+  std::string dead;
+  {
+    LeafProc tmp(9);
+    dead = tmp.addr();
+  }
+  for (const char* model : {"sync-inline-block", "async-dispatch-block"}) {
+    auto o = Opts("fan", model);
+    o.leaf_timeout_ms = 200;
+    MidProc mid({l0.addr(), dead}, o);
+    auto stub = fwtest::FanMid::NewStub(Chan(mid.addr()));
+    {
+      grpc::ClientContext ctx;
+      fwtest::QueryRequest q;
+      q.set_fail(true);
+      fwtest::QueryReply r;
+      auto st = stub->Query(&ctx, q, &r);
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    }
+    {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+      fwtest::QueryRequest q;
+      fwtest::QueryReply r;
+      auto t0 = std::chrono::steady_clock::now();
+      auto st = stub->Query(&ctx, q, &r);
+      EXPECT_FALSE(st.ok());
+      EXPECT_NE(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << "client deadline hit: hang";
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+    }
+  }
+  auto o = Opts("fan", "async-inline-block");
+  o.leaf_timeout_ms = 100;
+  MidProc mid({l0.addr()}, o);
+  auto stub = fwtest::FanMid::NewStub(Chan(mid.addr()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  fwtest::QueryRequest q;
+  q.set_sleep_us(400000);  // leaf slower than the leaf timeout
+  fwtest::QueryReply r;
+  auto st = stub->Query(&ctx, q, &r);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+}
+
+TEST(Stats, CountsRequestsAndLatency) {
+  LeafProc l0(0), l1(1);
+  MidProc mid({l0.addr(), l1.addr()}, Opts("fan"));
+  std::atomic<int> errors{0};
+  Drive(mid.addr(), 200, 8, &errors);
+  auto stub = musku::Admin::NewStub(Chan(mid.addr()));
+  grpc::ClientContext ctx;
+  musku::StatsRequest q;
+  q.set_reset(true);
+  musku::StatsReply r;
+  ASSERT_TRUE(stub->Stats(&ctx, q, &r).ok());
+  EXPECT_EQ(r.requests(), 200u);
+  EXPECT_EQ(r.errors(), 0u);
+  EXPECT_GT(r.latency().p99_us(), 0);
+  EXPECT_GE(r.latency().p99_us(), r.latency().p50_us());
+  uint64_t total = 0;
+  for (auto& b : r.buckets()) total += b.count();
+  EXPECT_EQ(total, 200u);
+  grpc::ClientContext ctx2;
+  musku::StatsReply r2;
+  ASSERT_TRUE(stub->Stats(&ctx2, musku::StatsRequest(), &r2).ok());
+  EXPECT_EQ(r2.requests(), 0u);  // reset
+  grpc::ClientContext ctx3;
+  musku::HealthReply h;
+  ASSERT_TRUE(stub->Health(&ctx3, musku::HealthRequest(), &h).ok());
+  EXPECT_TRUE(h.serving());
+  EXPECT_EQ(h.role(), "midtier");
+}
+
+std::string WriteFile(const std::string& text) {
+  char path[] = "/tmp/musku-table-XXXXXX";
+  int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  return path;
+}
+
+std::string Table(const std::string& service, int cpus, const std::string& rows) {
+  return R"({"format": "musku-threading-table/1", "service": ")" + service +
+         R"(", "cpus": )" + std::to_string(cpus) + R"(, "rows": [)" + rows + "]}";
+}
+
+const char* kRows =
+    R"({"max_qps": 200, "model": "sync-inline-block", "pollers": 1, "workers": 0, "responders": 0},
+       {"max_qps": 1e9, "model": "async-dispatch-block", "pollers": 1, "workers": 2, "responders": 1})";
+
+TEST(Table, LoadsAndRejectsCorruptStaleForeign) {
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  musku::PoolSizes max{2, 2, 2};
+  musku::detail::DecisionTable t;
+  auto ok = WriteFile(Table("fan", cpus, kRows));
+  EXPECT_EQ(musku::detail::LoadDecisionTable(ok, "fan", max, &t), "");
+  ASSERT_EQ(t.rows.size(), 2u);
+  EXPECT_EQ(t.Pick(10, 0), 0u);
+  EXPECT_EQ(t.Pick(5000, 0), 1u);
+  EXPECT_EQ(t.Pick(190, 1), 1u);  // hysteresis: just under the bound keeps the higher row
+  EXPECT_EQ(t.Pick(50, 1), 0u);
+  auto corrupt = WriteFile("{\"format\": \"musku-threading-table/1\", \"rows\": [");
+  EXPECT_NE(musku::detail::LoadDecisionTable(corrupt, "fan", max, &t).find("corrupt"), std::string::npos);
+  auto stale = WriteFile(Table("fan", cpus + 1, kRows));
+  EXPECT_NE(musku::detail::LoadDecisionTable(stale, "fan", max, &t).find("stale"), std::string::npos);
+  auto foreign = WriteFile(Table("other", cpus, kRows));
+  EXPECT_NE(musku::detail::LoadDecisionTable(foreign, "fan", max, &t), "");
+  auto big = WriteFile(Table("fan", cpus, R"({"max_qps": 5, "model": "sync-inline-block", "pollers": 9, "workers": 0, "responders": 0})"));
+  EXPECT_NE(musku::detail::LoadDecisionTable(big, "fan", max, &t), "");
+  EXPECT_NE(musku::detail::LoadDecisionTable("/nonexistent/t.json", "fan", max, &t), "");
+  for (auto& p : {ok, corrupt, stale, foreign, big}) std::remove(p.c_str());
+}
+
+TEST(Auto, FollowsTheLoadAndKeepsRunningOnABadTable) {
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  auto path = WriteFile(Table("fan", cpus, kRows));
+  LeafProc l0(0), l1(1);
+  auto o = Opts("fan");
+  o.auto_threading = true;
+  o.threading_table = path;
+  MidProc mid({l0.addr(), l1.addr()}, o);
+  EXPECT_EQ(mid.server.CurrentThreading().model.Name(), "sync-inline-block");
+  std::atomic<int> errors{0};
+  Drive(mid.addr(), 3000, 32, &errors);  // back-to-back: far above 200 QPS
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(mid.server.CurrentThreading().model.Name(), "async-dispatch-block");
+  // A corrupt table over the control RPC: refused, current model kept, auto still on.
+  auto bad = WriteFile("not json");
+  EXPECT_NE(mid.server.SetAuto(bad), "");
+  EXPECT_EQ(mid.server.CurrentThreading().model.Name(), "async-dispatch-block");
+  std::remove(path.c_str());
+  std::remove(bad.c_str());
+}
+
+TEST(Auto, StartsOnTheFixedModelWhenTheTableIsCorrupt) {
+  auto bad = WriteFile("{\"format\": 1}");
+  LeafProc l0(0);
+  auto o = Opts("fan", "async-inline-block");
+  o.auto_threading = true;
+  o.threading_table = bad;
+  MidProc mid({l0.addr()}, o);
+  EXPECT_EQ(mid.server.CurrentThreading().model.Name(), "async-inline-block");
+  std::atomic<int> errors{0};
+  Drive(mid.addr(), 50, 4, &errors, 1);
+  EXPECT_EQ(errors.load(), 0);
+  std::remove(bad.c_str());
+}
+
+TEST(Estimator, ReactsToAFlashCrowdWithinMilliseconds) {
+  musku::detail::LoadEstimator e;
+  int64_t t = 1'000'000'000;
+  for (int i = 0; i < 200; ++i) e.Record(t += 10'000'000);  // 100 QPS for 2 s
+  const double before = e.Estimate(t);
+  EXPECT_NEAR(before, 100, 15);
+  const int64_t crowd_start = t;
+  for (int i = 0; i < 50; ++i) e.Record(t += 200'000);  // 5000 QPS for 10 ms
+  EXPECT_GT(e.Estimate(t), 2000);
+  EXPECT_LE(t - crowd_start, 10'000'000);
+  EXPECT_LT(e.Estimate(t + 5'000'000'000), 1);  // and forgets after the window
+}
+
+}  // namespace

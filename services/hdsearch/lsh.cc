@@ -1,0 +1,220 @@
+#include "lsh.h"
+
+#include <algorithm>
+#include <cmath>
+#include <queue>
+#include <random>
+#include <stdexcept>
+
+#include "vectors.h"
+
+namespace musku::hdsearch {
+namespace {
+
+inline std::uint64_t Fmix64(std::uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdULL;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ULL;
+  k ^= k >> 33;
+  return k;
+}
+
+}  // namespace
+
+LshIndex::LshIndex(std::uint32_t dim, const LshParams& params) : dim_(dim), params_(params) {
+  if (dim == 0) throw std::invalid_argument("lsh: dim must be > 0");
+  if (params.tables == 0 || params.tables > 256) throw std::invalid_argument("lsh: tables must be 1..256");
+  if (params.hashes == 0 || params.hashes > 64) throw std::invalid_argument("lsh: hashes must be 1..64");
+  if (!(params.bucket_width > 0.0f) || !std::isfinite(params.bucket_width)) {
+    throw std::invalid_argument("lsh: bucket width must be > 0");
+  }
+  if (params.probes > 1024) throw std::invalid_argument("lsh: probes must be <= 1024");
+  const std::size_t lk = static_cast<std::size_t>(params.tables) * params.hashes;
+  std::mt19937_64 rng(params.seed);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unif(0.0f, 1.0f);
+  proj_.resize(lk * dim);
+  for (float& x : proj_) x = gauss(rng) / params.bucket_width;
+  offset_.resize(lk);
+  for (float& x : offset_) x = unif(rng);  // b / w with b ~ U[0, w)
+  mix_.resize(params.hashes);
+  for (auto& m : mix_) m = rng() | 1ULL;
+  tables_.resize(params.tables);
+}
+
+void LshIndex::Project(const float* v, float* f) const {
+  const std::size_t lk = offset_.size();
+  for (std::size_t j = 0; j < lk; ++j) f[j] = Dot(proj_.data() + j * dim_, v, dim_) + offset_[j];
+}
+
+std::uint64_t LshIndex::Key(std::uint32_t table, const std::int32_t* h) const {
+  std::uint64_t key = 0x9e3779b97f4a7c15ULL * (table + 1);
+  for (std::uint32_t i = 0; i < params_.hashes; ++i) {
+    key += mix_[i] * static_cast<std::uint64_t>(static_cast<std::uint32_t>(h[i]));
+    key = (key << 29) | (key >> 35);
+  }
+  return Fmix64(key);
+}
+
+void LshIndex::Add(const float* rows, std::size_t n, std::uint32_t first_id) {
+  if (finalized_) throw std::logic_error("lsh: Add after Finalize");
+  const std::uint32_t K = params_.hashes;
+  std::vector<float> f(offset_.size());
+  std::vector<std::int32_t> h(K);
+  for (std::size_t r = 0; r < n; ++r) {
+    Project(rows + r * dim_, f.data());
+    const std::uint32_t id = first_id + static_cast<std::uint32_t>(r);
+    for (std::uint32_t t = 0; t < params_.tables; ++t) {
+      for (std::uint32_t i = 0; i < K; ++i) h[i] = static_cast<std::int32_t>(std::floor(f[t * K + i]));
+      tables_[t].pending.emplace_back(Key(t, h.data()), id);
+    }
+    max_id_ = std::max(max_id_, id);
+  }
+  num_points_ += n;
+}
+
+void LshIndex::Finalize() {
+  for (Table& t : tables_) {
+    std::sort(t.pending.begin(), t.pending.end());
+    t.ids.reserve(t.pending.size());
+    for (std::size_t i = 0; i < t.pending.size(); ++i) {
+      if (i == 0 || t.pending[i].first != t.pending[i - 1].first) {
+        t.bucket.emplace(t.pending[i].first, static_cast<std::uint32_t>(t.start.size()));
+        t.start.push_back(static_cast<std::uint32_t>(i));
+      }
+      t.ids.push_back(t.pending[i].second);
+    }
+    t.start.push_back(static_cast<std::uint32_t>(t.ids.size()));
+    t.pending.clear();
+    t.pending.shrink_to_fit();
+  }
+  finalized_ = true;
+}
+
+std::size_t LshIndex::num_buckets() const {
+  std::size_t n = 0;
+  for (const Table& t : tables_) n += t.bucket.size();
+  return n;
+}
+
+void LshIndex::Query(const float* q, LshScratch* s, std::vector<std::uint32_t>* out) const {
+  if (!finalized_) throw std::logic_error("lsh: Query before Finalize");
+  if (s->stamp.size() <= max_id_) s->stamp.assign(static_cast<std::size_t>(max_id_) + 1, 0);
+  if (++s->epoch == 0) {  // wrapped: reset stamps
+    std::fill(s->stamp.begin(), s->stamp.end(), 0);
+    s->epoch = 1;
+  }
+  const std::uint32_t K = params_.hashes;
+  std::vector<float> f(offset_.size());
+  Project(q, f.data());
+  std::vector<std::int32_t> h(K), hp(K);
+  // Boundary distances: entry j < K is "step down" on hash j (distance frac), j >= K "step up".
+  struct Step {
+    float dist;
+    std::uint32_t hash;
+    std::int32_t delta;
+  };
+  std::vector<Step> steps(2 * K);
+  struct Cand {
+    float score;
+    std::vector<std::uint8_t> set;  // indices into sorted steps, ascending
+    bool operator>(const Cand& o) const { return score > o.score; }
+  };
+  auto visit = [&](const Table& t, std::uint64_t key) {
+    auto it = t.bucket.find(key);
+    if (it == t.bucket.end()) return;
+    for (std::uint32_t i = t.start[it->second]; i < t.start[it->second + 1]; ++i) {
+      const std::uint32_t id = t.ids[i];
+      if (s->stamp[id] != s->epoch) {
+        s->stamp[id] = s->epoch;
+        out->push_back(id);
+      }
+    }
+  };
+  for (std::uint32_t t = 0; t < params_.tables; ++t) {
+    for (std::uint32_t i = 0; i < K; ++i) {
+      const float x = f[t * K + i];
+      h[i] = static_cast<std::int32_t>(std::floor(x));
+      const float frac = x - std::floor(x);
+      steps[i] = {frac, i, -1};
+      steps[K + i] = {1.0f - frac, i, +1};
+    }
+    visit(tables_[t], Key(t, h.data()));
+    if (params_.probes == 0) continue;
+    std::sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.dist < b.dist; });
+    std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+    heap.push(Cand{steps[0].dist * steps[0].dist, {0}});
+    std::uint32_t emitted = 0;
+    while (!heap.empty() && emitted < params_.probes) {
+      Cand c = heap.top();
+      heap.pop();
+      const std::uint8_t last = c.set.back();
+      if (last + 1u < 2 * K) {
+        const float d_last = steps[last].dist, d_next = steps[last + 1].dist;
+        Cand shifted = c;  // replace the largest element by the next one
+        shifted.set.back() = static_cast<std::uint8_t>(last + 1);
+        shifted.score = c.score - d_last * d_last + d_next * d_next;
+        Cand expanded = c;  // add the next one
+        expanded.set.push_back(static_cast<std::uint8_t>(last + 1));
+        expanded.score = c.score + d_next * d_next;
+        heap.push(std::move(shifted));
+        heap.push(std::move(expanded));
+      }
+      // Valid perturbation: never steps the same hash both ways.
+      bool valid = true;
+      hp = h;
+      std::uint64_t seen = 0;
+      for (std::uint8_t j : c.set) {
+        const Step& st = steps[j];
+        if (seen & (1ULL << st.hash)) {
+          valid = false;
+          break;
+        }
+        seen |= 1ULL << st.hash;
+        hp[st.hash] += st.delta;
+      }
+      if (!valid) continue;
+      visit(tables_[t], Key(t, hp.data()));
+      ++emitted;
+    }
+  }
+}
+
+float EstimateBucketWidth(const float* rows, std::size_t n, std::uint32_t dim, std::uint64_t seed,
+                          float scale) {
+  if (n < 2) throw std::invalid_argument("lsh: need at least 2 points to estimate the bucket width");
+  std::mt19937_64 rng(seed ^ 0x5eedULL);
+  const std::size_t sample = std::min<std::size_t>(n, 4000);
+  const std::size_t probes = std::min<std::size_t>(sample, 100);
+  std::vector<std::size_t> idx(n);
+  for (std::size_t i = 0; i < n; ++i) idx[i] = i;
+  for (std::size_t i = 0; i < sample; ++i) {
+    std::swap(idx[i], idx[i + std::uniform_int_distribution<std::size_t>(0, n - 1 - i)(rng)]);
+  }
+  std::vector<float> nn;
+  for (std::size_t p = 0; p < probes; ++p) {
+    float best = INFINITY;
+    for (std::size_t j = 0; j < sample; ++j) {
+      if (j == p) continue;
+      best = std::min(best, SquaredL2(rows + idx[p] * dim, rows + idx[j] * dim, dim));
+    }
+    nn.push_back(std::sqrt(best));
+  }
+  std::nth_element(nn.begin(), nn.begin() + static_cast<long>(nn.size() / 2), nn.end());
+  const float w = nn[nn.size() / 2] * scale;
+  return w > 0.0f ? w : 1.0f;  // all duplicates: any positive width works
+}
+
+std::vector<std::uint32_t> BruteForceKnn(const float* rows, std::size_t n, std::uint32_t dim,
+                                         const float* q, std::size_t k) {
+  std::vector<std::pair<float, std::uint32_t>> d(n);
+  for (std::size_t i = 0; i < n; ++i) d[i] = {SquaredL2(rows + i * dim, q, dim), static_cast<std::uint32_t>(i)};
+  k = std::min(k, n);
+  std::partial_sort(d.begin(), d.begin() + static_cast<long>(k), d.end());
+  std::vector<std::uint32_t> out(k);
+  for (std::size_t i = 0; i < k; ++i) out[i] = d[i].second;
+  return out;
+}
+
+}  // namespace musku::hdsearch

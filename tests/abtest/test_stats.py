@@ -1,0 +1,121 @@
+"""The tester's statistics, checked against data with known properties."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.signal import lfilter
+
+from musku.abtest import stats
+
+
+def ar1(n: int, phi: float, seed: int, sigma: float = 1.0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    e = rng.standard_normal(n) * sigma * math.sqrt(1 - phi * phi)
+    return lfilter([1.0], [1.0, -phi], e)
+
+
+@pytest.mark.parametrize("phi", [0.0, 0.3, 0.6, 0.9])
+def test_ar1_coefficient_recovers_phi(phi: float) -> None:
+    assert stats.ar1_coefficient(ar1(20_000, phi, 1)) == pytest.approx(phi, abs=0.03)
+
+
+def test_ar1_coefficient_degenerate_inputs() -> None:
+    assert stats.ar1_coefficient(np.array([1.0, 2.0])) == 0.0
+    assert stats.ar1_coefficient(np.full(50, 3.0)) == 0.0
+
+
+def test_batch_mean_correlation_matches_simulation() -> None:
+    phi, b = 0.7, 10
+    x = ar1(400_000, phi, 2)
+    means = x.reshape(-1, b).mean(axis=1)
+    empirical = np.corrcoef(means[1:], means[:-1])[0, 1]
+    assert stats.batch_mean_correlation(phi, b) == pytest.approx(empirical, abs=0.02)
+    assert stats.batch_mean_correlation(phi, 40) < stats.batch_mean_correlation(phi, 10)
+    assert stats.batch_mean_correlation(0.0, 7) == 0.0
+
+
+@pytest.mark.parametrize("rho", [0.2, 0.6, 0.85])
+def test_choose_batch_size_is_smallest_meeting_target(rho: float) -> None:
+    b = stats.choose_batch_size(rho, target=0.05, minimum=1, maximum=10_000)
+    assert stats.batch_mean_correlation(rho, b) <= 0.05
+    assert b == 1 or stats.batch_mean_correlation(rho, b - 1) > 0.05 or b > 20
+    assert stats.choose_batch_size(0.95, target=0.05, maximum=30) == 30
+
+
+def test_mser_finds_a_step_transient() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(400)
+    x[:60] += 4.0
+    k = stats.mser_truncation(x)
+    assert 55 <= k <= 70
+
+
+def test_detect_warmup_keeps_stationary_data() -> None:
+    kept = [stats.detect_warmup(ar1(120, 0.6, s)).discard for s in range(20)]
+    assert sum(k > 0 for k in kept) <= 2  # the changepoint test guards against noise
+
+
+def test_detect_warmup_cuts_exponential_transient_and_asks_for_more() -> None:
+    t = np.arange(120.0)
+    noise = ar1(120, 0.5, 4, sigma=0.01)
+    short = -0.06 * np.exp(-t / 8.0) + noise
+    v = stats.detect_warmup(short)
+    assert v.discard >= 10 and not v.extend
+    assert v.shift_t < -3.0
+    # a transient still strong at the probe's end: MSER sits at its limit or a trend remains
+    long = -0.06 * np.exp(-t / 200.0) + noise
+    assert stats.detect_warmup(long).extend
+
+
+def test_crossover_estimate_removes_host_bias() -> None:
+    rng = np.random.default_rng(5)
+    sign = np.repeat([1, -1, 1, -1], 25)
+    period = np.repeat([0, 1, 2, 3], 25)
+    y = 0.01 + 0.05 * sign + 0.002 * rng.standard_normal(100)
+    est = stats.crossover_estimate(y, sign, period)
+    assert est is not None
+    assert est.mean == pytest.approx(0.01, abs=0.001)
+    assert est.bias == pytest.approx(0.05, abs=0.001)
+    assert est.se == pytest.approx(0.002 / 10, rel=0.3)
+    assert est.n_eff == pytest.approx(100)
+    plain = stats.plain_estimate(y, period)
+    assert plain is not None and plain.mean == pytest.approx(0.01, abs=0.001)
+    assert plain.se > 5 * est.se  # the bias shows up as variance when ignored
+    assert stats.crossover_estimate(y[:25], sign[:25], period[:25]) is None
+
+
+def test_cs_radius_shape() -> None:
+    alpha = 0.05
+    r = [stats.cs_radius(n, alpha, 100) for n in (5, 50, 100, 1000, 100_000)]
+    assert all(x > 1.96 for x in r)  # always wider than a fixed-n interval
+    assert stats.cs_radius(100, alpha, 100) == pytest.approx(3.0, abs=0.2)
+    assert r[-1] > r[2]  # grows like sqrt(log n) after the tuning point
+    assert stats.cs_halfwidth(0.01, 100, alpha, 100) == pytest.approx(0.01 * r[2])
+    assert stats.cs_radius(0, alpha, 100) == math.inf
+
+
+def test_confidence_sequence_time_uniform_coverage() -> None:
+    """Gaussian paths watched at every step for 2,000 steps: the boundary is crossed in at
+    most ~alpha of them (the CS is anytime-valid), while a fixed 95 % interval checked at
+    every step is crossed far more often."""
+    rng = np.random.default_rng(6)
+    paths, steps, alpha = 2000, 2000, 0.05
+    n = np.arange(1, steps + 1)
+    means = np.cumsum(rng.standard_normal((paths, steps)), axis=1) / n
+    se = 1.0 / np.sqrt(n)
+    radius = np.array([stats.cs_radius(float(k), alpha, 200.0) for k in n])
+    cs_cross = np.mean(np.any(np.abs(means) > radius * se, axis=1))
+    naive_cross = np.mean(np.any(np.abs(means[:, 9:]) > 1.96 * se[9:], axis=1))
+    assert cs_cross <= alpha + 0.01
+    assert naive_cross > 0.3
+
+
+def test_t_quantile_and_ratio() -> None:
+    from scipy.stats import t
+
+    assert stats.t_quantile(0.975, 7) == pytest.approx(float(t.ppf(0.975, 7)))
+    assert stats.small_sample_ratio(0.05, 5) > stats.small_sample_ratio(0.05, 50) > 1.0
+    assert stats.small_sample_ratio(0.05, math.inf) == pytest.approx(1.0)

@@ -1,0 +1,127 @@
+"""Agents on fake host trees (tests/knobs/fakehost.py) for the agent tests and the fault bench."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from musku.agent.config import AgentConfig
+from musku.agent.core import Agent
+from musku.hostfs import HUGEPAGES_DIR, THP_DIR
+from musku.knobs import load_knob
+from musku.knobs.base import Knob
+from tests.knobs.fakehost import FakeHost, FakeKernelFS, vm_host
+
+THP = THP_DIR + "/enabled"
+SHP = HUGEPAGES_DIR + "/hugepages-2048kB/nr_hugepages"
+
+
+def fake_host(root: Path) -> FakeHost:
+    return vm_host(root)
+
+
+class AtomicFakeFS(FakeKernelFS):
+    """The fake kernel, with attribute updates atomic as in the kernel: a SIGKILL of the agent
+    mid-write must not leave a half-written sysfs file (the plain fake truncates, then writes:
+    an artifact no kernel attribute shows)."""
+
+    def _store(self, path: str, text: str) -> None:
+        import os
+
+        real = self.host(path)
+        tmp = real.with_name(real.name + ".fake-tmp")
+        tmp.write_text(text)
+        os.replace(tmp, real)
+
+
+def fs_of(host: FakeHost) -> AtomicFakeFS:
+    return AtomicFakeFS(host.root, host=host)
+
+
+def config(tmp: Path, **over: Any) -> AgentConfig:
+    base: dict[str, Any] = {
+        "root": str(tmp / "host"),
+        "state_dir": tmp / "state",
+        "socket": tmp / "agent.sock",
+        "sample_interval_s": 0.05,
+        "samplers": {},
+    }
+    base.update(over)
+    return AgentConfig(**base)
+
+
+class FailingFactory:
+    """Real knobs, except that ``fail`` raises on apply after writing (a refused write)."""
+
+    def __init__(self, fail: str = "", *, after_write: bool = True) -> None:
+        self.fail = fail
+        self.after_write = after_write
+
+    def __call__(self, name: str, fs: Any, **options: object) -> Knob:
+        knob = load_knob(name, fs, **options)
+        if name != self.fail:
+            return knob
+        orig = knob.apply
+        after = self.after_write
+
+        def apply(value: Any, *, dry_run: bool = False) -> Any:
+            if dry_run:
+                return orig(value, dry_run=True)
+            if after:
+                orig(value)
+            raise OSError(5, "Input/output error (injected)")
+
+        knob.apply = apply  # type: ignore[method-assign]
+        return knob
+
+
+def make_agent(tmp: Path, host: FakeHost | None = None, **kw: Any) -> tuple[Agent, FakeHost]:
+    host = host or fake_host(tmp / "host")
+    cfg_over = kw.pop("config", {})
+    agent = Agent(config(tmp, **cfg_over), fs=fs_of(host), **kw)
+    return agent, host
+
+
+def state(host: FakeHost) -> tuple[str, str]:
+    return host.read(THP), host.read(SHP)
+
+
+def spawn_daemon(cfg: AgentConfig, host: FakeHost, *, timeout: float = 20.0) -> int:
+    """Fork a real agent daemon (``musku.agent.daemon.run``) on the fake host; returns its pid
+    once its socket answers. Stop it with os.kill(pid, ...) and reap with os.waitpid."""
+    import os
+    import time
+
+    from musku.agent.client import AgentClient
+    from musku.errors import HostError
+
+    pid = os.fork()
+    if pid == 0:  # child: the daemon
+        code = 1
+        try:
+            import logging
+
+            from musku.agent.daemon import run
+
+            logging.disable(logging.WARNING)
+            code = run(cfg, fs=fs_of(host))
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            raise RuntimeError(f"agent daemon exited at start (status {status})")
+        if cfg.socket.exists():
+            c = AgentClient(cfg.socket, timeout=5)
+            try:
+                c.call("hello")
+                return pid
+            except HostError:
+                pass
+            finally:
+                c.close()
+        time.sleep(0.02)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise RuntimeError("agent daemon did not answer")

@@ -1,0 +1,3 @@
+"""Fixtures shared by several test folders."""
+
+pytest_plugins = ["tests.fixtures.toy"]

@@ -1,0 +1,170 @@
+"""The agent backend over REAL SSH: an sshd on a free loopback port (generated host key,
+authorized key for root), two agent daemons on two Unix sockets on this machine (each on its
+own fake host tree), driven through apply / window / restore with ``musku agent rpc``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from musku.domain import Configuration
+from musku.errors import HostError
+from musku.experiment import load_experiment
+from tests.agent.helpers import SHP, THP, config, fake_host, spawn_daemon
+
+SSHD = "/usr/sbin/sshd"
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="sshd for root needs root"),
+    pytest.mark.skipif(not os.path.exists(SSHD) or not shutil.which("ssh-keygen"), reason="no sshd"),
+    pytest.mark.slow,
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    d = tmp_path_factory.mktemp("sshd")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key")], check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "client_key")], check=True)
+    (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
+    port = _free_port()
+    (d / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\n"
+        f"PidFile {d / 'sshd.pid'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nLogLevel ERROR\n"
+    )
+    host_pub = (d / "host_key.pub").read_text().split()
+    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    proc = subprocess.Popen([SSHD, "-D", "-f", str(d / "sshd_config"), "-E", str(d / "sshd.log")])
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.fail(f"sshd did not start: {(d / 'sshd.log').read_text()[-500:]}")
+            time.sleep(0.05)
+    try:
+        yield {"port": port, "dir": d}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+class FakeService:
+    """A service writing musku-stats/1 at a known request rate."""
+
+    def __init__(self, path: Path, qps: float) -> None:
+        self.path, self.qps = path, qps
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        t0 = time.time()
+        while not self.stop.is_set():
+            now = time.time()
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"format": "musku-stats/1", "pid": 1, "t": now,
+                                       "counters": {"requests": int((now - t0) * self.qps)}}))
+            os.replace(tmp, self.path)
+            time.sleep(0.02)
+
+
+def _experiment(tmp: Path, sshd: dict, hosts: list[dict], known_hosts: Path) -> Path:
+    def table(h: dict) -> str:
+        return "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in h.items()) + "}"
+
+    p = tmp / "exp.toml"
+    p.write_text(
+        '[experiment]\nname = "ssh-pair"\n[service]\nname = "svc"\nknobs = ["thp", "shp"]\n'
+        '[platform]\ncatalog = "firecracker-vm"\n[metric]\nprimary = "qps"\n'
+        "[hosts]\nbackend = \"agent\"\n"
+        f"hosts = [{', '.join(table(h) for h in hosts)}]\n"
+        f"identity_file = {json.dumps(str(sshd['dir'] / 'client_key'))}\n"
+        f"known_hosts = {json.dumps(str(known_hosts))}\n"
+        f"remote_command = {json.dumps([sys.executable, '-m', 'musku.agent', 'rpc'])}\n"
+        "lease_s = 6\n"
+    )
+    return p
+
+
+def test_pair_over_ssh(tmp_path: Path, sshd: dict) -> None:
+    from musku.hosts.agent import open_pair
+
+    agents, services, hosts_opt = [], [], []
+    for name, qps in (("a", 1000.0), ("b", 3000.0)):
+        host = fake_host(tmp_path / name / "host")
+        svc = FakeService(tmp_path / name / "stats.json", qps)
+        svc.t.start()
+        services.append(svc)
+        cfg = config(tmp_path / name, sample_interval_s=0.1,
+                     samplers={"service": {"stats_file": str(svc.path)}})
+        agents.append((spawn_daemon(cfg, host), host, cfg))
+        hosts_opt.append({"name": f"host-{name}", "host": "127.0.0.1", "port": sshd["port"],
+                          "socket": str(cfg.socket)})
+    before = [h.tree() for _, h, _ in agents]
+    exp = load_experiment(_experiment(tmp_path, sshd, hosts_opt, sshd["dir"] / "known_hosts"))
+    try:
+        pair = open_pair(exp)
+        try:
+            assert [h.name for h in pair.hosts] == ["host-a", "host-b"]
+            assert abs(pair.hosts[0].offset) < 1.0  # same machine: clocks agree
+            base = Configuration.of({"thp": "madvise", "shp": 0})
+            cand = Configuration.of({"thp": "always", "shp": 64})
+            pair.apply((base, cand))
+            assert "[always]" in agents[1][1].read(THP) and agents[1][1].read(SHP).strip() == "64"
+            assert "[madvise]" in agents[0][1].read(THP)
+            for _ in range(2):
+                a, b = pair.window(0.5)
+                assert a.valid and b.valid, (a.note, b.note)
+                assert a.host == "host-a" and b.host == "host-b"
+                assert a.metrics["qps"] == pytest.approx(1000, rel=0.2)
+                assert b.metrics["qps"] == pytest.approx(3000, rel=0.2)
+            # someone changes host b by hand: that host's window is invalid
+            agents[1][2]  # noqa: B018
+            from tests.agent.helpers import fs_of
+
+            fs_of(agents[1][1]).write_text(THP, "never")
+            a, b = pair.window(0.5)
+            assert a.valid and not b.valid and "outside change: thp" in b.note
+            pair.restore()
+            assert [h.tree() for _, h, _ in agents] == before
+        finally:
+            pair.close()
+    finally:
+        for svc in services:
+            svc.stop.set()
+        for pid, _, _ in agents:
+            os.kill(pid, 15)
+            os.waitpid(pid, 0)
+
+
+def test_unknown_host_key_refused(tmp_path: Path, sshd: dict) -> None:
+    from musku.hosts.agent import open_pair
+
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    hosts = [{"name": n, "host": "127.0.0.1", "port": sshd["port"], "socket": "/nonexistent"}
+             for n in ("a", "b")]
+    exp = load_experiment(_experiment(tmp_path, sshd, hosts, empty))
+    with pytest.raises(HostError, match="cannot connect"):
+        open_pair(exp)

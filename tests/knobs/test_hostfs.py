@@ -1,0 +1,127 @@
+"""HostFS: root-relative paths, the MSR allow-list and read-modify-write, atomic replace."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from musku.errors import InputError, UnsupportedError
+from musku.hostfs import (
+    AMD_PREFETCH_CONTROL,
+    BACKUP_SUFFIX,
+    IA32_MISC_ENABLE,
+    MSR_MISC_FEATURE_CONTROL,
+    MSR_UNCORE_RATIO_LIMIT,
+    HostFS,
+    HostFSError,
+    MsrNotAllowed,
+    MsrUnavailable,
+    format_cpulist,
+    parse_cpulist,
+)
+from tests.knobs.fakehost import FakeHost
+
+
+def test_paths_stay_under_root(tmp_path: Path) -> None:
+    fs = HostFS(tmp_path)
+    assert fs.host("/sys/kernel/mm") == tmp_path / "sys/kernel/mm"
+    with pytest.raises(InputError, match="absolute"):
+        fs.host("sys/kernel")
+    with pytest.raises(InputError, match=r"\.\."):
+        fs.host("/sys/../../etc/passwd")
+
+
+def test_missing_file_is_a_typed_error(tmp_path: Path) -> None:
+    fs = HostFS(tmp_path)
+    with pytest.raises(HostFSError, match="No such file") as e:
+        fs.read_bytes("/proc/cmdline")
+    assert e.value.path == "/proc/cmdline"
+    with pytest.raises(HostFSError):
+        fs.write_bytes("/sys/new_attribute", b"1")  # writes never create files
+    assert not (tmp_path / "sys/new_attribute").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [("0-3,8,10-11", [0, 1, 2, 3, 8, 10, 11]), ("", []), ("5", [5]), ("0-1\n", [0, 1])],
+)
+def test_cpulist_round_trip(text: str, cpus: list[int]) -> None:
+    assert parse_cpulist(text) == cpus
+    assert parse_cpulist(format_cpulist(cpus)) == cpus
+
+
+@pytest.mark.parametrize("bad", ["a-b", "3-1", "1,,x", "-2"])
+def test_cpulist_rejects_garbage(bad: str) -> None:
+    with pytest.raises(ValueError):
+        parse_cpulist(bad)
+
+
+def _msr_host(tmp_path: Path, value: int = 0x1_0000_0100) -> tuple[FakeHost, HostFS]:
+    host = FakeHost(tmp_path).cpus(2).msr({MSR_MISC_FEATURE_CONTROL: value, 0x10: 0xABC})
+    return host, host.fs()
+
+
+def test_msr_read_modify_write_touches_only_the_mask(tmp_path: Path) -> None:
+    host, fs = _msr_host(tmp_path)
+    old = fs.write_msr(1, MSR_MISC_FEATURE_CONTROL, 0b1010, 0xF)
+    assert old == 0x1_0000_0100
+    assert host.msr_value(1, MSR_MISC_FEATURE_CONTROL) == 0x1_0000_010A  # other bits kept
+    assert host.msr_value(0, MSR_MISC_FEATURE_CONTROL) == 0x1_0000_0100  # other CPU untouched
+    assert fs.read_msr(1, MSR_MISC_FEATURE_CONTROL) == 0x1_0000_010A
+
+
+def test_msr_outside_allow_list_refused(tmp_path: Path) -> None:
+    host, fs = _msr_host(tmp_path)
+    before = host.tree()
+    with pytest.raises(MsrNotAllowed, match="allow-list"):
+        fs.read_msr(0, 0x10)  # TSC: not ours to read
+    with pytest.raises(MsrNotAllowed, match="allow-list"):
+        fs.write_msr(0, 0x10, 1, 1)
+    with pytest.raises(MsrNotAllowed, match="may not be written"):
+        fs.write_msr(0, MSR_MISC_FEATURE_CONTROL, 0x10, 0x10)  # bit 4: outside 0x1A4's mask
+    with pytest.raises(MsrNotAllowed, match="may not be written"):
+        fs.write_msr(0, IA32_MISC_ENABLE, 0, 1 << 38)  # read-only register
+    with pytest.raises(MsrNotAllowed, match="outside mask"):
+        fs.write_msr(0, MSR_MISC_FEATURE_CONTROL, 0x30, 0xF)  # value bits beyond the mask
+    with pytest.raises(MsrNotAllowed):
+        fs.write_msr(0, AMD_PREFETCH_CONTROL, 0x10, 0x10)  # reserved bit 4 of C000_0108
+    assert host.tree() == before
+
+
+def test_msr_missing_device_is_unsupported(tmp_path: Path) -> None:
+    fs = FakeHost(tmp_path).cpus(2).fs()
+    with pytest.raises(MsrUnavailable, match="modprobe msr") as e:
+        fs.read_msr(0, MSR_UNCORE_RATIO_LIMIT)
+    assert isinstance(e.value, UnsupportedError)
+
+
+def test_msr_allow_writes_off_refuses_writes(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path).cpus(1).msr({MSR_MISC_FEATURE_CONTROL: 0}, allow_writes="off")
+    fs = host.fs()
+    assert fs.read_msr(0, MSR_MISC_FEATURE_CONTROL) == 0  # reads still work
+    with pytest.raises(MsrUnavailable, match="allow_writes"):
+        fs.write_msr(0, MSR_MISC_FEATURE_CONTROL, 0xF, 0xF)
+    assert host.msr_value(0, MSR_MISC_FEATURE_CONTROL) == 0
+
+
+def test_atomic_replace_keeps_mode_and_backup(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path).grub("quiet")
+    real = host.p("/etc/default/grub")
+    os.chmod(real, 0o640)
+    original = real.read_bytes()
+    fs = host.fs()
+    backup = fs.atomic_replace("/etc/default/grub", b"GRUB_CMDLINE_LINUX=\"x\"\n")
+    assert backup == "/etc/default/grub" + BACKUP_SUFFIX
+    assert real.read_bytes() == b"GRUB_CMDLINE_LINUX=\"x\"\n"
+    assert host.p(backup).read_bytes() == original
+    assert (real.stat().st_mode & 0o777) == 0o640
+    assert [p.name for p in real.parent.iterdir() if p.name.startswith(".")] == []  # no temp left
+
+
+def test_host_facts(tmp_path: Path) -> None:
+    fs = FakeHost(tmp_path).cpus(4, vendor="AuthenticAMD").meminfo(1024 * 1024).fs()
+    assert fs.cpu_vendor() == "amd"
+    assert fs.online_cpus() == [0, 1, 2, 3]
+    assert fs.meminfo()["MemTotal"] == 1024 * 1024

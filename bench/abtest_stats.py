@@ -181,10 +181,10 @@ def report(outs: list[Outcome], jitter: float) -> bool:
             f"median samples {med:,.0f}; {_decisions(runs)}"
         )
         if rule == "cs":
-            good = fp / len(runs) <= 0.05
-            ok &= good
+            aa_ok = fp / len(runs) <= 0.05
+            ok &= aa_ok
             lines.append(
-                _check(f"musku A/A false-positive rate {100 * fp / len(runs):.2f} % <= 5 %", good)
+                _check(f"musku A/A false-positive rate {100 * fp / len(runs):.2f} % <= 5 %", aa_ok)
             )
     pw_cs, pw_w = _sel(outs, jitter, "power", "cs"), _sel(outs, jitter, "power", "welch")
     truth = pw_cs[0].truth if pw_cs else float("nan")
@@ -194,13 +194,13 @@ def report(outs: list[Outcome], jitter: float) -> bool:
         if not runs:
             continue
         good = sum(o.decision == "better" for o in runs)
-        s = sorted(o.samples for o in runs)
-        meds[rule] = statistics.median(s)
+        srt = sorted(o.samples for o in runs)
+        meds[rule] = statistics.median(srt)
         hours = statistics.median(o.host_time_s for o in runs) / 3600
         name = "musku" if rule == "cs" else "paper method"
         print(
             f"  {name:21s} correct (BETTER) {_rate(good, len(runs))}; "
-            f"samples median {meds[rule]:,.0f}, p90 {s[int(0.9 * (len(s) - 1))]:,}; "
+            f"samples median {meds[rule]:,.0f}, p90 {srt[int(0.9 * (len(srt) - 1))]:,}; "
             f"host time median {hours:.2f} h; {_decisions(runs)}"
         )
         if rule == "cs":
@@ -240,7 +240,10 @@ def report(outs: list[Outcome], jitter: float) -> bool:
 def report_sweep(outs: list[Outcome], jitters: list[float]) -> None:
     """How each method's samples to a decision (1 % effect) depend on the common load."""
     print("\n=== efficiency vs common per-second load jitter (1 % effect)")
-    print(f"  {'jitter':>7s} {'musku median':>13s} {'paper median':>13s} {'ratio':>7s}")
+    print(
+        f"  {'jitter':>7s} {'musku median':>13s} {'paper median':>13s} {'ratio':>7s}"
+        f" {'paper A/A FPR':>14s}"
+    )
     for j in jitters:
         cs = _sel(outs, j, "power", "cs")
         w = _sel(outs, j, "power", "welch")
@@ -255,7 +258,10 @@ def report_sweep(outs: list[Outcome], jitters: list[float]) -> None:
             else "-"
         )
         print(f"  {100 * j:6.1f}% {mc:13,.0f} {mw:13,.0f} {mc / mw:7.3f} {fpr:>14s}")
-    print("  (musku's paired log-ratio cancels the common load; the unpaired test pays for it)")
+    print(
+        "  (musku's paired log-ratio cancels the common load, the unpaired test pays for it;\n"
+        "   where the paper method is quick it is also fooled by the 0.3 % host bias)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         "--power", type=int, default=200, help="1 %% effect comparisons per rule (default 200)"
     )
     ap.add_argument(
-        "--aa-paper", type=int, default=200, help="A/A runs of the paper method (to the cap: slow)"
+        "--aa-paper", type=int, default=100, help="A/A runs of the paper method (to the cap: slow)"
     )
     ap.add_argument(
         "--naive", type=int, default=100, help="A/A runs of the no-crossover paired rule"
@@ -278,7 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         help="extra load-jitter levels for the efficiency table ('' = none)",
     )
     ap.add_argument(
-        "--sweep-runs", type=int, default=50, help="1 %% effect runs per rule per sweep level"
+        "--sweep-runs",
+        type=int,
+        default=50,
+        help="1 %% effect runs per rule, and paper-method A/A runs, per sweep level",
     )
     ap.add_argument("--seed", type=int, default=1000, help="first seed")
     args = ap.parse_args(argv)
@@ -310,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.sweep_runs):
             s = args.seed + 100_000 + i
             tasks += [Task(j, "power", "cs", s), Task(j, "power", "welch", s)]
+            tasks.append(Task(j, "aa", "welch", args.seed + i))
     # longest first (the paper method's A/A runs go to the cap) for an even finish
     tasks.sort(key=lambda t: (t.rule != "welch", t.kind != "aa"))
     t0 = time.perf_counter()

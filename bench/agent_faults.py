@@ -42,7 +42,10 @@ def hammer(sock: Path, rng: random.Random, stop: threading.Event, counts: dict[s
     c = AgentClient(sock, timeout=5)
     try:
         while not stop.is_set():
-            cfg = {"thp": rng.choice(["always", "madvise", "never"]), "shp": rng.choice([0, 64, 128])}
+            cfg = {
+                "thp": rng.choice(["always", "madvise", "never"]),
+                "shp": rng.choice([0, 64, 128]),
+            }
             try:
                 c.call("apply", config=cfg, lease_s=30)
                 counts["applies_ok"] += 1
@@ -57,15 +60,21 @@ def trial(i: int, rng: random.Random, stats: dict[str, int]) -> str | None:
     try:
         host = fake_host(tmp / "host")
         stats_file = tmp / "svc.json"
-        stats_file.write_text(json.dumps({"format": "musku-stats/1", "pid": 1, "t": time.time(),
-                                          "counters": {"requests": 1}}))
-        cfg = config(tmp, sample_interval_s=0.05,
-                     samplers={"service": {"stats_file": str(stats_file)}})
+        stats_file.write_text(
+            json.dumps(
+                {"format": "musku-stats/1", "pid": 1, "t": time.time(), "counters": {"requests": 1}}
+            )
+        )
+        cfg = config(
+            tmp, sample_interval_s=0.05, samplers={"service": {"stats_file": str(stats_file)}}
+        )
         deployed = i % 3 == 0
         if deployed:  # a soft SKU in production before the experiment
             a = Agent(cfg, fs=fs_of(host))
             a.recover()
-            r = a.handle({"op": "deploy", "config": {"thp": rng.choice(["always", "never"]), "shp": 64}})
+            r = a.handle(
+                {"op": "deploy", "config": {"thp": rng.choice(["always", "never"]), "shp": 64}}
+            )
             assert r["ok"], r
             a.close()
             stats["with_deployed_sku"] += 1
@@ -80,7 +89,9 @@ def trial(i: int, rng: random.Random, stats: dict[str, int]) -> str | None:
             stats["sampling_only"] += 1
         else:
             t.start()
-        time.sleep(rng.uniform(0.0, 0.5))
+        # sampling-only trials run longer: the spool is flushed once a second, so some kills
+        # land after flushes (rows kept) and some mid-flush
+        time.sleep(rng.uniform(0.0, 2.5 if sampling_only else 0.5))
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         stop.set()
@@ -125,14 +136,26 @@ def trial(i: int, rng: random.Random, stats: dict[str, int]) -> str | None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--trials", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     rng = random.Random(a.seed)
-    keys = ["trials", "with_deployed_sku", "sampling_only", "applies_before_kill", "killed_idle", "killed_mid_write",
-            "killed_mid_experiment", "host_off_baseline_at_kill", "recoveries_rolled_back",
-            "spool_rows_kept", "at_baseline_after_restart"]
+    keys = [
+        "trials",
+        "with_deployed_sku",
+        "sampling_only",
+        "applies_before_kill",
+        "killed_idle",
+        "killed_mid_write",
+        "killed_mid_experiment",
+        "host_off_baseline_at_kill",
+        "recoveries_rolled_back",
+        "spool_rows_kept",
+        "at_baseline_after_restart",
+    ]
     stats = dict.fromkeys(keys, 0)
     failures = []
     t0 = time.monotonic()

@@ -34,15 +34,20 @@ def cpu(pid: int) -> float:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--hz", type=float, default=10.0)
     p.add_argument("--warmup", type=float, default=3.0)
     a = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="musku-overhead-"))
     stats = tmp / "stats.json"
-    stats.write_text(json.dumps({"format": "musku-stats/1", "pid": 1, "t": time.time(),
-                                 "counters": {"requests": 0}}))
+    stats.write_text(
+        json.dumps(
+            {"format": "musku-stats/1", "pid": 1, "t": time.time(), "counters": {"requests": 0}}
+        )
+    )
     cfg = tmp / "agent.toml"
     cfg.write_text(
         f"[agent]\nstate_dir = {str(tmp / 'state')!r}\nsocket = {str(tmp / 'agent.sock')!r}\n"

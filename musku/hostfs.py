@@ -47,6 +47,7 @@ PROC_CPUINFO = "/proc/cpuinfo"
 PROC_MEMINFO = "/proc/meminfo"
 PROC_MOUNTS = "/proc/mounts"
 GRUB_DEFAULT = "/etc/default/grub"
+GRUB_DEFAULT_D = "/etc/default/grub.d"  # *.cfg snippets sourced after GRUB_DEFAULT
 
 BACKUP_SUFFIX = ".musku.bak"
 
@@ -163,9 +164,15 @@ class HostFS:
         root: str | os.PathLike[str] = "/",
         *,
         msr_allow: Mapping[int, MsrRule] = MSR_ALLOW_LIST,
+        read_only: bool = False,
     ) -> None:
         self.root = Path(root).resolve()
         self.msr_allow = dict(msr_allow)
+        self.read_only = read_only  # probes and reports: every write is refused
+
+    def _writable(self, path: str) -> None:
+        if self.read_only:
+            raise HostFSError(f"refusing to change {path}: this HostFS is read-only", path=path)
 
     def __repr__(self) -> str:
         return f"HostFS(root={str(self.root)!r})"
@@ -189,6 +196,9 @@ class HostFS:
 
     def is_file(self, path: str) -> bool:
         return self.host(path).is_file()
+
+    def is_symlink(self, path: str) -> bool:
+        return self.host(path).is_symlink()
 
     def listdir(self, path: str) -> list[str]:
         try:
@@ -223,6 +233,7 @@ class HostFS:
 
     def write_bytes(self, path: str, data: bytes) -> None:
         """One write of ``data`` to an existing attribute/file (no create, truncates files)."""
+        self._writable(path)
         real = self.host(path)
         try:
             fd = os.open(real, os.O_WRONLY | os.O_TRUNC)
@@ -241,12 +252,14 @@ class HostFS:
         self.write_bytes(path, text.encode())
 
     def mkdir(self, path: str) -> None:
+        self._writable(path)
         try:
             os.mkdir(self.host(path))
         except OSError as exc:
             raise self._error("mkdir", path, exc) from None
 
     def rmdir(self, path: str) -> None:
+        self._writable(path)
         try:
             os.rmdir(self.host(path))
         except OSError as exc:
@@ -258,7 +271,14 @@ class HostFS:
         With ``backup`` the current content is first written to ``path + BACKUP_SUFFIX``
         (also atomically); returns the backup's host path.
         """
+        self._writable(path)
         real = self.host(path)
+        if real.is_symlink():
+            raise HostFSError(
+                f"{path} is a symbolic link (managed elsewhere?): musku will not replace it",
+                path=path,
+                err=errno.ELOOP,
+            )
         if not real.is_file():
             raise HostFSError(f"{path}: not a regular file", path=path, err=errno.ENOENT)
         backup_path: str | None = None
@@ -353,6 +373,7 @@ class HostFS:
         ok, why = self.msr_writes_allowed()
         if not ok:
             raise MsrUnavailable(why)
+        self._writable(msr_path(cpu))
         old = self.read_msr(cpu, reg)
         new = (old & ~mask) | value
         if new == old:
@@ -374,11 +395,18 @@ class HostFS:
 
     # host facts
 
+    def read_cpulist(self, path: str) -> list[int]:
+        text = self.read_value(path)
+        try:
+            return parse_cpulist(text)
+        except ValueError:
+            raise HostFSError(f"{path}: not a cpu list: {text!r}", path=path) from None
+
     def online_cpus(self) -> list[int]:
-        return parse_cpulist(self.read_value(SYS_CPU + "/online"))
+        return self.read_cpulist(SYS_CPU + "/online")
 
     def present_cpus(self) -> list[int]:
-        return parse_cpulist(self.read_value(SYS_CPU + "/present"))
+        return self.read_cpulist(SYS_CPU + "/present")
 
     def cpu_vendor(self) -> str:
         """``"intel"``, ``"amd"`` or ``"other"`` from /proc/cpuinfo."""

@@ -61,6 +61,7 @@ PROBE_ROUNDS = 3  # extra probes when the transient outlasts the first one
 SWAP_OVERHEAD = 3.0  # period length / swap cost
 BATCH_CORRELATION = 0.05  # target correlation of neighbouring batch means
 BATCH_RHO_MARGIN = 1.0  # AR(1) coefficient upper bound: estimate + margin / sqrt(n)
+MEASURE_PIECE_S = 60.0  # host seconds measured per pair.windows() call, at most
 MAX_INVALID_FRACTION = 0.5  # of a period's windows, beyond which the hosts are not measurable
 
 
@@ -206,6 +207,9 @@ class _Comparison:
         self.cap = int(rule.sample_cap if rule.sample_cap is not None else st.sample_cap)
         self.dir = 1.0 if spec.direction is Direction.HIGHER else -1.0
         self.warm_n = int(math.ceil(st.warmup_s / self.interval - 1e-9))
+        # windows per pair.windows() call: about a minute of host time, so should_stop is
+        # polled at least once a minute on real hosts
+        self.piece = max(1, int(MEASURE_PIECE_S / self.interval))
         self.guard_metrics = tuple(dict.fromkeys(g.metric for g in spec.guardrails))
         self.t0 = pair.now()
         self.seq = 0
@@ -242,8 +246,13 @@ class _Comparison:
         parts: list[list[tuple[Sample, Sample]]] = []
         left = n
         while left > 0:
-            self._check_stop()
-            k = min(left, 600)
+            try:
+                self._check_stop()
+            except _Stop:
+                if parts:  # keep what was measured: recorded, not used
+                    self._emit(self._columns([w for p in parts for w in p]), True)
+                raise
+            k = min(left, self.piece)
             got = self.pair.windows(self.interval, k)
             if len(got) != k:
                 raise HostError(f"host pair returned {len(got)} windows instead of {k}")
@@ -333,7 +342,12 @@ class _Comparison:
         chunks: list[_Chunk] = []
         verdict = stats.WarmupVerdict(0, False, 0.0, 0.0)
         for _ in range(1 + PROBE_ROUNDS):
-            chunks.append(self._measure(probe_n))
+            try:
+                chunks.append(self._measure(probe_n))
+            except _Stop:
+                if chunks:
+                    self._emit(_concat(chunks), True)
+                raise
             probe = _concat(chunks)
             verdict = stats.detect_warmup(self._log_ratio(probe))
             if not verdict.extend:
@@ -501,10 +515,9 @@ class _Comparison:
             if vals.size < 4:
                 continue
             se = float(vals.std(ddof=1)) / math.sqrt(vals.size)
-            ratio = stats.small_sample_ratio(self.alpha, vals.size - 1)
             n_opt_of = getattr(self.rule, "n_opt", None)
             n_opt = float(n_opt_of(self.b)) if callable(n_opt_of) else 32.0
-            hw = stats.cs_halfwidth(se * ratio, float(vals.size), self.alpha, n_opt)
+            hw = stats.cs_halfwidth(se, float(vals.size), self.alpha, n_opt, df=vals.size - 1)
             lo, hi = mean - hw, mean + hw
             beyond = lo > g.limit if g.op == "<=" else hi < g.limit
             if beyond or (final and not g.holds(mean)):
@@ -517,7 +530,9 @@ class _Comparison:
         self.on_progress(
             Progress(
                 samples=self.d.n,
-                estimate=self.verdict.estimate,
+                # nothing measured yet (an abort in the first warm-up): no estimate, an unbounded
+                # interval; 0.0 rather than NaN, which SQL stores as NULL
+                estimate=self.verdict.estimate if math.isfinite(self.verdict.estimate) else 0.0,
                 ci_low=self.verdict.ci_low,
                 ci_high=self.verdict.ci_high,
                 host_time_s=self.pair.now() - self.t0,
@@ -575,7 +590,9 @@ class _Comparison:
             baseline=self.baseline,
             candidate=self.candidate,
             decision=decision,
-            estimate=self.verdict.estimate,
+            # nothing measured yet (an abort in the first warm-up): no estimate, an unbounded
+            # interval; 0.0 rather than NaN, which SQL stores as NULL
+            estimate=self.verdict.estimate if math.isfinite(self.verdict.estimate) else 0.0,
             ci_low=self.verdict.ci_low,
             ci_high=self.verdict.ci_high,
             samples=self.d.n,
@@ -593,6 +610,7 @@ class _Comparison:
             if self.period == 1 and self.rule.crossover:
                 self.swap_measured = True
             steady = self._warmup()
+            self._progress()  # the live view moves on through long warm-ups and reboots
             if self.b is None:
                 self._pilot(steady)
             else:

@@ -133,8 +133,9 @@ class ConfidenceSequenceRule(DecisionRule):
     The confidence sequence is Robbins' normal-mixture boundary on the CLT-approximated sum
     (Waudby-Smith et al.), tuned to be tightest where the interval first becomes as narrow as
     ``min_effect``; the intrinsic time is the information of the crossover estimator in
-    batches. Small-sample honesty: the standard error is inflated by ``t_{df} / z`` and no
-    decision is taken before ``min_batches`` batches (and ``min_per_order`` of each role order)."""
+    batches. Small-sample honesty: the boundary's normal radius is replaced by the Student-t
+    quantile of the same tail probability (``df`` = batches - 2), and no decision is taken
+    before ``min_batches`` batches (and ``min_per_order`` of each role order)."""
 
     name = "cs"
 
@@ -182,8 +183,9 @@ class ConfidenceSequenceRule(DecisionRule):
         if est is None:
             mean = float(np.mean(ev.batch_d)) if ev.batch_d.size else math.nan
             return Verdict.undecided(to_relative(mean, rel) if math.isfinite(mean) else math.nan)
-        ratio = stats.small_sample_ratio(setup.alpha, est.df)
-        hw = stats.cs_halfwidth(est.se * ratio, est.n_eff, setup.alpha, self.n_opt(ev.batch_size))
+        hw = stats.cs_halfwidth(
+            est.se, est.n_eff, setup.alpha, self.n_opt(ev.batch_size), df=est.df
+        )
         lo, hi = est.mean - hw, est.mean + hw
         v_est, v_lo, v_hi = to_relative(est.mean, rel), to_relative(lo, rel), to_relative(hi, rel)
         enough = est.n_plus + est.n_minus >= self.min_batches and (

@@ -191,7 +191,7 @@ def crossover_estimate(
     of the same period, never less than the plain variance. Returns ``None`` until both role
     orders have at least two batches."""
     y = np.asarray(y, dtype=float)
-    s = np.asarray(sign)
+    s = np.asarray(sign, dtype=float)
     plus = s > 0
     n_plus = int(plus.sum())
     n_minus = int(y.size - n_plus)
@@ -255,13 +255,6 @@ def t_quantile(p: float, df: float) -> float:
     return float(stdtrit(df, p))
 
 
-def small_sample_ratio(alpha: float, df: float) -> float:
-    """``t_df(1 - alpha/2) / z(1 - alpha/2)``: how much wider a t interval is than a z one."""
-    from scipy.special import ndtri  # lazy
-
-    return t_quantile(1 - alpha / 2, df) / float(ndtri(1 - alpha / 2))
-
-
 def cs_rho2(alpha: float, n_opt: float) -> float:
     """Mixture precision making the boundary tightest near intrinsic time ``n_opt``
     (Waudby-Smith et al., the approximately optimal choice for a two-sided CS)."""
@@ -284,7 +277,19 @@ def cs_radius(n: float, alpha: float, n_opt: float) -> float:
     return math.sqrt(2.0 * v / rho2 / n * math.log(math.sqrt(v) / alpha))
 
 
-def cs_halfwidth(se: float, n: float, alpha: float, n_opt: float) -> float:
+def cs_halfwidth(se: float, n: float, alpha: float, n_opt: float, df: float = math.inf) -> float:
     """Half-width of the asymptotic confidence sequence around an estimate with standard
-    error ``se`` at intrinsic time ``n``."""
-    return se * cs_radius(n, alpha, n_opt)
+    error ``se`` at intrinsic time ``n``.
+
+    With ``df`` finite (``se`` estimated from ``df`` degrees of freedom) the boundary's
+    normal radius ``r`` is replaced by the Student-t quantile of the same two-sided tail
+    probability ``2 * (1 - Phi(r))``: the small-sample correction at the boundary's own
+    (small) level, not at ``alpha``, which matters at the early looks of a sequential test."""
+    r = cs_radius(n, alpha, n_opt)
+    if math.isfinite(df) and math.isfinite(r):
+        from scipy.special import ndtr  # lazy
+
+        tail = float(ndtr(-r))  # one-sided
+        if tail > 0.0:
+            r = t_quantile(1.0 - tail, df)
+    return se * r

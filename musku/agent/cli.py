@@ -138,14 +138,12 @@ def rollback(
 
 def _offline_rollback(config: Path | None, undeploy: bool) -> dict[str, Any]:
     """The daemon is not running: recover its journal here (holding its lock)."""
-    import os
-
     from musku.agent.config import DEFAULT_CONFIG, load_config
     from musku.agent.core import Agent
     from musku.agent.daemon import _lock
 
     cfg = load_config(config or DEFAULT_CONFIG)
-    fd = _lock(cfg)
+    locks = _lock(cfg)
     agent = Agent(cfg)
     try:
         recovered = agent.recover()
@@ -154,7 +152,7 @@ def _offline_rollback(config: Path | None, undeploy: bool) -> dict[str, Any]:
         return result
     finally:
         agent.close(rollback_experiment=True)
-        os.close(fd)
+        locks.release()
 
 
 def main() -> None:

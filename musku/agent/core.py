@@ -484,13 +484,22 @@ class Agent:
                 raise HostError("no experiment is running here (lease lapsed or agent restarted)")
             self.lease_s = lease
             self.lease_deadline = self._clock() + lease
-            return {"lease_s": lease, "experiment": self.experiment.get("id", "")}
+            return {
+                "lease_s": lease,
+                "experiment": self.experiment.get("id", ""),
+                "time": time.time(),
+            }
 
     def op_collect(self, req: dict[str, Any]) -> dict[str, Any]:
         cursor = int(_number(req, "cursor", 0))
         limit = int(_number(req, "limit", 5000))
         if cursor < 0 or not 1 <= limit <= 100_000:
             raise InputError("cursor must be >= 0 and limit in 1..100000")
+        if req.get("ack") is not None:  # acknowledge earlier rows in the same round trip
+            ack = int(_number(req, "ack"))
+            if not 0 <= ack <= cursor:
+                raise InputError("ack must be between 0 and cursor")
+            self.spool.ack(ack)
         rows, nxt = self.spool.collect(cursor, limit)
         return {"rows": [r.to_json() for r in rows], "cursor": nxt, "time": time.time()}
 

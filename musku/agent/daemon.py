@@ -14,6 +14,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -79,15 +80,47 @@ class _Flags:
     signum = 0
 
 
-def _lock(config: AgentConfig) -> int:
-    config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(config.state_dir / "agent.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+def host_lock_path(root: str) -> Path:
+    """One lock per host root: two agents (say the system agent and a private one started by
+    the local backend) must never own the same host's knobs at once. For the real root it lives
+    in /run/lock; for a test tree, next to the tree (not inside it)."""
+    real = Path(root).resolve()
+    if str(real) == "/":
+        base = Path("/run/lock") if Path("/run/lock").is_dir() else Path("/tmp")
+        return base / "musku-agent.lock"
+    return real.parent / f".{real.name}.musku-agent.lock"
+
+
+def _flock(path: Path, what: str) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise HostError(f"another agent is running on {config.state_dir} (lock held)") from None
+        raise HostError(f"another agent is running on {what} (lock {path} held)") from None
     return fd
+
+
+class _Locks:
+    def __init__(self, fds: list[int]) -> None:
+        self.fds = fds
+
+    def release(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+def _lock(config: AgentConfig) -> _Locks:
+    """The agent's locks: its state directory, and the host root it manages."""
+    config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    state = _flock(config.state_dir / "agent.lock", str(config.state_dir))
+    try:
+        host = _flock(host_lock_path(config.root), f"host root {config.root}")
+    except HostError:
+        os.close(state)
+        raise
+    return _Locks([state, host])
 
 
 def serve(agent: Agent, flags: _Flags) -> None:
@@ -126,7 +159,7 @@ def run(config: AgentConfig, *, fs: HostFS | None = None) -> int:
         flags.stop = True
         flags.signum = signum
 
-    lock_fd = _lock(config)
+    locks = _lock(config)
     agent = Agent(config, fs=fs)
     listeners = Listeners(agent)
     try:
@@ -144,5 +177,5 @@ def run(config: AgentConfig, *, fs: HostFS | None = None) -> int:
     finally:
         listeners.stop()
         agent.close(rollback_experiment=True)
-        os.close(lock_fd)
+        locks.release()
     return 0

@@ -41,7 +41,7 @@ def _error(message: str, status: int = 3) -> dict[str, Any]:
 
 
 class _Handler(socketserver.StreamRequestHandler):
-    server: _UnixServer | _TcpServer  # type: ignore[assignment]
+    server: _UnixServer | _TcpServer
     timeout = 600.0
 
     def handle(self) -> None:

@@ -72,6 +72,8 @@ class Spool:
                 " t REAL NOT NULL, duration REAL NOT NULL, metrics TEXT NOT NULL,"
                 " valid INTEGER NOT NULL, note TEXT NOT NULL, config TEXT NOT NULL)"
             )
+            # kept incrementally: COUNT(*) on a day's worth of rows every flush would cost CPU
+            self._count = int(self._db.execute("SELECT COUNT(*) FROM samples").fetchone()[0])
         except sqlite3.Error as exc:
             raise HostError(f"cannot open the metric spool {self.path}: {exc}") from None
 
@@ -102,9 +104,10 @@ class Spool:
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 rows,
             )
-            count = int(self._db.execute("SELECT COUNT(*) FROM samples").fetchone()[0])
-            if count > self.max_rows:
-                excess = count - self.max_rows
+            self._count += len(rows)
+            if self._count > self.max_rows:
+                excess = self._count - self.max_rows
+                self._count = self.max_rows
                 self._db.execute(
                     "DELETE FROM samples WHERE id IN (SELECT id FROM samples ORDER BY id LIMIT ?)",
                     (excess,),
@@ -140,13 +143,12 @@ class Spool:
         """Delete rows ``id <= cursor``; returns how many went."""
         with self._lock:
             cur = self._db.execute("DELETE FROM samples WHERE id <= ?", (cursor,))
+            self._count -= int(cur.rowcount)
             return int(cur.rowcount)
 
     def count(self) -> int:
         with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM samples").fetchone()[0]) + len(
-                self._pending
-            )
+            return self._count + len(self._pending)
 
     def head(self) -> int:
         """The newest row id written so far (0 when none)."""

@@ -187,13 +187,21 @@ class SshLink:
 
 
 def aggregate(
-    rows: Sequence[Row], *, host: str, t0: float, t1: float, arm: Configuration | None = None
+    rows: Sequence[Row],
+    *,
+    host: str,
+    t0: float,
+    t1: float,
+    arm: Configuration | None = None,
+    expect: set[str] | frozenset[str] = frozenset(),
 ) -> Sample:
     """One Sample from the spool rows whose midpoint lies in ``[t0, t1]`` (host clock).
 
     Metrics are duration-weighted means over the rows that carry them (latency percentiles:
     the weighted mean of per-row percentiles). The sample is invalid when a row saw an outside
     change, a row was taken at another configuration than ``arm``, or no row fell inside.
+    Metrics in ``expect`` (seen before from this host) but absent from every row are NaN and
+    the sample is invalid, so consumers always find the same keys.
     """
     inside = [r for r in rows if t0 <= r.t - r.duration / 2 <= t1]
     notes: list[str] = []
@@ -220,6 +228,11 @@ def aggregate(
             sums[k] = sums.get(k, 0.0) + v * r.duration
             weights[k] = weights.get(k, 0.0) + r.duration
     metrics = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+    missing = sorted(set(expect) - set(metrics))
+    if missing:  # a source went quiet in this window: keep the keys, mark it unusable
+        valid = False
+        notes.append("no data for " + ", ".join(missing))
+        metrics.update(dict.fromkeys(missing, float("nan")))
     return Sample(
         host=host, t=t1, duration=t1 - t0, metrics=metrics, valid=valid, note="; ".join(notes)
     )
@@ -239,7 +252,17 @@ class AgentHost(Host):
         self.info: dict[str, Any] = {}
         self.applied = Configuration()
         self._cursor = 0
+        self._pending_ack = 0
         self._rows: list[Row] = []
+        self.metric_names: set[str] = set()
+
+    def sample(
+        self, rows: Sequence[Row], t0: float, t1: float, name: str, arm: Configuration
+    ) -> Sample:
+        """Aggregate rows into a Sample, keeping the metric keys stable across windows."""
+        for r in rows:
+            self.metric_names.update(r.metrics)
+        return aggregate(rows, host=name, t0=t0, t1=t1, arm=arm, expect=self.metric_names)
 
     def hello(self) -> dict[str, Any]:
         sent = time.time()
@@ -251,7 +274,21 @@ class AgentHost(Host):
         # start collecting from now: rows spooled before this session are not ours
         st = self.link.call("status")
         self._cursor = int(st.get("spool_head", 0))
+        self._learn_metrics()
         return self.info
+
+    def _learn_metrics(self, wait_s: float = 5.0) -> None:
+        """The metric names this host reports (from its recent rows; waits for a few rows of a
+        freshly started agent), so that every Sample carries the same keys."""
+        deadline = time.monotonic() + wait_s
+        start = max(0, self._cursor - 20)
+        while True:
+            rows = self.link.call("collect", cursor=start, limit=200)["rows"]
+            names = {k for r in rows for k in r["metrics"]}
+            if len(rows) >= 5 or time.monotonic() >= deadline:
+                self.metric_names.update(names)
+                return
+            time.sleep(min(self.sample_interval, 0.2))
 
     def configuration(self) -> Configuration:
         return self.applied
@@ -263,7 +300,11 @@ class AgentHost(Host):
 
         deadline = time.monotonic() + wait_s
         while True:
-            res = self.link.call("collect", cursor=self._cursor)
+            fields: dict[str, Any] = {"cursor": self._cursor}
+            if self._pending_ack:
+                fields["ack"] = self._pending_ack  # piggybacked: one round trip per window
+            res = self.link.call("collect", **fields)
+            self._pending_ack = 0
             self._rows.extend(Row.from_json(r) for r in res["rows"])
             self._cursor = int(res["cursor"])
             if (self._rows and self._rows[-1].t >= t1) or time.monotonic() >= deadline:
@@ -273,16 +314,24 @@ class AgentHost(Host):
         taken = [r for r in self._rows if r.t - r.duration / 2 <= t1]
         self._rows = [r for r in self._rows if r.t - r.duration / 2 > t1]
         if taken:
-            self.link.call("ack", cursor=max(r.id for r in taken))
+            self._pending_ack = max(r.id for r in taken)
         return [r for r in taken if r.t - r.duration / 2 >= t0]
+
+    def flush_ack(self) -> None:
+        """Acknowledge rows already consumed (the agent may prune them); best effort."""
+        if self._pending_ack:
+            try:
+                self.link.call("ack", cursor=self._pending_ack)
+                self._pending_ack = 0
+            except MuskuError as exc:
+                log.warning("%s: ack failed: %s", self.name, exc.one_line())
 
     def skip_to_now(self) -> None:
         """Forget rows so far (after a switch): the next window starts fresh."""
         res = self.link.call("collect", cursor=self._cursor, limit=100_000)
         self._cursor = int(res["cursor"])
         self._rows = []
-        if self._cursor:
-            self.link.call("ack", cursor=self._cursor)
+        self._pending_ack = self._cursor
 
 
 class LeaseKeeper:
@@ -305,7 +354,11 @@ class LeaseKeeper:
         while not self._stop.wait(self.lease_s / 3):
             for h in self.hosts:
                 try:
-                    h.link.call("renew", lease_s=self.lease_s)
+                    sent = time.time()
+                    res = h.link.call("renew", lease_s=self.lease_s)
+                    got = time.time()
+                    if got - sent < 1.0 and "time" in res:  # a tight round trip: re-estimate
+                        h.offset = float(res["time"]) - (sent + got) / 2
                 except MuskuError as exc:
                     self.error = f"{h.name}: lease renewal failed: {exc.one_line()}"
                     log.error("%s", self.error)
@@ -319,6 +372,7 @@ class LeaseKeeper:
 
 class AgentPair(HostPair):
     backend = "agent"
+    hosts: tuple[AgentHost, AgentHost]
 
     def __init__(
         self, hosts: tuple[AgentHost, AgentHost], *, lease_s: float = 30.0, name: str = ""
@@ -381,12 +435,15 @@ class AgentPair(HostPair):
         start = time.time()
         time.sleep(seconds)
         end = time.time()
-        out = []
-        for h in self.hosts:
+
+        def collect(h: AgentHost) -> Sample:
             t0, t1 = start + h.offset, end + h.offset
             rows = h.rows_between(t0, t1, wait_s=max(5.0, 10 * h.sample_interval))
-            out.append(aggregate(rows, host=h.name, t0=t0, t1=t1, arm=h.applied))
-        return out[0], out[1]
+            return h.sample(rows, t0, t1, h.name, h.applied)
+
+        with ThreadPoolExecutor(2) as pool:  # both hosts at once: SSH round trips overlap
+            a, b = pool.map(collect, self.hosts)
+        return a, b
 
     def restore(self) -> None:
         self._rollback_all()
@@ -396,6 +453,7 @@ class AgentPair(HostPair):
     def close(self) -> None:
         self._keeper.stop()
         for h in self.hosts:
+            h.flush_ack()
             h.link.close()
 
     def describe(self) -> Mapping[str, Any]:

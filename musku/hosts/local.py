@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from musku.domain import Configuration, Sample
 from musku.errors import HostError, InputError, MuskuError
-from musku.hosts.agent import AgentHost, Link, SocketLink, aggregate
+from musku.hosts.agent import AgentHost, Link, SocketLink
 from musku.hosts.base import Host, HostPair
 
 if TYPE_CHECKING:
@@ -79,6 +79,9 @@ class ChildProcess:
             stdout=self._log,
             stderr=self._log,
             preexec_fn=_die_with_parent,
+            # own session: a terminal's Ctrl-C reaches only the controller, which then restores
+            # the host through the agent and stops it (PR_SET_PDEATHSIG covers a dead controller)
+            start_new_session=True,
             close_fds=True,
         )
 
@@ -141,14 +144,26 @@ class LocalSwitchbackPair(HostPair):
         return time.monotonic() - t0
 
     def _switch(self, cfg: Configuration) -> None:
-        try:
-            self.agent.link.call(
-                "apply", config=cfg.as_dict(), lease_s=self.lease_s, experiment=self.experiment
-            )
-        except MuskuError as exc:
-            self.restore()
-            raise type(exc)(f"{exc.one_line()} (host rolled back)") from None
-        self.switches += 1
+        """Apply one arm. A host-side failure (the agent already rolled that apply back, e.g.
+        a verify that lost a race with an outside writer) is retried once after a pause; a
+        second failure restores the host and raises."""
+        for attempt in (0, 1):
+            try:
+                self.agent.link.call(
+                    "apply", config=cfg.as_dict(), lease_s=self.lease_s, experiment=self.experiment
+                )
+                self.switches += 1
+                return
+            except HostError as exc:
+                if attempt == 0 and "cannot reach" not in exc.message:
+                    log.warning("switch to %s failed (%s); retrying once", cfg, exc.one_line())
+                    time.sleep(1.0)
+                    continue
+                self.restore()
+                raise HostError(f"{exc.one_line()} (host rolled back)") from None
+            except MuskuError as exc:
+                self.restore()
+                raise type(exc)(f"{exc.one_line()} (host rolled back)") from None
 
     def _sub_window(self, arm: _Arm, seconds: float) -> Sample:
         for child in self.children:
@@ -161,7 +176,7 @@ class LocalSwitchbackPair(HostPair):
         end = time.time()
         t0, t1 = start + self.agent.offset, end + self.agent.offset
         rows = self.agent.rows_between(t0, t1, wait_s=max(5.0, 10 * self.agent.sample_interval))
-        return aggregate(rows, host=arm.name, t0=t0, t1=t1, arm=arm.config)
+        return self.agent.sample(rows, t0, t1, arm.name, arm.config)
 
     def window(self, seconds: float) -> tuple[Sample, Sample]:
         if seconds <= 0:
@@ -183,6 +198,7 @@ class LocalSwitchbackPair(HostPair):
         """Stops what this backend started. A private agent rolls its experiment back as it
         stops (nothing would honour the lease otherwise); the system agent is left alone and
         its lease lapses."""
+        self.agent.flush_ack()
         self.agent.link.close()
         for child in reversed(self.children):
             child.stop()

@@ -156,6 +156,11 @@ class Knob(ABC):
         """True when the host is at ``value`` (re-plans and finds nothing to write)."""
         return not self.plan(self.validate(value))
 
+    def check(self, value: Value) -> None:
+        """Raise :class:`Drift` when the host is not at ``value`` (an outside change)."""
+        if not self.verify(value):
+            raise Drift(f"{self.name}: expected {value!r}, the host is at {self.read()!r}")
+
     def pending_reboot(self) -> bool:
         """True when an applied change only takes effect at the next boot (reboot-mode knobs)."""
         return False

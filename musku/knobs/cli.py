@@ -43,7 +43,7 @@ def probe(
 
     if not root.is_dir():
         _fail(InputError(f"--root {root}: not a directory"))
-    fs = HostFS(root)
+    fs = HostFS(root, read_only=True)  # a probe never changes the host
     rows: dict[str, dict[str, object]] = {}
     for name in REGISTRY:
         current: object = None

@@ -33,6 +33,7 @@ from musku.hostfs import (
     CGROUP_ROOT,
     CGROUP_V1_CPUSET,
     GRUB_DEFAULT,
+    GRUB_DEFAULT_D,
     PROC_CMDLINE,
     SYS_CPU,
     HostFSError,
@@ -83,7 +84,10 @@ def isolcpus_of(cmdline: str) -> list[int] | None:
     for word in cmdline.split():
         if word.startswith("isolcpus="):
             parts = [p for p in word.split("=", 1)[1].split(",") if p and not p[0].isalpha()]
-            return parse_cpulist(",".join(parts))
+            try:
+                return parse_cpulist(",".join(parts))
+            except ValueError:
+                raise GrubFormatError(f"cannot parse the CPU list of {word!r}") from None
     return None
 
 
@@ -178,10 +182,18 @@ class CoreCountKnob(KnobBase):
         if self.mode == "reboot":
             if not self.fs.exists(GRUB_DEFAULT):
                 return Support(False, f"reboot mode needs {GRUB_DEFAULT} (GRUB)")
+            if self.fs.is_symlink(GRUB_DEFAULT):
+                return Support(False, f"{GRUB_DEFAULT} is a symbolic link: musku will not edit it")
             try:
                 parse_grub_cmdline(self.fs.read_text(GRUB_DEFAULT))
             except GrubFormatError as exc:
                 return Support(False, exc.one_line())
+            override = self._grub_override()
+            if override:
+                return Support(
+                    False, f"{override} also sets {_CMDLINE_KEY} (sourced after {GRUB_DEFAULT}): "
+                    "musku will not edit a command line it does not own"
+                )
             return Support(True, backend="isolcpus", settings=settings, reboot=True,
                            details={"cores": ncores})
         details: dict[str, object] = {"cores": ncores}
@@ -221,7 +233,7 @@ class CoreCountKnob(KnobBase):
 
     def read(self) -> Value:
         if self.mode == "reboot":
-            isolated = set(parse_cpulist(self.fs.read_value(SYS_CPU + "/isolated")))
+            isolated = set(self.fs.read_cpulist(SYS_CPU + "/isolated"))
             online = set(self.fs.online_cpus())
             return self._count(online - isolated)
         cg = self._cgroup_dir()
@@ -232,7 +244,7 @@ class CoreCountKnob(KnobBase):
         return self._count(set(self.fs.online_cpus()))
 
     def _cgroup_cpus(self, path: str) -> list[int]:
-        return parse_cpulist(self.fs.read_value(path + "/cpuset.cpus"))
+        return self.fs.read_cpulist(path + "/cpuset.cpus")
 
     def validate(self, value: Value) -> Value:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -309,10 +321,22 @@ class CoreCountKnob(KnobBase):
             return False
         if self.mode == "reboot":
             isolated = self._desired_isolated(self.active_cpus(int(value)))
-            running = parse_cpulist(self.fs.read_value(SYS_CPU + "/isolated"))
+            running = self.fs.read_cpulist(SYS_CPU + "/isolated")
             booted = isolcpus_of(self.fs.read_text(PROC_CMDLINE)) or []
             return running == isolated and booted == isolated
         return True
+
+    def _grub_override(self) -> str:
+        """A grub.d snippet that assigns GRUB_CMDLINE_LINUX (it would win over our edit)."""
+        if not self.fs.is_dir(GRUB_DEFAULT_D):
+            return ""
+        for name in self.fs.listdir(GRUB_DEFAULT_D):
+            path = f"{GRUB_DEFAULT_D}/{name}"
+            if name.endswith(".cfg") and self.fs.is_file(path):
+                text = self.fs.read_text(path)
+                if re.search(rf"^\s*{_CMDLINE_KEY}=", text, re.M):
+                    return path
+        return ""
 
     def pending_reboot(self) -> bool:
         """Reboot mode: the configured command line is not the one the kernel booted with."""

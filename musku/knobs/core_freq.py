@@ -65,20 +65,24 @@ class CoreFreqKnob(KnobBase):
             return wanted
         return "cpufreq" if self._policies() else "msr"
 
-    def _turbo_file(self) -> tuple[str, bool] | None:
-        """(path, inverted) of the turbo switch, if any."""
+    def _turbo_files(self) -> list[tuple[str, bool]]:
+        """(path, inverted) of the turbo switch(es): intel_pstate ``no_turbo``, the global
+        cpufreq ``boost``, or per-policy ``policyN/boost`` (amd-pstate on recent kernels)."""
         if self.fs.exists(NO_TURBO):
-            return NO_TURBO, True
+            return [(NO_TURBO, True)]
         if self.fs.exists(BOOST):
-            return BOOST, False
-        return None
+            return [(BOOST, False)]
+        return [(p + "/boost", False) for p in self._policies() if self.fs.exists(p + "/boost")]
+
+    @staticmethod
+    def _is_on(data: bytes, inverted: bool) -> bool:
+        return (data.strip() == b"1") != inverted
 
     def _turbo_on(self) -> bool | None:
-        tf = self._turbo_file()
-        if tf is None:
+        files = self._turbo_files()
+        if not files:
             return None
-        v = self.fs.read_value(tf[0]) == "1"
-        return not v if tf[1] else v
+        return all(self._is_on(self.fs.read_bytes(p), inv) for p, inv in files)
 
     # probe
 
@@ -98,7 +102,7 @@ class CoreFreqKnob(KnobBase):
                 backend="cpufreq",
                 details={"driver": driver, "min_ghz": khz_to_ghz(lo), "max_ghz": khz_to_ghz(hi),
                          "policies": len(pols), "turbo": self._turbo_on(),
-                         "turbo_switch": self._turbo_file() is not None},
+                         "turbo_switch": bool(self._turbo_files())},
             )
         why = self._msr_unsupported()
         if why:
@@ -190,11 +194,10 @@ class CoreFreqKnob(KnobBase):
                 if (self.fs.read_msr(c, IA32_PERF_CTL) & PERF_CTL_RATIO_MASK) >> 8 != ratio
             ]
         writes: list[Write] = []
-        tf = self._turbo_file()
         if value == "turbo":
-            assert tf is not None
-            if not self._turbo_on():
-                writes.append(Write(tf[0], b"0" if tf[1] else b"1"))
+            for path, inverted in self._turbo_files():
+                if not self._is_on(self.fs.read_bytes(path), inverted):
+                    writes.append(Write(path, b"0" if inverted else b"1"))
         for p in self._policies():
             cur_min = self.fs.read_int(p + "/scaling_min_freq")
             cur_max = self.fs.read_int(p + "/scaling_max_freq")
@@ -221,9 +224,8 @@ class CoreFreqKnob(KnobBase):
                 ),
             )
         files: list[tuple[str, bytes]] = []
-        tf = self._turbo_file()
-        if tf:
-            files.append((tf[0], self.fs.read_bytes(tf[0])))
+        for path, _ in self._turbo_files():
+            files.append((path, self.fs.read_bytes(path)))
         for p in self._policies():
             for name in ("scaling_min_freq", "scaling_max_freq"):
                 files.append((f"{p}/{name}", self.fs.read_bytes(f"{p}/{name}")))
@@ -234,13 +236,11 @@ class CoreFreqKnob(KnobBase):
             super().rollback(snapshot)
             return
         saved = dict(snapshot.files)
-        tf = self._turbo_file()
-        turbo_first = tf is not None and tf[0] in saved and (
-            (saved[tf[0]].strip() == b"0") == tf[1]
-        )  # turbo was on: switch it back on before restoring a turbo-range ceiling
-        writes: list[Write] = []
-        if tf and tf[0] in saved and turbo_first:
-            writes.append(Write(tf[0], saved[tf[0]].strip()))
+        switches = [(p, inv) for p, inv in self._turbo_files() if p in saved]
+        # turbo was on: switch it back on before restoring a turbo-range ceiling; else after
+        turbo_first = bool(switches) and all(self._is_on(saved[p], inv) for p, inv in switches)
+        turbo_writes = [Write(p, saved[p].strip()) for p, _ in switches]
+        writes: list[Write] = list(turbo_writes) if turbo_first else []
         for p in self._policies():
             mn, mx = p + "/scaling_min_freq", p + "/scaling_max_freq"
             if mn in saved and mx in saved:
@@ -248,7 +248,7 @@ class CoreFreqKnob(KnobBase):
                     mn, mx, self.fs.read_int(mn), self.fs.read_int(mx),
                     int(saved[mn].strip()), int(saved[mx].strip()),
                 )
-        if tf and tf[0] in saved and not turbo_first:
-            writes.append(Write(tf[0], saved[tf[0]].strip()))
+        if not turbo_first:
+            writes += turbo_writes
         writes = [w for w in writes if self.fs.read_bytes(w.path).strip() != w.data]
         self._perform(writes)

@@ -13,21 +13,25 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from musku.knobs.base import Support
 from musku.metrics.base import Sampler
+
+if TYPE_CHECKING:
+    from musku.hostfs import HostFS
 
 
 class PsutilSampler(Sampler):
     name = "psutil"
 
-    def __init__(self, fs, **options):  # type: ignore[no-untyped-def]
+    def __init__(self, fs: HostFS, **options: object) -> None:
         super().__init__(fs, **options)
         self._t = 0.0
         self._busy = 0.0
         self._total = 0.0
         self._proc_cpu = 0.0
-        self._proc = None
+        self._proc: Any = None  # psutil.Process of the target, once found
         self._pid = 0
         self._mem = 0.0
         self._next_mem = 0.0

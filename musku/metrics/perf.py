@@ -21,9 +21,13 @@ import os
 import platform
 import struct
 import time
+from typing import TYPE_CHECKING
 
 from musku.knobs.base import Support
 from musku.metrics.base import Sampler
+
+if TYPE_CHECKING:
+    from musku.hostfs import HostFS
 
 PERF_TYPE_HARDWARE = 0
 PERF_TYPE_SOFTWARE = 1
@@ -88,7 +92,7 @@ def read_scaled(fd: int) -> float:
 class PerfSampler(Sampler):
     name = "perf"
 
-    def __init__(self, fs, **options):  # type: ignore[no-untyped-def]
+    def __init__(self, fs: HostFS, **options: object) -> None:
         super().__init__(fs, **options)
         self.scope = str(options.get("scope", "system"))
         pid = options.get("pid", 0)

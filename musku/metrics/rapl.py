@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import re
 import time
+from typing import TYPE_CHECKING
 
 from musku.hostfs import HostFSError
 from musku.knobs.base import Support
 from musku.metrics.base import Sampler
+
+if TYPE_CHECKING:
+    from musku.hostfs import HostFS
 
 # TODO(hostfs): ask for a POWERCAP constant in musku.hostfs; until then it is spelled here only.
 POWERCAP = "/sys/class/powercap"
@@ -22,7 +26,7 @@ _PACKAGE = re.compile(r"^intel-rapl:\d+$")
 class RaplSampler(Sampler):
     name = "rapl"
 
-    def __init__(self, fs, **options):  # type: ignore[no-untyped-def]
+    def __init__(self, fs: HostFS, **options: object) -> None:
         super().__init__(fs, **options)
         self._domains: list[tuple[str, int]] = []
         self._last: dict[str, int] = {}

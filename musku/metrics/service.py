@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from musku.errors import InputError
 from musku.knobs.base import Support
 from musku.metrics.base import Sampler
+
+if TYPE_CHECKING:
+    from musku.hostfs import HostFS
 
 FORMAT = "musku-stats/1"
 QUANTILES = {"p50_ms": 0.50, "p95_ms": 0.95, "p99_ms": 0.99}
@@ -57,7 +60,7 @@ def quantile_from_hist(bounds: list[float], counts: list[float], q: float) -> fl
 class ServiceSampler(Sampler):
     name = "service"
 
-    def __init__(self, fs, **options):  # type: ignore[no-untyped-def]
+    def __init__(self, fs: HostFS, **options: object) -> None:
         super().__init__(fs, **options)
         path = options.get("stats_file")
         if not isinstance(path, str) or not path:

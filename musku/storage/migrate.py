@@ -11,7 +11,11 @@ can create and upgrade its database without an alembic.ini. Developers add a rev
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,14 +48,16 @@ def script_directory() -> ScriptDirectory:
     return ScriptDirectory.from_config(alembic_config())
 
 
+@functools.cache
 def head_revision() -> str:
     head = script_directory().get_current_head()
     assert head is not None, "musku ships at least one migration"
     return head
 
 
-def known_revisions() -> set[str]:
-    return {rev.revision for rev in script_directory().walk_revisions()}
+@functools.cache
+def known_revisions() -> frozenset[str]:
+    return frozenset(rev.revision for rev in script_directory().walk_revisions())
 
 
 def revision_of(connection: Connection) -> str | None:
@@ -80,6 +86,44 @@ def newer_message(rev: str, head: str) -> str:
     )
 
 
+MIGRATION_LOCK = 0x6D75736B75  # "musku": PostgreSQL advisory lock key
+
+_ALEMBIC = threading.Lock()  # alembic's ``context``/``op`` are module globals: one at a time
+
+
+@contextmanager
+def migration_lock(engine: Engine) -> Iterator[None]:
+    """Held while creating or upgrading a schema: in-process (alembic is not thread-safe) and,
+    for a SQLite file, across processes with ``flock`` on its directory (PostgreSQL uses
+    :func:`lock_schema` inside the transaction instead)."""
+    with _ALEMBIC:
+        database = engine.url.database
+        if engine.dialect.name != "sqlite" or database in (None, "", ":memory:"):
+            yield
+            return
+        import fcntl
+        import os
+
+        # lock the database's directory: no lock file left behind, and never an fd on the
+        # database file itself (closing one would drop SQLite's own POSIX locks)
+        fd = os.open(Path(database).resolve().parent, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the flock
+
+
+def lock_schema(connection: Connection) -> None:
+    """Serialise schema checks/upgrades of concurrent musku processes (PostgreSQL; held until
+    the transaction ends). Two sweeps opening a brand-new database at once must not both
+    create the tables."""
+    if connection.dialect.name == "postgresql":
+        from sqlalchemy import text
+
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+
+
 def check(connection: Connection, url_text: str | None) -> str | None:
     """Raise unless the database is at head. Returns the revision (None: empty database)."""
     rev = revision_of(connection)
@@ -105,6 +149,7 @@ def upgrade_connection(connection: Connection, target: str = "head") -> tuple[st
     """Upgrade the database behind ``connection`` (committed by the caller)."""
     from alembic import command
 
+    lock_schema(connection)
     before = revision_of(connection)
     if before is not None and before not in known_revisions():
         raise SchemaOutOfDate(newer_message(before, head_revision()))
@@ -119,11 +164,13 @@ def upgrade_connection(connection: Connection, target: str = "head") -> tuple[st
 def upgrade_engine(engine: Engine, target: str = "head") -> tuple[str | None, str]:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from musku.storage.engine import connect_error
+    from musku.storage.engine import connect_error, display
 
     try:
-        with engine.begin() as conn:
+        with migration_lock(engine), engine.begin() as conn:
             return upgrade_connection(conn, target)
+    except OSError as exc:
+        raise DatabaseError(f"cannot lock {display(engine.url)} for the upgrade: {exc}") from None
     except SQLAlchemyError as exc:
         raise connect_error(engine, exc) from None
 

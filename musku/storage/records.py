@@ -17,6 +17,12 @@ from musku.domain import (
     ExperimentStatus,
     SoftSku,
 )
+from musku.errors import DatabaseError
+
+
+class InvalidTransition(DatabaseError):
+    """A status change the documented life cycle does not allow."""
+
 
 
 class ComparisonStatus(enum.Enum):

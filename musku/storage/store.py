@@ -20,7 +20,14 @@ from musku.domain import ComparisonResult, Configuration, ExperimentStatus, Soft
 from musku.errors import DatabaseError
 from musku.storage import convert
 from musku.storage.engine import connect_error, display, first_line, make_engine
-from musku.storage.migrate import check, upgrade_connection
+from musku.storage.migrate import (
+    check,
+    head_revision,
+    lock_schema,
+    migration_lock,
+    revision_of,
+    upgrade_connection,
+)
 from musku.storage.models import (
     ComparisonRow,
     ConfigurationRow,
@@ -38,6 +45,7 @@ from musku.storage.records import (
     ComparisonStatus,
     ExperimentRecord,
     HostRecord,
+    InvalidTransition,
     SoftSkuRecord,
     ThreadingTableRecord,
 )
@@ -71,10 +79,6 @@ _PG_SAMPLE_TYPES = [
 """Binary COPY types of :data:`musku.storage.convert.SAMPLE_COLUMNS`, in order."""
 
 
-class InvalidTransition(DatabaseError):
-    """A status change the documented life cycle does not allow."""
-
-
 def _guard(method: Callable[P, R]) -> Callable[P, R]:
     """SQLAlchemy errors -> one-line DatabaseError naming the operation."""
 
@@ -102,16 +106,25 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     explicit = url is not None
     url = url if url is not None else default_url()
     engine = make_engine(url)
+    hint = display(engine.url) if explicit else None
     try:
         with engine.begin() as conn:
-            rev = check(conn, display(engine.url) if explicit else None)
-            if rev is None:
-                if not create:
-                    raise DatabaseError(
-                        f"no musku database at {display(engine.url)}: run `musku db upgrade`"
-                        " to create one"
-                    )
-                upgrade_connection(conn)
+            rev = revision_of(conn)
+        if rev != head_revision():
+            # new, older, newer or foreign: decide under the lock, so that of several musku
+            # processes opening a brand-new database at once exactly one creates the schema
+            with migration_lock(engine), engine.begin() as conn:
+                lock_schema(conn)
+                if check(conn, hint) is None:
+                    if not create:
+                        raise DatabaseError(
+                            f"no musku database at {display(engine.url)}: run "
+                            "`musku db upgrade` to create one"
+                        )
+                    upgrade_connection(conn)
+    except OSError as exc:
+        engine.dispose()
+        raise DatabaseError(f"cannot create {display(engine.url)}: {exc}") from None
     except DatabaseError:
         engine.dispose()
         raise
@@ -185,10 +198,13 @@ class Store:
             raise DatabaseError(f"no comparison with id {cmp_id}")
         return row
 
-    def _experiment_record(self, session: Session, row: ExperimentRow) -> ExperimentRecord:
-        hosts = session.scalars(
-            select(HostRow).where(HostRow.experiment_id == row.id).order_by(HostRow.idx)
-        ).all()
+    def _experiment_record(
+        self, session: Session, row: ExperimentRow, hosts: Sequence[HostRow] | None = None
+    ) -> ExperimentRecord:
+        if hosts is None:
+            hosts = session.scalars(
+                select(HostRow).where(HostRow.experiment_id == row.id).order_by(HostRow.idx)
+            ).all()
         created = convert.aware(row.created_at)
         assert created is not None
         return ExperimentRecord(
@@ -289,7 +305,10 @@ class Store:
     def experiments(self) -> list[ExperimentRecord]:
         with self._session() as s:
             rows = s.scalars(select(ExperimentRow).order_by(ExperimentRow.id)).all()
-            return [self._experiment_record(s, r) for r in rows]
+            hosts: dict[int, list[HostRow]] = {}
+            for h in s.scalars(select(HostRow).order_by(HostRow.experiment_id, HostRow.idx)):
+                hosts.setdefault(h.experiment_id, []).append(h)
+            return [self._experiment_record(s, r, hosts.get(r.id, [])) for r in rows]
 
     @_guard
     def delete_experiment(self, exp_id: int) -> None:
@@ -832,10 +851,22 @@ def upgrade(url: str | None = None) -> tuple[str | None, str]:
 
 def current_revision(url: str | None = None) -> str | None:
     """The schema revision of the database at ``url`` (None: no musku schema there)."""
+    from pathlib import Path
+
     from musku.storage import default_url
+    from musku.storage.engine import parse_url
     from musku.storage.migrate import revision_of
 
-    engine = make_engine(url if url is not None else default_url())
+    url = url if url is not None else default_url()
+    parsed = parse_url(url)
+    database = parsed.database
+    if (
+        parsed.get_backend_name() == "sqlite"
+        and database not in (None, "", ":memory:")
+        and not Path(str(database)).exists()
+    ):
+        return None  # do not create an empty file just by looking
+    engine = make_engine(url)
     try:
         with engine.connect() as conn:
             return revision_of(conn)

@@ -2,6 +2,9 @@
 //
 //   hdsearch_client --target h:p --queries q.bin [--k 10] [--count N] [--out ids.bin]
 //                   [--truncate-dim D] (send only D dimensions: a malformed request)
+//   hdsearch_client --queries q.bin --write-requests FILE [--k 10] [--count N]
+//       writes the SearchRequests, length-prefixed (u32 LE), for
+//       musku_loadgen --method /musku.hdsearch.HDSearch/Search --requests FILE
 //
 // --out: count x k uint32 ids, row-major, 0xffffffff where fewer than k came back.
 // Prints one JSON line: queries, errors, first_error_code, p50_us, p99_us, mean_candidates.
@@ -28,10 +31,26 @@ int main(int argc, char** argv) {
     const std::string out = flags.Str("out", "");
     const auto truncate = flags.Int("truncate-dim", -1);
     const auto timeout_ms = flags.Int("timeout-ms", 5000);
+    const std::string write_requests = flags.Str("write-requests", "");
     flags.CheckAllUsed();
     const VecHeader h = ReadVecHeader(queries);
     if (count <= 0 || static_cast<std::uint64_t>(count) > h.rows) count = static_cast<std::int64_t>(h.rows);
     const std::vector<float> q = ReadVecRows(queries, h, 0, static_cast<std::uint64_t>(count));
+    if (!write_requests.empty()) {
+      std::FILE* f = std::fopen(write_requests.c_str(), "wb");
+      if (f == nullptr) throw std::runtime_error("cannot write " + write_requests);
+      for (std::int64_t i = 0; i < count; ++i) {
+        SearchRequest req;
+        req.mutable_query()->Add(q.begin() + i * h.dim, q.begin() + (i + 1) * h.dim);
+        req.set_k(static_cast<std::uint32_t>(k));
+        const std::string bytes = req.SerializeAsString();
+        const auto len = static_cast<std::uint32_t>(bytes.size());
+        std::fwrite(&len, 4, 1, f);
+        std::fwrite(bytes.data(), 1, bytes.size(), f);
+      }
+      if (std::fclose(f) != 0) throw std::runtime_error("cannot write " + write_requests);
+      return 0;
+    }
     auto stub = HDSearch::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
     std::vector<std::uint32_t> ids(static_cast<std::size_t>(count * k), 0xffffffffu);
     std::vector<double> lat;

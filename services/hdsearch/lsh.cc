@@ -116,9 +116,12 @@ void LshIndex::Query(const float* q, LshScratch* s, std::vector<std::uint32_t>* 
     std::int32_t delta;
   };
   std::vector<Step> steps(2 * K);
+  // A perturbation set: a bitmask over positions in the sorted steps (2K <= 128), plus its
+  // largest position; shift/expand only ever touch the largest. No allocation per candidate.
   struct Cand {
     float score;
-    std::vector<std::uint8_t> set;  // indices into sorted steps, ascending
+    std::uint8_t last;
+    std::uint64_t bits[2];
     bool operator>(const Cand& o) const { return score > o.score; }
   };
   auto visit = [&](const Table& t, std::uint64_t key) {
@@ -143,36 +146,44 @@ void LshIndex::Query(const float* q, LshScratch* s, std::vector<std::uint32_t>* 
     visit(tables_[t], Key(t, h.data()));
     if (params_.probes == 0) continue;
     std::sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.dist < b.dist; });
-    std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
-    heap.push(Cand{steps[0].dist * steps[0].dist, {0}});
+    std::vector<Cand> storage;
+    storage.reserve(2 * params_.probes + 2);
+    std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap(std::greater<Cand>(), std::move(storage));
+    heap.push(Cand{steps[0].dist * steps[0].dist, 0, {1, 0}});
     std::uint32_t emitted = 0;
     while (!heap.empty() && emitted < params_.probes) {
-      Cand c = heap.top();
+      const Cand c = heap.top();
       heap.pop();
-      const std::uint8_t last = c.set.back();
+      const unsigned last = c.last;
       if (last + 1u < 2 * K) {
-        const float d_last = steps[last].dist, d_next = steps[last + 1].dist;
-        Cand shifted = c;  // replace the largest element by the next one
-        shifted.set.back() = static_cast<std::uint8_t>(last + 1);
+        const unsigned next = last + 1;
+        const float d_last = steps[last].dist, d_next = steps[next].dist;
+        Cand shifted = c;  // replace the largest position by the next one
+        shifted.bits[last >> 6] &= ~(1ULL << (last & 63));
+        shifted.bits[next >> 6] |= 1ULL << (next & 63);
+        shifted.last = static_cast<std::uint8_t>(next);
         shifted.score = c.score - d_last * d_last + d_next * d_next;
-        Cand expanded = c;  // add the next one
-        expanded.set.push_back(static_cast<std::uint8_t>(last + 1));
+        Cand expanded = c;  // add the next position
+        expanded.bits[next >> 6] |= 1ULL << (next & 63);
+        expanded.last = static_cast<std::uint8_t>(next);
         expanded.score = c.score + d_next * d_next;
-        heap.push(std::move(shifted));
-        heap.push(std::move(expanded));
+        heap.push(shifted);
+        heap.push(expanded);
       }
       // Valid perturbation: never steps the same hash both ways.
       bool valid = true;
       hp = h;
       std::uint64_t seen = 0;
-      for (std::uint8_t j : c.set) {
-        const Step& st = steps[j];
-        if (seen & (1ULL << st.hash)) {
-          valid = false;
-          break;
+      for (unsigned w = 0; w < 2 && valid; ++w) {
+        for (std::uint64_t b = c.bits[w]; b != 0; b &= b - 1) {
+          const Step& st = steps[w * 64 + static_cast<unsigned>(__builtin_ctzll(b))];
+          if (seen & (1ULL << st.hash)) {
+            valid = false;
+            break;
+          }
+          seen |= 1ULL << st.hash;
+          hp[st.hash] += st.delta;
         }
-        seen |= 1ULL << st.hash;
-        hp[st.hash] += st.delta;
       }
       if (!valid) continue;
       visit(tables_[t], Key(t, hp.data()));

@@ -2,7 +2,7 @@
 // nearest; on the musku threading framework.
 //
 //   hdsearch_midtier --data vectors.bin --leaves h:p,h:p [--tables 10] [--hashes 12]
-//                    [--bucket-width 0 (auto)] [--width-scale 4] [--probes 16] [--seed 1]
+//                    [--bucket-width 0 (auto)] [--width-scale 4] [--probes 32] [--seed 1]
 //                    [framework flags: --listen, --port-file, --threading, --leaf-timeout-ms ...]
 #include <cstdio>
 

@@ -4,6 +4,9 @@
 //   router_client --target h:p --op set --key K --value V
 //   router_client --target h:p --op bench [--requests 10000] [--keys 10000] [--zipf 0.99]
 //                 [--value-bytes 128] [--seed 1] [--leaf]   (--leaf: talk to a RouterLeaf)
+//   router_client --op requests --method get|set --out FILE [--requests N --keys K --zipf S]
+//       writes Zipf-keyed Get or Set requests, length-prefixed (u32 LE), for
+//       musku_loadgen --method /musku.router.Router/Get --requests FILE
 //
 // get prints the value on stdout; exit status: 0 ok, 3 NOT_FOUND, 4 INVALID_ARGUMENT,
 // 5 UNAVAILABLE/other. bench prints one JSON line with latency percentiles.
@@ -65,6 +68,8 @@ int Main(Flags& flags, Stub& stub) {
   const auto value_bytes = flags.Int("value-bytes", 128);
   const auto seed = flags.Int("seed", 1);
   const auto timeout_ms = flags.Int("timeout-ms", 2000);
+  const std::string method = flags.Str("method", "get");
+  const std::string out = flags.Str("out", "");
   flags.CheckAllUsed();
   auto deadline = [&] { return std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms); };
   if (op == "get") {
@@ -92,11 +97,36 @@ int Main(Flags& flags, Stub& stub) {
     if (st.ok()) std::printf("stored %u of %u\n", reply.stored(), reply.replicas());
     return ExitFor(st);
   }
-  if (op != "bench") throw std::invalid_argument("--op must be get, set or bench");
+  if (op != "bench" && op != "requests") throw std::invalid_argument("--op must be get, set, bench or requests");
   if (keys <= 0 || requests <= 0) throw std::invalid_argument("--keys and --requests must be > 0");
   std::mt19937_64 rng(static_cast<std::uint64_t>(seed));
   Zipf zipf(static_cast<std::uint64_t>(keys), zipf_s);
   const std::string payload(static_cast<std::size_t>(value_bytes), 'v');
+  if (op == "requests") {
+    if (out.empty() || (method != "get" && method != "set")) {
+      throw std::invalid_argument("--op requests needs --method get|set and --out FILE");
+    }
+    std::FILE* f = std::fopen(out.c_str(), "wb");
+    if (f == nullptr) throw std::runtime_error("cannot write " + out);
+    for (std::int64_t i = 0; i < requests; ++i) {
+      std::string bytes;
+      if (method == "get") {
+        GetRequest req;
+        req.set_key("user" + std::to_string(zipf(rng)));
+        bytes = req.SerializeAsString();
+      } else {
+        SetRequest req;
+        req.set_key("user" + std::to_string(zipf(rng)));
+        req.set_value(payload);
+        bytes = req.SerializeAsString();
+      }
+      const auto len = static_cast<std::uint32_t>(bytes.size());
+      std::fwrite(&len, 4, 1, f);
+      std::fwrite(bytes.data(), 1, bytes.size(), f);
+    }
+    if (std::fclose(f) != 0) throw std::runtime_error("cannot write " + out);
+    return 0;
+  }
   std::vector<double> lat_us;
   lat_us.reserve(static_cast<std::size_t>(requests));
   std::uint64_t errors = 0, misses = 0;

@@ -113,9 +113,33 @@ def test_confidence_sequence_time_uniform_coverage() -> None:
     assert naive_cross > 0.3
 
 
-def test_t_quantile_and_ratio() -> None:
-    from scipy.stats import t
+def test_small_sample_correction_at_the_boundary_level() -> None:
+    from scipy.stats import norm, t
 
     assert stats.t_quantile(0.975, 7) == pytest.approx(float(t.ppf(0.975, 7)))
-    assert stats.small_sample_ratio(0.05, 5) > stats.small_sample_ratio(0.05, 50) > 1.0
-    assert stats.small_sample_ratio(0.05, math.inf) == pytest.approx(1.0)
+    r = stats.cs_radius(20, 0.05, 48)
+    tail = float(norm.sf(r))
+    assert stats.cs_halfwidth(2.0, 20, 0.05, 48, df=15) == pytest.approx(2 * t.isf(tail, 15))
+    # wider with fewer degrees of freedom, the normal radius in the limit
+    widths = [stats.cs_halfwidth(1.0, 20, 0.05, 48, df=d) for d in (5, 15, 50, 1e9)]
+    assert widths == sorted(widths, reverse=True)
+    assert widths[-1] == pytest.approx(r)
+
+
+def test_crossover_standard_error_equals_statsmodels_hac_panel() -> None:
+    """The batch-means variance is Newey-West (Bartlett, lag 1) within periods: the same
+    number statsmodels gives for OLS y ~ 1 + sign with cov_type='hac-panel'."""
+    import statsmodels.api as sm
+
+    rng = np.random.default_rng(7)
+    sign = np.repeat(np.tile([1, -1], 6), 20)
+    period = np.repeat(np.arange(12), 20)
+    y = 0.01 + 0.02 * sign + 0.01 * lfilter([1.0], [1.0, -0.4], rng.standard_normal(240))
+    est = stats.crossover_estimate(y, sign, period)
+    assert est is not None
+    fit = sm.OLS(y, sm.add_constant(sign.astype(float))).fit(
+        cov_type="hac-panel", cov_kwds={"groups": period, "maxlags": 1}
+    )
+    assert est.mean == pytest.approx(fit.params[0], rel=1e-12)
+    assert est.bias == pytest.approx(fit.params[1], rel=1e-12)
+    assert est.se == pytest.approx(fit.bse[0], rel=1e-6)

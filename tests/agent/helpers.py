@@ -125,3 +125,28 @@ def spawn_daemon(cfg: AgentConfig, host: FakeHost, *, timeout: float = 20.0) -> 
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     raise RuntimeError("agent daemon did not answer")
+
+
+def wait_for_real_host(timeout: float = 240.0, *, hold: bool = True) -> Any:
+    """Serialise tests that change this machine's real knobs with any agent on "/" (and with
+    other engineers' real-host tests that take the same lock). Returns the held lock (call
+    ``.release()``), or None with ``hold=False`` (waited until free, then let go)."""
+    import time
+
+    from musku.agent.daemon import _flock, _Locks, host_lock_path
+    from musku.errors import HostError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = _flock(host_lock_path("/"), "host root /")
+        except HostError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+            continue
+        locks = _Locks([fd])
+        if hold:
+            return locks
+        locks.release()
+        return None

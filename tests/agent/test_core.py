@@ -9,7 +9,7 @@ import pytest
 
 from musku.agent.journal import Journal, TxKind
 from musku.knobs import load_knob
-from tests.agent.helpers import SHP, THP, FailingFactory, make_agent, state
+from tests.agent.helpers import SHP, THP, FailingFactory, make_agent
 
 
 def ok(reply: dict) -> dict:
@@ -37,7 +37,10 @@ def test_apply_then_rollback_restores_bytes(tmp_path: Path) -> None:
     assert res["changed"] == ["thp", "shp"]
     assert "[never]" in host.read(THP) and host.read(SHP).strip() == "64"
     # applying again changes nothing
-    assert ok(agent.handle({"op": "apply", "config": {"thp": "never"}, "lease_s": 30}))["changed"] == []
+    assert (
+        ok(agent.handle({"op": "apply", "config": {"thp": "never"}, "lease_s": 30}))["changed"]
+        == []
+    )
     ok(agent.handle({"op": "rollback"}))
     assert host.tree() == before
     assert agent.journal.open_tx() is None
@@ -211,3 +214,32 @@ def test_journal_survives_reopen(tmp_path: Path) -> None:
     assert j2.tx_info() == {"x": 1}
     with pytest.raises(Exception, match="already open"):
         j2.begin(TxKind.EXPERIMENT)
+
+
+def test_spool_cap_drops_oldest_and_counts(tmp_path: Path) -> None:
+    from musku.agent.spool import Spool
+
+    sp = Spool(tmp_path / "s.sqlite", max_rows=100)
+    for i in range(150):
+        sp.add(float(i), 0.1, {"x": float(i)})
+    sp.flush()
+    assert sp.count() == 100 and sp.dropped == 50
+    rows, cur = sp.collect(0, limit=1000)
+    assert [r.metrics["x"] for r in rows][:2] == [50.0, 51.0] and cur == 150
+    assert sp.ack(120) == 70 and sp.count() == 30
+    sp.close()
+    sp2 = Spool(tmp_path / "s.sqlite", max_rows=100)
+    assert sp2.count() == 30 and sp2.head() == 150
+    sp2.close()
+
+
+def test_collect_can_acknowledge_in_the_same_round_trip(tmp_path: Path) -> None:
+    agent, _ = make_agent(tmp_path)
+    for _ in range(4):
+        agent.sample_once()
+    first = ok(agent.handle({"op": "collect", "cursor": 0, "limit": 2}))
+    again = ok(agent.handle({"op": "collect", "cursor": first["cursor"], "ack": first["cursor"]}))
+    assert [r["id"] for r in again["rows"]] == [3, 4]
+    assert agent.spool.count() == 2
+    e = err(agent.handle({"op": "collect", "cursor": 1, "ack": 3}))
+    assert "ack must be between" in e["message"]

@@ -93,17 +93,22 @@ def test_sigkill_then_restart_recovers(tmp_path: Path) -> None:
     assert after == before
 
 
-def test_second_agent_on_same_state_refused(tmp_path: Path) -> None:
+def test_second_agent_on_same_state_or_host_refused(tmp_path: Path) -> None:
     from musku.agent.daemon import _lock
     from musku.errors import HostError
 
     cfg = config(tmp_path)
-    fd = _lock(cfg)
+    locks = _lock(cfg)
     try:
         with pytest.raises(HostError, match="another agent"):
             _lock(cfg)
+        # another state directory, same host root: still refused
+        other = config(tmp_path, state_dir=tmp_path / "other-state")
+        with pytest.raises(HostError, match="host root"):
+            _lock(other)
     finally:
-        os.close(fd)
+        locks.release()
+    _lock(config(tmp_path, state_dir=tmp_path / "other-state")).release()
 
 
 @pytest.mark.parametrize(
@@ -129,3 +134,13 @@ def test_example_config_parses() -> None:
     cfg = load_config(Path(__file__).resolve().parents[2] / "agents" / "agent.toml")
     assert cfg.socket == Path("/run/musku/agent.sock") and cfg.allowed_uids == (0,)
     assert parse_config({}).sample_interval_s == 0.1
+
+
+def test_log_lines_fit_journald() -> None:
+    import logging
+
+    from musku.agent.daemon import _JournaldFormatter
+
+    rec = logging.LogRecord("musku.agent", logging.WARNING, "x", 1, "lease expired", None, None)
+    assert _JournaldFormatter(prefix=True).format(rec) == "<4>WARNING lease expired"
+    assert _JournaldFormatter(prefix=False).format(rec) == "WARNING lease expired"  # no timestamp

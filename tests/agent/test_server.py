@@ -32,11 +32,19 @@ def served() -> Iterator[tuple]:
     os.chmod(d, 0o755)
     token = d / "token"
     token.write_bytes(b"0123456789abcdef0123456789abcdef")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    port = ports[0]
     agent, host = make_agent(
-        d, config={"tcp_listen": f"127.0.0.1:{port}", "token_file": token}
+        d,
+        config={
+            "tcp_listen": f"127.0.0.1:{port}",
+            "token_file": token,
+            "prometheus_listen": f"127.0.0.1:{ports[1]}",
+        },
     )
     ls = Listeners(agent)
     ls.start()
@@ -161,7 +169,9 @@ def test_tcp_requires_valid_hmac(served: tuple) -> None:
 
     req = {"op": "apply", "config": {"thp": "never"}, "lease_s": 5}
     assert "authentication required" in send(req)["error"]["message"]
-    assert "authentication failed" in send(sign(req, b"wrong-token-wrong-token"))["error"]["message"]
+    assert (
+        "authentication failed" in send(sign(req, b"wrong-token-wrong-token"))["error"]["message"]
+    )
     signed = sign(req, token)
     tampered = {**signed, "config": {"thp": "always"}}
     assert "authentication failed" in send(tampered)["error"]["message"]
@@ -209,3 +219,37 @@ def test_concurrent_clients(served: tuple) -> None:
     for t in ts:
         t.join()
     assert errors == []
+
+
+def test_prometheus_http_endpoint(served: tuple) -> None:
+    import urllib.request
+
+    agent, _, _, _, _ = served
+    agent.sample_once()
+    url = f"http://{agent.config.prometheus_listen}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    assert "musku_agent_sample_seconds_count 1.0" in text
+
+
+def test_cli_status_and_rollback(served: tuple) -> None:
+    from typer.testing import CliRunner
+
+    from musku.agent.cli import app
+
+    agent, host, _, _, _ = served
+    c = AgentClient(agent.config.socket)
+    c.call("apply", config={"thp": "never"}, lease_s=30)
+    c.close()
+    runner = CliRunner()
+    res = runner.invoke(app, ["status", "--json", "--socket", str(agent.config.socket)])
+    assert res.exit_code == 0, res.output
+    st = json.loads(res.output)
+    assert st["expected"] == {"thp": "never"} and st["lease_remaining_s"] > 0
+    res = runner.invoke(app, ["status", "--socket", str(agent.config.socket)])
+    assert "lease:" in res.output and "thp" in res.output
+    res = runner.invoke(app, ["rollback", "--socket", str(agent.config.socket)])
+    assert res.exit_code == 0 and json.loads(res.output)["rolled_back"] == 1
+    assert "[madvise]" in host.read(THP)
+    res = runner.invoke(app, ["run", "--config", "/nonexistent/agent.toml"])
+    assert res.exit_code == 3 and "no such file" in res.output

@@ -25,7 +25,9 @@ from tests.agent.helpers import SHP, THP, config, fake_host, spawn_daemon
 SSHD = "/usr/sbin/sshd"
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="sshd for root needs root"),
-    pytest.mark.skipif(not os.path.exists(SSHD) or not shutil.which("ssh-keygen"), reason="no sshd"),
+    pytest.mark.skipif(
+        not os.path.exists(SSHD) or not shutil.which("ssh-keygen"), reason="no sshd"
+    ),
     pytest.mark.slow,
 ]
 
@@ -39,8 +41,12 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     d = tmp_path_factory.mktemp("sshd")
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key")], check=True)
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "client_key")], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key")], check=True
+    )
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "client_key")], check=True
+    )
     (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
     port = _free_port()
     (d / "sshd_config").write_text(
@@ -83,8 +89,16 @@ class FakeService:
         while not self.stop.is_set():
             now = time.time()
             tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"format": "musku-stats/1", "pid": 1, "t": now,
-                                       "counters": {"requests": int((now - t0) * self.qps)}}))
+            tmp.write_text(
+                json.dumps(
+                    {
+                        "format": "musku-stats/1",
+                        "pid": 1,
+                        "t": now,
+                        "counters": {"requests": int((now - t0) * self.qps)},
+                    }
+                )
+            )
             os.replace(tmp, self.path)
             time.sleep(0.02)
 
@@ -97,7 +111,7 @@ def _experiment(tmp: Path, sshd: dict, hosts: list[dict], known_hosts: Path) -> 
     p.write_text(
         '[experiment]\nname = "ssh-pair"\n[service]\nname = "svc"\nknobs = ["thp", "shp"]\n'
         '[platform]\ncatalog = "firecracker-vm"\n[metric]\nprimary = "qps"\n'
-        "[hosts]\nbackend = \"agent\"\n"
+        '[hosts]\nbackend = "agent"\n'
         f"hosts = [{', '.join(table(h) for h in hosts)}]\n"
         f"identity_file = {json.dumps(str(sshd['dir'] / 'client_key'))}\n"
         f"known_hosts = {json.dumps(str(known_hosts))}\n"
@@ -116,11 +130,20 @@ def test_pair_over_ssh(tmp_path: Path, sshd: dict) -> None:
         svc = FakeService(tmp_path / name / "stats.json", qps)
         svc.t.start()
         services.append(svc)
-        cfg = config(tmp_path / name, sample_interval_s=0.1,
-                     samplers={"service": {"stats_file": str(svc.path)}})
+        cfg = config(
+            tmp_path / name,
+            sample_interval_s=0.1,
+            samplers={"service": {"stats_file": str(svc.path)}},
+        )
         agents.append((spawn_daemon(cfg, host), host, cfg))
-        hosts_opt.append({"name": f"host-{name}", "host": "127.0.0.1", "port": sshd["port"],
-                          "socket": str(cfg.socket)})
+        hosts_opt.append(
+            {
+                "name": f"host-{name}",
+                "host": "127.0.0.1",
+                "port": sshd["port"],
+                "socket": str(cfg.socket),
+            }
+        )
     before = [h.tree() for _, h, _ in agents]
     exp = load_experiment(_experiment(tmp_path, sshd, hosts_opt, sshd["dir"] / "known_hosts"))
     try:
@@ -163,8 +186,10 @@ def test_unknown_host_key_refused(tmp_path: Path, sshd: dict) -> None:
 
     empty = tmp_path / "known_hosts"
     empty.write_text("")
-    hosts = [{"name": n, "host": "127.0.0.1", "port": sshd["port"], "socket": "/nonexistent"}
-             for n in ("a", "b")]
+    hosts = [
+        {"name": n, "host": "127.0.0.1", "port": sshd["port"], "socket": "/nonexistent"}
+        for n in ("a", "b")
+    ]
     exp = load_experiment(_experiment(tmp_path, sshd, hosts, empty))
     with pytest.raises(HostError, match="cannot connect"):
         open_pair(exp)

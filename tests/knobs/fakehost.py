@@ -306,8 +306,19 @@ class FakeHost:
     def from_fixture(cls, root: Path, name: str) -> FakeHost:
         """Rebuild a captured fixture tree (``tests/knobs/fixtures/NAME``) under ``root``."""
         src = FIXTURES / name
-        shutil.copytree(src, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("msr.json"))
+        shutil.copytree(
+            src, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("msr.json", "expect.json")
+        )
         host = cls(root)
+        limits = fixture_expect(name).get("hugepage_limit_kb", {})
+        assert isinstance(limits, dict)
+        for kb, limit in limits.items():
+            host.hugepage_limit[int(kb)] = int(limit)
+        # the capture skips the (host-specific) task lists of the root cpuset
+        for member in ("tasks", "cgroup.procs"):
+            target = host.p(CGROUP_V1_CPUSET + "/" + member)
+            if target.parent.is_dir() and not target.exists():
+                host.file(CGROUP_V1_CPUSET + "/" + member, "1\n")
         msr_file = src / "msr.json"
         if msr_file.exists():
             regs_by_cpu = json.loads(msr_file.read_text())
@@ -378,8 +389,8 @@ def _parse_schemata(text: str) -> dict[str, dict[int, str]]:
 class FakeKernelFS(HostFS):
     """HostFS over a fake tree that enforces the kernel's rules on writes and mkdir/rmdir."""
 
-    def __init__(self, root: Path | str, *, host: FakeHost) -> None:
-        super().__init__(root)
+    def __init__(self, root: Path | str, *, host: FakeHost, read_only: bool = False) -> None:
+        super().__init__(root, read_only=read_only)
         self.fake = host
         self.writes: list[tuple[str, bytes]] = []
 
@@ -387,6 +398,7 @@ class FakeKernelFS(HostFS):
         return reg * MSR_STRIDE
 
     def write_bytes(self, path: str, data: bytes) -> None:
+        self._writable(path)
         self.writes.append((path, data))
         if not self.exists(path):
             super().write_bytes(path, data)  # raises ENOENT like the kernel
@@ -498,15 +510,21 @@ class FakeKernelFS(HostFS):
         return False
 
     def _cpuset_effective(self, online: set[int]) -> None:
+        """cgroup v1 hotplug: the root cpuset follows the online CPUs; an offlined CPU is
+        removed from every child's cpuset.cpus for good (onlining does not give it back)."""
         base = self.host(CGROUP_V1_CPUSET)
         if not base.is_dir():
             return
         for dirpath, _, files in os.walk(base):
-            if "cpuset.cpus" in files:
-                cpus = set(parse_cpulist((Path(dirpath) / "cpuset.cpus").read_text()))
-                (Path(dirpath) / "cpuset.effective_cpus").write_text(
-                    format_cpulist(cpus & online) + "\n"
-                )
+            if "cpuset.cpus" not in files:
+                continue
+            d = Path(dirpath)
+            if d == base:
+                cpus = set(online)
+            else:
+                cpus = set(parse_cpulist((d / "cpuset.cpus").read_text())) & online
+            (d / "cpuset.cpus").write_text(format_cpulist(cpus) + "\n")
+            (d / "cpuset.effective_cpus").write_text(format_cpulist(cpus) + "\n")
 
     def _resctrl_status(self, msg: str) -> None:
         self._store(RESCTRL + "/info/last_cmd_status", msg + "\n")
@@ -552,6 +570,7 @@ class FakeKernelFS(HostFS):
         self._resctrl_status("ok")
 
     def mkdir(self, path: str) -> None:
+        self._writable(path)
         parent = path.rsplit("/", 1)[0]
         if parent == RESCTRL:
             groups = [
@@ -603,6 +622,7 @@ class FakeKernelFS(HostFS):
         return [r for r in self.listdir(RESCTRL + "/info") if self.is_dir(f"{RESCTRL}/info/{r}")]
 
     def rmdir(self, path: str) -> None:
+        self._writable(path)
         real = self.host(path)
         is_resctrl = path.startswith(RESCTRL + "/") and (real / "schemata").exists()
         is_cpuset = (path.startswith(CGROUP_V1_CPUSET + "/") or self._is_v2(path)) and (
@@ -646,7 +666,7 @@ def intel_host(root: Path, *, cpufreq: bool = False, hwp: bool = False) -> FakeH
         .thp("[always] madvise never", "always defer defer+madvise [madvise] never")
         .hugepages(limit={2048: 500, 1048576: 2})
         .msr(msrs)
-        .resctrl(cdp=True, ways=11, cache_ids=(0, 1), min_cbm_bits=1, shareable_bits=0)
+        .resctrl(cdp=True, ways=11, cache_ids=(0, 1), min_cbm_bits=1, shareable_bits=0x600)
         .uncore_sysfs(packages=2)
         .cgroup_v1_cpuset()
         .grub("console=ttyS0")
@@ -681,9 +701,15 @@ def amd_host(root: Path) -> FakeHost:
 
 def vm_host(root: Path) -> FakeHost:
     """This development VM, from the snapshot captured on it (fixtures/firecracker-vm)."""
-    h = FakeHost.from_fixture(root, "firecracker-vm")
-    h.hugepage_limit.update({2048: 256, 1048576: 0})
-    for name in ("tasks", "cgroup.procs"):
-        if not h.p(CGROUP_V1_CPUSET + "/" + name).exists():
-            h.file(CGROUP_V1_CPUSET + "/" + name, "1\n")
-    return h
+    return FakeHost.from_fixture(root, "firecracker-vm")
+
+
+def fixture_names() -> list[str]:
+    """Captured host snapshots: every fixtures/NAME with an expect.json."""
+    return sorted(d.name for d in FIXTURES.iterdir() if (d / "expect.json").is_file())
+
+
+def fixture_expect(name: str) -> dict[str, object]:
+    """A fixture's expectations: supported knobs, (target, other) values, huge page limits."""
+    path = FIXTURES / name / "expect.json"
+    return dict(json.loads(path.read_text())) if path.exists() else {}

@@ -15,31 +15,50 @@ import pytest
 from musku.domain import KNOBS, Value
 from musku.errors import UnsupportedError
 from musku.knobs import load_knob, probe_all
-from musku.knobs.base import Knob, Snapshot
-from tests.knobs.fakehost import FakeHost, amd_host, intel_host, vm_host
+from musku.knobs.base import Drift, Knob, Snapshot
+from tests.knobs.fakehost import (
+    FakeHost,
+    amd_host,
+    fixture_expect,
+    fixture_names,
+    intel_host,
+    vm_host,
+)
 
 HOSTS: dict[str, Callable[[Path], FakeHost]] = {
     "intel": intel_host,
     "amd": amd_host,
-    "vm": vm_host,
 }
 
 SUPPORTED: dict[str, set[str]] = {
     "intel": set(KNOBS),
     "amd": {"core_freq", "core_count", "prefetch", "thp", "shp"},
-    "vm": {"core_count", "thp", "shp"},
 }
 
 # (target, another value for the "outside change") per knob and host
 TARGETS: dict[str, dict[str, tuple[Value, Value]]] = {
     "core_freq": {"intel": (2.0, 2.5), "amd": (2.0, 1.8)},
     "uncore_freq": {"intel": (1.8, 1.5)},
-    "core_count": {"intel": (2, 3), "amd": (3, 2), "vm": (1, 2)},
+    "core_count": {"intel": (2, 3), "amd": (3, 2)},
     "cdp": {"intel": ("6:5", "2:9")},
     "prefetch": {"intel": ("dcu", "all_off"), "amd": ("l1_only", "l2_only")},
-    "thp": {"intel": ("never", "madvise"), "amd": ("madvise", "never"), "vm": ("never", "always")},
-    "shp": {"intel": (64, 100), "amd": (256, 0), "vm": (64, 8)},
+    "thp": {"intel": ("never", "madvise"), "amd": ("madvise", "never")},
+    "shp": {"intel": (64, 100), "amd": (256, 0)},
 }
+
+
+def _fixture_builder(name: str) -> Callable[[Path], FakeHost]:
+    return lambda root: FakeHost.from_fixture(root, name)
+
+
+# every captured snapshot (this VM's, and any added with tests.knobs.capture + expect.json)
+for _name in fixture_names():
+    _expect = fixture_expect(_name)
+    HOSTS[_name] = vm_host if _name == "firecracker-vm" else _fixture_builder(_name)
+    SUPPORTED[_name] = set(_expect["supported"])  # type: ignore[call-overload]
+    for _knob, (_target, _other) in dict(_expect["targets"]).items():  # type: ignore[call-overload]
+        TARGETS[_knob][_name] = (_target, _other)
+assert "firecracker-vm" in HOSTS, "this VM's captured snapshot is missing"
 
 CASES = [(k, h) for h in HOSTS for k in KNOBS]
 SUPPORTED_CASES = [(k, h) for k, h in CASES if k in SUPPORTED[h]]
@@ -119,6 +138,8 @@ def test_outside_change_detected(knob: str, host_name: str, tmp_path: Path) -> N
     intruder = load_knob(knob, host.fs())  # someone else changes the knob
     intruder.apply(other)
     assert not k.verify(target)
+    with pytest.raises(Drift, match=knob):
+        k.check(target)
 
 
 @pytest.mark.parametrize(("knob", "host_name"), SUPPORTED_CASES)

@@ -34,6 +34,15 @@ def test_cpu_offline_updates_lists_and_cpusets(tmp_path: Path) -> None:
     assert host.read("/sys/devices/system/cpu/online") == "0-1,3\n"
     assert host.read("/sys/devices/system/cpu/offline") == "2\n"
     assert host.read("/sys/fs/cgroup/cpuset/cpuset.effective_cpus") == "0-1,3\n"
+    fs.mkdir("/sys/fs/cgroup/cpuset/svc")
+    with pytest.raises(HostFSError, match="Invalid argument"):
+        fs.write_bytes("/sys/fs/cgroup/cpuset/svc/cpuset.cpus", b"2-3")  # cpu2 is offline
+    fs.write_bytes("/sys/fs/cgroup/cpuset/svc/cpuset.cpus", b"1,3")
+    fs.write_bytes("/sys/devices/system/cpu/cpu3/online", b"0")
+    assert host.read("/sys/fs/cgroup/cpuset/svc/cpuset.cpus") == "1\n"  # v1: removed for good
+    fs.write_bytes("/sys/devices/system/cpu/cpu3/online", b"1")
+    assert host.read("/sys/fs/cgroup/cpuset/svc/cpuset.cpus") == "1\n"
+    assert host.read("/sys/fs/cgroup/cpuset/cpuset.cpus") == "0-1,3\n"  # root follows online
     assert not host.p("/sys/devices/system/cpu/cpu0/online").exists()  # cpu0 not hot-pluggable
     with pytest.raises(HostFSError):
         fs.write_bytes("/sys/devices/system/cpu/cpu0/online", b"0")

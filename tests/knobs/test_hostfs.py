@@ -21,7 +21,7 @@ from musku.hostfs import (
     format_cpulist,
     parse_cpulist,
 )
-from tests.knobs.fakehost import FakeHost
+from tests.knobs.fakehost import FakeHost, FakeKernelFS
 
 
 def test_paths_stay_under_root(tmp_path: Path) -> None:
@@ -118,6 +118,45 @@ def test_atomic_replace_keeps_mode_and_backup(tmp_path: Path) -> None:
     assert host.p(backup).read_bytes() == original
     assert (real.stat().st_mode & 0o777) == 0o640
     assert [p.name for p in real.parent.iterdir() if p.name.startswith(".")] == []  # no temp left
+
+
+def test_atomic_replace_refuses_symlinks(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path).grub("quiet")
+    target = host.p("/etc/default/grub")
+    managed = tmp_path / "managed-grub"
+    managed.write_bytes(target.read_bytes())
+    target.unlink()
+    target.symlink_to(managed)
+    with pytest.raises(HostFSError, match="symbolic link"):
+        host.fs().atomic_replace("/etc/default/grub", b"x")
+    assert target.is_symlink() and managed.read_bytes().startswith(b"# If you change")
+
+
+def test_read_only_hostfs_refuses_every_write(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path).cpus(2).thp().grub().msr({MSR_MISC_FEATURE_CONTROL: 0})
+    before = host.tree()
+    for fs in (HostFS(tmp_path, read_only=True), FakeKernelFS(tmp_path, host=host, read_only=True)):
+        with pytest.raises(HostFSError, match="read-only"):
+            fs.write_bytes("/sys/kernel/mm/transparent_hugepage/enabled", b"never")
+        with pytest.raises(HostFSError, match="read-only"):
+            fs.mkdir("/sys/fs/resctrl")
+        with pytest.raises(HostFSError, match="read-only"):
+            fs.atomic_replace("/etc/default/grub", b"")
+        with pytest.raises(HostFSError, match="read-only"):
+            fs.write_msr(0, MSR_MISC_FEATURE_CONTROL, 1, 1)
+        assert fs.read_value("/sys/kernel/mm/transparent_hugepage/enabled")  # reads work
+    assert host.tree() == before
+
+
+def test_write_describe() -> None:
+    from musku.knobs._common import msr_write
+    from musku.knobs.base import Write
+
+    assert Write("/x", b"never").describe() == "write /x <- 'never'"
+    assert msr_write("/dev/cpu/0/msr", 0x1A4, 0xB, 0xF).describe() == (
+        "msr /dev/cpu/0/msr 0x1a4 &0xf = 0xb"
+    )
+    assert Write("/g", b"", op="mkdir").describe() == "mkdir /g"
 
 
 def test_host_facts(tmp_path: Path) -> None:

@@ -341,6 +341,16 @@ def test_core_freq_hwp_on_is_unsupported(tmp_path: Path) -> None:
     assert not s.supported and "HWP" in s.reason
 
 
+def test_core_freq_hwp_host_uses_cpufreq(tmp_path: Path) -> None:
+    host = intel_host(tmp_path, cpufreq=True, hwp=True)
+    k = load_knob("core_freq", host.fs())
+    s = k.probe()
+    assert s.supported and s.backend == "cpufreq" and s.details["driver"] == "intel_pstate"
+    k.apply(2.2)
+    assert host.read("/sys/devices/system/cpu/cpufreq/policy7/scaling_max_freq") == "2200000\n"
+    assert host.msr_value(0, 0x199) == 30 << 8  # PERF_CTL untouched
+
+
 def test_core_freq_perf_ctl(tmp_path: Path) -> None:
     host = intel_host(tmp_path)
     k = load_knob("core_freq", host.fs())
@@ -426,3 +436,54 @@ def test_core_count_live_cgroup_v2(tmp_path: Path) -> None:
     off = FakeHost(tmp_path / "off").cpus(4).cgroup_v2(subtree="cpu memory")
     s = load_knob("core_count", off.fs(), cgroup="svc", create_cgroup=True).probe()
     assert not s.supported and "+cpuset" in s.reason
+
+
+def test_core_count_live_cgroup_and_hotplug_order(tmp_path: Path) -> None:
+    host = intel_host(tmp_path)
+    host.fs().mkdir("/sys/fs/cgroup/cpuset/svc")
+    host.fs().write_bytes("/sys/fs/cgroup/cpuset/svc/cpuset.cpus", b"0-7")
+    before = host.tree()
+    k = load_knob("core_count", host.fs(), mode="live", cgroup="svc", hotplug=True)
+    assert k.probe().backend == "cpuset-v1+hotplug"
+    snap = k.snapshot()
+    k.apply(1)  # shrink: cpuset first, then offline
+    assert host.read("/sys/devices/system/cpu/online") == "0,4\n"
+    assert host.read("/sys/fs/cgroup/cpuset/svc/cpuset.cpus") == "0,4\n"
+    k.apply(3)  # grow: online first, then the cpuset may use them
+    assert host.read("/sys/devices/system/cpu/online") == "0-2,4-6\n"
+    assert host.read("/sys/fs/cgroup/cpuset/svc/cpuset.cpus") == "0-2,4-6\n"
+    assert k.verify(3) and k.read() == 3
+    k.rollback(snap)  # CPUs back online before the cpuset gets its original CPUs back
+    assert host.tree() == before
+
+
+def test_core_freq_per_policy_boost(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path).cpus(2).cpufreq("amd-pstate-epp", 400_000, 3_500_000)
+    host.p("/sys/devices/system/cpu/cpufreq/boost").unlink()
+    for cpu in (0, 1):
+        host.file(f"/sys/devices/system/cpu/cpufreq/policy{cpu}/boost", "0\n")
+    k = load_knob("core_freq", host.fs())
+    before = host.tree()
+    snap = k.snapshot()
+    assert k.probe().details["turbo"] is False
+    k.apply("turbo")
+    assert host.read("/sys/devices/system/cpu/cpufreq/policy1/boost") == "1\n"
+    assert k.read() == "turbo" and k.verify("turbo")
+    k.rollback(snap)
+    assert host.tree() == before
+
+
+def test_core_count_refuses_grub_d_override(tmp_path: Path) -> None:
+    host = intel_host(tmp_path)
+    host.file("/etc/default/grub.d/50-cloudimg.cfg", 'GRUB_CMDLINE_LINUX="console=ttyS1"\n')
+    s = load_knob("core_count", host.fs()).probe()
+    assert not s.supported and "50-cloudimg.cfg" in s.reason
+    host.file("/etc/default/grub.d/50-cloudimg.cfg", 'GRUB_TIMEOUT=1\n')
+    assert load_knob("core_count", host.fs()).probe().supported
+
+
+def test_garbage_kernel_file_is_a_typed_answer(tmp_path: Path) -> None:
+    host = vm_host(tmp_path)
+    host.file("/sys/devices/system/cpu/present", "zero-one\n")
+    support = probe_all(host.fs())["core_count"]
+    assert not support.supported and "not a cpu list" in support.reason

@@ -18,11 +18,17 @@ from musku.metrics.service import quantile_from_hist
 
 
 def _stats(path: Path, t: float, requests: int, ops: int, counts: list[int], pid: int = 7) -> None:
-    path.write_text(json.dumps({
-        "format": "musku-stats/1", "pid": pid, "t": t,
-        "counters": {"requests": requests, "ops": ops, "qos_violations": requests // 100},
-        "latency_us": {"bounds": [100, 200, 400, 800, 1600], "counts": counts},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "format": "musku-stats/1",
+                "pid": pid,
+                "t": t,
+                "counters": {"requests": requests, "ops": ops, "qos_violations": requests // 100},
+                "latency_us": {"bounds": [100, 200, 400, 800, 1600], "counts": counts},
+            }
+        )
+    )
 
 
 def test_service_sampler_interval_rates_and_percentiles(tmp_path: Path) -> None:

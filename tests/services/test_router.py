@@ -26,6 +26,9 @@ BIN = BUILD / "router"
 MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
 
 
+LOGS: dict[int, Path] = {}  # server pid -> its stderr log
+
+
 def _need(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"{path} not built (run scripts/build-services)")
@@ -56,7 +59,10 @@ def _start_server(
 ) -> tuple[subprocess.Popen[bytes], int]:
     log = port_file.with_suffix(".log")
     with open(log, "wb") as err:
-        proc = subprocess.Popen([*args, "--port-file", str(port_file)], stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            [*args, "--port-file", str(port_file)], stdout=subprocess.DEVNULL, stderr=err
+        )
+    LOGS[proc.pid] = log
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
@@ -69,13 +75,33 @@ def _start_server(
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
+    """Stop a server; one we stopped must exit 0 (a sanitizer report at exit fails the test)."""
+    if proc.poll() is not None:
+        return  # already gone (killed on purpose by the test)
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"pid {proc.pid} ignored SIGTERM for 10 s") from None
+    log = LOGS.pop(proc.pid, None)
+    if log is not None and proc.returncode != 0:
+        raise RuntimeError(
+            f"server exited with {proc.returncode} at shutdown: {log.read_text()[-3000:]}"
+        )
+
+
+def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Stop every process, then report any unclean exit."""
+    errors = []
+    for p in procs:
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            _stop(p)
+        except RuntimeError as e:
+            errors.append(str(e))
+    if errors:
+        raise RuntimeError("; ".join(errors))
 
 
 def mc_get(port: int, key: str) -> bytes | None:
@@ -104,19 +130,26 @@ class Cluster:
     mid: subprocess.Popen[bytes] | None = None
     mid_port: int = 0
 
-    def client(self, *args: str, target: int | None = None, leaf: bool = False) -> subprocess.CompletedProcess[str]:
-        cmd = [str(BIN / "router_client"), "--target", f"127.0.0.1:{target or self.mid_port}", *args]
+    def client(
+        self, *args: str, target: int | None = None, leaf: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = [
+            str(BIN / "router_client"),
+            "--target",
+            f"127.0.0.1:{target or self.mid_port}",
+            *args,
+        ]
         if leaf:
             cmd.append("--leaf")
         return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
     def stop(self) -> None:
-        for p in [self.mid, *self.leaves, *self.mcs]:
-            if p is not None:
-                _stop(p)
+        _stop_all([p for p in [self.mid, *self.leaves, *self.mcs] if p is not None])
 
 
-def start_cluster(tmp: Path, n: int = 4, replicas: int = 3, threading: str = "sync-inline-block") -> Cluster:
+def start_cluster(
+    tmp: Path, n: int = 4, replicas: int = 3, threading: str = "sync-inline-block"
+) -> Cluster:
     for name in ("router_leaf", "router_midtier", "router_client"):
         _need(BIN / name)
     if not Path(MEMCACHED).exists():
@@ -128,7 +161,19 @@ def start_cluster(tmp: Path, n: int = 4, replicas: int = 3, threading: str = "sy
             log = tmp / f"memcached{i}.log"
             with open(log, "wb") as err:
                 mc = subprocess.Popen(
-                    [MEMCACHED, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "16", "-t", "1"]
+                    [
+                        MEMCACHED,
+                        "-l",
+                        "127.0.0.1",
+                        "-p",
+                        str(port),
+                        "-U",
+                        "0",
+                        "-m",
+                        "16",
+                        "-t",
+                        "1",
+                    ]
                     + (["-u", "nobody"] if os.geteuid() == 0 else []),
                     stdout=subprocess.DEVNULL,
                     stderr=err,
@@ -137,7 +182,8 @@ def start_cluster(tmp: Path, n: int = 4, replicas: int = 3, threading: str = "sy
             c.mc_ports.append(port)
             _wait_port(port, mc, log)
             leaf, _ = _start_server(
-                [str(BIN / "router_leaf"), "--memcached", f"127.0.0.1:{port}"], tmp / f"leaf{i}.port"
+                [str(BIN / "router_leaf"), "--memcached", f"127.0.0.1:{port}"],
+                tmp / f"leaf{i}.port",
             )
             c.leaves.append(leaf)
         leaf_ports = [int((tmp / f"leaf{i}.port").read_text()) for i in range(n)]
@@ -250,7 +296,9 @@ def test_all_replicas_down_is_unavailable_not_a_hang(tmp_path: Path) -> None:
         c.stop()
 
 
-@pytest.mark.parametrize("threading", ["sync-inline-block", "async-dispatch-block", "sync-dispatch-poll"])
+@pytest.mark.parametrize(
+    "threading", ["sync-inline-block", "async-dispatch-block", "sync-dispatch-poll"]
+)
 def test_ycsb_a_zipf_workload(tmp_path: Path, threading: str) -> None:
     c = start_cluster(tmp_path, threading=threading)
     try:

@@ -48,7 +48,9 @@ def test_unreachable_postgresql_hides_password() -> None:
     [
         ("mysql://root:hunter2@db/results", "unsupported database 'mysql'"),
         ("oracle+cx_oracle://u@h/x", "unsupported database 'oracle'"),
-        ("postgresql+nosuchdriver://u:hunter2@h/x", "unknown database driver"),
+        ("postgresql+nosuchdriver://u:hunter2@h/x", "unsupported PostgreSQL driver"),
+        ("postgresql+psycopg2://u:hunter2@h/x", "musku uses psycopg 3"),
+        ("sqlite+pysqlcipher:///x.db", "unsupported SQLite driver"),
         ("this is not a url", "not a database URL"),
         ("sqlite:////nonexistent-dir-musku/results.db", "cannot open database"),
     ],

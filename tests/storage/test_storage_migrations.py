@@ -3,6 +3,8 @@ open with an actionable one-line message; ``upgrade`` brings an older database t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -156,3 +158,35 @@ def test_offline_sql_renders_for_postgresql() -> None:
     command.upgrade(cfg, "head", sql=True)
     sql = buf.getvalue()
     assert "CREATE TABLE samples" in sql and "JSONB" in sql and "CREATE VIEW v_soft_skus" in sql
+
+
+def test_concurrent_first_opens_create_the_schema_once(db_url: str) -> None:
+    """Several sweeps starting at once on a brand-new database all get a working store."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def opener(_: int) -> str | None:
+        with open_store(db_url) as store:
+            store.experiments()
+        return current_revision(db_url)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        revisions = list(pool.map(opener, range(4)))
+    assert revisions == [head_revision()] * 4
+
+
+def test_concurrent_processes_create_a_new_sqlite_file_once(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    code = "import sys; from musku.storage import open_store; open_store(sys.argv[1]).close()"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], errors
+    assert current_revision(url) == head_revision()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("shared.db-")) == [
+        "shared.db"
+    ]  # no lock file left behind

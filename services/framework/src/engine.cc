@@ -380,7 +380,10 @@ void Engine::PollerLoop(int k) {
     if (poll) {
       auto st = p.cq->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
       if (st == grpc::CompletionQueue::SHUTDOWN) break;
-      if (st == grpc::CompletionQueue::TIMEOUT) continue;
+      if (st == grpc::CompletionQueue::TIMEOUT) {
+        sched_yield();  // still polling, but a runnable thread on this core gets to run
+        continue;
+      }
     } else if (!p.cq->Next(&tag, &ok)) {
       break;
     }
@@ -480,7 +483,10 @@ void Engine::ResponderLoop(int r) {
     if (poll) {
       auto st = rs.cq.AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
       if (st == grpc::CompletionQueue::SHUTDOWN) break;
-      if (st == grpc::CompletionQueue::TIMEOUT) continue;
+      if (st == grpc::CompletionQueue::TIMEOUT) {
+        sched_yield();
+        continue;
+      }
     } else if (!rs.cq.Next(&tag, &ok)) {
       break;
     }
@@ -626,7 +632,10 @@ void WaitPrivate(Exec& exec, int n, const std::function<void(Tag*, bool)>& on_ta
     if (exec.wait_mode() == WaitMode::kPoll) {
       auto st = cq->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
       if (st == grpc::CompletionQueue::SHUTDOWN) return;
-      if (st == grpc::CompletionQueue::TIMEOUT) continue;
+      if (st == grpc::CompletionQueue::TIMEOUT) {
+        sched_yield();
+        continue;
+      }
     } else if (!cq->Next(&tag, &ok)) {
       return;
     }

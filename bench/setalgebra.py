@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Set Algebra on this machine, in the μSuite reference set-up, side by side with the ORIGINAL
+μSuite's figures measured on this kind of machine.
+
+Set-up: 2 document shards, 1 leaf thread each; mid-tier 1 network poller, 2 workers, 1 response
+thread (async-dispatch-block); synthetic 20K-word index over doc ids [0, 1e6), 10K queries of
+2-5 words (Zipf-weighted). Servers pinned to CPU 0, the load generator to CPU 1 (taskset-style
+affinity). Open loop at 500/1000/2000 QPS, closed loop for saturation, then the idle mid-tier's
+CPU from /proc/PID/stat.
+
+    python bench/setalgebra.py [--duration 10] [--warmup 2] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from musku.errors import MuskuError
+from musku.services import runtime
+
+# The original μSuite Set Algebra on this kind of machine (p50, p99 in ms; saturation QPS).
+ORIGINAL = {500: (0.49, 1.13), 1000: (0.52, 1.75), 2000: (None, 5.0)}
+ORIGINAL_SATURATION = (5000, 5400)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--concurrency", default="8,16,32", help="closed-loop outstanding requests")
+    ap.add_argument("--server-cpus", default="0")
+    ap.add_argument("--loadgen-cpus", default="1")
+    ap.add_argument("--data-dir", type=Path, default=None)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    ncpu = os.cpu_count() or 1
+    server_cpus = [int(x) for x in a.server_cpus.split(",") if x] or None
+    lg_cpus = [int(x) for x in a.loadgen_cpus.split(",") if x and int(x) < ncpu] or None
+    out: dict = {"cpus": ncpu, "open_loop": {}, "closed_loop": []}
+    try:
+        with runtime.deploy(
+            "setalgebra",
+            workdir=Path(tempfile.mkdtemp(prefix="musku-bench-sa-")),
+            data_dir=a.data_dir or runtime.default_data_dir(),
+            shards=2,
+            threading="async-dispatch-block",
+            pollers=1,
+            workers=2,
+            responders=1,
+            leaf_threading="sync-inline-block",
+            leaf_args=["--max-pollers", "1", "--max-workers", "1", "--max-responders", "1"],
+            server_cpus=server_cpus,
+            max_pools=(1, 2, 1),
+        ) as dep:
+            out["placement"] = {**dep.placement(), "loadgen": lg_cpus or list(range(ncpu))}
+            for q in (500, 1000, 2000):
+                r = runtime.run_load(dep.midtier.address, "setalgebra", dep.load_data,
+                                     runtime.LoadSpec(qps=q, duration_s=a.duration,
+                                                      warmup_s=a.warmup), cpus=lg_cpus)  # fmt: skip
+                out["open_loop"][q] = r["total"]
+            for c in [int(x) for x in a.concurrency.split(",")]:
+                r = runtime.run_load(dep.midtier.address, "setalgebra", dep.load_data,
+                                     runtime.LoadSpec(mode="closed", concurrency=c,
+                                                      duration_s=a.duration, warmup_s=a.warmup),
+                                     cpus=lg_cpus)  # fmt: skip
+                out["closed_loop"].append({"concurrency": c, **r["total"]})
+            time.sleep(2.0)
+            out["idle_cpu_percent"] = runtime.idle_cpu_percent(dep.midtier.pid, 5.0)
+            out["idle_leaf_cpu_percent"] = max(
+                runtime.idle_cpu_percent(p.pid, 2.0) for p in dep.leaves
+            )
+    except MuskuError as e:
+        print(f"bench/setalgebra: {e.one_line()}", file=sys.stderr)
+        return int(e.status)
+    sat = max(r["achieved_qps"] for r in out["closed_loop"])
+    out["saturation_qps"] = sat
+    p99_1000 = out["open_loop"][1000]["latency_us"]["p99"] / 1e3
+    out["goals"] = {
+        "saturation_ratio": sat / ORIGINAL_SATURATION[0],
+        "p99_at_1000_ratio": p99_1000 / ORIGINAL[1000][1],
+        "idle_cpu_below_1pct": out["idle_cpu_percent"] < 1.0,
+    }
+    if a.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"Set Algebra, μSuite reference set-up; placement {out['placement']}")
+    print(f"{'load':>8} | {'musku p50':>10} {'p99':>8} {'p99.9':>8} {'achieved':>9} {'err':>4} | "
+          f"{'μSuite p50':>10} {'p99':>6}")  # fmt: skip
+    for q, r in out["open_loop"].items():
+        lat = r["latency_us"]
+        op50, op99 = ORIGINAL[q]
+        print(f"{q:>8} | {lat['p50'] / 1e3:>10.3f} {lat['p99'] / 1e3:>8.3f} "
+              f"{lat['p999'] / 1e3:>8.3f} {r['achieved_qps']:>9.1f} {r['errors']:>4} | "
+              f"{op50 if op50 else '-':>10} {op99:>6}")  # fmt: skip
+    for r in out["closed_loop"]:
+        lat = r["latency_us"]
+        print(
+            f"closed loop, {r['concurrency']:>3} outstanding: {r['achieved_qps']:8.1f} QPS "
+            f"(p50 {lat['p50'] / 1e3:.3f} ms, p99 {lat['p99'] / 1e3:.3f} ms, errors {r['errors']})"
+        )
+    g = out["goals"]
+    print(
+        f"saturation: musku {sat:.0f} QPS vs μSuite {ORIGINAL_SATURATION[0]}-"
+        f"{ORIGINAL_SATURATION[1]} QPS -> {g['saturation_ratio']:.2f}x (goal >= 2x)"
+    )
+    print(
+        f"p99 at 1000 QPS: musku {p99_1000:.3f} ms vs μSuite {ORIGINAL[1000][1]} ms -> "
+        f"{g['p99_at_1000_ratio']:.2f}x (goal <= 0.5x)"
+    )
+    print(
+        f"idle mid-tier CPU over 5 s: {out['idle_cpu_percent']:.2f} % (goal < 1 %); "
+        f"idle leaf: {out['idle_leaf_cpu_percent']:.2f} %"
+    )
+    if ncpu < 4:
+        print(
+            f"note: {ncpu} CPUs: servers share CPU {a.server_cpus} (μSuite's figures were also "
+            "taken with servers on one core); the load generator has its own core."
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Python side of the C++ μSuite services: build, run, bench (``musku services``)."""

@@ -1,0 +1,1 @@
+"""The threading auto-tuner (μTune): train a load -> (model, pool sizes) decision table."""

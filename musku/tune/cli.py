@@ -1,0 +1,123 @@
+"""``musku tune train SERVICE``: measure every threading configuration over a grid of loads on
+this host, keep the best per load, write the decision table (JSON) and store it in the DB."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from musku.errors import MuskuError
+
+app = typer.Typer(help="Threading auto-tuner: train decision tables.", no_args_is_help=True)
+
+
+def _fail(e: MuskuError) -> None:
+    typer.echo(f"musku: error: {e.one_line()}", err=True)
+    raise typer.Exit(int(e.status))
+
+
+@app.callback()
+def _root() -> None:
+    """Threading auto-tuner (μTune)."""
+
+
+@app.command()
+def train(
+    service: str,
+    loads: Annotated[str, typer.Option(help="Offered loads (QPS), comma-separated.")] = (
+        "20,100,500,1000,2000"
+    ),
+    models: Annotated[
+        str, typer.Option(help="'all' or comma-separated models to consider.")
+    ] = "all",
+    duration: Annotated[float, typer.Option(min=0.1, help="Seconds measured per point.")] = 3.0,
+    warmup: Annotated[float, typer.Option(min=0.0)] = 0.5,
+    out: Annotated[
+        Path | None, typer.Option(help="Table path (default DATA_DIR/tables/SERVICE-HOST.json).")
+    ] = None,
+    db: Annotated[
+        str | None, typer.Option("--db", envvar="MUSKU_DB", help="Results DB URL.")
+    ] = None,
+    no_db: Annotated[bool, typer.Option("--no-db", help="Only write the file.")] = False,
+    platform: Annotated[str, typer.Option(help="Platform name stored with the table.")] = "local",
+    config_key: Annotated[
+        str, typer.Option(help="Soft-SKU configuration key in force ('{}' = stock).")
+    ] = "{}",
+    server_cpus: Annotated[str, typer.Option(help="Pin servers to these CPUs.")] = "",
+    loadgen_cpus: Annotated[str, typer.Option(help="Pin the load generator.")] = "",
+    shards: int = 2,
+    docs: int = 1_000_000,
+    terms: int = 20_000,
+    queries: int = 10_000,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+) -> None:
+    """Train SERVICE's threading decision table on this host."""
+    from musku.services import runtime
+    from musku.tune import train as tr
+
+    def cpus(text: str) -> list[int] | None:
+        try:
+            return [int(x) for x in text.split(",") if x.strip()] or None
+        except ValueError as e:
+            raise runtime.InputError(f"CPU lists are comma-separated integers, not {text!r}") from e
+
+    try:
+        runtime.check_service(service)
+        grid_loads = tr.parse_loads(loads)
+        if models == "all":
+            cands = tr.default_candidates()
+        else:
+            cands = [tr.Candidate.of(m.strip()) for m in models.split(",") if m.strip()]
+        ddir = data_dir or runtime.default_data_dir()
+        path = out or ddir / "tables" / f"{service}-{socket.gethostname()}.json"
+        workdir = Path(tempfile.mkdtemp(prefix=f"musku-tune-{service}-"))
+
+        def progress(key: str, q: float, p: dict[str, Any]) -> None:
+            if not as_json:
+                typer.echo(
+                    f"{q:>8g} QPS  {key:<36} p99 {p['p99_us'] / 1e3:8.3f} ms  "
+                    f"achieved {p['achieved_qps']:8.1f}  errors {p['errors']}",
+                    err=True,
+                )
+
+        with runtime.deploy(
+            service,
+            workdir=workdir,
+            data_dir=ddir,
+            shards=shards,
+            server_cpus=cpus(server_cpus),
+            data_opts={"docs": docs, "terms": terms, "queries": queries},
+        ) as dep:
+            table, _grid = tr.train(dep, grid_loads, cands, duration_s=duration, warmup_s=warmup,
+                                    loadgen_cpus=cpus(loadgen_cpus), progress=progress)  # fmt: skip
+        table["platform"] = platform
+        table["config_key"] = config_key
+        tr.write_table(table, path)
+        stored = None
+        if not no_db:
+            from musku.storage import open_store
+
+            with open_store(db) as store:
+                stored = store.save_threading_table(
+                    service, table["host"], platform, config_key, table
+                )
+        if as_json:
+            typer.echo(json.dumps({"path": str(path), "db_id": stored, "table": table}, indent=2))
+            return
+        typer.echo(f"decision table for {service} on {table['host']} ({os.cpu_count()} CPUs):")
+        for r in table["rows"]:
+            bound = "inf" if r["max_qps"] >= 1e11 else f"{r['max_qps']:.0f}"
+            typer.echo(
+                f"  load <= {bound:>7} QPS: {r['model']:<22} pollers={r['pollers']} "
+                f"workers={r['workers']} responders={r['responders']}"
+            )
+        typer.echo(f"written to {path}" + (f"; stored in the DB (id {stored})" if stored else ""))
+    except MuskuError as e:
+        _fail(e)

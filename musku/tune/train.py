@@ -1,0 +1,211 @@
+"""Train a threading decision table on this host.
+
+Over a grid of offered loads, measure the p99 latency of every candidate (model, pool sizes)
+on ONE running deployment (the mid-tier switches configuration at run time over the Admin RPC),
+keep the best candidate per load and turn that into rows ``max_qps -> configuration``: the file
+the mid-tier reads with ``--threading auto --threading-table PATH``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from musku.errors import InputError
+from musku.services import runtime
+
+TABLE_FORMAT = "musku-threading-table/1"
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    model: str
+    pollers: int = 1
+    workers: int = 0
+    responders: int = 0
+
+    def key(self) -> str:
+        return f"{self.model} p={self.pollers} w={self.workers} r={self.responders}"
+
+    def row(self) -> dict[str, Any]:
+        return {"model": self.model, "pollers": self.pollers, "workers": self.workers,
+                "responders": self.responders}  # fmt: skip
+
+    @classmethod
+    def of(cls, model: str, workers: int = 2) -> Candidate:
+        if model not in runtime.THREADING_MODELS:
+            raise InputError(f"unknown threading model {model!r}")
+        dispatch = "-dispatch-" in model
+        asynchronous = model.startswith("async-")
+        return cls(model, 1, workers if dispatch else 0, 1 if asynchronous else 0)
+
+
+def default_candidates(cpus: int | None = None) -> list[Candidate]:
+    """Every model; dispatch models with 1 and 2 workers (more cannot help on small hosts)."""
+    n = cpus or os.cpu_count() or 1
+    out = []
+    for m in runtime.THREADING_MODELS:
+        if "-dispatch-" in m:
+            for w in sorted({1, min(2, max(1, n))}):
+                out.append(Candidate.of(m, w))
+        else:
+            out.append(Candidate.of(m))
+    return out
+
+
+def parse_loads(text: str) -> list[float]:
+    try:
+        loads = sorted({float(x) for x in text.split(",") if x.strip()})
+    except ValueError as e:
+        raise InputError(f"loads are comma-separated QPS values, not {text!r}") from e
+    if not loads or loads[0] <= 0:
+        raise InputError("loads must be positive QPS values")
+    return loads
+
+
+def measure(
+    dep: runtime.Deployment,
+    cand: Candidate,
+    qps: float,
+    *,
+    duration_s: float,
+    warmup_s: float,
+    loadgen_cpus: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """Switch the running mid-tier to ``cand`` and measure one open-loop point."""
+    runtime.set_threading(dep.midtier.address, cand.model, pollers=cand.pollers,
+                          workers=cand.workers, responders=cand.responders)  # fmt: skip
+    res = runtime.run_load(
+        dep.midtier.address,
+        dep.service,
+        dep.load_data,
+        runtime.LoadSpec(qps=qps, duration_s=duration_s, warmup_s=warmup_s),
+        cpus=loadgen_cpus,
+    )
+    t = res["total"]
+    return {
+        "qps": qps,
+        "achieved_qps": t["achieved_qps"],
+        "p50_us": t["latency_us"]["p50"],
+        "p99_us": t["latency_us"]["p99"],
+        "errors": t["errors"],
+        "ok": t["ok"],
+    }
+
+
+def acceptable(point: dict[str, Any]) -> bool:
+    """A configuration serves a load if nothing failed and it kept up with the offered rate."""
+    return point["errors"] == 0 and point["achieved_qps"] >= 0.9 * point["qps"]
+
+
+def build_table(
+    service: str,
+    loads: Sequence[float],
+    grid: dict[str, dict[float, dict[str, Any]]],
+    candidates: Sequence[Candidate],
+    *,
+    host: str | None = None,
+) -> dict[str, Any]:
+    """Best candidate per load -> rows with ``max_qps`` bounds (geometric midpoints)."""
+    by_key = {c.key(): c for c in candidates}
+    best: list[tuple[float, Candidate, float]] = []
+    for q in loads:
+        scored = [
+            (grid[k][q]["p99_us"], by_key[k])
+            for k in grid
+            if q in grid[k] and acceptable(grid[k][q])
+        ]
+        if not scored:  # nothing kept up: the least bad p99
+            scored = [(grid[k][q]["p99_us"], by_key[k]) for k in grid if q in grid[k]]
+        if not scored:
+            raise InputError(f"no measurement at {q:g} QPS")
+        p99, cand = min(scored, key=lambda x: (x[0], x[1]))
+        best.append((q, cand, p99))
+    rows: list[dict[str, Any]] = []
+    for i, (q, cand, p99) in enumerate(best):
+        bound = math.sqrt(q * best[i + 1][0]) if i + 1 < len(best) else 1e12
+        if (
+            rows
+            and rows[-1]["model"] == cand.model
+            and all(rows[-1][k] == v for k, v in cand.row().items())
+        ):
+            rows[-1]["max_qps"] = bound
+            rows[-1]["loads"].append(q)
+            continue
+        rows.append({"max_qps": bound, **cand.row(), "loads": [q], "p99_us": p99})
+    return {
+        "format": TABLE_FORMAT,
+        "service": service,
+        "host": host or socket.gethostname(),
+        "cpus": os.cpu_count(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "loads": list(loads),
+        "rows": rows,
+        "grid": {k: {f"{q:g}": v for q, v in pts.items()} for k, pts in grid.items()},
+    }
+
+
+def train(
+    dep: runtime.Deployment,
+    loads: Sequence[float],
+    candidates: Sequence[Candidate],
+    *,
+    duration_s: float = 3.0,
+    warmup_s: float = 0.5,
+    loadgen_cpus: Sequence[int] | None = None,
+    progress: Callable[[str, float, dict[str, Any]], None] | None = None,
+) -> tuple[dict[str, Any], dict[str, dict[float, dict[str, Any]]]]:
+    grid: dict[str, dict[float, dict[str, Any]]] = {}
+    for q in loads:
+        for c in candidates:
+            point = measure(dep, c, q, duration_s=duration_s, warmup_s=warmup_s,
+                            loadgen_cpus=loadgen_cpus)  # fmt: skip
+            grid.setdefault(c.key(), {})[q] = point
+            if progress:
+                progress(c.key(), q, point)
+    return build_table(dep.service, loads, grid, candidates), grid
+
+
+def service_name(service: str) -> str:
+    """The name the mid-tier reports (and checks in a table)."""
+    return {"setalgebra": "setalgebra"}.get(service, service)
+
+
+def write_table(table: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(table, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def validate_table(path: Path, service: str) -> dict[str, Any]:
+    """Read a table back with the rules the C++ side applies; InputError with the reason."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(f"threading table {path} is unreadable or corrupt: {e}") from e
+    if not isinstance(data, dict) or data.get("format") != TABLE_FORMAT:
+        raise InputError(f"threading table {path} has no format {TABLE_FORMAT!r}")
+    if data.get("service") != service_name(service):
+        raise InputError(f"threading table {path} is for {data.get('service')!r}, not {service!r}")
+    if data.get("cpus") != os.cpu_count():
+        raise InputError(
+            f"threading table {path} is stale: trained on {data.get('cpus')} CPUs, this host has "
+            f"{os.cpu_count()}"
+        )
+    rows = data.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise InputError(f"threading table {path} has no rows")
+    prev = -1.0
+    for r in rows:
+        if r.get("model") not in runtime.THREADING_MODELS or not r.get("max_qps", 0) > prev:
+            raise InputError(f"threading table {path}: bad row {r}")
+        prev = r["max_qps"]
+    return data

@@ -1,0 +1,124 @@
+"""The agent backend over Unix sockets (two real daemons on fake hosts): a failure on one host
+rolls both back; a lost experiment (agent restarted) fails the next window; bad options."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from musku.agent.spool import Row
+from musku.domain import Configuration
+from musku.errors import HostError, InputError
+from musku.experiment import load_experiment
+from musku.hosts.agent import AgentHost, AgentPair, SocketLink, aggregate, open_pair
+from tests.agent.helpers import SHP, THP, config, fake_host, spawn_daemon
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+
+
+def _pair(tmp: Path, limits: tuple[int, int] = (1 << 30, 1 << 30)):  # type: ignore[no-untyped-def]
+    daemons = []
+    for name, limit in zip("ab", limits, strict=True):
+        host = fake_host(tmp / name / "host")
+        host.hugepage_limit[2048] = limit
+        cfg = config(tmp / name, sample_interval_s=0.05)
+        daemons.append((spawn_daemon(cfg, host), host, cfg))
+    hosts = (
+        AgentHost("a", SocketLink(daemons[0][2].socket)),
+        AgentHost("b", SocketLink(daemons[1][2].socket)),
+    )
+    return AgentPair(hosts, lease_s=5.0, name="t"), daemons
+
+
+def _stop(daemons: list) -> None:  # type: ignore[type-arg]
+    for pid, _, _ in daemons:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def test_failure_on_one_host_rolls_back_both(tmp_path: Path) -> None:
+    pair, daemons = _pair(tmp_path, limits=(1 << 30, 10))  # host b grants only 10 huge pages
+    before = [h.tree() for _, h, _ in daemons]
+    try:
+        cfg = Configuration.of({"thp": "always", "shp": 64})
+        with pytest.raises(HostError, match="both hosts rolled back"):
+            pair.apply((cfg, cfg))
+        assert [h.tree() for _, h, _ in daemons] == before
+    finally:
+        pair.close()
+        _stop(daemons)
+
+
+def test_restarted_agent_fails_the_next_window(tmp_path: Path) -> None:
+    pair, daemons = _pair(tmp_path)
+    try:
+        pair.apply((Configuration.of({"thp": "never"}), Configuration.of({"thp": "always"})))
+        a, b = pair.window(0.3)
+        assert a.valid and b.valid and "[always]" in daemons[1][1].read(THP)
+        # host b's agent is killed and restarted: it rolls its experiment back at start
+        pid, host, cfg = daemons[1]
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        daemons[1] = (spawn_daemon(cfg, host), host, cfg)
+        assert "[madvise]" in host.read(THP)
+        time.sleep(pair.lease_s / 3 + 0.5)  # the lease keeper notices at its next renewal
+        with pytest.raises(HostError, match="no experiment is running"):
+            pair.window(0.1)
+        pair.restore()
+        assert "[madvise]" in daemons[0][1].read(THP) and daemons[0][1].read(SHP).strip() == "0"
+    finally:
+        pair.close()
+        _stop(daemons)
+
+
+def test_aggregate_rules() -> None:
+    arm = Configuration.of({"thp": "never"})
+    key = arm.key()
+    rows = [
+        Row(1, 10.1, 0.1, {"ops": 100.0}, True, "", key),
+        Row(2, 10.2, 0.1, {"ops": 300.0}, True, "", key),
+        Row(3, 10.45, 0.25, {"ops": 1000.0}, True, "", key),  # midpoint 10.325: inside
+        Row(4, 11.0, 0.1, {"ops": 5.0}, True, "", key),  # outside
+    ]
+    s = aggregate(rows, host="h", t0=10.0, t1=10.5, arm=arm, expect={"ops", "qps"})
+    assert s.metrics["ops"] == pytest.approx((10 + 30 + 250) / 0.45)
+    assert not s.valid and "no data for qps" in s.note  # a source went quiet
+    s = aggregate(rows[:2], host="h", t0=10.0, t1=10.5, arm=Configuration.of({"thp": "always"}))
+    assert not s.valid and "arm's configuration" in s.note
+    assert not aggregate([], host="h", t0=0, t1=1).valid
+
+
+def test_bad_host_options(tmp_path: Path) -> None:
+    e = load_experiment(ROOT / "experiments" / "local-vm.toml")
+
+    def with_opts(**opts: object):  # type: ignore[no-untyped-def]
+        return dataclasses.replace(
+            e, hosts=dataclasses.replace(e.hosts, backend="agent", options=opts)
+        )
+
+    with pytest.raises(InputError, match="two hosts"):
+        open_pair(with_opts(hosts=["one"]))
+    with pytest.raises(InputError, match="different names"):
+        open_pair(with_opts(hosts=["x", "x"]))
+    with pytest.raises(InputError, match="unknown host key"):
+        open_pair(with_opts(hosts=[{"host": "a", "colour": 1}, "b"]))
+    with pytest.raises(InputError, match="remote_command"):
+        open_pair(with_opts(hosts=["a", "b"], remote_command="musku agent rpc; rm -rf /"))
+    with pytest.raises(HostError, match="cannot reach"):
+        open_pair(
+            with_opts(
+                hosts=[
+                    {"name": "a", "socket": str(tmp_path / "none.sock")},
+                    {"name": "b", "socket": str(tmp_path / "none2.sock")},
+                ]
+            )
+        )

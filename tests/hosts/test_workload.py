@@ -1,0 +1,52 @@
+"""The built-in workload: real memory work, musku-stats/1 output the service sampler reads, and
+an arena rebuilt when the host's THP mode changes (fake host tree for the mode)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from musku.errors import InputError
+from musku.hostfs import HostFS
+from musku.metrics import load_sampler
+from musku.workload import Workload, WorkloadOptions
+from tests.agent.helpers import THP, fake_host, fs_of
+
+
+def test_workload_reports_and_follows_thp(tmp_path: Path) -> None:
+    host = fake_host(tmp_path / "host")
+    stats = tmp_path / "stats.json"
+    w = Workload(
+        WorkloadOptions(stats_file=stats, arena_mib=8, batch=4096, watch_interval_s=0.05),
+        fs_of(host),
+    )
+    t = threading.Thread(target=w.run)
+    t.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not stats.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        s = load_sampler("service", HostFS(tmp_path), stats_file=str(stats))
+        s.start()
+        time.sleep(0.3)
+        m = s.sample()
+        assert m["ops"] > 1e5 and m["qps"] > 10  # real work: >100k random reads per second
+        assert 0 < m["p50_ms"] <= m["p99_ms"] < 1000
+        assert w.rebuilds == 1 and w.state[0] == "madvise"
+        fs_of(host).write_text(THP, "never")
+        deadline = time.monotonic() + 5
+        while w.rebuilds < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert w.rebuilds == 2 and w.state[0] == "never"
+    finally:
+        w.stop = True
+        t.join()
+        w.close()
+
+
+def test_workload_options_validated(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="arena_mib"):
+        WorkloadOptions(stats_file=tmp_path / "s", arena_mib=1)

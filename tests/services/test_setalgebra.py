@@ -1,0 +1,202 @@
+"""End-to-end tests of Set Algebra and the threading framework over gRPC (real processes).
+
+Needs the built services (scripts/build-services); skipped cleanly when they are absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from musku.errors import HostError, InputError
+from musku.services import runtime
+
+pytestmark = pytest.mark.services
+
+
+def _built() -> bool:
+    try:
+        for b in ("setalgebra_leaf", "setalgebra_midtier", "setalgebra_gen", "musku_admin",
+                  "musku_loadgen", "setalgebra_client"):  # fmt: skip
+            runtime.binary(b)
+    except Exception:
+        return False
+    return True
+
+
+if not _built():
+    pytest.skip("C++ services not built (scripts/build-services)", allow_module_level=True)
+
+SMALL = {"docs": 20_000, "terms": 500, "queries": 300, "seed": 3}
+
+
+def read_index(path: Path) -> dict[str, list[int]]:
+    """Independent Python reader of the MSAIDX01 format (the reference side of the test)."""
+    data = path.read_bytes()
+    assert data[:8] == b"MSAIDX01"
+    _docs, nterms = struct.unpack_from("<II", data, 8)
+    off = 16
+    out = {}
+    for _ in range(nterms):
+        (ln,) = struct.unpack_from("<H", data, off)
+        off += 2
+        term = data[off : off + ln].decode()
+        off += ln
+        (c,) = struct.unpack_from("<I", data, off)
+        off += 4
+        out[term] = list(struct.unpack_from(f"<{c}I", data, off))
+        off += 4 * c
+    return out
+
+
+def reference(index: dict[str, list[int]], terms: list[str]) -> list[int]:
+    acc: set[int] | None = None
+    for t in terms:
+        docs = set(index.get(t, []))
+        acc = docs if acc is None else acc & docs
+    return sorted(acc or set())
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("sa-data")
+
+
+@pytest.fixture(scope="module")
+def deployment(data_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    with runtime.deploy(
+        "setalgebra",
+        workdir=tmp_path_factory.mktemp("sa-run"),
+        data_dir=data_dir,
+        shards=2,
+        data_opts=SMALL,
+        leaf_timeout_ms=500,
+    ) as dep:
+        yield dep
+
+
+def client(address: str, *args: str) -> list[dict]:
+    cp = subprocess.run(
+        [str(runtime.binary("setalgebra_client")), "--target", address, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cp.returncode == 0, cp.stderr
+    return [json.loads(line) for line in cp.stdout.splitlines()]
+
+
+def test_midtier_answers_equal_the_reference(deployment: runtime.Deployment) -> None:
+    index = read_index(deployment.extra["index"])
+    queries = deployment.load_data.read_text().splitlines()
+    answers = client(deployment.midtier.address, "--queries", str(deployment.load_data))
+    assert len(answers) == len(queries)
+    nonempty = 0
+    for q, a in zip(queries, answers, strict=True):
+        assert a["code"] == 0, a
+        want = reference(index, q.split())
+        assert a["docs"] == want, q
+        nonempty += bool(want)
+    assert nonempty > 20  # not a trivially empty workload
+
+
+def test_unknown_terms_give_empty_and_malformed_give_invalid_argument(
+    deployment: runtime.Deployment,
+) -> None:
+    (a,) = client(deployment.midtier.address, "--query", "wa zzz-not-a-term")
+    assert a == {"line": 0, "code": 0, "docs": []}
+    (b,) = client(deployment.midtier.address, "--query", "")
+    assert b["code"] == 3  # INVALID_ARGUMENT: a query needs a term
+
+
+@pytest.mark.parametrize("model", runtime.THREADING_MODELS)
+def test_every_model_answers_under_load(deployment: runtime.Deployment, model: str) -> None:
+    state = runtime.set_threading(deployment.midtier.address, model, workers=1, responders=1)
+    assert state["model"] == model
+    res = runtime.run_load(
+        deployment.midtier.address,
+        "setalgebra",
+        deployment.load_data,
+        runtime.LoadSpec(qps=200, duration_s=1.0, warmup_s=0.2),
+    )
+    t = res["total"]
+    assert t["errors"] == 0
+    assert t["ok"] > 100
+    assert t["latency_us"]["p99"] >= t["latency_us"]["p50"] > 0
+
+
+def test_control_rejects_bad_requests_and_keeps_the_model(deployment: runtime.Deployment) -> None:
+    addr = deployment.midtier.address
+    runtime.set_threading(addr, "async-dispatch-block", pollers=1, workers=2, responders=1)
+    with pytest.raises(InputError, match="unknown threading model"):
+        runtime.set_threading(addr, "turbo-mode")
+    with pytest.raises(InputError, match="at least 1 worker"):
+        runtime.set_threading(addr, "sync-dispatch-block", workers=0)
+    with pytest.raises(InputError, match="pollers"):
+        runtime.set_threading(addr, "sync-inline-block", pollers=1000)
+    state = runtime.admin(addr, "get")
+    assert (state["model"], state["workers"]) == ("async-dispatch-block", 2)
+
+
+def test_stats_count_requests(deployment: runtime.Deployment) -> None:
+    runtime.admin(deployment.midtier.address, "stats", "--reset")
+    client(deployment.midtier.address, "--queries", str(deployment.load_data))
+    s = deployment.stats(reset=True)
+    assert int(s["requests"]) == len(deployment.load_data.read_text().splitlines())
+    assert int(s["errors"]) == 0
+    assert s["latency"]["p99_us"] >= s["latency"]["p50_us"] > 0
+    assert s["cpu_user_s"] + s["cpu_sys_s"] > 0
+
+
+def test_open_loop_generator_reaches_the_offered_rate(deployment: runtime.Deployment) -> None:
+    res = runtime.run_load(
+        deployment.midtier.address,
+        "setalgebra",
+        deployment.load_data,
+        runtime.LoadSpec(schedule="100:1,400:1", warmup_s=0.3),
+    )
+    p1, p2 = res["phases"]
+    assert p1["errors"] == p2["errors"] == 0
+    # Poisson counts: 100 +- 30, 400 +- 60 with a wide margin
+    assert 60 <= p1["ok"] <= 140
+    assert 300 <= p2["ok"] <= 500
+
+
+def test_corrupt_index_is_a_clear_message(tmp_path: Path, data_dir: Path) -> None:
+    index, _ = runtime.setalgebra_data(data_dir, **SMALL)
+    bad = tmp_path / "bad.msai"
+    bad.write_bytes(index.read_bytes()[: index.stat().st_size // 2])
+    with pytest.raises(HostError, match="truncated or corrupt"):
+        runtime.start_server(
+            "badleaf",
+            [str(runtime.binary("setalgebra_leaf")), "--index", str(bad)],
+            tmp_path,
+            timeout=20,
+        )
+
+
+def test_leaf_down_gives_an_error_not_a_hang(data_dir: Path, tmp_path: Path) -> None:
+    with runtime.deploy(
+        "setalgebra", workdir=tmp_path, data_dir=data_dir, data_opts=SMALL, leaf_timeout_ms=300
+    ) as dep:
+        dep.leaves[1].stop()
+        t0 = time.monotonic()
+        (a,) = client(dep.midtier.address, "--query", "wa wb", "--timeout-ms", "10000")
+        assert a["code"] in (4, 14)  # DEADLINE_EXCEEDED or UNAVAILABLE, from the mid-tier
+        assert dep.leaves[1].address in a["error"]
+        assert time.monotonic() - t0 < 5
+
+
+def test_sigterm_is_an_orderly_shutdown(data_dir: Path, tmp_path: Path) -> None:
+    with runtime.deploy("setalgebra", workdir=tmp_path, data_dir=data_dir, data_opts=SMALL) as dep:
+        pid = dep.midtier.pid
+        os.kill(pid, signal.SIGTERM)
+        assert dep.midtier.popen.wait(10) == 0
+        assert "stopped" in dep.midtier.log_tail()

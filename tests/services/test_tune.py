@@ -1,0 +1,127 @@
+"""The threading auto-tuner end to end: train a (small) table, run the mid-tier on it, and
+refuse corrupt or stale tables without stopping."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from musku.errors import InputError
+from musku.services import runtime
+from musku.tune import train as tr
+
+pytestmark = pytest.mark.services
+
+try:
+    for _b in ("setalgebra_leaf", "setalgebra_midtier", "setalgebra_gen", "musku_admin",
+               "musku_loadgen"):  # fmt: skip
+        runtime.binary(_b)
+except Exception:
+    pytest.skip("C++ services not built (scripts/build-services)", allow_module_level=True)
+
+SMALL = {"docs": 20_000, "terms": 500, "queries": 300, "seed": 3}
+
+
+def test_build_table_picks_the_best_per_load_and_merges_rows() -> None:
+    a, b = tr.Candidate.of("sync-inline-block"), tr.Candidate.of("async-dispatch-block", 2)
+
+    def pt(q: float, p99: float, errors: int = 0, achieved: float | None = None) -> dict:
+        return {"qps": q, "p99_us": p99, "errors": errors, "achieved_qps": achieved or q}
+
+    grid = {
+        a.key(): {10.0: pt(10, 100), 100.0: pt(100, 150), 1000.0: pt(1000, 9000, achieved=700)},
+        b.key(): {10.0: pt(10, 300), 100.0: pt(100, 200), 1000.0: pt(1000, 2000)},
+    }
+    t = tr.build_table("setalgebra", [10.0, 100.0, 1000.0], grid, [a, b], host="h")
+    assert [r["model"] for r in t["rows"]] == ["sync-inline-block", "async-dispatch-block"]
+    assert t["rows"][0]["loads"] == [10.0, 100.0]
+    assert t["rows"][0]["max_qps"] == pytest.approx((100 * 1000) ** 0.5)
+    assert t["rows"][1]["workers"] == 2
+    assert t["rows"][1]["max_qps"] >= 1e11
+
+
+def test_train_then_auto_then_bad_tables(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    cands = [tr.Candidate.of("sync-inline-block"), tr.Candidate.of("async-dispatch-block", 1)]
+    with runtime.deploy(
+        "setalgebra", workdir=tmp_path / "t", data_dir=data, data_opts=SMALL
+    ) as dep:
+        table, grid = tr.train(dep, [50.0, 400.0], cands, duration_s=0.6, warmup_s=0.1)
+    assert set(grid) == {c.key() for c in cands}
+    for pts in grid.values():
+        for q, p in pts.items():
+            assert p["errors"] == 0 and p["p99_us"] > 0 and p["qps"] == q
+    path = tmp_path / "table.json"
+    tr.write_table(table, path)
+    assert tr.validate_table(path, "setalgebra")["rows"]
+
+    with runtime.deploy(
+        "setalgebra", workdir=tmp_path / "a", data_dir=data, data_opts=SMALL, table=path
+    ) as dep:
+        state = runtime.admin(dep.midtier.address, "get")
+        assert state["auto_mode"] is True
+        assert state["table"] == str(path)
+        res = runtime.run_load(dep.midtier.address, "setalgebra", dep.load_data,
+                               runtime.LoadSpec(qps=300, duration_s=1, warmup_s=0.2))  # fmt: skip
+        assert res["total"]["errors"] == 0
+        # a corrupt table over the control RPC: refused, still auto on the old table
+        bad = tmp_path / "bad.json"
+        bad.write_text('{"format": "musku-threading-table/1", "rows": [')
+        with pytest.raises(InputError, match="corrupt"):
+            runtime.set_threading(dep.midtier.address, "auto", table=str(bad))
+        assert runtime.admin(dep.midtier.address, "get")["table"] == str(path)
+
+    # A stale table (other CPU count) at start: clear message, serves on the fixed model.
+    stale = dict(table, cpus=(os.cpu_count() or 1) + 7)
+    stale_path = tmp_path / "stale.json"
+    tr.write_table(stale, stale_path)
+    with pytest.raises(InputError, match="stale"):
+        tr.validate_table(stale_path, "setalgebra")
+    with runtime.deploy(
+        "setalgebra", workdir=tmp_path / "s", data_dir=data, data_opts=SMALL, table=stale_path
+    ) as dep:
+        state = runtime.admin(dep.midtier.address, "get")
+        assert state["auto_mode"] is False
+        assert "stale" in state["last_error"]
+        assert "stale" in dep.midtier.log.read_text()
+        res = runtime.run_load(dep.midtier.address, "setalgebra", dep.load_data,
+                               runtime.LoadSpec(qps=100, duration_s=0.5, warmup_s=0.1))  # fmt: skip
+        assert res["total"]["errors"] == 0
+
+
+def test_tune_cli_writes_the_file_and_the_db(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    cp = subprocess.run(
+        [sys.executable, "-m", "musku", "tune", "train", "setalgebra", "--loads", "50,200",
+         "--models", "sync-inline-block,async-inline-block", "--duration", "0.4", "--warmup",
+         "0.1", "--docs", "20000", "--terms", "500", "--queries", "300", "--data-dir",
+         str(tmp_path / "d"), "--out", str(out), "--db", db, "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    res = json.loads(cp.stdout)
+    assert res["path"] == str(out)
+    assert json.loads(out.read_text())["rows"] == res["table"]["rows"]
+    from musku.storage import open_store
+
+    with open_store(db) as store:
+        saved = store.threading_table("setalgebra", res["table"]["host"], "local", "{}")
+    assert saved is not None and saved["rows"] == res["table"]["rows"]
+
+
+def test_tune_cli_rejects_unknown_model_and_service(tmp_path: Path) -> None:
+    cases = [
+        (["nosuch"], "unknown service"),
+        (["setalgebra", "--models", "fast-mode"], "unknown threading model"),
+    ]
+    for args, msg in cases:
+        cp = subprocess.run([sys.executable, "-m", "musku", "tune", "train", *args, "--no-db"],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert cp.returncode == 3
+        assert msg in cp.stderr

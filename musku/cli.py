@@ -495,6 +495,11 @@ def main(argv: list[str] | None = None) -> None:
 
     Usage errors are click's own (exit 2); musku's errors are one line with their status.
     """
+    args = sys.argv[1:] if argv is None else argv
+    if args[:2] == ["agent", "rpc"]:  # the controller's SSH hot path: skip typer's start-up
+        from musku.agent.rpc import main as rpc_main
+
+        sys.exit(rpc_main(args[2:]))
     try:
         app(args=argv, prog_name="musku")  # standalone: exits through SystemExit
     except MuskuError as exc:

@@ -74,6 +74,7 @@ class Experiment:
     hosts: HostsSpec
     raw: Mapping[str, Any] = field(default_factory=dict)
     search_rounds: int = 2
+    scan: str = "unimodal"  # "unimodal": stop scanning an ordered knob past two worsening losses
 
     @property
     def baseline_config(self) -> Configuration:
@@ -392,7 +393,7 @@ def load_experiment(path: str | Path) -> Experiment:
 
     # sweep
     sweep = src.table("sweep", required=False)
-    _check_keys(src, "sweep", sweep, {"mode", "baseline", "search_rounds"})
+    _check_keys(src, "sweep", sweep, {"mode", "baseline", "search_rounds", "scan"})
     mode_s = src.get("sweep", "mode", str, "independent")
     try:
         mode = SweepMode(mode_s)
@@ -404,6 +405,9 @@ def load_experiment(path: str | Path) -> Experiment:
     if baseline not in ("production", "stock"):
         raise src.error("[sweep] baseline must be 'production' or 'stock'", "baseline", "sweep")
     search_rounds = src.get("sweep", "search_rounds", int, 2)
+    scan = src.get("sweep", "scan", str, "unimodal")
+    if scan not in ("unimodal", "full"):
+        raise src.error("[sweep] scan must be 'unimodal' or 'full'", "scan", "sweep")
     if search_rounds < 1:
         raise src.error("[sweep] search_rounds must be >= 1", "search_rounds", "sweep")
 
@@ -499,4 +503,5 @@ def load_experiment(path: str | Path) -> Experiment:
         hosts=hosts,
         raw=data,
         search_rounds=search_rounds,
+        scan=scan,
     )

@@ -42,6 +42,7 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 CGROUP_V1_CPUSET = CGROUP_ROOT + "/cpuset"
 MSR_DEV_DIR = "/dev/cpu"
 MSR_ALLOW_WRITES = "/sys/module/msr/parameters/allow_writes"
+POWERCAP = "/sys/class/powercap"  # RAPL energy counters (intel-rapl:N/energy_uj)
 PROC_CMDLINE = "/proc/cmdline"
 PROC_CPUINFO = "/proc/cpuinfo"
 PROC_MEMINFO = "/proc/meminfo"

@@ -22,8 +22,10 @@ Design of one comparison (rule ``cs``)::
   of windows is searched for the end of the transient (:func:`musku.abtest.stats.detect_warmup`)
   and extended while the transient lasts. Windows with ``Sample.valid`` false (knob drift)
   are recorded but never used.
-- **Batches.** The batch size comes from the pilot's AR(1) coefficient (neighbouring batch
-  means correlate <= 0.1); the rule looks after every batch.
+- **Batches.** The batch size comes from the AR(1) coefficient of the log-ratios (an upper
+  bound, so neighbouring batch means correlate <= 0.05): from the pilot, then re-estimated from
+  all steady windows at every period start (batches only grow; past ones are rebuilt). The
+  rule looks after every batch.
 - **Guardrails.** Judged on the B-role windows: the candidate is pruned as soon as the
   confidence sequence of a guardrail metric's mean lies wholly beyond its limit; at a final
   stop a point estimate beyond the limit also prunes (production safety first).
@@ -530,9 +532,7 @@ class _Comparison:
         self.on_progress(
             Progress(
                 samples=self.d.n,
-                # nothing measured yet (an abort in the first warm-up): no estimate, an unbounded
-                # interval; 0.0 rather than NaN, which SQL stores as NULL
-                estimate=self.verdict.estimate if math.isfinite(self.verdict.estimate) else 0.0,
+                estimate=self.verdict.estimate,  # NaN until there is an estimate
                 ci_low=self.verdict.ci_low,
                 ci_high=self.verdict.ci_high,
                 host_time_s=self.pair.now() - self.t0,

@@ -12,14 +12,13 @@ import time
 from typing import TYPE_CHECKING
 
 from musku.hostfs import HostFSError
+from musku.hostfs import POWERCAP
 from musku.knobs.base import Support
 from musku.metrics.base import Sampler
 
 if TYPE_CHECKING:
     from musku.hostfs import HostFS
 
-# TODO(hostfs): ask for a POWERCAP constant in musku.hostfs; until then it is spelled here only.
-POWERCAP = "/sys/class/powercap"
 _PACKAGE = re.compile(r"^intel-rapl:\d+$")
 
 

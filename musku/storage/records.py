@@ -24,7 +24,6 @@ class InvalidTransition(DatabaseError):
     """A status change the documented life cycle does not allow."""
 
 
-
 class ComparisonStatus(enum.Enum):
     """running -> finished | aborted. ``aborted`` = the decision was ABORTED, or the comparison
     was left ``running`` by a crashed run and closed by :meth:`Store.abort_running`."""

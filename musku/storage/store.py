@@ -527,11 +527,12 @@ class Store:
                     f"{result.candidate.key()}"
                 )
             stamp = convert.now()
-            s.add(
-                DecisionRow(
-                    comparison_id=cmp_id, decided_at=stamp, **convert.decision_columns(result)
+            if result.decision.final:  # an aborted comparison is not a result: no decision row
+                s.add(
+                    DecisionRow(
+                        comparison_id=cmp_id, decided_at=stamp, **convert.decision_columns(result)
+                    )
                 )
-            )
             cmp.status = (
                 ComparisonStatus.FINISHED.value
                 if result.decision.final

@@ -136,7 +136,7 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
     from rich.table import Table
 
     t = Table(title=f"{rep.experiment}: {rep.mode} sweep", title_justify="left")
-    for col in ("knob", "baseline", "best", "gain vs baseline", "compared", "pruned (guardrails)"):
+    for col in ("knob", "baseline", "best", "gain vs baseline", "compared", "pruned (guardrails)", "skipped"):
         t.add_column(col)
     for o in rep.knobs:
         gain = "-"
@@ -153,6 +153,7 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
             gain,
             str(len(o.results)),
             pruned,
+            ", ".join(format_value(o.knob, v) for v in o.skipped) or "-",  # type: ignore[arg-type]
         )
     con.print(t)
     if rep.sku is not None:

@@ -51,6 +51,7 @@ def report_dict(rep: SweepReport) -> dict[str, Any]:
                 "baseline": o.baseline_value,
                 "best": o.best_value,
                 "pruned": o.pruned,
+                "skipped": o.skipped,
                 "comparisons": [result_dict(r) for r in o.results],
             }
             for o in rep.knobs

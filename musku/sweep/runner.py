@@ -22,6 +22,7 @@ from musku.domain import (
     SoftSku,
 )
 from musku.errors import Interrupted
+from musku.sweep.progress import change_text
 from musku.experiment import Experiment
 from musku.hosts.base import HostPair
 
@@ -61,6 +62,7 @@ class KnobOutcome:
     best_value: object
     results: list[ComparisonResult] = field(default_factory=list)
     pruned: list[object] = field(default_factory=list)  # settings that broke a guardrail
+    skipped: list[object] = field(default_factory=list)  # not measured: past a unimodal scan's stop
 
 
 @dataclass
@@ -168,7 +170,10 @@ class Runner:
         Only candidates significantly better than the incumbent qualify. When several do
         and their intervals overlap, the leader meets the closest challengers head to head
         (a short tournament), so noise in the point estimates does not pick a neighbour of
-        the true best.
+        the true best. The winner is then confirmed by a fresh A/B against the incumbent:
+        a sweep runs dozens of comparisons, so one of them passing at 95 % by chance is
+        likely; requiring a second, independent pass makes adopting a setting that does
+        nothing a 1-in-1600 event instead of 1-in-40 per comparison.
         """
         better = [r for r in results if r.decision is Decision.BETTER]
         if not better:
@@ -181,6 +186,13 @@ class Runner:
             duel = self.compare(f"{purpose}:runoff", champion.candidate, challenger.candidate)
             if duel.decision is Decision.BETTER:
                 champion = challenger
+        confirm = self.compare(f"{purpose}:confirm", incumbent, champion.candidate)
+        if confirm.decision is not Decision.BETTER:
+            self.progress.message(
+                f"{purpose}: {change_text(incumbent, champion.candidate)} not confirmed "
+                f"({confirm.decision.value}): kept as it was"
+            )
+            return incumbent
         return champion.candidate
 
     def host_time(self) -> float:

@@ -28,18 +28,55 @@ EXHAUSTIVE_LIMIT = 512
 """Exhaustive sweeps larger than this are refused (narrow [platform.settings] or use search)."""
 
 
+ORDERED_KNOBS = frozenset({"core_freq", "uncore_freq", "core_count", "shp"})
+"""Knobs whose settings are ordered, so a scan can walk away from the baseline."""
+
+
+def _scan_order(runner: Runner, knob: str, current: object) -> list[list[object]]:
+    """Settings to try, as walks: for an ordered knob under ``scan = "unimodal"``, two walks
+    outward from the current setting (nearest first); otherwise one walk over everything."""
+    space = list(runner.experiment.space[knob])
+    others = [v for v in space if v != current]
+    if runner.experiment.scan != "unimodal" or knob not in ORDERED_KNOBS or current not in space:
+        return [others]
+    ordered = sorted(space, key=lambda v: float(v) if not isinstance(v, str) else float("inf"))
+    i = ordered.index(current)
+    return [list(reversed(ordered[:i])), ordered[i + 1 :]]
+
+
+def _losing(result: ComparisonResult) -> bool:
+    return result.decision in (Decision.WORSE, Decision.GUARDRAIL)
+
+
 def _scan_knob(runner: Runner, purpose: str, base: Configuration, knob: str) -> KnobOutcome:
-    """Compare ``base`` against ``base`` with each other setting of ``knob``; pick the best."""
-    space = runner.experiment.space[knob]
+    """Compare ``base`` against ``base`` with other settings of ``knob``; pick the best.
+
+    Under ``scan = "unimodal"`` an ordered knob is walked outward from the current setting in
+    both directions, and a walk stops after two consecutive significant losses that get worse
+    (the response is taken to be unimodal there); the settings beyond are recorded as skipped.
+    """
     current = base[knob]
     outcome = KnobOutcome(knob=knob, baseline_value=current, best_value=current)
-    for value in space:
-        if value == current:
-            continue
-        result = runner.compare(purpose, base, base.with_(knob, value))
-        outcome.results.append(result)
-        if result.decision is Decision.GUARDRAIL:
-            outcome.pruned.append(value)
+    walks = _scan_order(runner, knob, current)
+    unimodal = len(walks) == 2
+    for walk in walks:
+        previous: ComparisonResult | None = None
+        for n, value in enumerate(walk):
+            result = runner.compare(purpose, base, base.with_(knob, value))
+            outcome.results.append(result)
+            if result.decision is Decision.GUARDRAIL:
+                outcome.pruned.append(value)
+            if (
+                unimodal
+                and previous is not None
+                and _losing(previous)
+                and _losing(result)
+                and result.estimate < previous.estimate
+                and len(walk) > n + 1
+            ):
+                outcome.skipped.extend(walk[n + 1 :])
+                break
+            previous = result
     best = runner.choose(purpose, base, outcome.results)
     outcome.best_value = best[knob]
     return outcome

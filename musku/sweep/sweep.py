@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from musku.domain import ExperimentStatus
-from musku.errors import Interrupted, MuskuError
+from musku.errors import HostError, Interrupted, MuskuError
 from musku.experiment import Experiment
 from musku.hosts.base import BACKENDS, HostPair
 from musku.registry import load
@@ -45,19 +45,22 @@ def run_sweep(
         previous = store.find_experiment(experiment.name) if resume else None
         if previous is not None and ExperimentStatus(previous.status) in (
             ExperimentStatus.INTERRUPTED,
-            ExperimentStatus.RUNNING,
-            ExperimentStatus.FAILED,
+            ExperimentStatus.RUNNING,  # a crashed run: its open comparisons become aborted
         ):
             exp_id = previous.id
+            store.resume(exp_id)
         else:
+            if progress is not None and resume:
+                progress.message(f"nothing to resume for {experiment.name}: starting a new run")
             exp_id = store.create_experiment(experiment)
-        store.set_status(exp_id, ExperimentStatus.RUNNING)
+            store.set_status(exp_id, ExperimentStatus.RUNNING)
 
     try:
         pair = open_pair(experiment, seed=seed)
-    except MuskuError:
+    except MuskuError as exc:
         if store is not None and exp_id is not None:
-            store.set_status(exp_id, ExperimentStatus.FAILED)
+            stopped = isinstance(exc, HostError)  # hosts unreachable: resumable later
+            store.set_status(exp_id, ExperimentStatus.INTERRUPTED if stopped else ExperimentStatus.FAILED)
         raise
     try:
         if store is not None and exp_id is not None:
@@ -71,7 +74,8 @@ def run_sweep(
             store.save_softsku(exp_id, sku)
             store.set_status(exp_id, ExperimentStatus.DONE)
         pair.restore()
-    except Interrupted:
+    except (Interrupted, HostError):
+        # a stop, not a verdict on the experiment: what was measured is kept for --resume
         if store is not None and exp_id is not None:
             store.set_status(exp_id, ExperimentStatus.INTERRUPTED)
         pair.restore()

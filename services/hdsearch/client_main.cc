@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
     }
     if (!out.empty()) {
       std::FILE* f = std::fopen(out.c_str(), "wb");
-      if (f == nullptr || std::fwrite(ids.data(), 4, ids.size(), f) != ids.size()) {
+      if (f == nullptr || (!ids.empty() && std::fwrite(ids.data(), 4, ids.size(), f) != ids.size())) {
         throw std::runtime_error("cannot write " + out);
       }
       std::fclose(f);

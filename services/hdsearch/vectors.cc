@@ -51,9 +51,10 @@ VecHeader ReadVecHeader(const std::string& path) {
 std::vector<float> ReadVecRows(const std::string& path, const VecHeader& h, std::uint64_t begin,
                                std::uint64_t end) {
   if (begin > end || end > h.rows) throw DataError(path + ": row range out of bounds");
-  File f = Open(path, "rb");
   const std::size_t count = static_cast<std::size_t>((end - begin) * h.dim);
   std::vector<float> out(count);
+  if (count == 0) return out;
+  File f = Open(path, "rb");
   if (std::fseek(f.get(), static_cast<long>(kVecHeaderBytes + begin * h.dim * 4ull), SEEK_SET) != 0 ||
       std::fread(out.data(), sizeof(float), count, f.get()) != count) {
     throw DataError(path + ": short read (truncated)");
@@ -67,7 +68,9 @@ std::vector<float> ReadVecRows(const std::string& path, const VecHeader& h, std:
 }
 
 void WriteVecFile(const std::string& path, const std::vector<float>& data, std::uint32_t dim) {
-  if (dim == 0 || data.size() % dim != 0) throw DataError("WriteVecFile: size not a multiple of dim");
+  if (dim == 0 || data.empty() || data.size() % dim != 0) {
+    throw DataError("WriteVecFile: empty, or size not a multiple of dim");
+  }
   File f = Open(path, "wb");
   unsigned char buf[kVecHeaderBytes] = {};
   std::memcpy(buf, kVecMagic, 8);

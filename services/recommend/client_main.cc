@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     }
     if (f.count("out")) {
       std::FILE* o = std::fopen(f["out"].c_str(), "wb");
-      if (o == nullptr || std::fwrite(preds.data(), 4, preds.size(), o) != preds.size()) {
+      if (o == nullptr || (!preds.empty() && std::fwrite(preds.data(), 4, preds.size(), o) != preds.size())) {
         throw std::runtime_error("cannot write " + f["out"]);
       }
       std::fclose(o);

@@ -8,6 +8,8 @@ Per window and host ``h``::
 - ``x_h``: AR(1) with coefficient ``phi`` and stationary std ``sigma`` per window;
 - ``warm_h(t) = 1 - amp * exp(-(t - t_apply_h) / tau)`` after host ``h``'s configuration
   changed (a host whose configuration is unchanged keeps its state);
+- ``load_sensitivity``: host 1's throughput scales with ``load ** s`` on top, a host bias that
+  drifts with the slowly varying load (it does not cancel in the ratio);
 - ``p99_ms`` moves against mips: ``p99_base * p99_level(config) / (mips ratio) * noise``;
 - windows listed in ``invalid`` (global window indices) come back with ``valid=False`` and a
   wild metric value, like a window during which someone else changed a knob.
@@ -56,6 +58,7 @@ class FakePair(HostPair):
         invalid: Iterable[int] = (),
         initial: Configuration | None = None,
         threading_models: tuple[str, str] = ("", ""),
+        load_sensitivity: float = 0.0,
     ) -> None:
         cfg = initial or Configuration()
         self.hosts: tuple[FakeHost, FakeHost] = (FakeHost("fake0", cfg), FakeHost("fake1", cfg))
@@ -77,6 +80,7 @@ class FakePair(HostPair):
         self.p99_base = p99_base
         self.invalid = set(invalid)
         self.threading_models = threading_models
+        self.load_sensitivity = load_sensitivity
         self.t = 0.0
         self.count = 0  # windows measured so far
         self.warm_start = np.full(2, -1e9)
@@ -118,6 +122,8 @@ class FakePair(HostPair):
         lv = np.array([self.level(h.config) for h in self.hosts])
         bias = np.array([1.0, 1.0 + self.bias])
         ratio = bias * warm * np.exp(x)
+        # host 1 responds a little more to the load: a host bias that drifts with it
+        ratio[:, 1] *= load**self.load_sensitivity
         mips = 1000.0 * lv * ratio * load[:, None]
         pl = np.array([self.p99_level(h.config) for h in self.hosts])
         p99 = self.p99_base * pl / ratio * np.exp(0.02 * self.rng.standard_normal((count, 2)))

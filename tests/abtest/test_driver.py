@@ -76,6 +76,29 @@ def test_crossover_cancels_host_bias_that_fools_a_naive_paired_test() -> None:
     assert m and float(m.group(1)) == pytest.approx(2.0, abs=0.2)
 
 
+def test_crossover_holds_up_against_a_bias_drifting_with_the_slow_load() -> None:
+    """Host 1 responds 10 % more to a +-30 % hourly load swing: a host bias drifting by a few
+    percent over the hour. The alternating periods average it out; without them it reads as
+    an effect whose sign depends on where the load happened to be."""
+    crossed: Counter[Decision] = Counter()
+    naive: Counter[Decision] = Counter()
+    for s in range(10):
+        kw: dict[str, Any] = {
+            "seed": s,
+            "bias": 0.0,
+            "load_sensitivity": 0.1,
+            "load_amp": 0.3,
+            "load_period_s": 3600.0,
+            "sigma": 0.01,
+        }
+        r = run_comparison(FakePair(**kw), A, A, SPEC, seed=s)
+        assert abs(r.estimate) < 0.002 and r.ci_low <= 0 <= r.ci_high
+        crossed[r.decision] += 1
+        naive[run_comparison(FakePair(**kw), A, A, SPEC, seed=s, rule="naive-paired").decision] += 1
+    assert crossed[Decision.NO_DIFFERENCE] == 10
+    assert naive[Decision.BETTER] + naive[Decision.WORSE] >= 7
+
+
 def test_false_positive_rate_small_sample_with_bias() -> None:
     """A few dozen continuously monitored A/A comparisons with a 0.3 % host bias: musku almost
     never declares a difference; the no-crossover paired test does most of the time."""

@@ -64,12 +64,19 @@ def main() -> int:
                                      runtime.LoadSpec(qps=q, duration_s=a.duration,
                                                       warmup_s=a.warmup), cpus=lg_cpus)  # fmt: skip
                 out["open_loop"][q] = r["total"]
+            procs = [dep.midtier, *dep.leaves]
             for c in [int(x) for x in a.concurrency.split(",")]:
+                cpu0 = [runtime.cpu_seconds(p.pid) for p in procs]
                 r = runtime.run_load(dep.midtier.address, "setalgebra", dep.load_data,
                                      runtime.LoadSpec(mode="closed", concurrency=c,
                                                       duration_s=a.duration, warmup_s=a.warmup),
                                      cpus=lg_cpus)  # fmt: skip
-                out["closed_loop"].append({"concurrency": c, **r["total"]})
+                cpu = [runtime.cpu_seconds(p.pid) - t for p, t in zip(procs, cpu0, strict=True)]
+                n = max(1, r["total"]["ok"])
+                per_q = [1e6 * x / n for x in cpu]
+                out["closed_loop"].append(
+                    {"concurrency": c, "cpu_us_per_query": per_q, **r["total"]}
+                )
             time.sleep(2.0)
             out["idle_cpu_percent"] = runtime.idle_cpu_percent(dep.midtier.pid, 5.0)
             out["idle_leaf_cpu_percent"] = max(
@@ -102,7 +109,11 @@ def main() -> int:
         lat = r["latency_us"]
         print(
             f"closed loop, {r['concurrency']:>3} outstanding: {r['achieved_qps']:8.1f} QPS "
-            f"(p50 {lat['p50'] / 1e3:.3f} ms, p99 {lat['p99'] / 1e3:.3f} ms, errors {r['errors']})"
+            f"(p50 {lat['p50'] / 1e3:.3f} ms, p99 {lat['p99'] / 1e3:.3f} ms, "
+            f"errors {r['errors']}); "
+            f"CPU/query mid {r['cpu_us_per_query'][0]:.0f} us, "
+            f"leaves {sum(r['cpu_us_per_query'][1:]):.0f} us -> "
+            f"{1e6 / sum(r['cpu_us_per_query']):.0f} QPS per dedicated core"
         )
     g = out["goals"]
     print(

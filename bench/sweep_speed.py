@@ -74,7 +74,9 @@ def main() -> None:
     )
     if name in PAPER:
         stock, prod = PAPER[name]
-        print(f"paper gains           +{stock * 100:.1f} % over stock, +{prod * 100:.1f} % over production")
+        print(
+            f"paper gains           +{stock * 100:.1f} % over stock, +{prod * 100:.1f} % over production"
+        )
 
 
 if __name__ == "__main__":

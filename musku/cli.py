@@ -49,6 +49,7 @@ def _root(
 ) -> None:
     """Production A/B tuning of server soft SKUs."""
 
+
 DbOption = Annotated[
     str | None,
     typer.Option(
@@ -140,7 +141,8 @@ def sweep(
     file: Annotated[Path, typer.Argument(help="Experiment file (TOML).")],
     db: DbOption = None,
     resume: Annotated[
-        bool, typer.Option("--resume", help="Continue the latest unfinished run of this experiment.")
+        bool,
+        typer.Option("--resume", help="Continue the latest unfinished run of this experiment."),
     ] = False,
     seed: Annotated[int | None, typer.Option(help="Override the experiment's seed.")] = None,
     json_out: JsonOption = False,
@@ -157,11 +159,12 @@ def sweep(
     try:
         with _StopFlag() as stop, LiveProgress(enabled=not quiet and not json_out) as progress:
             try:
-                report = run_sweep(experiment, store=store, resume=resume, progress=progress, stop=stop, seed=seed)
+                report = run_sweep(
+                    experiment, store=store, resume=resume, progress=progress, stop=stop, seed=seed
+                )
             except Interrupted as exc:
                 raise Interrupted(
-                    f"{exc.message}; measurements kept: continue with "
-                    f"`musku sweep {file} --resume`"
+                    f"{exc.message}; measurements kept: continue with `musku sweep {file} --resume`"
                 ) from None
     finally:
         store.close()
@@ -178,13 +181,18 @@ def sweep(
 
 @app.command()
 def abtest(
-    file: Annotated[Path, typer.Argument(help="Experiment file (TOML): hosts, metric, statistics.")],
+    file: Annotated[
+        Path, typer.Argument(help="Experiment file (TOML): hosts, metric, statistics.")
+    ],
     candidate: Annotated[
         list[str],
-        typer.Option("--set", "-s", help="Candidate setting KNOB=VALUE (repeatable), over the baseline."),
+        typer.Option(
+            "--set", "-s", help="Candidate setting KNOB=VALUE (repeatable), over the baseline."
+        ),
     ],
     baseline: Annotated[
-        str, typer.Option(help="Baseline: 'production', 'stock', or KNOB=VALUE,... over production.")
+        str,
+        typer.Option(help="Baseline: 'production', 'stock', or KNOB=VALUE,... over production."),
     ] = "production",
     db: DbOption = None,
     seed: Annotated[int | None, typer.Option(help="Override the experiment's seed.")] = None,
@@ -209,7 +217,15 @@ def abtest(
         try:
             store.add_hosts(exp_id, pair.describe())
             with _StopFlag() as stop, LiveProgress(enabled=not quiet and not json_out) as progress:
-                runner = Runner(experiment, pair, store=store, experiment_id=exp_id, progress=progress, stop=stop, seed=seed)
+                runner = Runner(
+                    experiment,
+                    pair,
+                    store=store,
+                    experiment_id=exp_id,
+                    progress=progress,
+                    stop=stop,
+                    seed=seed,
+                )
                 try:
                     result = runner.compare("abtest", base, cand)
                 except Interrupted:
@@ -261,7 +277,9 @@ def _coerce(experiment: Any, knob: str, raw: str) -> Any:
             raise InputError(f"{knob}={raw}: {exc}") from None
     if value not in experiment.platform.settings[knob]:
         choices = ", ".join(str(v) for v in experiment.platform.settings[knob])
-        raise InputError(f"{knob}={raw} is not in platform {experiment.platform.name}'s catalog ({choices})")
+        raise InputError(
+            f"{knob}={raw} is not in platform {experiment.platform.name}'s catalog ({choices})"
+        )
     return value
 
 
@@ -314,12 +332,16 @@ def check(
         _print_json(data)
         return
     con = _console()
-    con.print(f"[bold]{exp.name}[/]: {exp.service.name} on {exp.platform.name}, {exp.mode.value} sweep, "
-              f"{exp.hosts.backend} hosts -- OK")
+    con.print(
+        f"[bold]{exp.name}[/]: {exp.service.name} on {exp.platform.name}, {exp.mode.value} sweep, "
+        f"{exp.hosts.backend} hosts -- OK"
+    )
     for knob, values in exp.space.items():
         con.print(f"  {knob:12} {len(values):3} settings  production={exp.production.get(knob)}")
-    con.print(f"  metric {exp.spec.metric} ({exp.spec.direction.value} is better); guardrails: "
-              f"{', '.join(str(g) for g in exp.spec.guardrails) or 'none'}")
+    con.print(
+        f"  metric {exp.spec.metric} ({exp.spec.direction.value} is better); guardrails: "
+        f"{', '.join(str(g) for g in exp.spec.guardrails) or 'none'}"
+    )
 
 
 @app.command()
@@ -329,24 +351,36 @@ def platforms(json_out: JsonOption = False) -> None:
 
     rows = [load_platform(n) for n in available_platforms()]
     if json_out:
-        _print_json([
-            {"name": p.name, "vendor": p.vendor, "cores": p.cores, "llc_ways": p.llc_ways,
-             "description": p.description, "knobs": {k: list(v) for k, v in p.settings.items()},
-             "stock": p.stock.as_dict()}
-            for p in rows
-        ])
+        _print_json(
+            [
+                {
+                    "name": p.name,
+                    "vendor": p.vendor,
+                    "cores": p.cores,
+                    "llc_ways": p.llc_ways,
+                    "description": p.description,
+                    "knobs": {k: list(v) for k, v in p.settings.items()},
+                    "stock": p.stock.as_dict(),
+                }
+                for p in rows
+            ]
+        )
         return
     from rich.table import Table
 
     t = Table("platform", "vendor", "cores", "LLC ways", "knobs", "description")
     for p in rows:
-        t.add_row(p.name, p.vendor, str(p.cores), str(p.llc_ways), ", ".join(p.settings), p.description)
+        t.add_row(
+            p.name, p.vendor, str(p.cores), str(p.llc_ways), ", ".join(p.settings), p.description
+        )
     _console().print(t)
 
 
 @app.command()
 def results(
-    experiment: Annotated[str | None, typer.Argument(help="Experiment name or id; omit to list all.")] = None,
+    experiment: Annotated[
+        str | None, typer.Argument(help="Experiment name or id; omit to list all.")
+    ] = None,
     db: DbOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -368,11 +402,13 @@ def results(
         comps = store.comparisons(rec.id)
         skus = [s for s in store.softskus() if getattr(s, "experiment_id", None) == rec.id]
         if json_out:
-            _print_json({
-                "experiment": rec.to_dict(),
-                "comparisons": [c.to_dict() for c in comps],
-                "soft_skus": [s.to_dict() for s in skus],
-            })
+            _print_json(
+                {
+                    "experiment": rec.to_dict(),
+                    "comparisons": [c.to_dict() for c in comps],
+                    "soft_skus": [s.to_dict() for s in skus],
+                }
+            )
             return
         print_comparisons(_console(), rec, comps, skus)
     finally:
@@ -441,8 +477,12 @@ def sku_diff(
         return
     from rich.table import Table
 
-    t = Table("knob", f"#{first} {skus[0].service}/{skus[0].platform}",
-              f"#{second} {skus[1].service}/{skus[1].platform}", "")
+    t = Table(
+        "knob",
+        f"#{first} {skus[0].service}/{skus[0].platform}",
+        f"#{second} {skus[1].service}/{skus[1].platform}",
+        "",
+    )
     for r in rows:
         fa = format_value(r["knob"], r["first"]) if r["first"] is not None else "-"
         fb = format_value(r["knob"], r["second"]) if r["second"] is not None else "-"

@@ -25,7 +25,6 @@ import enum
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Union
 
 KNOBS: tuple[str, ...] = (
     "core_freq",
@@ -38,7 +37,7 @@ KNOBS: tuple[str, ...] = (
 )
 """The seven knobs, in the order sweeps visit them."""
 
-Value = Union[int, float, str]
+Value = int | float | str
 
 
 def canonical_value(knob: str, value: object) -> Value:

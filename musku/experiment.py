@@ -155,10 +155,7 @@ class _Source:
             return default
         value = tbl[key]
         kinds = kind if isinstance(kind, tuple) else (kind,)
-        if isinstance(value, bool) and bool not in kinds:
-            ok = False
-        else:
-            ok = isinstance(value, kinds)
+        ok = not (isinstance(value, bool) and bool not in kinds) and isinstance(value, kinds)
         if not ok:
             names = " or ".join(k.__name__ for k in kinds)
             raise self.error(f"[{table}] {key} must be {names}, not {value!r}", key, table)
@@ -280,9 +277,13 @@ def _configuration(
     values: dict[str, Value] = {}
     for knob, value in raw.items():
         if knob not in KNOBS:
-            raise src.error(f"[{table}] unknown knob '{knob}' (knobs: {', '.join(KNOBS)})", knob, table)
+            raise src.error(
+                f"[{table}] unknown knob '{knob}' (knobs: {', '.join(KNOBS)})", knob, table
+            )
         if knob not in allowed:
-            raise src.error(f"[{table}] knob '{knob}' is not in the platform's catalog", knob, table)
+            raise src.error(
+                f"[{table}] knob '{knob}' is not in the platform's catalog", knob, table
+            )
         try:
             v = canonical_value(knob, value)
         except (TypeError, ValueError) as exc:
@@ -342,7 +343,9 @@ def load_experiment(path: str | Path) -> Experiment:
     svc_knobs = src.get("service", "knobs", list, list(platform.settings))
     for k in svc_knobs:
         if not isinstance(k, str) or k not in KNOBS:
-            raise src.error(f"[service] unknown knob {k!r} (knobs: {', '.join(KNOBS)})", "knobs", "service")
+            raise src.error(
+                f"[service] unknown knob {k!r} (knobs: {', '.join(KNOBS)})", "knobs", "service"
+            )
         if k not in platform.settings:
             raise src.error(
                 f"[service] knob '{k}' is not available on platform '{platform.name}'",
@@ -369,12 +372,18 @@ def load_experiment(path: str | Path) -> Experiment:
         if knob in narrowed:
             lst = narrowed[knob]
             if not isinstance(lst, list) or not lst:
-                raise src.error(f"[platform.settings] {knob} must be a non-empty list", knob, "platform.settings")
+                raise src.error(
+                    f"[platform.settings] {knob} must be a non-empty list",
+                    knob,
+                    "platform.settings",
+                )
             chosen = _configuration(src, "platform.settings", {knob: lst[0]}, platform.settings)
             del chosen
             vals = []
             for v in lst:
-                vals.append(_configuration(src, "platform.settings", {knob: v}, platform.settings)[knob])
+                vals.append(
+                    _configuration(src, "platform.settings", {knob: v}, platform.settings)[knob]
+                )
             space[knob] = tuple(vals)
         else:
             space[knob] = allowed
@@ -387,7 +396,9 @@ def load_experiment(path: str | Path) -> Experiment:
             )
 
     # stock and production
-    stock = platform.stock.merged(_configuration(src, "stock", src.table("stock", required=False), platform.settings))
+    stock = platform.stock.merged(
+        _configuration(src, "stock", src.table("stock", required=False), platform.settings)
+    )
     prod_raw = src.table("production", required=False)
     production = stock.merged(_configuration(src, "production", prod_raw, platform.settings))
 
@@ -399,7 +410,9 @@ def load_experiment(path: str | Path) -> Experiment:
         mode = SweepMode(mode_s)
     except ValueError:
         raise src.error(
-            f"[sweep] mode {mode_s!r} is not one of independent, exhaustive, search", "mode", "sweep"
+            f"[sweep] mode {mode_s!r} is not one of independent, exhaustive, search",
+            "mode",
+            "sweep",
         ) from None
     baseline = src.get("sweep", "baseline", str, "production")
     if baseline not in ("production", "stock"):
@@ -415,12 +428,16 @@ def load_experiment(path: str | Path) -> Experiment:
     met = src.table("metric", required=False)
     _check_keys(src, "metric", met, {"primary", "direction"})
     primary = src.get("metric", "primary", str, "mips")
-    default_dir = "lower" if primary.endswith(("_ms", "_us", "_w")) or primary.startswith("p9") else "higher"
+    default_dir = (
+        "lower" if primary.endswith(("_ms", "_us", "_w")) or primary.startswith("p9") else "higher"
+    )
     dir_s = src.get("metric", "direction", str, default_dir)
     try:
         direction = Direction(dir_s)
     except ValueError:
-        raise src.error("[metric] direction must be 'higher' or 'lower'", "direction", "metric") from None
+        raise src.error(
+            "[metric] direction must be 'higher' or 'lower'", "direction", "metric"
+        ) from None
 
     # guardrails
     guards_raw = data.get("guardrails", [])
@@ -433,9 +450,11 @@ def load_experiment(path: str | Path) -> Experiment:
         _check_keys(src, "guardrails", g, {"metric", "max", "min"})
         metric = g.get("metric")
         if not isinstance(metric, str):
-            raise src.error("[[guardrails]] needs metric = \"name\"", "guardrails")
+            raise src.error('[[guardrails]] needs metric = "name"', "guardrails")
         if ("max" in g) == ("min" in g):
-            raise src.error(f"[[guardrails]] {metric}: give exactly one of max or min", "guardrails")
+            raise src.error(
+                f"[[guardrails]] {metric}: give exactly one of max or min", "guardrails"
+            )
         limit = g.get("max", g.get("min"))
         if isinstance(limit, bool) or not isinstance(limit, int | float):
             raise src.error(f"[[guardrails]] {metric}: limit must be a number", "guardrails")
@@ -476,9 +495,13 @@ def load_experiment(path: str | Path) -> Experiment:
 
     if backend not in BACKENDS and ":" not in backend:
         raise src.error(
-            f"[hosts] unknown backend {backend!r} (known: {', '.join(BACKENDS)})", "backend", "hosts"
+            f"[hosts] unknown backend {backend!r} (known: {', '.join(BACKENDS)})",
+            "backend",
+            "hosts",
         )
-    hosts = HostsSpec(backend=backend, options={k: v for k, v in hosts_tbl.items() if k != "backend"})
+    hosts = HostsSpec(
+        backend=backend, options={k: v for k, v in hosts_tbl.items() if k != "backend"}
+    )
 
     reboot_knobs = platform.reboot_knobs if service.tolerates_reboot else frozenset()
     spec = ComparisonSpec(

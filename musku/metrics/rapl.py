@@ -11,8 +11,7 @@ import re
 import time
 from typing import TYPE_CHECKING
 
-from musku.hostfs import HostFSError
-from musku.hostfs import POWERCAP
+from musku.hostfs import POWERCAP, HostFSError
 from musku.knobs.base import Support
 from musku.metrics.base import Sampler
 

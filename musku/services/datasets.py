@@ -131,7 +131,7 @@ def synthetic_vector_chunks(
     import numpy as np
 
     if n <= 0 or dim <= 0 or clusters <= 0:
-        raise InputError("n, dim and clusters must be positive")
+        raise InputError("n, dim and clusters must be positive (synthetic vectors need --n ROWS)")
     rng = np.random.default_rng(seed)
     centres = rng.normal(0.0, spread, size=(clusters, dim)).astype("float32")
     done = 0

@@ -80,7 +80,9 @@ class LiveProgress:
             self._progress.__exit__(None, None, None)
             self._progress = None
 
-    def comparison_started(self, purpose: str, baseline: Configuration, candidate: Configuration) -> None:
+    def comparison_started(
+        self, purpose: str, baseline: Configuration, candidate: Configuration
+    ) -> None:
         if self._progress is None:
             return
         self._label = f"{purpose}: {change_text(baseline, candidate)}"
@@ -136,15 +138,27 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
     from rich.table import Table
 
     t = Table(title=f"{rep.experiment}: {rep.mode} sweep", title_justify="left")
-    for col in ("knob", "baseline", "best", "gain vs baseline", "compared", "pruned (guardrails)", "skipped"):
+    for col in (
+        "knob",
+        "baseline",
+        "best",
+        "gain vs baseline",
+        "compared",
+        "pruned (guardrails)",
+        "skipped",
+    ):
         t.add_column(col)
     for o in rep.knobs:
         gain = "-"
         for r in o.results:
-            if r.candidate.get(o.knob) == o.best_value and not set(r.baseline.diff(r.candidate)) - {o.knob}:
-                if r.baseline == rep.baseline:
-                    gain = f"{_pct(r.estimate)} {_interval(r.ci_low, r.ci_high)}"
-                    break
+            only_this_knob = not set(r.baseline.diff(r.candidate)) - {o.knob}
+            if (
+                r.candidate.get(o.knob) == o.best_value
+                and only_this_knob
+                and r.baseline == rep.baseline
+            ):
+                gain = f"{_pct(r.estimate)} {_interval(r.ci_low, r.ci_high)}"
+                break
         pruned = ", ".join(format_value(o.knob, v) for v in o.pruned) or "-"  # type: ignore[arg-type]
         t.add_row(
             o.knob,
@@ -182,7 +196,12 @@ def print_experiments(con: Any, exps: Sequence[Any]) -> None:
     t = Table("id", "name", "service", "platform", "mode", "status", "started")
     for e in exps:
         d = e.to_dict()
-        t.add_row(*(str(d.get(k, "")) for k in ("id", "name", "service", "platform", "mode", "status", "started")))
+        t.add_row(
+            *(
+                str(d.get(k, ""))
+                for k in ("id", "name", "service", "platform", "mode", "status", "started")
+            )
+        )
     con.print(t)
 
 
@@ -190,8 +209,10 @@ def print_comparisons(con: Any, rec: Any, comps: Sequence[Any], skus: Sequence[A
     from rich.table import Table
 
     d = rec.to_dict()
-    con.print(f"[bold]{d.get('name')}[/] (id {d.get('id')}): {d.get('service')} on {d.get('platform')}, "
-              f"{d.get('mode')}, {d.get('status')}")
+    con.print(
+        f"[bold]{d.get('name')}[/] (id {d.get('id')}): {d.get('service')} on {d.get('platform')}, "
+        f"{d.get('mode')}, {d.get('status')}"
+    )
     t = Table("id", "purpose", "change", "decision", "estimate", "interval", "samples", "host time")
     for c in comps:
         cd = c.to_dict()

@@ -22,15 +22,17 @@ from musku.domain import (
     SoftSku,
 )
 from musku.errors import Interrupted
-from musku.sweep.progress import change_text
 from musku.experiment import Experiment
 from musku.hosts.base import HostPair
+from musku.sweep.progress import change_text
 
 
 class Progress(Protocol):
     """What the runner reports to (the CLI's live display, or nothing)."""
 
-    def comparison_started(self, purpose: str, baseline: Configuration, candidate: Configuration) -> None: ...
+    def comparison_started(
+        self, purpose: str, baseline: Configuration, candidate: Configuration
+    ) -> None: ...
 
     def comparison_progress(self, info: Any) -> None: ...
 
@@ -40,7 +42,9 @@ class Progress(Protocol):
 
 
 class NullProgress:
-    def comparison_started(self, purpose: str, baseline: Configuration, candidate: Configuration) -> None:
+    def comparison_started(
+        self, purpose: str, baseline: Configuration, candidate: Configuration
+    ) -> None:
         pass
 
     def comparison_progress(self, info: Any) -> None:
@@ -115,7 +119,9 @@ class Runner:
                 self._cache[key] = result
 
     # ------------------------------------------------------------------ comparisons
-    def compare(self, purpose: str, baseline: Configuration, candidate: Configuration) -> ComparisonResult:
+    def compare(
+        self, purpose: str, baseline: Configuration, candidate: Configuration
+    ) -> ComparisonResult:
         """One A/B comparison (or its stored answer on resume). Raises Interrupted on Ctrl-C."""
         from musku.abtest import run_comparison
 

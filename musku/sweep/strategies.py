@@ -100,7 +100,7 @@ def exhaustive(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
     if size > EXHAUSTIVE_LIMIT:
         raise InputError(
             f"exhaustive sweep of {exp.name} would compare {size:,} configurations "
-            f"(limit {EXHAUSTIVE_LIMIT}): narrow [platform.settings] or use mode = \"search\"",
+            f'(limit {EXHAUSTIVE_LIMIT}): narrow [platform.settings] or use mode = "search"',
             where=str(exp.path),
         )
     results: list[ComparisonResult] = []

@@ -60,13 +60,21 @@ def run_sweep(
     except MuskuError as exc:
         if store is not None and exp_id is not None:
             stopped = isinstance(exc, HostError)  # hosts unreachable: resumable later
-            store.set_status(exp_id, ExperimentStatus.INTERRUPTED if stopped else ExperimentStatus.FAILED)
+            store.set_status(
+                exp_id, ExperimentStatus.INTERRUPTED if stopped else ExperimentStatus.FAILED
+            )
         raise
     try:
         if store is not None and exp_id is not None:
             store.add_hosts(exp_id, pair.describe())
         runner = Runner(
-            experiment, pair, store=store, experiment_id=exp_id, progress=progress, stop=stop, seed=seed
+            experiment,
+            pair,
+            store=store,
+            experiment_id=exp_id,
+            progress=progress,
+            stop=stop,
+            seed=seed,
         )
         best, outcomes = strategy(runner)
         sku = runner.generate_softsku(best)

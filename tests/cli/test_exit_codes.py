@@ -13,7 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def musku(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def musku(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     full_env = dict(os.environ)
     full_env.pop("MUSKU_DEBUG", None)
     full_env.update(env or {})
@@ -64,7 +66,11 @@ def test_bad_experiment_files(tmp_path: Path, text: str, needle: str, command: s
     path = tmp_path / "bad.toml"
     path.write_text(text)
     db = tmp_path / "results.db"
-    proc = musku(command, str(path), "--db", f"sqlite:///{db}") if command == "sweep" else musku(command, str(path))
+    proc = (
+        musku(command, str(path), "--db", f"sqlite:///{db}")
+        if command == "sweep"
+        else musku(command, str(path))
+    )
     assert proc.returncode == 3, proc.stderr
     line = one_error_line(proc)
     assert needle in line and str(path) in line

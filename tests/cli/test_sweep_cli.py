@@ -39,7 +39,9 @@ def test_sweep_then_read_commands(toy: Any, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     skus = json.loads(musku("sku", "show", "--db", db, "--json").stdout)
     assert len(skus) == 2
-    diff = json.loads(musku("sku", "diff", str(skus[0]["id"]), str(skus[1]["id"]), "--db", db, "--json").stdout)
+    diff = json.loads(
+        musku("sku", "diff", str(skus[0]["id"]), str(skus[1]["id"]), "--db", db, "--json").stdout
+    )
     changed = {row["knob"] for row in diff["knobs"] if not row["same"]}
     assert changed == {"shp"}
     # human output works too

@@ -90,19 +90,47 @@ def test_good_file(tmp_path: Path) -> None:
     ("old", "new", "expected"),
     [
         ('name = "t"', 'name = "t', r"exp.toml:3: malformed TOML"),
-        ('knobs = ["thp", "shp", "cdp"]', 'knobs = ["thp", "turbo"]', r"exp.toml:7: \[service\] unknown knob 'turbo'"),
-        ('thp = "madvise"', 'thp = "sometimes"', r"exp.toml:\d+: \[production\] thp = 'sometimes' is not in the platform's catalog"),
-        ("shp = [0, 200, 300]", "shp = [0, 250]", r"\[platform.settings\] shp = 250 is not in the platform's catalog"),
-        ('catalog = "skylake18"', 'catalog = "pentium4"', r"exp.toml:\d+: unknown platform 'pentium4'"),
-        ('mode = "search"', 'mode = "random"', r"exp.toml:\d+: \[sweep\] mode 'random' is not one of"),
-        ("confidence = 0.9", "confidence = 1.5", r"exp.toml:\d+: \[statistics\] confidence must be between"),
+        (
+            'knobs = ["thp", "shp", "cdp"]',
+            'knobs = ["thp", "turbo"]',
+            r"exp.toml:7: \[service\] unknown knob 'turbo'",
+        ),
+        (
+            'thp = "madvise"',
+            'thp = "sometimes"',
+            r"exp.toml:\d+: \[production\] thp = 'sometimes' is not in the platform's catalog",
+        ),
+        (
+            "shp = [0, 200, 300]",
+            "shp = [0, 250]",
+            r"\[platform.settings\] shp = 250 is not in the platform's catalog",
+        ),
+        (
+            'catalog = "skylake18"',
+            'catalog = "pentium4"',
+            r"exp.toml:\d+: unknown platform 'pentium4'",
+        ),
+        (
+            'mode = "search"',
+            'mode = "random"',
+            r"exp.toml:\d+: \[sweep\] mode 'random' is not one of",
+        ),
+        (
+            "confidence = 0.9",
+            "confidence = 1.5",
+            r"exp.toml:\d+: \[statistics\] confidence must be between",
+        ),
         ("min_effect = 0.01", "min_effect = -1", r"\[statistics\] min_effect must be"),
         ("sample_cap = 1000", "sample_cap = 3", r"\[statistics\] sample_cap must be >= 10"),
         ("sample_cap = 1000", 'sample_cap = "lots"', r"\[statistics\] sample_cap must be int"),
         ('backend = "sim"', 'backend = "cloud"', r"\[hosts\] unknown backend 'cloud'"),
         ("max = 0.01", "max = 0.01\nmin = 0.0", r"give exactly one of max or min"),
         ("[sweep]", "[sweeep]", r"unknown table \[sweeep\]"),
-        ('primary = "p99_ms"', 'primary = "p99_ms"\ndirection = "up"', r"direction must be 'higher' or 'lower'"),
+        (
+            'primary = "p99_ms"',
+            'primary = "p99_ms"\ndirection = "up"',
+            r"direction must be 'higher' or 'lower'",
+        ),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path: Path, old: str, new: str, expected: str) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from musku.errors import InputError, UnsupportedError
 from musku.services import datasets
+from tests.services import servers
 
 pytestmark = pytest.mark.services
 
@@ -28,69 +29,13 @@ BIN = BUILD / "hdsearch"
 NAMES = ("hdsearch_leaf", "hdsearch_midtier", "hdsearch_client")
 
 
-LOGS: dict[int, Path] = {}  # server pid -> its stderr log
-
-
-def _start(
-    args: list[str], port_file: Path, timeout: float = 120.0
-) -> tuple[subprocess.Popen[bytes], int]:
-    log = port_file.with_suffix(".log")
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(
-            [*args, "--port-file", str(port_file)], stdout=subprocess.DEVNULL, stderr=err
-        )
-    LOGS[proc.pid] = log
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"{Path(args[0]).name} exited with {proc.returncode}: {log.read_text()}"
-            )
-        if port_file.exists() and port_file.read_text().strip():
-            return proc, int(port_file.read_text().strip())
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise TimeoutError(f"{args[0]} wrote no port file in {timeout}s")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop a server; one we stopped must exit 0 (a sanitizer report at exit fails the test)."""
-    if proc.poll() is not None:
-        return  # already gone (killed on purpose by the test)
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise RuntimeError(f"pid {proc.pid} ignored SIGTERM for 10 s") from None
-    log = LOGS.pop(proc.pid, None)
-    if log is not None and proc.returncode != 0:
-        raise RuntimeError(
-            f"server exited with {proc.returncode} at shutdown: {log.read_text()[-3000:]}"
-        )
-
-
-def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
-    """Stop every process, then report any unclean exit."""
-    errors = []
-    for p in procs:
-        try:
-            _stop(p)
-        except RuntimeError as e:
-            errors.append(str(e))
-    if errors:
-        raise RuntimeError("; ".join(errors))
-
-
 class Deployment:
     def __init__(self, tmp: Path, data: Path, shards: int, mid_args: tuple[str, ...] = ()) -> None:
         self.tmp, self.procs = tmp, []
         try:
             ports = []
             for s in range(shards):
-                p, port = _start(
+                p, port = servers.start(
                     [
                         str(BIN / "hdsearch_leaf"),
                         "--data",
@@ -105,7 +50,7 @@ class Deployment:
                 self.procs.append(p)
                 ports.append(port)
             self.leaves = list(self.procs)
-            mid, self.port = _start(
+            mid, self.port = servers.start(
                 [
                     str(BIN / "hdsearch_midtier"),
                     "--data",
@@ -153,7 +98,7 @@ class Deployment:
         return stats, ids, r.returncode
 
     def stop(self) -> None:
-        _stop_all(self.procs)
+        servers.stop_all(self.procs)
 
 
 def _need_binaries() -> None:
@@ -261,20 +206,22 @@ def test_corrupt_or_mismatched_data_is_a_clear_startup_error(
     bad = tmp_path / "truncated.bin"
     bad.write_bytes(raw[: len(raw) - 10])
     with pytest.raises(RuntimeError, match="truncated"):
-        _start([str(BIN / "hdsearch_leaf"), "--data", str(bad)], tmp_path / "bad.port")
+        servers.start([str(BIN / "hdsearch_leaf"), "--data", str(bad)], tmp_path / "bad.port")
     garbage = tmp_path / "garbage.bin"
     garbage.write_bytes(b"not a vector file at all, not at all")
     with pytest.raises(RuntimeError, match="magic"):
-        _start([str(BIN / "hdsearch_leaf"), "--data", str(garbage)], tmp_path / "garbage.port")
+        servers.start(
+            [str(BIN / "hdsearch_leaf"), "--data", str(garbage)], tmp_path / "garbage.port"
+        )
     # A mid-tier built on other data than its leaves refuses to start.
     other = tmp_path / "other.bin"
     datasets.write_synthetic_vectors(other, 1000, 784, seed=1, clusters=8)
-    leaf, port = _start(
+    leaf, port = servers.start(
         [str(BIN / "hdsearch_leaf"), "--data", str(fashion[0])], tmp_path / "l.port"
     )
     try:
         with pytest.raises(RuntimeError, match="expected shard"):
-            _start(
+            servers.start(
                 [
                     str(BIN / "hdsearch_midtier"),
                     "--data",
@@ -285,7 +232,7 @@ def test_corrupt_or_mismatched_data_is_a_clear_startup_error(
                 tmp_path / "m.port",
             )
     finally:
-        _stop(leaf)
+        servers.stop(leaf)
 
 
 def test_vector_files_round_trip_and_reject_corruption(tmp_path: Path) -> None:

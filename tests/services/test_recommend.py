@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,68 +18,13 @@ import pytest
 
 from musku.errors import InputError, UnsupportedError
 from musku.services import datasets
+from tests.services import servers
 
 pytestmark = pytest.mark.services
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("MUSKU_SERVICES_BUILD", REPO / "services" / "build"))
 BIN = BUILD / "recommend"
-
-
-LOGS: dict[int, Path] = {}  # server pid -> its stderr log
-
-
-def _start(
-    args: list[str], port_file: Path, timeout: float = 180.0
-) -> tuple[subprocess.Popen[bytes], int]:
-    log = port_file.with_suffix(".log")
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(
-            [*args, "--port-file", str(port_file)], stdout=subprocess.DEVNULL, stderr=err
-        )
-    LOGS[proc.pid] = log
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"{Path(args[0]).name} exited with {proc.returncode}: {log.read_text()}"
-            )
-        if port_file.exists() and port_file.read_text().strip():
-            return proc, int(port_file.read_text().strip())
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise TimeoutError(f"{args[0]} wrote no port file in {timeout}s")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop a server; one we stopped must exit 0 (a sanitizer report at exit fails the test)."""
-    if proc.poll() is not None:
-        return  # already gone (killed on purpose by the test)
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise RuntimeError(f"pid {proc.pid} ignored SIGTERM for 10 s") from None
-    log = LOGS.pop(proc.pid, None)
-    if log is not None and proc.returncode != 0:
-        raise RuntimeError(
-            f"server exited with {proc.returncode} at shutdown: {log.read_text()[-3000:]}"
-        )
-
-
-def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
-    """Stop every process, then report any unclean exit."""
-    errors = []
-    for p in procs:
-        try:
-            _stop(p)
-        except RuntimeError as e:
-            errors.append(str(e))
-    if errors:
-        raise RuntimeError("; ".join(errors))
 
 
 class Deployment:
@@ -94,7 +38,7 @@ class Deployment:
         try:
             ports = []
             for s in range(shards):
-                p, port = _start(
+                p, port = servers.start(
                     [
                         str(BIN / "recommend_leaf"),
                         "--data",
@@ -109,7 +53,7 @@ class Deployment:
                 )
                 self.leaves.append(p)
                 ports.append(port)
-            mid, self.port = _start(
+            mid, self.port = servers.start(
                 [
                     str(BIN / "recommend_midtier"),
                     "--leaves",
@@ -139,7 +83,7 @@ class Deployment:
         return json.loads(r.stdout), np.fromfile(out, dtype="<f4")
 
     def stop(self) -> None:
-        _stop_all(self.procs or self.leaves)
+        servers.stop_all(self.procs or self.leaves)
 
 
 def _rmse(pred: np.ndarray, truth: np.ndarray) -> float:
@@ -244,12 +188,12 @@ def test_corrupt_ratings_file_is_a_clear_startup_error(tmp_path: Path) -> None:
     raw = (tmp_path / "ok.bin").read_bytes()
     (tmp_path / "cut.bin").write_bytes(raw[:-7])
     with pytest.raises(RuntimeError, match="truncated"):
-        _start(
+        servers.start(
             [str(BIN / "recommend_leaf"), "--data", str(tmp_path / "cut.bin")],
             tmp_path / "cut.port",
         )
     with pytest.raises(RuntimeError, match="required"):
-        _start([str(BIN / "recommend_leaf")], tmp_path / "none.port")
+        servers.start([str(BIN / "recommend_leaf")], tmp_path / "none.port")
     with pytest.raises(InputError, match="truncated"):
         datasets.read_ratings(tmp_path / "cut.bin")
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.services import servers
+
 pytestmark = pytest.mark.services
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +28,6 @@ BIN = BUILD / "router"
 MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
 
 
-LOGS: dict[int, Path] = {}  # server pid -> its stderr log
 
 
 def _need(path: Path) -> Path:
@@ -52,56 +53,6 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: flo
         except OSError:
             time.sleep(0.02)
     raise TimeoutError(f"port {port} not listening after {timeout}s")
-
-
-def _start_server(
-    args: list[str], port_file: Path, timeout: float = 30.0
-) -> tuple[subprocess.Popen[bytes], int]:
-    log = port_file.with_suffix(".log")
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(
-            [*args, "--port-file", str(port_file)], stdout=subprocess.DEVNULL, stderr=err
-        )
-    LOGS[proc.pid] = log
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{args[0]} exited with {proc.returncode}: {log.read_text()}")
-        if port_file.exists() and port_file.read_text().strip():
-            return proc, int(port_file.read_text().strip())
-        time.sleep(0.02)
-    proc.kill()
-    raise TimeoutError(f"{args[0]} wrote no port file in {timeout}s")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop a server; one we stopped must exit 0 (a sanitizer report at exit fails the test)."""
-    if proc.poll() is not None:
-        return  # already gone (killed on purpose by the test)
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise RuntimeError(f"pid {proc.pid} ignored SIGTERM for 10 s") from None
-    log = LOGS.pop(proc.pid, None)
-    if log is not None and proc.returncode != 0:
-        raise RuntimeError(
-            f"server exited with {proc.returncode} at shutdown: {log.read_text()[-3000:]}"
-        )
-
-
-def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
-    """Stop every process, then report any unclean exit."""
-    errors = []
-    for p in procs:
-        try:
-            _stop(p)
-        except RuntimeError as e:
-            errors.append(str(e))
-    if errors:
-        raise RuntimeError("; ".join(errors))
 
 
 def mc_get(port: int, key: str) -> bytes | None:
@@ -144,7 +95,7 @@ class Cluster:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
     def stop(self) -> None:
-        _stop_all([p for p in [self.mid, *self.leaves, *self.mcs] if p is not None])
+        servers.stop_all([p for p in [self.mid, *self.leaves, *self.mcs] if p is not None])
 
 
 def start_cluster(
@@ -181,7 +132,7 @@ def start_cluster(
             c.mcs.append(mc)
             c.mc_ports.append(port)
             _wait_port(port, mc, log)
-            leaf, _ = _start_server(
+            leaf, _ = servers.start(
                 [str(BIN / "router_leaf"), "--memcached", f"127.0.0.1:{port}"],
                 tmp / f"leaf{i}.port",
             )
@@ -189,7 +140,7 @@ def start_cluster(
         leaf_ports = [int((tmp / f"leaf{i}.port").read_text()) for i in range(n)]
         extra = ["--workers", "2"] if "dispatch" in threading else []
         extra += ["--responders", "2"] if threading.startswith("async") else []
-        c.mid, c.mid_port = _start_server(
+        c.mid, c.mid_port = servers.start(
             [
                 str(BIN / "router_midtier"),
                 "--leaves",

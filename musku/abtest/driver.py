@@ -455,6 +455,20 @@ class _Comparison:
         n = min(max(SWAP_OVERHEAD * cost_w, lo), hi)
         return int(math.ceil(n / b) * b)
 
+    def _extend_first_period(self) -> bool:
+        """Before the first swap: one more batch while the rule's early (pre-crossover)
+        path looks able to decide within a full period's length; saves the swap, its
+        warm-up (and reboots) and the second role order for effects far beyond any
+        plausible host bias."""
+        if self.period != 0 or not self.rule.crossover:
+            return False
+        promising = getattr(self.rule, "early_promising", None)
+        if not callable(promising):
+            return False
+        assert self.period_len is not None and self.b is not None
+        most = max(self.period_len // self.b, int(getattr(self.rule, "early_min_batches", 0)))
+        return bool(promising(self._evidence(), most))
+
     def _period_target(self) -> int:
         if not self.rule.crossover:
             return self.cap
@@ -562,6 +576,12 @@ class _Comparison:
                 f"guardrail {g} broken: candidate's {g.metric} = {mean:.4g}, {how} "
                 f"after {n:,} samples"
             )
+        if v.decision in (Decision.BETTER, Decision.WORSE) and v.early:
+            beta = float(getattr(self.rule, "max_host_bias", 0.0))
+            return v.decision, (
+                f"decided before crossover: {interval} excludes 0 even allowing "
+                f"±{beta * 100:.2f} % host bias, after {n:,} samples"
+            )
         if v.decision in (Decision.BETTER, Decision.WORSE):
             return v.decision, f"{interval} excludes 0 after {n:,} samples"
         if v.decision is Decision.NO_DIFFERENCE:
@@ -606,10 +626,15 @@ class _Comparison:
     def _loop(self) -> tuple[Decision, str]:
         while True:
             self.period_sign.append(self.sign)
-            self._apply()
-            if self.period == 1 and self.rule.crossover:
-                self.swap_measured = True
-            steady = self._warmup()
+            if self.period > 0 and not self.baseline.diff(self.candidate):
+                # A/A: swapping the roles changes neither host's configuration, so there is
+                # nothing to apply and no transient to wait for
+                steady = self._columns([])
+            else:
+                self._apply()
+                if self.period == 1 and self.rule.crossover:
+                    self.swap_measured = True
+                steady = self._warmup()
             self._progress()  # the live view moves on through long warm-ups and reboots
             if self.b is None:
                 self._pilot(steady)
@@ -641,7 +666,9 @@ class _Comparison:
                     outcome = self._look() or (Decision.INCONCLUSIVE, "sample cap reached")
                     return outcome
                 if in_period >= target and self.d.n == self.batch_start:
-                    break
+                    if not self._extend_first_period():
+                        break
+                    target += self.b
                 need = min(self.b - (self.d.n - self.batch_start), self.cap - self.d.n)
                 chunk = self._measure(need)
                 measured += need
@@ -674,6 +701,24 @@ def _concat(chunks: list[_Chunk]) -> _Chunk:
     )
 
 
+def _pair_bias_bound(pair: HostPair, rule: DecisionRule) -> None:
+    """The pair's own bound on its host bias (``describe()["max_host_bias"]``) for a rule
+    with an early, pre-crossover path, unless ``rule_options`` gave one explicitly."""
+    if not hasattr(rule, "max_host_bias") or getattr(rule, "max_host_bias_given", False):
+        return
+    try:
+        bound = pair.describe().get("max_host_bias")
+    except Exception:  # describe() is informational; never fail a comparison over it
+        return
+    if bound is None:
+        return
+    if not _num(bound) or not 0.0 <= float(bound) < 0.5:
+        raise InputError(
+            f"the host pair's max_host_bias = {bound!r} is invalid: must be in [0, 0.5)"
+        )
+    rule.max_host_bias = float(bound)  # type: ignore[attr-defined]
+
+
 def run_comparison(
     pair: HostPair,
     baseline: Configuration,
@@ -701,6 +746,7 @@ def run_comparison(
     rule_obj = make_rule(
         rule, seed=spec.stats.seed if seed is None else seed, **dict(rule_options or {})
     )
+    _pair_bias_bound(pair, rule_obj)
     return _Comparison(
         pair, baseline, candidate, spec, rule_obj, on_window, on_progress, should_stop
     ).run()

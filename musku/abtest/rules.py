@@ -33,6 +33,12 @@ from musku.errors import InputError
 
 FloatArray = NDArray[np.float64]
 
+MAX_HOST_BIAS = 0.01
+"""Default bound on the relative bias between the two "identical" hosts of a pair (1 %): the
+early decision before the first crossover swap is only taken when the interval, widened by
+this much on both sides, still excludes 0. Override per pair with ``max_host_bias`` in
+``HostPair.describe()`` or per comparison with ``rule_options={"max_host_bias": ...}``."""
+
 
 @dataclass(frozen=True)
 class RuleSetup:
@@ -69,6 +75,7 @@ class Verdict:
     ci_low: float
     ci_high: float
     detail: str = ""
+    early: bool = False  # decided before crossover (one role order, interval widened by the bias bound)
 
     @classmethod
     def undecided(cls, estimate: float = math.nan) -> Verdict:
@@ -146,11 +153,27 @@ class ConfidenceSequenceRule(DecisionRule):
         crossover: bool = True,
         min_batches: int = 12,
         min_per_order: int = 4,
+        max_host_bias: float | None = None,
+        early_min_batches: int = 6,
+        early: bool = True,
     ) -> None:
         super().__init__(seed=seed)
         self.crossover = crossover
         self.min_batches = min_batches
         self.min_per_order = min_per_order
+        if max_host_bias is not None and not (
+            isinstance(max_host_bias, int | float)
+            and not isinstance(max_host_bias, bool)
+            and 0.0 <= max_host_bias < 0.5
+        ):
+            raise InputError(
+                f"cs rule: max_host_bias = {max_host_bias!r} must be a relative bias in [0, 0.5)"
+            )
+        self.max_host_bias = MAX_HOST_BIAS if max_host_bias is None else float(max_host_bias)
+        # explicitly given (rule_options) wins over the pair's describe()["max_host_bias"]
+        self.max_host_bias_given = max_host_bias is not None
+        self.early_min_batches = max(4, int(early_min_batches))
+        self.early = bool(early) and crossover
         self.n_opt_windows = 32.0
 
     def start(self, setup: RuleSetup) -> None:
@@ -180,6 +203,9 @@ class ConfidenceSequenceRule(DecisionRule):
         else:
             est = stats.plain_estimate(ev.batch_d, ev.batch_period)
         rel = ev.direction
+        if self.early and ev.batch_d.size and bool(np.all(ev.batch_sign == ev.batch_sign[0])):
+            # one role order so far (before the first swap): the early path
+            return self._look_early(ev)
         if est is None:
             mean = float(np.mean(ev.batch_d)) if ev.batch_d.size else math.nan
             return Verdict.undecided(to_relative(mean, rel) if math.isfinite(mean) else math.nan)
@@ -204,6 +230,56 @@ class ConfidenceSequenceRule(DecisionRule):
             elif -setup.min_effect < v_lo and v_hi < setup.min_effect:
                 decision = Decision.NO_DIFFERENCE
         return Verdict(decision, v_est, v_lo, v_hi, detail)
+
+    def early_interval(self, ev: Evidence) -> tuple[float, float, float, float] | None:
+        """(mean, half-width, widening, batches) of the one-role-order estimate on the log
+        scale: the mean of the batch means estimates effect + host bias; its confidence
+        sequence is widened by the bias bound on both sides. ``None`` when too few batches."""
+        assert self.setup is not None, "start() first"
+        est = stats.plain_estimate(ev.batch_d, ev.batch_period)
+        if est is None:
+            return None
+        hw = stats.cs_halfwidth(
+            est.se, est.n_eff, self.setup.alpha, self.n_opt(ev.batch_size), df=est.df
+        )
+        return est.mean, hw, math.log1p(self.max_host_bias), float(ev.batch_d.size)
+
+    def _look_early(self, ev: Evidence) -> Verdict:
+        rel = ev.direction
+        got = self.early_interval(ev)
+        if got is None:
+            return Verdict.undecided(to_relative(float(np.mean(ev.batch_d)), rel))
+        mean, hw, widen, n = got
+        lo, hi = mean - hw - widen, mean + hw + widen
+        v_est, v_lo, v_hi = to_relative(mean, rel), to_relative(lo, rel), to_relative(hi, rel)
+        decision: Decision | None = None
+        if n >= self.early_min_batches:
+            if v_lo > 0:
+                decision = Decision.BETTER
+            elif v_hi < 0:
+                decision = Decision.WORSE
+        if decision is None:
+            # not decided: report the one-order interval unbounded, as before the crossover
+            return Verdict(None, v_est, -math.inf, math.inf)
+        detail = (
+            f"no crossover: estimate includes the host bias, assumed within "
+            f"±{self.max_host_bias * 100:.2f} %"
+        )
+        return Verdict(decision, v_est, v_lo, v_hi, detail, early=True)
+
+    def early_promising(self, ev: Evidence, max_batches: int) -> bool:
+        """Whether the early path could decide if the first period ran to ``max_batches``
+        batches: the point estimate lies beyond the bias bound and the interval, shrinking
+        like 1/sqrt(batches), would then clear it. The driver extends the first period (up
+        to a full period) only while this holds; the confidence sequence is valid at any
+        data-dependent stopping time, so extending on this criterion costs no coverage."""
+        if not self.early or self.setup is None or ev.batch_d.size >= max_batches:
+            return False
+        got = self.early_interval(ev)
+        if got is None:
+            return False
+        mean, hw, widen, n = got
+        return abs(mean) - widen > hw * math.sqrt(n / max_batches)
 
     def method(self) -> str:
         design = "crossover-abba" if self.crossover else "no-crossover"

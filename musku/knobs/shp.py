@@ -51,7 +51,12 @@ class ShpKnob(KnobBase):
         return total_kb // self.page_kb
 
     def read(self) -> Value:
-        return self.fs.read_int(self.pool)
+        """The persistent pool: ``nr_hugepages`` less ``surplus_hugepages``. Shrinking the pool
+        below the pages a process still maps turns those into surplus pages, counted in
+        ``nr_hugepages`` until the process lets them go; the pool itself is at the new size."""
+        surplus_file = self.pool.replace("/nr_hugepages", "/surplus_hugepages")
+        surplus = self.fs.read_int(surplus_file) if self.fs.exists(surplus_file) else 0
+        return self.fs.read_int(self.pool) - surplus
 
     def validate(self, value: Value) -> Value:
         if isinstance(value, bool) or not isinstance(value, int):

@@ -129,3 +129,34 @@ def test_real_cpuset_cgroup_v1(real_fs: HostFS) -> None:
     finally:
         if real_fs.exists(path):
             real_fs.rmdir(path)
+
+
+def test_real_shrinking_a_pool_still_in_use(real_fs: HostFS) -> None:
+    """Shrinking the pool below the pages a process maps: the kernel keeps them as surplus until
+    they are unmapped. The pool is at the new size (no Shortfall), and the pages go back to the
+    kernel when the process lets them go."""
+    import mmap
+
+    pool = HUGEPAGES_DIR + "/hugepages-2048kB/nr_hugepages"
+    _need(pool)
+    original = real_fs.read_bytes(pool)
+    if int(original) != 0:
+        pytest.skip("the host has static huge pages reserved already")
+    knob = load_knob("shp", real_fs)
+    snap = knob.snapshot()
+    try:
+        try:
+            knob.apply(4)
+        except Shortfall:
+            pytest.skip("the kernel could not reserve 4 huge pages")
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_HUGETLB", 0x40000)
+        region = mmap.mmap(-1, 4 * 2**21, flags=flags)
+        region[:: 2**21] = b"\x01" * 4  # touch every page: now in use
+        knob.apply(0)  # no Shortfall: the persistent pool is 0
+        assert knob.verify(0)
+        assert real_fs.read_int(pool) == 4  # still counted, as surplus, while mapped
+        region.close()
+        assert real_fs.read_int(pool) == 0  # released with the mapping
+    finally:
+        knob.rollback(snap)
+        assert real_fs.read_bytes(pool) == original

@@ -26,6 +26,12 @@ Design of one comparison (rule ``cs``)::
   bound, so neighbouring batch means correlate <= 0.05): from the pilot, then re-estimated from
   all steady windows at every period start (batches only grow; past ones are rebuilt). The
   rule looks after every batch.
+- **Early decision.** Before the first swap the rule may decide a large effect on its own
+  (interval widened by the host-bias bound, see :mod:`musku.abtest.rules`); while that
+  looks reachable, the first period is extended instead of swapping. The bound comes from
+  ``rule_options["max_host_bias"]``, else the pair's ``describe()["max_host_bias"]``.
+- **A/A.** A swap that changes no host (baseline == candidate) applies nothing and discards
+  no warm-up.
 - **Guardrails.** Judged on the B-role windows: the candidate is pruned as soon as the
   confidence sequence of a guardrail metric's mean lies wholly beyond its limit; at a final
   stop a point estimate beyond the limit also prunes (production safety first).
@@ -377,7 +383,10 @@ class _Comparison:
             self.b = int(self.rule.fixed_batch)
             rho = stats.ar1_coefficient(d) if d.size >= 4 else 0.0
         else:
-            rho = stats.ar1_coefficient(d) if d.size >= 4 else 0.5
+            # from the detrended pilot: a weak transient left in it (only the changed host
+            # warms up in period 0) would pass for autocorrelation and inflate the batches;
+            # later re-estimates (period starts, all steady windows) can still grow them
+            rho = stats.ar1_coefficient(_detrend(d)) if d.size >= 4 else 0.5
             self.b = self._batch_size(rho, d.size)
         sd = float(d.std(ddof=1)) if d.size >= 4 else math.nan
         self.rule.start(
@@ -466,7 +475,12 @@ class _Comparison:
         if not callable(promising):
             return False
         assert self.period_len is not None and self.b is not None
-        most = max(self.period_len // self.b, int(getattr(self.rule, "early_min_batches", 0)))
+        # up to a full period, or as many batches as the crossover path would need anyway
+        most = max(
+            self.period_len // self.b,
+            int(getattr(self.rule, "early_min_batches", 0)),
+            int(getattr(self.rule, "min_batches", 0)),
+        )
         return bool(promising(self._evidence(), most))
 
     def _period_target(self) -> int:
@@ -685,6 +699,14 @@ class _Comparison:
                 continue
             self.period += 1
             self.sign = -self.sign
+
+
+def _detrend(x: FloatArray) -> FloatArray:
+    """Residuals of the least-squares line through ``x`` (over its index)."""
+    t = np.arange(x.size, dtype=float)
+    t -= t.mean()
+    xc = x - x.mean()
+    return xc - (float(t @ xc) / float(t @ t)) * t
 
 
 def _concat(chunks: list[_Chunk]) -> _Chunk:

@@ -9,7 +9,9 @@ from :data:`RULES` (``"module:Class"`` strings, built-ins as aliases) or passed 
 ``cs``          musku's rule: crossover design (ABBA periods), paired log-ratios in batch means,
                 two-sided asymptotic confidence sequence (Waudby-Smith et al. 2021/2023);
                 stops BETTER/WORSE when the sequence excludes 0, NO_DIFFERENCE when it lies
-                inside +-min_effect. Valid under continuous monitoring.
+                inside +-min_effect. Valid under continuous monitoring. Before the first
+                swap, a large effect may be decided on one role order when the sequence
+                widened by the host-bias bound (``max_host_bias``, default 1 %) excludes 0.
 ``naive-paired`` the same sequence on paired log-ratios *without* crossover: the two hosts'
                 fixed bias is taken for an effect. Kept to show why crossover is needed.
 ``welch``       the original muSKU method: unpaired two-sample Welch t-test at 95 %, re-checked
@@ -75,7 +77,7 @@ class Verdict:
     ci_low: float
     ci_high: float
     detail: str = ""
-    early: bool = False  # decided before crossover (one role order, interval widened by the bias bound)
+    early: bool = False  # decided before crossover: one role order, interval widened by the bias
 
     @classmethod
     def undecided(cls, estimate: float = math.nan) -> Verdict:
@@ -86,9 +88,9 @@ def to_relative(x: float, direction: float) -> float:
     """Relative effect from a sign-adjusted log-ratio ``x`` (``dir * log(B / A)``), in the
     metric's good direction and the simulator's convention: ``B/A - 1`` when higher is better,
     ``1 - B/A`` when lower is better. Increasing in ``x``; +-inf map to the scale's ends."""
-    if x == math.inf:
+    if x > 700.0:  # exp() overflows: a boundary that wide is as good as unbounded
         return math.inf if direction > 0 else 1.0
-    if x == -math.inf:
+    if x < -700.0:
         return -1.0 if direction > 0 else -math.inf
     return math.expm1(x) if direction > 0 else -math.expm1(-x)
 
@@ -275,11 +277,21 @@ class ConfidenceSequenceRule(DecisionRule):
         data-dependent stopping time, so extending on this criterion costs no coverage."""
         if not self.early or self.setup is None or ev.batch_d.size >= max_batches:
             return False
-        got = self.early_interval(ev)
-        if got is None:
+        assert self.setup is not None
+        est = stats.plain_estimate(ev.batch_d, ev.batch_period)
+        if est is None:
             return False
-        mean, hw, widen, n = got
-        return abs(mean) - widen > hw * math.sqrt(n / max_batches)
+        n = float(ev.batch_d.size)
+        # projected half-width at max_batches: the standard error shrinking like
+        # 1/sqrt(batches), the boundary (and its Student-t correction) at that time
+        hw = stats.cs_halfwidth(
+            est.se * math.sqrt(n / max_batches),
+            float(max_batches),
+            self.setup.alpha,
+            self.n_opt(ev.batch_size),
+            df=max_batches - 1,
+        )
+        return abs(est.mean) - math.log1p(self.max_host_bias) > hw
 
     def method(self) -> str:
         design = "crossover-abba" if self.crossover else "no-crossover"

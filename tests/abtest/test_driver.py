@@ -64,8 +64,11 @@ def test_three_stop_reasons(effect: float, decision: Decision) -> None:
 
 def test_crossover_cancels_host_bias_that_fools_a_naive_paired_test() -> None:
     """Host 1 is 2 % faster than host 0 on the same configuration. Paired without crossover,
-    the bias reads as a 2 % effect; with crossover it cancels."""
-    crossed = run_comparison(FakePair(seed=2, bias=0.02), A, A, SPEC, seed=2)
+    the bias reads as a 2 % effect; with crossover it cancels. (The pair's bias bound must cover
+    the 2 %: the early, pre-crossover path trusts it; see the next test.)"""
+    crossed = run_comparison(
+        FakePair(seed=2, bias=0.02), A, A, SPEC, seed=2, rule_options={"max_host_bias": 0.03}
+    )
     naive = run_comparison(FakePair(seed=2, bias=0.02), A, A, SPEC, seed=2, rule="naive-paired")
     assert naive.decision is Decision.BETTER
     assert naive.estimate == pytest.approx(0.02, abs=0.004)
@@ -74,6 +77,18 @@ def test_crossover_cancels_host_bias_that_fools_a_naive_paired_test() -> None:
     # and it is measured, not just removed
     m = re.search(r"bias ([+-][0-9.]+) %", crossed.reason)
     assert m and float(m.group(1)) == pytest.approx(2.0, abs=0.2)
+
+
+def test_early_path_trusts_the_host_bias_bound() -> None:
+    """The documented assumption: a host bias beyond the bound (2 % > the default 1 %) is
+    not caught before the crossover; the early path then reads part of it as an effect.
+    Declaring the bound (rule_options or the pair's describe()) restores the crossover."""
+    trusting = run_comparison(FakePair(seed=2, bias=0.02), A, A, SPEC, seed=2)
+    assert trusting.decision is Decision.BETTER and "before crossover" in trusting.reason
+    declared = run_comparison(
+        FakePair(seed=2, bias=0.02), A, A, SPEC, seed=2, rule_options={"max_host_bias": 0.03}
+    )
+    assert declared.decision is Decision.NO_DIFFERENCE
 
 
 def test_crossover_holds_up_against_a_bias_drifting_with_the_slow_load() -> None:
@@ -407,3 +422,75 @@ def test_configuration_is_not_mutated() -> None:
     r = run_comparison(FakePair(freq_level(0.02), seed=19), a, b, SPEC)
     assert r.baseline == Configuration.of(core_freq=2.0)
     assert r.candidate == Configuration.of(core_freq=2.2)
+
+
+# ----------------------------------------------------------------- early decision, no-op swaps
+
+
+class BoundedPair(FakePair):
+    """A FakePair that states its own host-bias bound in describe()."""
+
+    def __init__(self, *args: Any, max_host_bias: float, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.max_host_bias = max_host_bias
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "max_host_bias": self.max_host_bias}
+
+
+@pytest.mark.parametrize(("effect", "decision"), [(0.1, Decision.BETTER), (-0.1, Decision.WORSE)])
+def test_large_effect_decides_before_the_first_swap(effect: float, decision: Decision) -> None:
+    rows, sink = collect()
+    pair = FakePair(freq_level(effect), seed=20)
+    r = run_comparison(pair, A, B, SPEC, seed=20, on_window=sink)
+    assert r.decision is decision
+    assert r.reason.startswith("decided before crossover: interval [")
+    assert "even allowing ±1.00 % host bias" in r.reason
+    assert {x["period"] for x in rows} == {0}  # no swap: one apply, one warm-up
+    assert len(pair.applied) == 1
+    # the reported interval is widened by the bias bound on both sides
+    assert r.ci_high - r.ci_low > 0.02
+    assert r.ci_low <= effect <= r.ci_high
+
+
+def test_host_bias_bound_from_the_pair_and_from_rule_options() -> None:
+    # the pair says its hosts may differ by 20 %: a 10 % effect needs the crossover
+    rows, sink = collect()
+    pair = BoundedPair(freq_level(0.1), seed=21, max_host_bias=0.2)
+    r = run_comparison(pair, A, B, SPEC, seed=21, on_window=sink)
+    assert r.decision is Decision.BETTER
+    assert "before crossover" not in r.reason
+    assert {x["period"] for x in rows} >= {0, 1}
+    # explicit rule options win over the pair's statement
+    pair = BoundedPair(freq_level(0.1), seed=21, max_host_bias=0.2)
+    r = run_comparison(pair, A, B, SPEC, seed=21, rule_options={"max_host_bias": 0.02})
+    assert "even allowing ±2.00 % host bias" in r.reason
+    with pytest.raises(InputError, match="max_host_bias"):
+        run_comparison(BoundedPair(seed=21, max_host_bias=0.7), A, B, SPEC, seed=21)
+
+
+def test_small_effect_still_uses_the_crossover() -> None:
+    rows, sink = collect()
+    r = run_comparison(FakePair(freq_level(0.01), seed=22), A, B, SPEC, seed=22, on_window=sink)
+    assert r.decision is Decision.BETTER
+    assert "before crossover" not in r.reason and "bias" in r.reason
+    assert {x["period"] for x in rows} >= {0, 1}
+
+
+def test_guardrail_prunes_before_any_swap() -> None:
+    spec = replace(SPEC, guardrails=(Guardrail("p99_ms", "<=", 12.0),))
+    rows, sink = collect()
+    pair = FakePair(freq_level(0.0), seed=23, p99_level=lambda c: 2.0 if c == B else 1.0)
+    r = run_comparison(pair, A, B, spec, seed=23, on_window=sink)
+    assert r.decision is Decision.GUARDRAIL
+    assert {x["period"] for x in rows} == {0}
+
+
+def test_a_a_swaps_apply_nothing_and_skip_the_warmup() -> None:
+    rows, sink = collect()
+    pair = FakePair(seed=24)
+    r = run_comparison(pair, A, A, SPEC, seed=24, on_window=sink)
+    assert r.decision is Decision.NO_DIFFERENCE
+    assert len(pair.applied) == 1  # only the first apply; role swaps change no host
+    later = [x for x in rows if x["period"] > 0]
+    assert later and not any(x["warmup"] for x in later)

@@ -87,8 +87,14 @@ def test_cs_rule_decisions() -> None:
 def test_cs_rule_waits_for_both_role_orders_and_enough_batches() -> None:
     rule = ConfidenceSequenceRule(seed=0)
     rule.start(SETUP)
-    one_order = evidence(np.full(30, 0.05), np.ones(30))
+    # one role order, effect within the 1 % host-bias bound: no early decision possible
+    one_order = evidence(np.full(30, 0.008), np.ones(30))
     v = rule.look(one_order)
+    assert v.decision is None and v.ci_low == -math.inf and v.ci_high == math.inf
+    # without the early path a large one-order effect waits for the crossover too
+    no_early = ConfidenceSequenceRule(seed=0, early=False)
+    no_early.start(SETUP)
+    v = no_early.look(evidence(np.full(30, 0.05), np.ones(30)))
     assert v.decision is None and v.ci_low == -math.inf and v.ci_high == math.inf
     few = crossover_data(0.05, 0.0, 0.001, 30, 2)
     few = evidence(few.batch_d[:12], np.r_[np.ones(10), -np.ones(2)])
@@ -161,3 +167,71 @@ def test_custom_rule_plugs_in() -> None:
 
     r = run_comparison(FakePair(freq_level(0.0), seed=1), A, B, SPEC, rule=AlwaysBetter(seed=0))
     assert r.decision is Decision.BETTER and r.method == "always"
+
+
+# ----------------------------------------------------------------- early, pre-crossover path
+
+
+def one_order(mu: float, sd: float, n: int, seed: int, sign: int = 1) -> Evidence:
+    rng = np.random.default_rng(seed)
+    return evidence(mu + sd * rng.standard_normal(n), np.full(n, sign))
+
+
+@pytest.mark.parametrize(("mu", "decision"), [(0.08, Decision.BETTER), (-0.08, Decision.WORSE)])
+def test_cs_early_path_decides_a_large_effect_before_crossover(
+    mu: float, decision: Decision
+) -> None:
+    rule = ConfidenceSequenceRule(seed=0)
+    rule.start(SETUP)
+    ev = one_order(mu, 0.01, 8, 1, sign=-1)
+    v = rule.look(ev)
+    assert v.decision is decision and v.early
+    assert "host bias" in v.detail
+    got = rule.early_interval(ev)
+    assert got is not None
+    mean, hw, widen, _ = got
+    assert widen == pytest.approx(math.log1p(0.01))
+    # the reported interval is the confidence sequence widened by the bias bound
+    assert v.ci_low == pytest.approx(math.expm1(mean - hw - widen))
+    assert v.ci_high == pytest.approx(math.expm1(mean + hw + widen))
+    assert v.ci_high - v.ci_low > 0.02
+
+
+def test_cs_early_path_needs_min_batches_and_a_margin_over_the_bias_bound() -> None:
+    rule = ConfidenceSequenceRule(seed=0)
+    rule.start(SETUP)
+    assert rule.look(one_order(0.08, 0.01, 5, 1)).decision is None  # < 6 batches
+    assert rule.look(one_order(0.08, 0.01, 6, 1)).decision is Decision.BETTER
+    # a larger bound (here from rule options) swallows the same effect
+    wide = ConfidenceSequenceRule(seed=0, max_host_bias=0.1)
+    wide.start(SETUP)
+    assert wide.look(one_order(0.08, 0.01, 20, 1)).decision is None
+    # an A/A whose host bias stays inside the bound is never decided early
+    for seed in range(20):
+        assert rule.look(one_order(0.003, 0.01, 30, seed)).decision is None
+
+
+def test_cs_early_promising_only_for_effects_beyond_the_bound() -> None:
+    rule = ConfidenceSequenceRule(seed=0)
+    rule.start(SETUP)
+    assert rule.early_promising(one_order(0.05, 0.01, 4, 1), 12)
+    assert not rule.early_promising(one_order(0.002, 0.01, 4, 1), 12)
+    assert not rule.early_promising(one_order(0.05, 0.01, 12, 1), 12)  # at the limit
+    assert not NaivePairedRule(seed=0).early
+
+
+@pytest.mark.parametrize("bad", [-0.01, 0.5, "1%", True])
+def test_cs_max_host_bias_option_is_checked(bad: object) -> None:
+    with pytest.raises(InputError, match="max_host_bias"):
+        make_rule("cs", seed=0, max_host_bias=bad)
+
+
+def test_cs_early_look_with_a_huge_boundary_does_not_overflow() -> None:
+    """Three noisy batches: df = 2, the Student-t boundary is astronomically wide; the
+    verdict stays undecided instead of overflowing exp()."""
+    rule = ConfidenceSequenceRule(seed=0)
+    rule.start(SETUP)
+    v = rule.look(evidence(np.array([0.5, -0.4, 0.6]), np.ones(3)))
+    assert v.decision is None
+    assert to_relative(1e6, 1.0) == math.inf and to_relative(1e6, -1.0) == 1.0
+    assert to_relative(-1e6, 1.0) == -1.0 and to_relative(-1e6, -1.0) == -math.inf

@@ -12,7 +12,7 @@ ramp, the auto-tuner trained on these measurements, and a flash crowd.
 
 Servers are pinned to --server-cpus, the load generator to --loadgen-cpus; placement is printed.
 
-    python bench/threading.py [--duration 3] [--json]
+    python bench/threading_tuner.py [--duration 3] [--json]
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def main() -> int:
             out["flash_crowd"] = {"schedule": sched, "p99_ms_per_phase": flash}
             out["switches"] = runtime.admin(addr, "get")["switches"]
     except MuskuError as e:
-        print(f"bench/threading: {e.one_line()}", file=sys.stderr)
+        print(f"bench/threading_tuner: {e.one_line()}", file=sys.stderr)
         return int(e.status)
 
     # summary

@@ -16,9 +16,11 @@
 #include <cstdio>
 #include <vector>
 
-#include "flags.h"
+#include "musku/flags.h"
 #include "hdsearch.grpc.pb.h"
 #include "vectors.h"
+
+using musku::Flags;
 
 int main(int argc, char** argv) {
   using namespace musku::hdsearch;

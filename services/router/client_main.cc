@@ -20,8 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "flags.h"
+#include "musku/flags.h"
 #include "router.grpc.pb.h"
+
+using musku::Flags;
 
 namespace musku::router {
 namespace {
@@ -173,7 +175,7 @@ int Main(Flags& flags, Stub& stub) {
 
 int main(int argc, char** argv) {
   try {
-    musku::router::Flags flags(argc, argv);
+    musku::Flags flags(argc, argv);
     const std::string target = flags.Str("target", "127.0.0.1:50051");
     const bool leaf = flags.Has("leaf");
     flags.Str("leaf", "");

@@ -1,4 +1,4 @@
-// Minimal "--name=value" / "--name value" command-line flags for the HDSearch binaries.
+// Minimal "--name=value" / "--name value" command-line flags for the services' small tools.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace musku::hdsearch {
+namespace musku {
 
 class Flags {
  public:
@@ -78,4 +78,4 @@ inline std::vector<std::string> SplitList(const std::string& s, char sep = ',') 
   return out;
 }
 
-}  // namespace musku::hdsearch
+}  // namespace musku

@@ -5,37 +5,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from musku.domain import ComparisonResult, SoftSku
+from musku.storage.records import result_to_dict, softsku_to_dict
 
 if TYPE_CHECKING:
     from musku.sweep.runner import SweepReport
 
 
 def result_dict(r: ComparisonResult) -> dict[str, Any]:
+    """The stored JSON form of a result, plus the knobs it changed."""
     return {
-        "baseline": r.baseline.as_dict(),
-        "candidate": r.candidate.as_dict(),
+        **result_to_dict(r),
         "changed": {k: [a, b] for k, (a, b) in r.baseline.diff(r.candidate).items()},
-        "decision": r.decision.value,
-        "estimate": r.estimate,
-        "ci_low": r.ci_low,
-        "ci_high": r.ci_high,
-        "samples": r.samples,
-        "host_time_s": r.host_time_s,
-        "reason": r.reason,
-        "method": r.method,
-        "guardrail_values": dict(r.guardrail_values),
-        "threading": dict(r.threading),
     }
 
 
 def sku_dict(sku: SoftSku) -> dict[str, Any]:
-    return {
-        "service": sku.service,
-        "platform": sku.platform,
-        "configuration": sku.configuration.as_dict(),
-        "vs_production": result_dict(sku.vs_production) if sku.vs_production else None,
-        "vs_stock": result_dict(sku.vs_stock) if sku.vs_stock else None,
-    }
+    return softsku_to_dict(sku)
 
 
 def report_dict(rep: SweepReport) -> dict[str, Any]:

@@ -200,9 +200,8 @@ def abtest(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No live progress.")] = False,
 ) -> None:
     """Run one A/B comparison: A keeps the baseline, B gets the candidate."""
-    from musku.domain import ExperimentStatus
     from musku.experiment import load_experiment
-    from musku.sweep import Runner, open_pair
+    from musku.sweep import run_abtest
     from musku.sweep.progress import LiveProgress
     from musku.sweep.report import result_dict
 
@@ -211,30 +210,10 @@ def abtest(
     cand = _apply_overrides(experiment, base, candidate)
     store = _open_store(db)
     try:
-        exp_id = store.create_experiment(experiment)
-        store.set_status(exp_id, ExperimentStatus.RUNNING)
-        pair = open_pair(experiment, seed=seed)
-        try:
-            store.add_hosts(exp_id, pair.describe())
-            with _StopFlag() as stop, LiveProgress(enabled=not quiet and not json_out) as progress:
-                runner = Runner(
-                    experiment,
-                    pair,
-                    store=store,
-                    experiment_id=exp_id,
-                    progress=progress,
-                    stop=stop,
-                    seed=seed,
-                )
-                try:
-                    result = runner.compare("abtest", base, cand)
-                except Interrupted:
-                    store.set_status(exp_id, ExperimentStatus.INTERRUPTED)
-                    raise
-            store.set_status(exp_id, ExperimentStatus.DONE)
-            pair.restore()
-        finally:
-            pair.close()
+        with _StopFlag() as stop, LiveProgress(enabled=not quiet and not json_out) as progress:
+            result = run_abtest(
+                experiment, base, cand, store=store, progress=progress, stop=stop, seed=seed
+            )
     finally:
         store.close()
     if json_out:

@@ -137,18 +137,12 @@ def bench(
     from musku.services import runtime
     from musku.tune.train import parse_loads
 
-    def cpus(text: str) -> list[int] | None:
-        try:
-            return [int(x) for x in text.split(",") if x.strip()] or None
-        except ValueError as e:
-            raise runtime.InputError(f"CPU lists are comma-separated integers, not {text!r}") from e
-
     try:
         runtime.check_service(service)
         loads = parse_loads(qps)
         workdir = Path(tempfile.mkdtemp(prefix=f"musku-bench-{service}-"))
         figures: dict[str, Any] = {"service": service, "open_loop": [], "closed_loop": None}
-        lg = cpus(loadgen_cpus)
+        lg = runtime.parse_cpus(loadgen_cpus)
         with runtime.deploy(
             service,
             workdir=workdir,
@@ -159,7 +153,7 @@ def bench(
             workers=workers,
             responders=responders,
             table=table if threading_ == "auto" else None,
-            server_cpus=cpus(server_cpus),
+            server_cpus=runtime.parse_cpus(server_cpus),
             data_opts=_data_opts(corpus, docs, terms, queries),
         ) as dep:
             figures["threading"] = runtime.admin(dep.midtier.address, "get")

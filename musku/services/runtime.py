@@ -31,6 +31,14 @@ THREADING_MODELS: tuple[str, ...] = tuple(
 )
 
 
+def parse_cpus(text: str) -> list[int] | None:
+    """A CPU list such as ``"0,1"`` for pinning (``""`` = not pinned)."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()] or None
+    except ValueError as e:
+        raise InputError(f"CPU lists are comma-separated integers, not {text!r}") from e
+
+
 def build_dir() -> Path:
     """Release build directory (``MUSKU_SERVICES_BUILD`` overrides services/build)."""
     env = os.environ.get("MUSKU_SERVICES_BUILD")

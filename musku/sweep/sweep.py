@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
-from musku.domain import ExperimentStatus
+from musku.domain import ComparisonResult, Configuration, ExperimentStatus
 from musku.errors import HostError, Interrupted, MuskuError
 from musku.experiment import Experiment
 from musku.hosts.base import BACKENDS, HostPair
@@ -18,6 +20,77 @@ def open_pair(experiment: Experiment, *, seed: int | None = None) -> HostPair:
     factory = load(experiment.hosts.backend, BACKENDS, kind="host backend")
     pair: HostPair = factory(experiment, seed=experiment.stats.seed if seed is None else seed)
     return pair
+
+
+@contextlib.contextmanager
+def experiment_run(
+    experiment: Experiment,
+    *,
+    store: Any | None = None,
+    resume: bool = False,
+    progress: Progress | None = None,
+    stop: threading.Event | None = None,
+    seed: int | None = None,
+) -> Iterator[Runner]:
+    """One run of an experiment on its host pair: the life cycle every command shares.
+
+    Records the run (or, with ``resume``, continues the latest unfinished one of the same
+    name), opens the pair, yields a :class:`Runner`, and on the way out puts the hosts back
+    and marks the run done; interrupted on Ctrl-C or a host failure (what was measured is
+    kept for ``--resume``); failed on anything else.
+    """
+    exp_id = None
+    if store is not None:
+        previous = store.find_experiment(experiment.name) if resume else None
+        if previous is not None and ExperimentStatus(previous.status) in (
+            ExperimentStatus.INTERRUPTED,
+            ExperimentStatus.RUNNING,  # a crashed run: its open comparisons become aborted
+        ):
+            exp_id = previous.id
+            store.resume(exp_id)
+        else:
+            if progress is not None and resume:
+                progress.message(f"nothing to resume for {experiment.name}: starting a new run")
+            exp_id = store.create_experiment(experiment)
+            store.set_status(exp_id, ExperimentStatus.RUNNING)
+
+    def mark(status: ExperimentStatus) -> None:
+        if store is not None and exp_id is not None:
+            store.set_status(exp_id, status)
+
+    try:
+        pair = open_pair(experiment, seed=seed)
+    except MuskuError as exc:
+        # hosts unreachable: resumable later
+        mark(
+            ExperimentStatus.INTERRUPTED if isinstance(exc, HostError) else ExperimentStatus.FAILED
+        )
+        raise
+    try:
+        if store is not None and exp_id is not None:
+            store.add_hosts(exp_id, pair.describe())
+        yield Runner(
+            experiment,
+            pair,
+            store=store,
+            experiment_id=exp_id,
+            progress=progress,
+            stop=stop,
+            seed=seed,
+        )
+        mark(ExperimentStatus.DONE)
+        pair.restore()
+    except (Interrupted, HostError):
+        # a stop, not a verdict on the experiment: what was measured is kept for --resume
+        mark(ExperimentStatus.INTERRUPTED)
+        pair.restore()
+        raise
+    except BaseException:
+        mark(ExperimentStatus.FAILED)
+        pair.restore()
+        raise
+    finally:
+        pair.close()
 
 
 def run_sweep(
@@ -40,61 +113,13 @@ def run_sweep(
     from musku.sweep.strategies import STRATEGIES
 
     strategy = load_strategy(experiment.mode.value, STRATEGIES, kind="sweep mode")
-    exp_id = None
-    if store is not None:
-        previous = store.find_experiment(experiment.name) if resume else None
-        if previous is not None and ExperimentStatus(previous.status) in (
-            ExperimentStatus.INTERRUPTED,
-            ExperimentStatus.RUNNING,  # a crashed run: its open comparisons become aborted
-        ):
-            exp_id = previous.id
-            store.resume(exp_id)
-        else:
-            if progress is not None and resume:
-                progress.message(f"nothing to resume for {experiment.name}: starting a new run")
-            exp_id = store.create_experiment(experiment)
-            store.set_status(exp_id, ExperimentStatus.RUNNING)
-
-    try:
-        pair = open_pair(experiment, seed=seed)
-    except MuskuError as exc:
-        if store is not None and exp_id is not None:
-            stopped = isinstance(exc, HostError)  # hosts unreachable: resumable later
-            store.set_status(
-                exp_id, ExperimentStatus.INTERRUPTED if stopped else ExperimentStatus.FAILED
-            )
-        raise
-    try:
-        if store is not None and exp_id is not None:
-            store.add_hosts(exp_id, pair.describe())
-        runner = Runner(
-            experiment,
-            pair,
-            store=store,
-            experiment_id=exp_id,
-            progress=progress,
-            stop=stop,
-            seed=seed,
-        )
+    with experiment_run(
+        experiment, store=store, resume=resume, progress=progress, stop=stop, seed=seed
+    ) as runner:
         best, outcomes = strategy(runner)
         sku = runner.generate_softsku(best)
-        if store is not None and exp_id is not None:
-            store.save_softsku(exp_id, sku)
-            store.set_status(exp_id, ExperimentStatus.DONE)
-        pair.restore()
-    except (Interrupted, HostError):
-        # a stop, not a verdict on the experiment: what was measured is kept for --resume
-        if store is not None and exp_id is not None:
-            store.set_status(exp_id, ExperimentStatus.INTERRUPTED)
-        pair.restore()
-        raise
-    except BaseException:
-        if store is not None and exp_id is not None:
-            store.set_status(exp_id, ExperimentStatus.FAILED)
-        pair.restore()
-        raise
-    finally:
-        pair.close()
+        if store is not None and runner.experiment_id is not None:
+            store.save_softsku(runner.experiment_id, sku)
     return SweepReport(
         experiment=experiment.name,
         mode=experiment.mode.value,
@@ -105,5 +130,20 @@ def run_sweep(
         comparisons=len(runner.results),
         measured=runner.measured,
         host_time_s=runner.host_time(),
-        experiment_id=exp_id,
+        experiment_id=runner.experiment_id,
     )
+
+
+def run_abtest(
+    experiment: Experiment,
+    baseline: Configuration,
+    candidate: Configuration,
+    *,
+    store: Any | None = None,
+    progress: Progress | None = None,
+    stop: threading.Event | None = None,
+    seed: int | None = None,
+) -> ComparisonResult:
+    """One A/B comparison on the experiment's hosts, recorded as a run of its own."""
+    with experiment_run(experiment, store=store, progress=progress, stop=stop, seed=seed) as runner:
+        return runner.compare("abtest", baseline, candidate)

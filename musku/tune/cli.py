@@ -62,12 +62,6 @@ def train(
     from musku.services import runtime
     from musku.tune import train as tr
 
-    def cpus(text: str) -> list[int] | None:
-        try:
-            return [int(x) for x in text.split(",") if x.strip()] or None
-        except ValueError as e:
-            raise runtime.InputError(f"CPU lists are comma-separated integers, not {text!r}") from e
-
     try:
         runtime.check_service(service)
         grid_loads = tr.parse_loads(loads)
@@ -92,11 +86,11 @@ def train(
             workdir=workdir,
             data_dir=ddir,
             shards=shards,
-            server_cpus=cpus(server_cpus),
+            server_cpus=runtime.parse_cpus(server_cpus),
             data_opts={"docs": docs, "terms": terms, "queries": queries},
         ) as dep:
             table, _grid = tr.train(dep, grid_loads, cands, duration_s=duration, warmup_s=warmup,
-                                    loadgen_cpus=cpus(loadgen_cpus), progress=progress)  # fmt: skip
+                                    loadgen_cpus=runtime.parse_cpus(loadgen_cpus), progress=progress)  # fmt: skip
         table["platform"] = platform
         table["config_key"] = config_key
         tr.write_table(table, path)

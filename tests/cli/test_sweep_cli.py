@@ -118,3 +118,15 @@ def test_ctrl_c_keeps_data_and_resume_finishes(toy: Any, tmp_path: Path) -> None
     report = json.loads(done.stdout)
     assert report["measured"] < report["comparisons"]  # the kept ones were not re-measured
     assert report["soft_sku"]["configuration"]["shp"] == 256
+
+
+def test_abtest_runs_one_comparison_and_records_it(toy: Any, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/r.db"
+    proc = musku("abtest", str(toy(name="one-ab")), "--set", "thp=always", "--db", db, "--json", "-q")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["changed"] == {"thp": ["madvise", "always"]}
+    assert result["decision"] == "better" and result["ci_low"] > 0
+    detail = json.loads(musku("results", "one-ab", "--db", db, "--json").stdout)
+    assert detail["experiment"]["status"] == "done"
+    assert [c["purpose"] for c in detail["comparisons"]] == ["abtest"]

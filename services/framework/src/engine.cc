@@ -241,6 +241,8 @@ bool Engine::Start(std::string* error) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(opts_.listen, grpc::InsecureServerCredentials(), &port_);
   for (auto* s : services_) builder.RegisterService(s);
+  builder.AddChannelArgument(GRPC_ARG_ENABLE_CHANNELZ, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   const size_t nf = factories_.size();
   for (int k = 0; k < opts_.max_pools.pollers; ++k) {
     auto p = std::make_unique<Poller>(nf);

@@ -15,9 +15,31 @@ namespace setalgebra {
 // ------------------------------------------------------------------------------------------
 // Posting lists
 
-PostingList::PostingList(std::vector<uint32_t> docs) : docs_(std::move(docs)) {
+PostingList::PostingList(std::vector<uint32_t> docs, uint32_t stride) : docs_(std::move(docs)) {
   skips_.reserve(docs_.size() / kSkip + 1);
   for (size_t i = 0; i < docs_.size(); i += kSkip) skips_.push_back(docs_[i]);
+  if (docs_.size() < kMinBitmap) return;
+  if (stride == 0 || (stride & (stride - 1)) != 0) stride = 1;
+  uint32_t shift = 0;
+  while ((1U << shift) < stride) ++shift;
+  const uint32_t mask = stride - 1, residue = docs_.front() & mask;
+  for (uint32_t d : docs_)
+    if ((d & mask) != residue) {  // not one shard's ids: index every doc id
+      shift = 0;
+      break;
+    }
+  mask_ = (1U << shift) - 1;
+  residue_ = docs_.front() & mask_;
+  shift_ = shift;
+  const uint64_t first = (docs_.front() >> shift) / 64, last = (docs_.back() >> shift) / 64;
+  const uint64_t words = last - first + 1;
+  if (words * 64 > kDenseBits * docs_.size()) return;  // sparse: the array alone
+  word0_ = first;
+  bits_.assign(words, 0);
+  for (uint32_t d : docs_) {
+    const uint64_t i = d >> shift;
+    bits_[i / 64 - first] |= uint64_t{1} << (i % 64);
+  }
 }
 
 size_t PostingList::Seek(size_t from, uint32_t target) const {
@@ -44,6 +66,25 @@ size_t PostingList::Seek(size_t from, uint32_t target) const {
   return from;  // == end (< n) lands on the next block's first doc, which is > target
 }
 
+namespace {
+
+// Every list has a bitmap with the same shift and residue: AND the words over the common range.
+void AndBitmaps(uint64_t lo, uint64_t hi, uint32_t shift, uint32_t residue,
+                const std::vector<uint64_t>& word0, const std::vector<const uint64_t*>& bits,
+                std::vector<uint32_t>* out) {
+  for (uint64_t w = lo; w < hi; ++w) {
+    uint64_t x = bits[0][w - word0[0]];
+    for (size_t j = 1; j < bits.size() && x; ++j) x &= bits[j][w - word0[j]];
+    while (x) {
+      const int b = __builtin_ctzll(x);
+      x &= x - 1;
+      out->push_back(static_cast<uint32_t>(((w * 64 + static_cast<uint64_t>(b)) << shift) | residue));
+    }
+  }
+}
+
+}  // namespace
+
 void Intersect(std::vector<const PostingList*> lists, std::vector<uint32_t>* out) {
   out->clear();
   if (lists.empty()) return;
@@ -54,13 +95,40 @@ void Intersect(std::vector<const PostingList*> lists, std::vector<uint32_t>* out
     *out = lists[0]->docs();
     return;
   }
-  std::vector<size_t> pos(lists.size(), 0);
+  // All dense, one shard's ids each: word-wise AND.
+  bool all_bitmaps = true;
+  for (const PostingList* l : lists)
+    if (!l->has_bitmap() || l->shift_ != lists[0]->shift_ || l->residue_ != lists[0]->residue_)
+      all_bitmaps = false;
+  if (all_bitmaps) {
+    uint64_t lo = 0, hi = UINT64_MAX;
+    std::vector<uint64_t> word0;
+    std::vector<const uint64_t*> bits;
+    for (const PostingList* l : lists) {
+      lo = std::max(lo, l->word0_);
+      hi = std::min(hi, l->word0_ + l->bits_.size());
+      word0.push_back(l->word0_);
+      bits.push_back(l->bits_.data());
+    }
+    if (lo < hi) AndBitmaps(lo, hi, lists[0]->shift_, lists[0]->residue_, word0, bits, out);
+    return;
+  }
+  // The shortest list drives; bitmaps answer membership in O(1), the others are sought.
+  std::vector<const PostingList*> dense, sparse;
+  for (size_t i = 1; i < lists.size(); ++i) (lists[i]->has_bitmap() ? dense : sparse).push_back(lists[i]);
+  std::vector<size_t> pos(sparse.size(), 0);
   for (uint32_t d : lists[0]->docs()) {
     bool all = true;
-    for (size_t i = 1; i < lists.size(); ++i) {
-      pos[i] = lists[i]->Seek(pos[i], d);
-      if (pos[i] >= lists[i]->size()) return;  // a list is exhausted: no more matches
-      if (lists[i]->docs()[pos[i]] != d) {
+    for (const PostingList* l : dense)
+      if (!l->Contains(d)) {
+        all = false;
+        break;
+      }
+    if (!all) continue;
+    for (size_t i = 0; i < sparse.size(); ++i) {
+      pos[i] = sparse[i]->Seek(pos[i], d);
+      if (pos[i] >= sparse[i]->size()) return;  // a list is exhausted: no more matches
+      if (sparse[i]->docs()[pos[i]] != d) {
         all = false;
         break;
       }
@@ -107,7 +175,7 @@ std::string Index::Load(const std::string& path, int shard, int num_shards) {
       for (uint32_t d : docs)
         if (static_cast<int>(d % static_cast<uint32_t>(num_shards)) == shard) mine.push_back(d);
     }
-    if (!mine.empty()) Add(term, std::move(mine));
+    if (!mine.empty()) Add(term, std::move(mine), static_cast<uint32_t>(num_shards));
   }
   return "";
 }

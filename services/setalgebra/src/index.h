@@ -10,23 +10,44 @@
 
 namespace setalgebra {
 
-// A sorted posting list with a skip pointer every kSkip entries.
+// A sorted posting list with a skip pointer every kSkip entries and, when the list is dense over
+// its span, also a bitmap (bit i <=> doc (i << shift) | residue, words aligned to absolute doc
+// positions so that dense lists AND word by word). A shard's documents all share one residue
+// modulo the shard count; for a power-of-two count the bitmap skips the other shards' ids.
 class PostingList {
  public:
   static constexpr size_t kSkip = 64;
+  static constexpr size_t kMinBitmap = 256;  // shorter lists are cheap to scan
+  static constexpr size_t kDenseBits = 256;  // bitmap when its bits <= kDenseBits * size()
   PostingList() = default;
-  explicit PostingList(std::vector<uint32_t> docs);  // must be ascending, unique
+  // `docs` must be ascending and unique; `stride` (a power of two, e.g. the shard count when
+  // every doc has the same residue modulo it) lets a bitmap index doc >> log2(stride).
+  explicit PostingList(std::vector<uint32_t> docs, uint32_t stride = 1);
   const std::vector<uint32_t>& docs() const { return docs_; }
   size_t size() const { return docs_.size(); }
   // First position >= from whose doc is >= target (skips whole blocks, then scans).
   size_t Seek(size_t from, uint32_t target) const;
+  bool has_bitmap() const { return !bits_.empty(); }
+  // Membership through the bitmap (only when has_bitmap()).
+  bool Contains(uint32_t doc) const {
+    if ((doc & mask_) != residue_) return false;
+    const uint64_t i = static_cast<uint64_t>(doc >> shift_);
+    if (i < word0_ * 64) return false;
+    const uint64_t k = i / 64 - word0_;
+    return k < bits_.size() && ((bits_[k] >> (i % 64)) & 1U);
+  }
 
  private:
+  friend void Intersect(std::vector<const PostingList*> lists, std::vector<uint32_t>* out);
   std::vector<uint32_t> docs_;
   std::vector<uint32_t> skips_;  // skips_[b] = docs_[b * kSkip]
+  std::vector<uint64_t> bits_;   // bits_[k] covers indices (word0_ + k) * 64 ...
+  uint64_t word0_ = 0;
+  uint32_t shift_ = 0, mask_ = 0, residue_ = 0;
 };
 
-// Intersection of all lists (shortest first, skip pointers on the others) into *out.
+// Intersection of all lists into *out (ascending): dense lists AND their bitmaps word by word;
+// otherwise the shortest list drives, probing bitmaps and seeking (skip pointers) the others.
 void Intersect(std::vector<const PostingList*> lists, std::vector<uint32_t>* out);
 
 // term -> postings, holding only the documents of one shard.
@@ -43,9 +64,9 @@ class Index {
   // The leaf's operation: unknown term -> empty result.
   void Query(const std::vector<std::string>& terms, std::vector<uint32_t>* out) const;
 
-  void Add(const std::string& term, std::vector<uint32_t> docs) {
+  void Add(const std::string& term, std::vector<uint32_t> docs, uint32_t stride = 1) {
     postings_ += docs.size();
-    map_[term] = PostingList(std::move(docs));
+    map_[term] = PostingList(std::move(docs), stride);
   }
 
  private:

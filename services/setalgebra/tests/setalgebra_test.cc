@@ -67,6 +67,46 @@ TEST(PostingList, IntersectEqualsReference) {
   }
 }
 
+// Dense lists (bitmaps, word-wise AND), sparse ones (skip pointers) and mixes, with the ids of
+// one shard of a power-of-two shard count (strided bitmaps) and of no shard (plain bitmaps).
+TEST(PostingList, BitmapAndMixedIntersectionsEqualReference) {
+  std::mt19937_64 rng(12);
+  int dense_seen = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const uint32_t stride = (trial % 3 == 0) ? 1 : (trial % 3 == 1 ? 2 : 4);
+    const uint32_t residue = static_cast<uint32_t>(rng() % stride);
+    const uint32_t universe = 1000 + static_cast<uint32_t>(rng() % 200000);
+    const int k = 2 + static_cast<int>(rng() % 4);
+    std::vector<std::vector<uint32_t>> lists;
+    for (int i = 0; i < k; ++i) {
+      const double density = (rng() % 2) ? 0.3 : 0.001 + 0.01 * static_cast<double>(rng() % 10);
+      std::vector<uint32_t> l;
+      const uint32_t start = static_cast<uint32_t>(rng() % 500);
+      for (uint32_t d = start; d < universe; ++d)
+        if (d % stride == residue && std::uniform_real_distribution<double>(0, 1)(rng) < density) l.push_back(d);
+      if (l.empty()) l.push_back(residue);
+      lists.push_back(std::move(l));
+    }
+    std::vector<setalgebra::PostingList> pls;
+    for (auto& l : lists) pls.emplace_back(l, stride);
+    std::vector<const setalgebra::PostingList*> ptrs;
+    for (auto& p : pls) {
+      ptrs.push_back(&p);
+      if (p.has_bitmap()) {
+        ++dense_seen;
+        for (int probe = 0; probe < 50; ++probe) {
+          const uint32_t d = static_cast<uint32_t>(rng() % (universe + 100));
+          ASSERT_EQ(p.Contains(d), std::binary_search(p.docs().begin(), p.docs().end(), d));
+        }
+      }
+    }
+    std::vector<uint32_t> got;
+    setalgebra::Intersect(ptrs, &got);
+    ASSERT_EQ(got, RefIntersect(lists)) << "trial " << trial << " stride " << stride;
+  }
+  EXPECT_GT(dense_seen, 200);  // the bitmap paths ran
+}
+
 TEST(Index, ShardedQueriesUnionToTheUnshardedReference) {
   auto raw = setalgebra::Synthesize(50000, 400, 5);
   const std::string path = TempPath();

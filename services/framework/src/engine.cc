@@ -428,7 +428,7 @@ void Engine::HandleServerTag(int k, Tag* tag, bool ok, Exec& exec) {
     }
     return;
   }
-  LogError("%s: unexpected leaf tag on a server queue", opts_.service.c_str());
+  c->OnLeafDone(tag->slot, ok);  // kLeaf: an async leaf reply (no response threads)
 }
 
 void Engine::Recycle(CallBase* c, int k) {
@@ -501,8 +501,11 @@ void Engine::ResponderLoop(int r) {
   }
 }
 
-grpc::CompletionQueue* Engine::PickResponder(int) {
-  const int n = std::max(1, n_responders_.load(std::memory_order_acquire));
+grpc::CompletionQueue* Engine::PickResponder(CallBase* call, int) {
+  const int n = n_responders_.load(std::memory_order_acquire);
+  // No response threads: the replies come back to the poller that took the request, which
+  // finalises too; no thread hand-off at all (the lowest-latency async set-up on few cores).
+  if (n <= 0 || responders_.empty()) return pollers_[static_cast<size_t>(call->cq_index)]->cq.get();
   const uint32_t r = rr_responder_.fetch_add(1) % static_cast<uint32_t>(n);
   return &responders_[r]->cq;
 }
@@ -624,7 +627,7 @@ std::string Engine::last_error() const {
 // Hooks used by the call templates
 
 LeafCallMode CurrentLeafMode(Engine* e) { return e->leaf_mode(); }
-grpc::CompletionQueue* PickResponderCq(Engine* e, int n) { return e->PickResponder(n); }
+grpc::CompletionQueue* PickResponderCq(Engine* e, CallBase* call, int n) { return e->PickResponder(call, n); }
 void NoteLeafDone(Engine*, grpc::CompletionQueue*) {}
 void NoteFinish(Engine* e, CallBase* call, const grpc::Status& status) { e->NoteFinish(call, status); }
 void NoteLeafErrors(Engine* e, int n) { e->NoteLeafErrors(n); }
@@ -751,7 +754,9 @@ class SetThreadingH final : public LeafHandler<SetThreadingRequest, ThreadingSta
     if (q.has_workers()) t.pools.workers = q.workers();
     else if (t.model.dispatch == DispatchMode::kDispatch && t.pools.workers < 1) t.pools.workers = 1;
     if (q.has_responders()) t.pools.responders = q.responders();
-    else if (t.model.leaf == LeafCallMode::kAsync && t.pools.responders < 1) t.pools.responders = 1;
+    else if (t.model.leaf == LeafCallMode::kAsync && !q.model().empty() &&
+             e_->Current().model.leaf == LeafCallMode::kSync && t.pools.responders < 1)
+      t.pools.responders = 1;  // sync -> async without pool sizes: the usual 1 response thread
     if (std::string why = e_->SetThreading(t); !why.empty())
       return {grpc::StatusCode::INVALID_ARGUMENT, why};
     FillThreading(e_, r);

@@ -87,7 +87,7 @@ class Engine {
   WaitMode wait_mode() const {
     return static_cast<WaitMode>(wait_mode_.load(std::memory_order_acquire));
   }
-  grpc::CompletionQueue* PickResponder(int n);
+  grpc::CompletionQueue* PickResponder(CallBase* call, int n);
   void NoteFinish(CallBase* call, const grpc::Status& st);
   void NoteLeafErrors(int n) { leaf_errors_.fetch_add(static_cast<uint64_t>(n)); }
   void SetWorkerChooser(std::function<int(int)> fn) { chooser_ = std::move(fn); }

@@ -46,8 +46,6 @@ std::string ValidateThreading(const Threading& t, const PoolSizes& max) {
     os << "responders must be in [0, " << max.responders << "], got " << p.responders;
   else if (t.model.dispatch == DispatchMode::kDispatch && p.workers < 1)
     os << "model " << t.model.Name() << " needs at least 1 worker";
-  else if (t.model.leaf == LeafCallMode::kAsync && p.responders < 1)
-    os << "model " << t.model.Name() << " needs at least 1 response thread";
   return os.str();
 }
 

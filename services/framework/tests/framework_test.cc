@@ -193,7 +193,9 @@ TEST(Models, Validate) {
   EXPECT_EQ(musku::ValidateThreading(t, max), "");
   t.pools.workers = 0;
   EXPECT_NE(musku::ValidateThreading(t, max), "");
-  t.pools = {1, 1, 0};
+  t.pools = {1, 1, 0};  // async without response threads: the pollers take the leaf replies
+  EXPECT_EQ(musku::ValidateThreading(t, max), "");
+  t.pools = {1, 1, 3};
   EXPECT_NE(musku::ValidateThreading(t, max), "");
   t.pools = {3, 1, 1};
   EXPECT_NE(musku::ValidateThreading(t, max), "");
@@ -258,6 +260,21 @@ TEST_P(AllModels, MidTierAnswersEveryRpcOnce) {
   EXPECT_EQ(mid.server.CurrentThreading().model.Name(), GetParam());
 }
 
+TEST(AsyncWithoutResponders, PollersTakeLeafRepliesAndAnswerEveryRpcOnce) {
+  for (const char* model : {"async-inline-block", "async-dispatch-block", "async-inline-poll",
+                            "async-dispatch-poll"}) {
+    LeafProc l0(0), l1(1);
+    auto o = Opts("fan", model);
+    o.threading.pools = {2, 2, 0};
+    MidProc mid({l0.addr(), l1.addr()}, o);
+    std::atomic<int> errors{0};
+    auto seen = Drive(mid.addr(), 300, 16, &errors);
+    EXPECT_EQ(errors.load(), 0) << model;
+    for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << model << " id " << i;
+    EXPECT_EQ(mid.server.CurrentThreading().pools.responders, 0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Framework, AllModels,
                          ::testing::Values("sync-inline-block", "sync-inline-poll",
                                            "sync-dispatch-block", "sync-dispatch-poll",
@@ -276,7 +293,7 @@ TEST(Switching, EveryFewMillisecondsUnderLoadLosesAndDuplicatesNothing) {
       const auto& m = models[rng() % models.size()];
       grpc::Status st;
       SetThreading(mid.addr(), m.Name(), 1 + static_cast<int>(rng() % 3),
-                   1 + static_cast<int>(rng() % 4), 1 + static_cast<int>(rng() % 3), &st);
+                   1 + static_cast<int>(rng() % 4), static_cast<int>(rng() % 4), &st);
       if (st.ok()) ++switches;
       else ++refused;
       std::this_thread::sleep_for(2ms);

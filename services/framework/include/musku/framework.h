@@ -78,7 +78,7 @@ struct ThreadingModel {
 struct PoolSizes {
   int pollers = 1;     // network poller threads (= server completion queues in use)
   int workers = 0;     // dispatch worker threads (>= 1 for dispatch models)
-  int responders = 0;  // response threads (>= 1 for async-leaf models)
+  int responders = 0;  // response threads; async-leaf models with 0: the pollers take leaf replies
   bool operator==(const PoolSizes& o) const {
     return pollers == o.pollers && workers == o.workers && responders == o.responders;
   }
@@ -258,7 +258,7 @@ class CallBase {
   virtual void Arm(grpc::ServerCompletionQueue* cq) = 0;
   // The request logic; ends with FinishRpc() now (sync) or later from OnLeafDone (async).
   virtual void Run(Exec& exec) = 0;
-  // Async leaf calls: one leaf call completed (on a response thread).
+  // Async leaf calls: one leaf call completed (on a response thread or the poller).
   virtual void OnLeafDone(int slot, bool ok) { (void)slot, (void)ok; }
 
   Tag new_tag{Tag::kNew, this, 0};
@@ -275,8 +275,9 @@ int64_t MonotonicNs();
 
 // Engine entry points used by the call templates.
 LeafCallMode CurrentLeafMode(Engine* e);
-// Picks a response CQ for an async fan-out of `n` calls (accounted to that response thread).
-grpc::CompletionQueue* PickResponderCq(Engine* e, int n);
+// Picks the CQ an async fan-out of `n` leaf calls completes on: a response thread's, or (no
+// response threads) the server CQ `call` arrived on, so its poller takes the replies too.
+grpc::CompletionQueue* PickResponderCq(Engine* e, CallBase* call, int n);
 void NoteLeafDone(Engine* e, grpc::CompletionQueue* cq);
 void NoteFinish(Engine* e, CallBase* call, const grpc::Status& status);
 void NoteLeafErrors(Engine* e, int n);
@@ -365,7 +366,7 @@ class MidTierCall final : public CallBase {
       WaitPrivate(exec, static_cast<int>(n), [](Tag*, bool) {});
       return Complete();
     }
-    grpc::CompletionQueue* cq = PickResponderCq(engine, static_cast<int>(n));
+    grpc::CompletionQueue* cq = PickResponderCq(engine, this, static_cast<int>(n));
     response_cq_ = cq;
     pending_.store(static_cast<int>(n), std::memory_order_relaxed);
     // After the last Start() another thread may complete and recycle this call: touch nothing.

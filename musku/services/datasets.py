@@ -117,7 +117,9 @@ def sklearn_digits() -> np.ndarray:
         from sklearn.datasets import load_digits
     except ImportError as e:
         raise UnsupportedError("scikit-learn is not installed (pip install scikit-learn)") from e
-    return (load_digits().data / 16.0).astype("float32")
+    import numpy as np
+
+    return np.asarray(load_digits().data / 16.0, dtype=np.float32)
 
 
 def synthetic_vector_chunks(

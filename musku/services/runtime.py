@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from musku.errors import HostError, InputError, MuskuError, UnsupportedError
+from musku.services.deployments import SERVICES, recipe
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES_SRC = REPO / "services"
@@ -52,6 +55,11 @@ _BINARIES = {
     "setalgebra_midtier": "setalgebra/setalgebra_midtier",
     "setalgebra_gen": "setalgebra/setalgebra_gen",
     "setalgebra_client": "setalgebra/setalgebra_client",
+    **{
+        f"{svc}_{part}": f"{svc}/{svc}_{part}"
+        for svc in ("hdsearch", "router", "recommend")
+        for part in ("leaf", "midtier", "client")
+    },
 }
 
 
@@ -67,16 +75,38 @@ def binary(name: str) -> Path:
     return path
 
 
-def build(*, test: bool = False, jobs: int = 2) -> None:
-    """Configure and build release + ASan/UBSan (scripts/build-services)."""
+def build(*, test: bool = False, jobs: int = 2, asan: bool = True) -> Path:
+    """Configure and build the services; returns the release build directory.
+
+    Into services/build (and the ASan/UBSan test build services/build-asan unless ``asan`` is
+    False) through scripts/build-services; when ``MUSKU_SERVICES_BUILD`` names another
+    directory, the release build goes there (where :func:`binary` looks) and no ASan build is
+    made. ``test`` also runs ctest.
+    """
+    out = build_dir()
+    if out.resolve() != (SERVICES_SRC / "build").resolve():
+        for tool in ("cmake", "ninja"):
+            if shutil.which(tool) is None:
+                raise UnsupportedError(f"{tool} not found (scripts/setup installs it)")
+        steps = [
+            ["cmake", "-S", str(SERVICES_SRC), "-B", str(out), "-G", "Ninja",
+             "-DCMAKE_BUILD_TYPE=Release"],
+            ["ninja", "-C", str(out), "-j", str(jobs)],
+        ] + ([["ctest", "--test-dir", str(out), "--output-on-failure", "-j", "1"]]
+             if test else [])  # fmt: skip
+        for argv in steps:
+            rc = subprocess.call(argv)
+            if rc != 0:
+                raise HostError(f"{argv[0]} failed with exit status {rc} (building {out})")
+        return out
     script = REPO / "scripts" / "build-services"
     if not script.is_file():
         raise UnsupportedError(f"{script} not found: not a musku source checkout")
-    env = dict(os.environ, MUSKU_JOBS=str(jobs))
-    args = [str(script)] + (["--test"] if test else [])
-    rc = subprocess.call(args, env=env)
+    env = dict(os.environ, MUSKU_JOBS=str(jobs), MUSKU_NO_ASAN="0" if asan else "1")
+    rc = subprocess.call([str(script)] + (["--test"] if test else []), env=env)
     if rc != 0:
         raise HostError(f"scripts/build-services failed with exit status {rc}")
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -144,20 +174,109 @@ def start_server(
             stdin=subprocess.DEVNULL,
             preexec_fn=_pre if affinity else None,
         )
-    deadline = time.monotonic() + timeout
-    while not port_file.exists():
-        if popen.poll() is not None:
-            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-            raise HostError(f"{name} exited with status {popen.returncode}: {' | '.join(tail)}")
-        if time.monotonic() > deadline:
+    try:  # whatever goes wrong (Ctrl-C included), the process does not outlive this call
+        deadline = time.monotonic() + timeout
+        while not (port_file.exists() and port_file.read_text().strip()):
+            if popen.poll() is not None:
+                raise HostError(f"{name} exited with status {popen.returncode}: {_tail(log)}")
+            if time.monotonic() > deadline:
+                raise HostError(f"{name} did not start within {timeout:.0f} s (see {log})")
+            time.sleep(0.05)
+        port = int(port_file.read_text().strip())
+        proc = Proc(name, popen, port, log)
+        admin(proc.address, "wait-healthy", "--timeout-ms", str(int(max(1.0, timeout) * 1000)))
+    except BaseException:
+        if popen.poll() is None:
             popen.kill()
-            popen.wait()
-            raise HostError(f"{name} did not start within {timeout:.0f} s (see {log})")
-        time.sleep(0.05)
-    port = int(port_file.read_text().strip())
-    proc = Proc(name, popen, port, log)
-    admin(proc.address, "wait-healthy", "--timeout-ms", str(int(max(1.0, timeout) * 1000)))
+        popen.wait()
+        raise
     return proc
+
+
+def _tail(log: Path, lines: int = 3) -> str:
+    try:
+        return " | ".join(log.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def memcached_binary() -> Path:
+    """Debian's memcached (``apt-get install memcached``); UnsupportedError if absent."""
+    found = shutil.which("memcached") or ("/usr/bin/memcached" if os.access("/usr/bin/memcached",
+                                                                            os.X_OK) else None)  # fmt: skip
+    if not found:
+        raise UnsupportedError("memcached is not installed (apt-get install memcached)")
+    return Path(found)
+
+
+def start_memcached(
+    name: str,
+    workdir: Path,
+    *,
+    memory_mb: int = 64,
+    cpus: Sequence[int] | None = None,
+    timeout: float = 10.0,
+) -> Proc:
+    """Start a real memcached on a free loopback port (TCP only, one worker thread); return once
+    it accepts connections. ``Proc.stop()`` (SIGTERM) ends it with exit status 0."""
+    exe = memcached_binary()
+    log = workdir / f"{name}.log"
+    affinity = set(cpus) if cpus else None
+    last = ""
+    for _attempt in range(5):  # the free port can be taken between probe and bind: retry
+        port = _free_port()
+        argv = [str(exe), "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", str(memory_mb),
+                "-t", "1"] + (["-u", "nobody"] if os.geteuid() == 0 else [])  # fmt: skip
+        with open(log, "wb") as logf:
+            popen = subprocess.Popen(
+                argv,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=(lambda: os.sched_setaffinity(0, affinity)) if affinity else None,
+            )
+        try:
+            deadline = time.monotonic() + timeout
+            while popen.poll() is None:
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                        return Proc(name, popen, port, log)
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise HostError(f"{name} not listening after {timeout:.0f} s") from None
+                    time.sleep(0.02)
+        except BaseException:
+            if popen.poll() is None:
+                popen.kill()
+            popen.wait()
+            raise
+        last = f"{name} exited with status {popen.returncode}: {_tail(log)}"
+    raise HostError(last)
+
+
+def memcached_stats(address: str) -> dict[str, int]:
+    """A memcached's integer counters (``stats``: cmd_get, cmd_set, get_hits, curr_items, ...)."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(b"stats\r\n")
+        buf = b""
+        while not buf.endswith(b"END\r\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    out = {}
+    for line in buf.decode(errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "STAT" and parts[2].isdigit():
+            out[parts[1]] = int(parts[2])
+    return out
 
 
 def admin(address: str, *args: str, check: bool = True) -> dict[str, Any]:
@@ -272,13 +391,82 @@ def run_load(
         out.unlink(missing_ok=True)
 
 
+@dataclass(frozen=True)
+class Load:
+    """An open-loop load: ``qps`` absolute, or a ``fraction`` of the measured saturation."""
+
+    qps: float | None = None
+    fraction: float | None = None
+
+    def resolve(self, saturation: float | None) -> float:
+        if self.qps is not None:
+            return self.qps
+        assert self.fraction is not None and saturation is not None
+        return max(1.0, self.fraction * saturation)
+
+
+def parse_load_list(text: str) -> list[Load]:
+    """``"500,1000"`` (QPS) or ``"20%,50%,80%"`` (of the closed-loop saturation), mixed allowed."""
+    out = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        try:
+            v = float(item.removesuffix("%"))
+        except ValueError as e:
+            raise InputError(f"loads are QPS values or percentages, not {item!r}") from e
+        if not v > 0 or v != v or v == float("inf"):
+            raise InputError(f"loads must be positive, not {item!r}")
+        out.append(Load(fraction=v / 100.0) if item.endswith("%") else Load(qps=v))
+    if not out:
+        raise InputError("no loads given")
+    return out
+
+
+def measure(
+    dep: Deployment,
+    loads: Sequence[Load],
+    *,
+    duration_s: float,
+    warmup_s: float,
+    concurrency: int = 32,
+    closed: bool = True,
+    loadgen_cpus: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """Closed-loop saturation (if ``closed`` or a load is relative to it), then each open-loop
+    load: ``{"saturation_qps", "closed_loop": total | None, "open_loop": [{"qps", "fraction",
+    **total}]}`` with musku_loadgen's totals (achieved_qps, ok, errors, codes, latency_us)."""
+    out: dict[str, Any] = {"saturation_qps": None, "closed_loop": None, "open_loop": []}
+
+    def load(spec: LoadSpec) -> dict[str, Any]:
+        dep.check_alive()
+        r = run_load(dep.midtier.address, dep.service, dep.load_data, spec, cpus=loadgen_cpus)
+        dep.check_alive()  # errors because a tier died are that tier's fault: name it
+        return r
+
+    if closed or any(x.fraction is not None for x in loads):
+        r = load(LoadSpec(mode="closed", duration_s=duration_s, warmup_s=warmup_s,
+                          concurrency=concurrency))  # fmt: skip
+        out["closed_loop"] = dict(r["total"], concurrency=concurrency)
+        out["saturation_qps"] = float(r["total"]["achieved_qps"])
+        if not out["saturation_qps"] > 0:
+            raise HostError(f"{dep.service} answered nothing in the closed loop: {r['total']}")
+    for x in loads:
+        q = x.resolve(out["saturation_qps"])
+        r = load(LoadSpec(qps=q, duration_s=duration_s, warmup_s=warmup_s))
+        out["open_loop"].append({"qps": q, "fraction": x.fraction, **r["total"]})
+    return out
+
+
 # ------------------------------------------------------------------------------------------
 # Deployments
 
 
 @dataclass
 class Deployment:
-    """A running service: leaves + mid-tier. ``stop()`` (or the context manager) ends all."""
+    """A running service: leaves + mid-tier (+ the leaves' backends: Router's memcacheds).
+    ``stop()`` (or leaving ``deploy()``'s context) ends all; the exit statuses stay in
+    ``exit_codes``."""
 
     service: str
     midtier: Proc
@@ -286,19 +474,30 @@ class Deployment:
     workdir: Path
     load_data: Path  # what the load generator's plug-in reads
     extra: dict[str, Any] = field(default_factory=dict)
+    backends: list[Proc] = field(default_factory=list)  # backends[i] serves leaves[i]
+    exit_codes: dict[str, int] = field(default_factory=dict)
 
     def stop(self) -> dict[str, int]:
-        codes = {self.midtier.name: self.midtier.stop()}
-        for leaf in self.leaves:
-            codes[leaf.name] = leaf.stop()
-        return codes
+        """Mid-tier first, then leaves, then backends; idempotent. Name -> exit status."""
+        for p in [self.midtier, *self.leaves, *self.backends]:
+            self.exit_codes[p.name] = p.stop()
+        return dict(self.exit_codes)
+
+    def check_alive(self) -> None:
+        """HostError naming the first tier that has exited (with its log's last lines)."""
+        for p in [self.midtier, *self.leaves, *self.backends]:
+            rc = p.popen.poll()
+            if rc is not None:
+                how = f"exited with status {rc}" if rc >= 0 else f"was killed by signal {-rc}"
+                raise HostError(f"{self.service} {p.name} {how}: {_tail(p.log)} (log {p.log})")
 
     def stats(self, reset: bool = False) -> dict[str, Any]:
         return admin(self.midtier.address, "stats", *(["--reset"] if reset else []))
 
     def placement(self) -> dict[str, list[int]]:
+        """Process name -> the CPUs it may run on."""
         out = {}
-        for p in [self.midtier, *self.leaves]:
+        for p in [self.midtier, *self.leaves, *self.backends]:
             try:
                 out[p.name] = sorted(os.sched_getaffinity(p.pid))
             except OSError:
@@ -338,9 +537,6 @@ def setalgebra_data(
     return index, qfile
 
 
-SERVICES = ("setalgebra",)
-
-
 @contextlib.contextmanager
 def deploy(
     service: str,
@@ -359,43 +555,47 @@ def deploy(
     data_opts: dict[str, Any] | None = None,
     max_pools: tuple[int, int, int] = (4, 8, 4),
     leaf_args: Sequence[str] = (),
+    midtier_args: Sequence[str] = (),
+    start_timeout_s: float = 120.0,
 ) -> Iterator[Deployment]:
-    """Start a service's tiers (leaves first), yield the deployment, stop everything."""
-    if service not in SERVICES:
-        raise InputError(
-            f"unknown service {service!r}; services with a Python deployment: {', '.join(SERVICES)}"
-        )
+    """Start a service's tiers, yield the deployment, stop everything (also when a start fails
+    half-way or the body raises).
+
+    Order: data (generated once and cached under ``data_dir``, see ``deployments``), then per
+    leaf its backend (Router: a memcached on a free port) and the leaf, each waited for (Health
+    through ``musku_admin``), then the mid-tier. ``data_opts`` are the service's options
+    (``deployments.RECIPES[service].options``; unknown ones are an InputError before anything
+    starts); ``leaf_args``/``midtier_args`` are extra flags for those binaries.
+    """
+    rec = recipe(service)
     if shards < 1:
         raise InputError("shards must be >= 1")
-    index, queries = setalgebra_data(data_dir, **(data_opts or {}))
+    opts = rec.resolve(data_opts)
+    for b in (*rec.binaries, "musku_admin"):
+        binary(b)
+    if rec.backend == "memcached":
+        memcached_binary()
+    if table is not None and not Path(table).is_file():
+        raise InputError(f"decision table {table} does not exist")
     workdir.mkdir(parents=True, exist_ok=True)
+    data = rec.prepare(Path(data_dir), workdir, opts)
+    backends: list[Proc] = []
     leaves: list[Proc] = []
-    mid: Proc | None = None
+    dep: Deployment | None = None
     try:
         for s in range(shards):
-            leaves.append(
-                start_server(
-                    f"leaf{s}",
-                    [
-                        str(binary("setalgebra_leaf")),
-                        "--index",
-                        str(index),
-                        "--shard",
-                        str(s),
-                        "--shards",
-                        str(shards),
-                        "--threading",
-                        leaf_threading,
-                        "--pollers",
-                        "1",
-                        *leaf_args,
-                    ],
-                    workdir,
-                    cpus=server_cpus,
-                )  # fmt: skip
-            )
+            backend = None
+            if rec.backend == "memcached":
+                backends.append(start_memcached(f"memcached{s}", workdir, cpus=server_cpus,
+                                                memory_mb=opts["memcached_mb"]))  # fmt: skip
+                backend = backends[-1].address
+            argv = [str(binary(rec.leaf)), *rec.leaf_argv(data, opts, s, shards, backend),
+                    "--threading", leaf_threading, "--pollers", "1", *leaf_args]  # fmt: skip
+            leaves.append(start_server(f"leaf{s}", argv, workdir, cpus=server_cpus,
+                                       timeout=start_timeout_s))  # fmt: skip
         argv = [
-            str(binary("setalgebra_midtier")),
+            str(binary(rec.midtier)),
+            *rec.midtier_argv(data, opts, shards),
             "--leaves", ",".join(p.address for p in leaves),
             "--leaf-timeout-ms", str(leaf_timeout_ms),
             "--max-pollers", str(max_pools[0]),
@@ -407,14 +607,19 @@ def deploy(
         else:
             argv += ["--threading", threading, "--pollers", str(pollers), "--workers",
                      str(workers), "--responders", str(responders)]  # fmt: skip
-        mid = start_server("midtier", argv, workdir, cpus=server_cpus)
-        dep = Deployment(service, mid, leaves, workdir, queries, {"index": index})
+        argv += list(midtier_args)
+        mid = start_server("midtier", argv, workdir, cpus=server_cpus, timeout=start_timeout_s)
+        extra: dict[str, Any] = dict(data.files)
+        if backends:
+            extra["memcached"] = [p.address for p in backends]
+        dep = Deployment(service, mid, leaves, workdir, data.load_data, extra, backends)
         yield dep
     finally:
-        if mid is not None:
-            mid.stop()
-        for p in leaves:
-            p.stop()
+        if dep is not None:
+            dep.stop()
+        else:  # a start failed half-way: stop what did start
+            for p in [*leaves, *backends]:
+                p.stop()
 
 
 def default_data_dir() -> Path:
@@ -427,22 +632,29 @@ def default_data_dir() -> Path:
 
 
 def check_service(service: str) -> None:
-    if service not in SERVICES:
-        raise InputError(f"unknown service {service!r}; one of: {', '.join(SERVICES)}")
+    """InputError (one line, the services listed) unless ``service`` can be deployed."""
+    recipe(service)
 
 
 __all__ = [
+    "SERVICES",
     "THREADING_MODELS",
     "Deployment",
+    "Load",
     "LoadSpec",
     "MuskuError",
     "Proc",
     "admin",
     "binary",
     "build",
+    "build_dir",
     "deploy",
     "idle_cpu_percent",
+    "measure",
+    "memcached_stats",
+    "parse_load_list",
     "run_load",
+    "start_memcached",
     "set_threading",
     "setalgebra_data",
 ]

@@ -35,6 +35,7 @@ struct Call {
   std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;
   int64_t intended = 0;
   int phase = -1;  // -1 = warm-up
+  size_t index = 0;  // into Workload::requests
 };
 
 struct Shared {
@@ -55,7 +56,8 @@ struct Shared {
     c->phase = phase;
     c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(opt->timeout_ms));
     const size_t ch = i % stubs.size();
-    c->rpc = stubs[ch]->PrepareUnaryCall(&c->ctx, w->method, w->requests[i % w->requests.size()],
+    c->index = w->RunIndex(i);
+    c->rpc = stubs[ch]->PrepareUnaryCall(&c->ctx, w->MethodOf(c->index), w->requests[c->index],
                                          cqs[i % cqs.size()].get());
     outstanding.fetch_add(1);
     c->rpc->StartCall();
@@ -67,6 +69,7 @@ struct Shared {
     std::lock_guard<std::mutex> lk(mu);
     PhaseResult& p = res->phases[static_cast<size_t>(c->phase)];
     ++p.codes[c->status.error_code()];
+    if (!w->methods.empty()) ++p.methods[w->MethodOf(c->index)];
     if (c->status.ok()) {
       ++p.ok;
       p.latency.Record(done - c->intended);
@@ -76,7 +79,51 @@ struct Shared {
   }
 };
 
+// The load phase: requests [0, w.preload) once each, `concurrency` outstanding, on this thread.
+std::string Preload(Shared& sh, int concurrency, uint64_t* sent) {
+  const Workload& w = *sh.w;
+  grpc::CompletionQueue cq;
+  size_t next = 0, done = 0;
+  std::string err;
+  auto send = [&] {
+    auto* c = new Call;
+    c->index = next++;
+    c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(sh.opt->timeout_ms));
+    c->rpc = sh.stubs[c->index % sh.stubs.size()]->PrepareUnaryCall(&c->ctx, w.MethodOf(c->index),
+                                                                   w.requests[c->index], &cq);
+    c->rpc->StartCall();
+    c->rpc->Finish(&c->reply, &c->status, c);
+  };
+  for (int i = 0; i < concurrency && next < w.preload; ++i) send();
+  void* tag;
+  bool ok;
+  while (done < next && cq.Next(&tag, &ok)) {
+    auto* c = static_cast<Call*>(tag);
+    ++done;
+    if (!c->status.ok() && err.empty())
+      err = "load phase: request " + std::to_string(c->index) + " (" + w.MethodOf(c->index) +
+            ") failed with status " + std::to_string(c->status.error_code()) + ": " + c->status.error_message();
+    delete c;
+    if (err.empty() && next < w.preload) send();
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  *sent = done;
+  return err;
+}
+
 }  // namespace
+
+std::string Workload::Check() const {
+  if (requests.size() <= preload) return "no requests to send (after the load phase)";
+  if (!methods.empty()) {
+    if (method_of.size() != requests.size()) return "method_of does not match the requests";
+    for (auto m : method_of)
+      if (m >= methods.size()) return "method index out of range";
+  }
+  return "";
+}
 
 std::map<std::string, Plugin>& Plugins() {
   static std::map<std::string, Plugin> m;
@@ -124,7 +171,7 @@ std::string ParseSchedule(const std::string& s, std::vector<Phase>* out) {
 }
 
 std::string Run(const Options& opt, const Workload& w, Result* out) {
-  if (w.requests.empty()) return "no requests to send";
+  if (std::string why = w.Check(); !why.empty()) return why;
   Shared sh;
   sh.res = out;
   sh.w = &w;
@@ -138,6 +185,9 @@ std::string Run(const Options& opt, const Workload& w, Result* out) {
     sh.stubs.push_back(std::make_unique<grpc::GenericStub>(ch));
   }
   for (int i = 0; i < opt.cq_threads; ++i) sh.cqs.push_back(std::make_unique<grpc::CompletionQueue>());
+  if (w.preload > 0) {
+    if (std::string err = Preload(sh, opt.concurrency, &out->preloaded); !err.empty()) return err;
+  }
   const bool closed = opt.mode == "closed";
   std::vector<Phase> phases = closed ? std::vector<Phase>{{0, opt.duration_s}} : opt.phases;
   out->phases.assign(phases.size(), PhaseResult{});
@@ -207,6 +257,7 @@ std::string Run(const Options& opt, const Workload& w, Result* out) {
     out->total.errors += p.errors;
     out->total.latency.Merge(p.latency);
     for (auto& [k, v] : p.codes) out->total.codes[k] += v;
+    for (auto& [k, v] : p.methods) out->total.methods[k] += v;
     out->total.window_s += p.window_s;
   }
   return "";
@@ -230,7 +281,17 @@ void PhaseJson(std::ostringstream& os, const PhaseResult& p) {
     os << (first ? "" : ", ") << "\"" << k << "\": " << v;
     first = false;
   }
-  os << "}, \"latency_us\": ";
+  os << "}";
+  if (!p.methods.empty()) {
+    os << ", \"methods\": {";
+    first = true;
+    for (auto& [k, v] : p.methods) {
+      os << (first ? "" : ", ") << "\"" << k << "\": " << v;
+      first = false;
+    }
+    os << "}";
+  }
+  os << ", \"latency_us\": ";
   LatencyJson(os, p.latency);
   os << "}";
 }
@@ -241,7 +302,7 @@ std::string ToJson(const Options& opt, const Result& r) {
   os.precision(6);
   os << "{\"mode\": \"" << opt.mode << "\", \"target\": \"" << opt.target
      << "\", \"warmup_s\": " << opt.warmup_s << ", \"late_sends\": " << r.late_sends
-     << ", \"total\": ";
+     << ", \"preloaded\": " << r.preloaded << ", \"total\": ";
   PhaseJson(os, r.total);
   os << ", \"phases\": [";
   for (size_t i = 0; i < r.phases.size(); ++i) {

@@ -26,6 +26,7 @@ from musku.domain import (
     format_value,
 )
 from musku.errors import InputError
+from musku.tune.cotune import DEFAULT_LOADS, DEFAULT_WORKERS, MODELS, CotuneSpec
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,14 @@ class HostsSpec:
 
 
 @dataclass(frozen=True)
+class ThreadingSection:
+    """The optional ``[threading]`` table: co-tune the mid-tier's threading per configuration."""
+
+    cotune: bool  # off by default: hosts keep whatever threading they run
+    spec: CotuneSpec  # service, training grid, where each host's mid-tier is
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     description: str
@@ -75,6 +84,12 @@ class Experiment:
     raw: Mapping[str, Any] = field(default_factory=dict)
     search_rounds: int = 2
     scan: str = "unimodal"  # "unimodal": stop scanning an ordered knob past two worsening losses
+    threading: ThreadingSection | None = None  # the [threading] table, if the file has one
+
+    @property
+    def cotune(self) -> CotuneSpec | None:
+        """How to co-tune each host's threading, or None when co-tuning is off."""
+        return self.threading.spec if self.threading is not None and self.threading.cotune else None
 
     @property
     def baseline_config(self) -> Configuration:
@@ -312,7 +327,88 @@ _TOP = {
     "guardrails",
     "statistics",
     "hosts",
+    "threading",
 }
+
+_THREADING_KEYS = {
+    "cotune",
+    "service",
+    "loads",
+    "models",
+    "workers",
+    "duration_s",
+    "warmup_s",
+    "admin",
+    "admin_port_file",
+    "load_data",
+}
+
+
+def _threading(src: _Source, service: str, backend: str) -> ThreadingSection | None:
+    """The ``[threading]`` table (docs/experiment.md), validated with file:line errors."""
+    if "threading" not in src.data:
+        return None
+    tbl = src.table("threading")
+    _check_keys(src, "threading", tbl, _THREADING_KEYS)
+    cotune = src.get("threading", "cotune", bool, False)
+    name = src.get("threading", "service", str, service)
+    if not name:
+        raise src.error("[threading] service must not be empty", "service", "threading")
+
+    def num_list(key: str, default: tuple[Any, ...], kind: type) -> tuple[Any, ...]:
+        raw = src.get("threading", key, list, list(default))
+        for v in raw:
+            ok = not isinstance(v, bool) and (
+                isinstance(v, int | float) if kind is float else isinstance(v, int)
+            )
+            if not ok:
+                what = "numbers" if kind is float else "integers"
+                raise src.error(f"[threading] {key} must be a list of {what}, not {v!r}", key,
+                                "threading")  # fmt: skip
+        return tuple(float(v) if kind is float else v for v in raw)
+
+    loads = num_list("loads", DEFAULT_LOADS, float)
+    workers = num_list("workers", DEFAULT_WORKERS, int)
+    models = src.get("threading", "models", list, list(MODELS))
+    for m in models:
+        if m not in MODELS:
+            raise src.error(
+                f"[threading] unknown threading model {m!r} (models: {', '.join(MODELS)})",
+                "models",
+                "threading",
+            )
+    num = (int, float)
+    spec = CotuneSpec(
+        service=name,
+        loads=loads,
+        models=tuple(models),
+        workers=workers,
+        duration_s=float(src.get("threading", "duration_s", num, 3.0)),
+        warmup_s=float(src.get("threading", "warmup_s", num, 0.5)),
+        admin=src.get("threading", "admin", str, ""),
+        admin_port_file=src.get("threading", "admin_port_file", str, ""),
+        load_data=src.get("threading", "load_data", str, ""),
+    )
+    problem = spec.problem()
+    if problem:
+        first = problem.split()[0]
+        key = {"unknown": "models", "give": "admin_port_file"}.get(first, first)
+        raise src.error(f"[threading] {problem}", key, "threading")
+    if cotune and backend in ("agent", "local") and not (spec.admin or spec.admin_port_file):
+        raise src.error(
+            f'[threading] cotune on {backend} hosts needs admin = "host:port" or '
+            "admin_port_file (where each host's mid-tier answers the Admin RPC)",
+            "cotune",
+            "threading",
+        )
+    if cotune and backend in ("agent", "local") and not spec.load_data and name != "setalgebra":
+        raise src.error(
+            f"[threading] cotune of {name} needs load_data (the load generator's data on the "
+            "hosts; only Set Algebra's is generated)",
+            "cotune",
+            "threading",
+        )
+    return ThreadingSection(cotune=cotune, spec=spec)
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -503,6 +599,8 @@ def load_experiment(path: str | Path) -> Experiment:
         backend=backend, options={k: v for k, v in hosts_tbl.items() if k != "backend"}
     )
 
+    threading = _threading(src, service.name, backend)
+
     reboot_knobs = platform.reboot_knobs if service.tolerates_reboot else frozenset()
     spec = ComparisonSpec(
         metric=primary,
@@ -527,4 +625,5 @@ def load_experiment(path: str | Path) -> Experiment:
         raw=data,
         search_rounds=search_rounds,
         scan=scan,
+        threading=threading,
     )

@@ -31,6 +31,13 @@ class AgentConfig:
     samplers: dict[str, dict[str, Any]] = field(default_factory=lambda: {"perf": {}, "psutil": {}})
     knobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     path: Path | None = None
+    # co-tuning's threading tables; the mid-tier loads them, so its user must be able to read
+    # them (state_dir is 0700): None = state_dir/threading-tables
+    threading_tables: Path | None = None
+
+    @property
+    def table_dir(self) -> Path:
+        return self.threading_tables or self.state_dir / "threading-tables"
 
 
 _AGENT_KEYS = {
@@ -46,6 +53,7 @@ _AGENT_KEYS = {
     "token_file",
     "prometheus_listen",
     "log_level",
+    "threading_tables",
 }
 
 
@@ -129,6 +137,7 @@ def parse_config(
         token_file=path("token_file", "x") if token else None,
         prometheus_listen=str(agent.get("prometheus_listen", "")),
         log_level=str(level),
+        threading_tables=path("threading_tables", "x") if agent.get("threading_tables") else None,
         samplers=tables["samplers"],
         knobs=tables["knobs"],
     )

@@ -12,7 +12,13 @@ Safety rules (docs/agent.md):
   verify rolls back what this request applied, in reverse order, and the request fails;
 - an experiment holds a lease; when it lapses the agent rolls the experiment back;
 - a deployed soft SKU is kept across restarts (TuneD #416); an unfinished experiment or deploy
-  found at start is rolled back.
+  found at start is rolled back;
+- co-tuning (an ``apply`` with a ``threading`` field, docs/threading.md "Co-tuning"): once the
+  knobs are applied and verified, the host's mid-tier is put on the threading table of the
+  configuration (looked up in the agent's table cache, the table the controller offers, or
+  trained); the mid-tier's threading before the experiment is journaled with the experiment
+  and restored when it is rolled back. A failed co-tuning rolls back this request's knob
+  writes (the co-tuner has put the mid-tier back on what it ran) and the request fails.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ if TYPE_CHECKING:
     from musku.hostfs import HostFS
     from musku.knobs.base import Knob, Support
     from musku.metrics.base import Sampler
+    from musku.tune.cotune import AgentRequest, CotuneSpec, Endpoint, Trainer
 
 log = logging.getLogger("musku.agent")
 
@@ -55,6 +62,7 @@ OPS = (
 )
 
 KnobFactory = Callable[..., "Knob"]
+EndpointFactory = Callable[["CotuneSpec"], "Endpoint"]
 
 
 def _default_knob_factory(name: str, fs: HostFS, **options: object) -> Knob:
@@ -96,6 +104,8 @@ class Agent:
         knob_factory: KnobFactory | None = None,
         samplers: list[Sampler] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        threading_endpoint: EndpointFactory | None = None,
+        threading_trainer: Trainer | None = None,
     ) -> None:
         from musku.agent.metrics import AgentMetrics
         from musku.hostfs import HostFS
@@ -122,6 +132,10 @@ class Agent:
         self.recovered: list[str] = []
         self.degraded: list[str] = []
         self.blocked = ""  # set when a rollback could not complete: changes are refused
+        # co-tuning: how the mid-tier is reached and tables trained (tests inject fakes)
+        self._threading_endpoint = threading_endpoint
+        self._threading_trainer = threading_trainer
+        self.threading = ""  # what the mid-tier ran after the last co-tuned apply
 
     # ------------------------------------------------------------------ knobs
 
@@ -214,6 +228,7 @@ class Agent:
             kind = self.journal.open_tx()
             if kind is not None:
                 n = len(self.journal.steps())
+                threading_info = self.journal.tx_info().get("threading")
                 try:
                     self._undo()
                 except HostError as exc:
@@ -222,6 +237,8 @@ class Agent:
                     log.critical("%s; run 'musku agent rollback' once fixed", self.blocked)
                     self.recovered = [self.blocked]
                     return self.recovered
+                if threading_info:
+                    msgs.append(self._restore_threading(threading_info))
                 self.journal.close_tx()
                 msgs.append(f"rolled back an unfinished {kind.value} ({n} write(s), reverse order)")
                 self.metrics.rollbacks.labels(reason="recovery").inc()
@@ -308,11 +325,14 @@ class Agent:
         """Roll back the open transaction (an experiment; or a deploy whose recovery failed)."""
         n = 0
         if self.journal.open_tx() is not None:
+            threading_info = self.journal.tx_info().get("threading")
             try:
                 n = self._undo()
             except HostError as exc:
                 self.blocked = exc.one_line()
                 raise
+            if threading_info:
+                log.info("%s", self._restore_threading(threading_info))
             self.journal.close_tx()
             self.blocked = ""
             self.metrics.rollbacks.labels(reason=reason).inc()
@@ -320,6 +340,53 @@ class Agent:
         self.experiment = {}
         self.expected = self._deployed_values()
         return n
+
+    # ------------------------------------------------------------------ co-tuning
+
+    def _endpoint(self, spec: CotuneSpec) -> Endpoint:
+        if self._threading_endpoint is not None:
+            return self._threading_endpoint(spec)
+        from musku.tune.cotune import AdminEndpoint
+
+        return AdminEndpoint(spec.admin, spec.admin_port_file)
+
+    def _cotune(self, request: AgentRequest, config: Configuration) -> dict[str, Any]:
+        """Co-tune the mid-tier for ``config`` (caller holds the lock, the knobs are applied).
+        Journals the mid-tier's threading before the experiment's first co-tuning."""
+        from musku.tune.cotune import CoTuner, ServiceTrainer, TableCache
+
+        endpoint = self._endpoint(request.spec)
+        info = self.journal.tx_info()
+        if "threading" not in info:
+            before = endpoint.get()  # HostError if the mid-tier cannot be reached
+            info["threading"] = {"spec": request.spec.to_json(), "before": before.to_json()}
+            self.journal.set_tx_info(info)
+        tuner = CoTuner(
+            request.spec,
+            endpoint,
+            self._threading_trainer or ServiceTrainer(),
+            TableCache(self.config.table_dir),
+            request.platform,
+        )
+        result = tuner.cotune(config, offered=request.table)
+        self.threading = result.threading
+        return result.to_json()
+
+    def _restore_threading(self, info: Mapping[str, Any]) -> str:
+        """Put the mid-tier back on the threading journaled before the experiment (best
+        effort: a mid-tier that is gone or refuses is logged, not fatal)."""
+        from musku.tune.cotune import CotuneSpec, ThreadingState, restore
+
+        try:
+            spec = CotuneSpec.from_json(info.get("spec"))
+            before = ThreadingState.from_json(info.get("before") or {})
+            state = restore(self._endpoint(spec), before)
+        except MuskuError as exc:
+            return f"mid-tier threading not restored: {exc.one_line()}"
+        self.threading = ""
+        if state is None:
+            return f"mid-tier threading not restored to {before.describe()} (see the log)"
+        return f"mid-tier threading restored to {before.describe()}"
 
     # ------------------------------------------------------------------ sampling
 
@@ -437,11 +504,14 @@ class Agent:
             )
 
     def op_apply(self, req: dict[str, Any]) -> dict[str, Any]:
+        from musku.tune.cotune import AgentRequest
+
         self._check_not_blocked()
         cfg = _config_of(req.get("config"))
         lease = _number(req, "lease_s", self.config.default_lease_s)
         if not 0 < lease <= self.config.max_lease_s:
             raise InputError(f"lease_s must be in (0, {self.config.max_lease_s:g}]")
+        cotune = AgentRequest.parse(req.get("threading"))  # bad input: refused, nothing written
         t0 = time.monotonic()
         with self.lock:
             values = self._validate(cfg)
@@ -451,10 +521,25 @@ class Agent:
                 self.journal.begin(TxKind.EXPERIMENT, {"experiment": exp})
                 self.experiment = {"id": exp}
                 began = True
+            mark = self.journal.last_seq()
+            threading: dict[str, Any] | None = None
             try:
                 changed = self._write(values)
+                if cotune is not None:
+                    try:
+                        threading = self._cotune(cotune, cfg)
+                    except MuskuError as exc:
+                        # never a half-applied host: this request's knob writes go too
+                        try:
+                            undone = self._undo(after=mark)
+                        except HostError as rb:
+                            self.blocked = rb.one_line()  # steps stay journaled: retried
+                            raise HostError(f"{exc.one_line()}; {rb.one_line()}") from None
+                        raise type(exc)(
+                            f"{exc.one_line()}; rolled back {undone} knob write(s)"
+                        ) from None
             except MuskuError:
-                if began:
+                if began and not self.blocked:
                     self.journal.close_tx()
                     self.experiment = {}
                 self.metrics.applies.labels(outcome="rolled_back").inc()
@@ -466,7 +551,7 @@ class Agent:
             log.info(
                 "applied %s (changed: %s), lease %.1fs", cfg, ", ".join(changed) or "none", lease
             )
-            return {
+            reply = {
                 "changed": changed,
                 "config": Configuration.of(self.expected).as_dict(),
                 "key": Configuration.of(self.expected).key(),
@@ -474,6 +559,9 @@ class Agent:
                 "experiment": self.experiment.get("id", ""),
                 "time": time.time(),
             }
+            if threading is not None:
+                reply["threading"] = threading
+            return reply
 
     def op_renew(self, req: dict[str, Any]) -> dict[str, Any]:
         lease = _number(req, "lease_s", self.lease_s or self.config.default_lease_s)
@@ -575,6 +663,7 @@ class Agent:
                 "blocked": self.blocked,
                 "uptime_s": time.time() - self.started,
                 "samplers": dict(self._sampler_backends),
+                "threading": self.threading,
             }
 
     def op_metrics(self, req: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,12 @@ them into one :class:`~musku.domain.Sample` per host.
 
 A host table with ``socket`` and no ``host`` is reached on that Unix socket directly; with both,
 ``socket`` is passed to the remote ``musku agent rpc`` in the request (``agent_socket``).
+
+With the experiment's ``[threading] cotune``, every ``apply`` request carries a ``threading``
+field (:class:`musku.tune.cotune.AgentRequest`: how to reach and train the host's mid-tier, and
+the results DB's table for that host and configuration if there is one); the agent co-tunes
+the mid-tier once the knobs are applied and replies with what it runs, which
+:meth:`AgentPair.threading` reports. Tables an agent trained are stored in the results DB.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from musku.agent.protocol import raise_for
 from musku.domain import Configuration, Sample
 from musku.errors import HostError, InputError, MuskuError
 from musku.hosts.base import Host, HostPair
+from musku.tune.cotune import ControllerTables, timeout_for
 
 if TYPE_CHECKING:
     from musku.agent.spool import Row
@@ -255,6 +262,12 @@ class AgentHost(Host):
         self._pending_ack = 0
         self._rows: list[Row] = []
         self.metric_names: set[str] = set()
+        self.threading = ""  # what its mid-tier runs (co-tuning), from the last apply's reply
+
+    @property
+    def hostname(self) -> str:
+        """The name threading tables are stored under: the agent's own host name."""
+        return str(self.info.get("hostname") or self.name)
 
     def sample(
         self, rows: Sequence[Row], t0: float, t1: float, name: str, arm: Configuration
@@ -375,10 +388,16 @@ class AgentPair(HostPair):
     hosts: tuple[AgentHost, AgentHost]
 
     def __init__(
-        self, hosts: tuple[AgentHost, AgentHost], *, lease_s: float = 30.0, name: str = ""
+        self,
+        hosts: tuple[AgentHost, AgentHost],
+        *,
+        lease_s: float = 30.0,
+        name: str = "",
+        cotune: ControllerTables | None = None,
     ) -> None:
         self.hosts = hosts
         self.lease_s = lease_s
+        self.cotune = cotune
         self.experiment = name or f"musku-{int(time.time())}"
         self._t0 = time.monotonic()
         self._keeper = LeaseKeeper(hosts, lease_s)
@@ -392,20 +411,27 @@ class AgentPair(HostPair):
         t0 = time.monotonic()
 
         def one(i: int) -> Any:
+            fields: dict[str, Any] = {}
+            if self.cotune is not None:
+                fields["threading"] = self.cotune.request(self.hosts[i].hostname, configs[i])
             return self.hosts[i].link.call(
                 "apply",
                 config=configs[i].as_dict(),
                 lease_s=self.lease_s,
                 experiment=self.experiment,
+                **fields,
             )
 
         with ThreadPoolExecutor(2) as pool:
             futures = [pool.submit(one, i) for i in (0, 1)]
             errors = []
+            replies: list[Any] = []
             for f in futures:
                 exc = f.exception()
                 if exc is not None:
                     errors.append(exc)
+                else:
+                    replies.append(f.result())
         if errors:
             self._rollback_all()
             first = errors[0]
@@ -414,10 +440,28 @@ class AgentPair(HostPair):
             raise HostError(f"apply failed: {first} (both hosts rolled back)")
         self._keeper.error = ""
         self._keeper.start()  # first: the lease runs from the apply on
+        if self.cotune is not None:
+            try:
+                threading = [
+                    self.cotune.record(h.hostname, configs[i], replies[i])
+                    for i, h in enumerate(self.hosts)
+                ]
+            except MuskuError as exc:
+                self._rollback_all()
+                raise type(exc)(f"{exc.one_line()} (both hosts rolled back)") from None
+            for h, th in zip(self.hosts, threading, strict=True):
+                h.threading = th
         for i, h in enumerate(self.hosts):
             h.applied = configs[i]
             h.skip_to_now()
         return time.monotonic() - t0
+
+    def threading(self) -> tuple[str, str]:
+        return self.hosts[0].threading, self.hosts[1].threading
+
+    def use_store(self, store: Any) -> None:
+        if self.cotune is not None:
+            self.cotune.store = store
 
     def _rollback_all(self) -> None:
         self._keeper.stop()
@@ -446,9 +490,10 @@ class AgentPair(HostPair):
         return a, b
 
     def restore(self) -> None:
-        self._rollback_all()
+        self._rollback_all()  # the agents also put their mid-tiers' threading back
         for h in self.hosts:
             h.applied = Configuration()
+            h.threading = ""
 
     def close(self) -> None:
         self._keeper.stop()
@@ -462,6 +507,7 @@ class AgentPair(HostPair):
             "hosts": [h.name for h in self.hosts],
             "agents": {h.name: {**h.info, "clock_offset_s": h.offset} for h in self.hosts},
             "lease_s": self.lease_s,
+            "cotune": self.cotune.spec.to_json() if self.cotune is not None else None,
         }
 
 
@@ -508,9 +554,10 @@ def _host_options(opts: Mapping[str, Any]) -> list[_HostOpt]:
     return out
 
 
-def make_link(h: _HostOpt, opts: Mapping[str, Any]) -> Link:
+def make_link(h: _HostOpt, opts: Mapping[str, Any], *, timeout: float = 300.0) -> Link:
+    """``timeout``: the longest request (an apply that trains a threading table is long)."""
     if not h.host:
-        return SocketLink(h.socket)
+        return SocketLink(h.socket, timeout=max(120.0, timeout))
     cmd = opts.get("remote_command", ["musku", "agent", "rpc"])
     if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) and c for c in cmd):
         raise InputError("[hosts] remote_command must be a list of strings")
@@ -524,7 +571,15 @@ def make_link(h: _HostOpt, opts: Mapping[str, Any]) -> Link:
         remote_command=cmd,
         agent_socket=h.socket or None,
         connect_timeout=float(opts.get("connect_timeout_s", 10.0)),
+        timeout=timeout,
     )
+
+
+def cotune_tables(experiment: Experiment) -> ControllerTables | None:
+    """The controller's side of co-tuning for agent hosts (None when the experiment's
+    ``[threading] cotune`` is off)."""
+    spec = experiment.cotune
+    return None if spec is None else ControllerTables(spec, experiment.platform.name)
 
 
 def open_pair(experiment: Experiment, seed: int = 0) -> AgentPair:
@@ -533,12 +588,15 @@ def open_pair(experiment: Experiment, seed: int = 0) -> AgentPair:
     if isinstance(lease, bool) or not isinstance(lease, int | float) or lease <= 0:
         raise InputError("[hosts] lease_s must be a positive number")
     hosts = _host_options(opts)
-    links = [make_link(h, opts) for h in hosts]
+    tables = cotune_tables(experiment)
+    timeout = 300.0 if tables is None else max(300.0, timeout_for(tables.spec))
+    links = [make_link(h, opts, timeout=timeout) for h in hosts]
     try:
         return AgentPair(
             (AgentHost(hosts[0].name, links[0]), AgentHost(hosts[1].name, links[1])),
             lease_s=float(lease),
             name=experiment.name,
+            cotune=tables,
         )
     except BaseException:
         for link in links:

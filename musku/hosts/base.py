@@ -59,8 +59,15 @@ class HostPair(ABC):
         return [self.window(seconds) for _ in range(count)]
 
     def threading(self) -> tuple[str, str]:
-        """Threading model each host's service runs now ("" when not applicable)."""
+        """Threading each host's service runs now ("" when not applicable): with co-tuning
+        (the experiment's ``[threading] cotune``) ``auto:<table hash> MODEL pP wW rR @ N qps``,
+        the table being the one trained for the configuration the host is at."""
         return ("", "")
+
+    def use_store(self, store: Any) -> None:
+        """The controller's results store, for backends that co-tune threading: they look
+        threading tables up there (``Store.threading_table``) before training one, and save
+        the ones they train. Default: not needed."""
 
     def restore(self) -> None:
         """Put both hosts back at their baseline (end of experiment or abort)."""

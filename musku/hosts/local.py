@@ -17,6 +17,10 @@ The workload under test is a μSuite service already running (``workload = "none
 ``[hosts]`` options: ``backend = "local"``, ``settle_s`` (default 1.0), ``lease_s`` (30),
 ``socket``, ``state_dir``, ``workload`` ("builtin" | "none"), ``stats_file``, ``arena_mib``
 (256), ``madvise`` (false), ``agent_sample_interval_s`` (0.1).
+
+With the experiment's ``[threading] cotune`` (a μSuite mid-tier running on this host), every
+switch to an arm also puts the mid-tier on that arm's threading table (trained at the arm's
+first switch, then found in the agent's cache): each arm is measured with its best threading.
 """
 
 from __future__ import annotations
@@ -35,11 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 from musku.domain import Configuration, Sample
 from musku.errors import HostError, InputError, MuskuError
-from musku.hosts.agent import AgentHost, Link, SocketLink
+from musku.hosts.agent import AgentHost, Link, SocketLink, cotune_tables
 from musku.hosts.base import Host, HostPair
+from musku.tune.cotune import timeout_for
 
 if TYPE_CHECKING:
     from musku.experiment import Experiment
+    from musku.tune.cotune import ControllerTables
 
 log = logging.getLogger("musku.hosts")
 PR_SET_PDEATHSIG = 1
@@ -54,6 +60,7 @@ class _Arm(Host):
     def __init__(self, name: str) -> None:
         self.name = name
         self.config = Configuration()
+        self.threading = ""  # what the mid-tier ran in this arm's last sub-window
 
     def configuration(self) -> Configuration:
         return self.config
@@ -117,6 +124,7 @@ class LocalSwitchbackPair(HostPair):
         lease_s: float = 30.0,
         name: str = "",
         children: list[ChildProcess] | None = None,
+        cotune: ControllerTables | None = None,
     ) -> None:
         import numpy as np
 
@@ -128,6 +136,7 @@ class LocalSwitchbackPair(HostPair):
         self.lease_s = lease_s
         self.experiment = name or f"musku-local-{int(time.time())}"
         self.children = children or []
+        self.cotune = cotune
         self.switches = 0
         self._t0 = time.monotonic()
         self.agent.hello()
@@ -143,15 +152,25 @@ class LocalSwitchbackPair(HostPair):
             arm.config = cfg
         return time.monotonic() - t0
 
-    def _switch(self, cfg: Configuration) -> None:
-        """Apply one arm. A host-side failure (the agent already rolled that apply back, e.g.
-        a verify that lost a race with an outside writer) is retried once after a pause; a
-        second failure restores the host and raises."""
+    def _switch(self, arm: _Arm) -> None:
+        """Apply one arm (and, co-tuning, its threading). A host-side failure (the agent
+        already rolled that apply back, e.g. a verify that lost a race with an outside writer)
+        is retried once after a pause; a second failure restores the host and raises."""
+        cfg = arm.config
+        fields: dict[str, Any] = {}
         for attempt in (0, 1):
             try:
-                self.agent.link.call(
-                    "apply", config=cfg.as_dict(), lease_s=self.lease_s, experiment=self.experiment
+                if self.cotune is not None:
+                    fields["threading"] = self.cotune.request(self.agent.hostname, cfg)
+                reply = self.agent.link.call(
+                    "apply",
+                    config=cfg.as_dict(),
+                    lease_s=self.lease_s,
+                    experiment=self.experiment,
+                    **fields,
                 )
+                if self.cotune is not None:
+                    arm.threading = self.cotune.record(self.agent.hostname, cfg, reply)
                 self.switches += 1
                 return
             except HostError as exc:
@@ -169,7 +188,7 @@ class LocalSwitchbackPair(HostPair):
         for child in self.children:
             if not child.alive():
                 raise HostError(f"the {child.name} process exited: {child.tail()}")
-        self._switch(arm.config)
+        self._switch(arm)
         time.sleep(self.settle_s)  # discarded: the switch's transient
         start = time.time()
         time.sleep(seconds)
@@ -187,9 +206,16 @@ class LocalSwitchbackPair(HostPair):
             out[i] = self._sub_window(self.arms[i], seconds)
         return out[0], out[1]
 
+    def threading(self) -> tuple[str, str]:
+        return self.arms[0].threading, self.arms[1].threading
+
+    def use_store(self, store: Any) -> None:
+        if self.cotune is not None:
+            self.cotune.store = store
+
     def restore(self) -> None:
         try:
-            self.agent.link.call("rollback")
+            self.agent.link.call("rollback")  # knobs and the mid-tier's threading
         except MuskuError as exc:
             log.error("local rollback failed: %s", exc.one_line())
             raise
@@ -210,16 +236,19 @@ class LocalSwitchbackPair(HostPair):
             "design": "switchback",
             "settle_s": self.settle_s,
             "agent": self.agent.info,
+            "cotune": self.cotune.spec.to_json() if self.cotune is not None else None,
         }
 
 
-def _wait_for_socket(path: Path, child: ChildProcess, timeout: float = 30.0) -> SocketLink:
+def _wait_for_socket(
+    path: Path, child: ChildProcess, timeout: float = 30.0, *, request_timeout: float = 120.0
+) -> SocketLink:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not child.alive():
             raise HostError(f"the local agent exited at start: {child.tail()}")
         if path.exists():
-            link = SocketLink(path)
+            link = SocketLink(path, timeout=request_timeout)
             try:
                 link.call("hello")
                 return link
@@ -290,9 +319,11 @@ def open_pair(experiment: Experiment, seed: int = 0) -> LocalSwitchbackPair:
                 if time.monotonic() > deadline or not children[0].alive():
                     raise HostError(f"the workload did not start: {children[0].tail()}")
                 time.sleep(0.1)
+        tables = cotune_tables(experiment)
+        timeout = 120.0 if tables is None else max(120.0, timeout_for(tables.spec))
         sock = opts.get("socket")
         if sock:
-            link: Link = SocketLink(str(sock))
+            link: Link = SocketLink(str(sock), timeout=timeout)
         else:
             sock_path = state / "agent.sock"
             cfg = state / "agent.toml"
@@ -312,9 +343,15 @@ def open_pair(experiment: Experiment, seed: int = 0) -> LocalSwitchbackPair:
                 "local agent",
             )
             children.append(agent)
-            link = _wait_for_socket(sock_path, agent)
+            link = _wait_for_socket(sock_path, agent, request_timeout=timeout)
         return LocalSwitchbackPair(
-            link, seed=seed, settle_s=settle, lease_s=lease, name=experiment.name, children=children
+            link,
+            seed=seed,
+            settle_s=settle,
+            lease_s=lease,
+            name=experiment.name,
+            children=children,
+            cotune=tables,
         )
     except BaseException:
         for child in reversed(children):

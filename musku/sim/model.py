@@ -32,7 +32,7 @@ METRICS: dict[str, Direction] = {
 }
 """Metrics a simulated host reports, with the direction in which each is better."""
 
-_TOP = {"model", "reference", "knobs", "interactions", "noise", "timing"}
+_TOP = {"model", "reference", "knobs", "interactions", "noise", "timing", "threading"}
 _KNOB_KEYS = {"throughput", "p99", "qos", "power", "description"}
 _REF_KEYS = {"mips", "qps", "p99_ms", "power_w", "qos_violation_rate", "config"}
 
@@ -94,6 +94,54 @@ class Interaction:
 
 
 @dataclass(frozen=True)
+class ThreadingRule:
+    """Where the best threading model differs: ``best`` when every condition holds."""
+
+    when: Mapping[str, tuple[bool, frozenset[Value]]]
+    best: str
+    why: str = ""
+
+    def holds(self, settings: Mapping[str, Value]) -> bool:
+        return Interaction(self.when, 1.0, 1.0).holds(settings)
+
+
+@dataclass(frozen=True)
+class ThreadingResponse:
+    """The model's ``[threading]``: the best threading model per configuration, and the cost
+    of running another one. The reference figures are measured with the best model."""
+
+    initial: str  # what the hosts' mid-tiers run until co-tuned (pools p1 w2 r1 or so)
+    best: str  # the best model where no rule applies
+    mismatch: float  # relative throughput lost on a model that is not the best
+    mismatch_p99: float  # relative p99 added then
+    rules: tuple[ThreadingRule, ...] = ()
+
+    def best_for(self, settings: Mapping[str, Value]) -> str:
+        for rule in self.rules:
+            if rule.holds(settings):
+                return rule.best
+        return self.best
+
+    def signature(self) -> str:
+        """Short hash of what decides the best threading (tables trained from another
+        ``[threading]`` must not be reused: the simulator keys its tables by it)."""
+        import hashlib
+        import json
+
+        rules = [
+            {
+                "when": {
+                    k: [neg, sorted(map(str, vals))] for k, (neg, vals) in sorted(r.when.items())
+                },
+                "best": r.best,
+            }
+            for r in self.rules
+        ]
+        text = json.dumps([self.best, rules], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+@dataclass(frozen=True)
 class KnobResponse:
     throughput: Mapping[Value, float]
     p99: Mapping[Value, float]
@@ -145,6 +193,100 @@ def _nth_header_line(text: str, header: str, n: int) -> int | None:
     return None
 
 
+def _conditions(
+    src: _Source, when_raw: object, knobs: Mapping[str, KnobResponse], ierr: Any
+) -> dict[str, tuple[bool, frozenset[Value]]]:
+    """``when = { knob = value | [values] | "!value" }`` of an interaction or a threading rule."""
+    if not isinstance(when_raw, dict) or not when_raw:
+        raise ierr("needs when = { knob = value, ... } with at least one condition")
+    when: dict[str, tuple[bool, frozenset[Value]]] = {}
+    for knob, cond in when_raw.items():
+        if knob not in knobs:
+            raise ierr(f"condition on knob '{knob}' that the model does not have")
+        negated = isinstance(cond, str) and cond.startswith("!")
+        items = cond if isinstance(cond, list) else [cond[1:] if negated else cond]
+        if not items:
+            raise ierr(f"empty condition list for '{knob}'")
+        vals: set[Value] = set()
+        for raw in items:
+            try:
+                cond_value = _setting(src, knob, raw, "when", "interactions")
+            except InputError:
+                raise ierr(f"{raw!r} is not a valid {knob} setting") from None
+            if cond_value not in knobs[knob].throughput:
+                raise ierr(f"{knob} = {raw!r} is not modelled in [knobs.{knob}]")
+            vals.add(cond_value)
+        when[knob] = (negated, frozenset(vals))
+    return when
+
+
+def _threading_section(src: _Source, knobs: Mapping[str, KnobResponse]) -> ThreadingResponse | None:
+    """The optional ``[threading]`` table: which threading model serves best where, and what
+    running another one costs (docs/threading.md, "Co-tuning")."""
+    from musku.tune.cotune import MODELS
+
+    if "threading" not in src.data:
+        return None
+    tbl = src.table("threading")
+    allowed = {"initial", "best", "mismatch", "mismatch_p99", "rules"}
+    for key in tbl:
+        if key not in allowed:
+            raise src.error(
+                f"[threading] has unknown key '{key}' (allowed: {', '.join(sorted(allowed))})",
+                key,
+                "threading",
+            )
+
+    def model_name(value: object, key: str) -> str:
+        if value not in MODELS:
+            raise src.error(
+                f"[threading] {key} = {value!r} is not a threading model ({', '.join(MODELS)})",
+                key,
+                "threading",
+            )
+        return str(value)
+
+    initial = model_name(tbl.get("initial", "async-dispatch-block"), "initial")
+    if "best" not in tbl:
+        raise src.error("[threading] needs 'best' (the best model where no rule applies)",
+                        "threading")  # fmt: skip
+    best = model_name(tbl["best"], "best")
+    mismatch = _number(src, tbl.get("mismatch", 0.0), "[threading] mismatch", "mismatch",
+                       "threading")  # fmt: skip
+    if not 0.0 <= mismatch < 0.9:
+        raise src.error("[threading] mismatch must be in [0, 0.9)", "mismatch", "threading")
+    p99 = _number(src, tbl.get("mismatch_p99", 1.0 / (1.0 - mismatch) - 1.0),
+                  "[threading] mismatch_p99", "mismatch_p99", "threading")  # fmt: skip
+    if not 0.0 <= p99 < 10.0:
+        raise src.error("[threading] mismatch_p99 must be in [0, 10)", "mismatch_p99",
+                        "threading")  # fmt: skip
+    rules_raw = tbl.get("rules", [])
+    if not isinstance(rules_raw, list):
+        raise src.error("[threading] rules must be an array of tables [[threading.rules]]",
+                        "rules", "threading")  # fmt: skip
+    rules: list[ThreadingRule] = []
+    for i, item in enumerate(rules_raw):
+        line = _nth_header_line(src.text, "threading.rules", i)
+
+        def rerr(msg: str, line: int | None = line, i: int = i) -> InputError:
+            where = f"{src.path}:{line}" if line else str(src.path)
+            return InputError(f"[[threading.rules]] #{i + 1}: {msg}", where=where)
+
+        if not isinstance(item, dict):
+            raise rerr("must be a table")
+        for key in item:
+            if key not in {"when", "best", "why"}:
+                raise rerr(f"unknown key '{key}' (allowed: best, when, why)")
+        when = _conditions(src, item.get("when"), knobs, rerr)
+        if item.get("best") not in MODELS:
+            raise rerr(f"best = {item.get('best')!r} is not a threading model")
+        why = item.get("why", "")
+        if not isinstance(why, str):
+            raise rerr("why must be text")
+        rules.append(ThreadingRule(when, str(item["best"]), why))
+    return ThreadingResponse(initial, best, mismatch, p99, tuple(rules))
+
+
 def _number(src: _Source, value: object, what: str, key: str, table: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise src.error(f"{what} must be a number, not {value!r}", key, table)
@@ -183,6 +325,7 @@ class SimModel:
         noise: NoiseModel,
         timing: Timing,
         platform: str | None = None,
+        threading: ThreadingResponse | None = None,
     ) -> None:
         self.name = name
         self.description = description
@@ -194,6 +337,7 @@ class SimModel:
         self.noise = noise
         self.timing = timing
         self.platform = platform
+        self.threading = threading
         self._cache: dict[Configuration, Point] = {}
 
     def __repr__(self) -> str:
@@ -429,27 +573,7 @@ class SimModel:
             for key in item:
                 if key not in {"when", "throughput", "p99", "why"}:
                     raise ierr(f"unknown key '{key}' (allowed: p99, throughput, when, why)")
-            when_raw = item.get("when")
-            if not isinstance(when_raw, dict) or not when_raw:
-                raise ierr("needs when = { knob = value, ... } with at least one condition")
-            when: dict[str, tuple[bool, frozenset[Value]]] = {}
-            for knob, cond in when_raw.items():
-                if knob not in knobs:
-                    raise ierr(f"condition on knob '{knob}' that the model does not have")
-                negated = isinstance(cond, str) and cond.startswith("!")
-                items = cond if isinstance(cond, list) else [cond[1:] if negated else cond]
-                if not items:
-                    raise ierr(f"empty condition list for '{knob}'")
-                vals: set[Value] = set()
-                for raw in items:
-                    try:
-                        cond_value = _setting(src, knob, raw, "when", "interactions")
-                    except InputError:
-                        raise ierr(f"{raw!r} is not a valid {knob} setting") from None
-                    if cond_value not in knobs[knob].throughput:
-                        raise ierr(f"{knob} = {raw!r} is not modelled in [knobs.{knob}]")
-                    vals.add(cond_value)
-                when[knob] = (negated, frozenset(vals))
+            when = _conditions(src, item.get("when"), knobs, ierr)
             if "throughput" not in item:
                 raise ierr("needs throughput = <multiplier>")
             mult = item["throughput"]
@@ -467,6 +591,7 @@ class SimModel:
 
         noise = cls._parse_noise(src)
         timing = cls._parse_timing(src)
+        threading = _threading_section(src, knobs)
         model = cls(
             name=name,
             description=description,
@@ -478,6 +603,7 @@ class SimModel:
             noise=noise,
             timing=timing,
             platform=platform_name,
+            threading=threading,
         )
         if reference_config is not None:
             tp = model.throughput(reference_config)
@@ -606,6 +732,29 @@ class SimModel:
             self._cache[config] = result
         return result
 
+    def full_settings(self, config: Configuration) -> dict[str, Value]:
+        """``config`` with the knobs it leaves out at the reference configuration's values."""
+        settings = dict(config.settings)
+        if self.reference_config is not None:
+            for knob, value in self.reference_config.settings:
+                settings.setdefault(knob, value)
+        return settings
+
+    def best_threading(self, config: Configuration) -> str:
+        """The threading model that serves ``config`` best ("" if the model has no
+        ``[threading]``)."""
+        if self.threading is None:
+            return ""
+        return self.threading.best_for(self.full_settings(config))
+
+    def threading_factor(self, config: Configuration, running: str) -> tuple[float, float]:
+        """(throughput, p99) multipliers of running model ``running`` at ``config``: 1 on the
+        best model, the mismatch cost on any other."""
+        t = self.threading
+        if t is None or not running or running == self.best_threading(config):
+            return 1.0, 1.0
+        return 1.0 - t.mismatch, 1.0 + t.mismatch_p99
+
     def throughput(self, config: Configuration) -> float:
         """Noiseless relative MIPS (1.0 = the reference)."""
         return self.point(config).throughput
@@ -676,4 +825,13 @@ def _read_numbers(
     return out
 
 
-__all__ = ["METRICS", "SimModel", "NoiseModel", "LoadModel", "Timing", "Interaction"]
+__all__ = [
+    "METRICS",
+    "SimModel",
+    "NoiseModel",
+    "LoadModel",
+    "Timing",
+    "Interaction",
+    "ThreadingResponse",
+    "ThreadingRule",
+]

@@ -18,25 +18,39 @@ Each window of each host is then an outlier with probability ``outlier_prob`` (l
 
 Random streams are separate per purpose and drawn in window order, so ``windows(s, n)`` gives
 the same numbers as ``n`` calls of ``window(s)`` (up to floating-point rounding).
+
+A model with a ``[threading]`` section gives each host a simulated mid-tier
+(:class:`musku.sim.midtier.SimMidtier`): a host whose mid-tier runs another threading model than
+the best one for its configuration loses ``mismatch`` of its throughput and gains
+``mismatch_p99`` of p99. With co-tuning (``cotune``, the experiment's ``[threading]``), every
+``apply`` co-tunes each host whose configuration changed through
+:class:`musku.tune.cotune.CoTuner` (table cache, results DB, training: its host seconds are
+the apply's), so each side runs its best threading; without it the mid-tiers stay on the
+model's ``initial`` threading.
 """
 
 from __future__ import annotations
 
 import math
+import shutil
+import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.signal import lfilter
 
 from musku.domain import Configuration, Sample
-from musku.errors import InputError
+from musku.errors import InputError, MuskuError
 from musku.hosts.base import Host, HostPair
 from musku.sim.model import Point, SimModel
 
 if TYPE_CHECKING:
     from musku.experiment import Experiment
+    from musku.sim.midtier import SimMidtier
+    from musku.tune.cotune import CoTuner, CotuneResult, CotuneSpec, Trainer
 
 _MAX_SUBSTEPS = 256
 _BURST_BLOCK_S = 3600.0
@@ -84,6 +98,9 @@ class SimPair(HostPair):
         initial: tuple[Configuration, Configuration] | None = None,
         reboot_knobs: frozenset[str] = frozenset(),
         names: tuple[str, str] = ("sim-a", "sim-b"),
+        cotune: CotuneSpec | None = None,
+        trainer: Trainer | None = None,
+        table_dir: str | Path | None = None,
     ) -> None:
         if not noise_scale >= 0.0 or not math.isfinite(noise_scale):
             raise InputError(f"noise_scale must be >= 0, not {noise_scale!r}")
@@ -126,6 +143,107 @@ class SimPair(HostPair):
         self._x = self._rng_gap.standard_normal(2) * sigma
         self.applies = 0
         self.reboots = 0
+        self._setup_threading(model, names, initial, cotune, trainer, table_dir)
+
+    # ----------------------------------------------------------------- threading
+
+    def _setup_threading(
+        self,
+        model: SimModel,
+        names: tuple[str, str],
+        initial: tuple[Configuration, Configuration],
+        cotune: CotuneSpec | None,
+        trainer: Trainer | None,
+        table_dir: str | Path | None,
+    ) -> None:
+        self.cotune = cotune
+        self.midtiers: tuple[SimMidtier, SimMidtier] | None = None
+        self.tuners: tuple[CoTuner, CoTuner] | None = None
+        self.cotuned: list[CotuneResult | None] = [None, None]
+        self._tuned_for: list[str | None] = [None, None]
+        self._factors = [(1.0, 1.0), (1.0, 1.0)]  # (throughput, p99) of each host's threading
+        self._own_table_dir: Path | None = None
+        if model.threading is None:
+            if cotune is not None:
+                raise InputError(
+                    f"sim model {model.source or model.name} has no [threading] section: "
+                    "co-tuning needs one (docs/threading.md, Co-tuning)"
+                )
+            return
+        from musku.sim.midtier import SimMidtier, SimTrainer
+        from musku.tune.cotune import CoTuner, TableCache
+
+        service = cotune.service if cotune is not None else model.name
+        self.midtiers = (
+            SimMidtier(model, names[0], service, initial[0]),
+            SimMidtier(model, names[1], service, initial[1]),
+        )
+        if cotune is not None:
+            if table_dir is None:
+                self._own_table_dir = Path(tempfile.mkdtemp(prefix="musku-sim-tables-"))
+                table_dir = self._own_table_dir
+            cache = TableCache(table_dir)
+            # the platform under which tables are stored: tables trained on another model's
+            # [threading] must never be reused
+            platform = f"{model.platform or 'sim'}/sim-{model.threading.signature()}"
+            train = trainer if trainer is not None else SimTrainer(model)
+            self.tuners = (
+                CoTuner(cotune, self.midtiers[0], train, cache, platform),
+                CoTuner(cotune, self.midtiers[1], train, cache, platform),
+            )
+        self._update_factors()
+
+    def _update_factors(self) -> None:
+        if self.midtiers is None:
+            return
+        for h, mt in enumerate(self.midtiers):
+            self._factors[h] = self.model.threading_factor(self.hosts[h].configuration(),
+                                                           mt.running())  # fmt: skip
+
+    def use_store(self, store: Any) -> None:
+        if self.tuners is not None:
+            for t in self.tuners:
+                t.store = store
+
+    def threading(self) -> tuple[str, str]:
+        if self.midtiers is None:
+            return ("", "")
+        from musku.tune.cotune import describe
+
+        return describe(self.midtiers[0]), describe(self.midtiers[1])
+
+    def _cotune(self, configs: list[Configuration], old: list[Configuration]) -> np.ndarray:
+        """Co-tune each host whose mid-tier is not on its configuration's table yet; the host
+        seconds each host spent (training). On failure (HostError / InputError from the
+        co-tuner) both hosts' mid-tiers are back on what they ran at their ``old``
+        configurations and the error propagates (the caller puts the knobs back)."""
+        spent = np.zeros(2)
+        if self.tuners is None or self.midtiers is None:
+            return spent
+        from musku.tune.cotune import restore
+
+        before = [mt.get() for mt in self.midtiers]
+        tuned_before = list(self._tuned_for)
+        try:
+            for h, cfg in enumerate(configs):
+                key = cfg.key()
+                self.midtiers[h].config = cfg
+                if self._tuned_for[h] == key:
+                    continue
+                res = self.tuners[h].cotune(cfg)
+                spent[h] = res.seconds
+                self.cotuned[h] = res
+                self._tuned_for[h] = key
+        except MuskuError:
+            # the knobs go back first (a table is checked against the host's CPU count), then
+            # each mid-tier that does not run what it ran before is put back on it
+            for h, mt in enumerate(self.midtiers):
+                mt.config = old[h]
+                if replace(mt.get(), measured_qps=0.0) != replace(before[h], measured_qps=0.0):
+                    restore(mt, before[h])
+            self._tuned_for = tuned_before
+            raise
+        return spent
 
     # ----------------------------------------------------------------- HostPair
 
@@ -151,11 +269,30 @@ class SimPair(HostPair):
                 self.reboots += 1
             costs[h] = cost
         t0 = self._t
+        old = [h.configuration() for h in self.hosts]
         for h, cfg in enumerate(new):
             if costs[h] > 0:
                 self.hosts[h]._config = cfg
                 self._points[h] = self.model.point(cfg)
                 self._warm_start[h] = t0 + costs[h]
+            if self.midtiers is not None:
+                self.midtiers[h].config = self.hosts[h].configuration()
+        try:
+            # after the knobs are applied (and verified): each side gets its best threading
+            costs += self._cotune(new, old)
+        except MuskuError as exc:
+            # never a half-applied host: both back at their configurations, time still spent
+            for h, cfg in enumerate(old):
+                self.hosts[h]._config = cfg
+                self._points[h] = self.model.point(cfg)
+                if self.midtiers is not None:
+                    self.midtiers[h].config = cfg
+            self._update_factors()
+            used = float(costs.max())
+            if used > 0:
+                self._advance(used)
+            raise type(exc)(f"{exc.one_line()} (both hosts rolled back)") from None
+        self._update_factors()
         used = float(costs.max())
         if used > 0:
             self.applies += 1
@@ -220,6 +357,11 @@ class SimPair(HostPair):
     def restore(self) -> None:
         self.apply(self._initial)
 
+    def close(self) -> None:
+        if self._own_table_dir is not None:
+            shutil.rmtree(self._own_table_dir, ignore_errors=True)
+            self._own_table_dir = None
+
     def describe(self) -> Mapping[str, Any]:
         return {
             "hosts": [h.name for h in self.hosts],
@@ -230,6 +372,7 @@ class SimPair(HostPair):
             "seed": self.seed,
             "host_bias": self.host_bias,
             "noise_scale": self.noise_scale,
+            "cotune": self.cotune.to_json() if self.cotune is not None else None,
         }
 
     # ----------------------------------------------------------------- the engine
@@ -283,15 +426,16 @@ class SimPair(HostPair):
             sign = np.where(u[:, :, 2] < 0.5, -1.0, 1.0)
             outlier = np.where(hit, np.exp(sign * n.outlier_scale * (0.5 + u[:, :, 1])), 1.0)
         pts = self._points
-        tp = np.array([pts[0].throughput, pts[1].throughput]) * self._bias
+        (ft0, fp0), (ft1, fp1) = self._factors
+        tp = np.array([pts[0].throughput * ft0, pts[1].throughput * ft1]) * self._bias
         mips = ref["mips"] * tp * f_mips * outlier
         qps = ref["qps"] * tp * f_qps
-        p99_nom = ref["p99_ms"] * np.array([pts[0].p99, pts[1].p99]) / self._bias
+        p99_nom = ref["p99_ms"] * np.array([pts[0].p99 * fp0, pts[1].p99 * fp1]) / self._bias
         load_gain = 1.0 + n.p99_load_gain * (load_w[:, None] - 1.0)
         p99_noise = np.exp(-0.5 * x_w + n.p99_sigma * self.noise_scale * z[:, :, 0])
         p99_rel = np.maximum(load_gain, 0.05) * p99_noise / warm_w / np.sqrt(outlier)
         p99 = p99_nom * p99_rel
-        qos = np.minimum(1.0, np.array([pts[0].qos, pts[1].qos]) * p99_rel**3)
+        qos = np.minimum(1.0, np.array([pts[0].qos * fp0**3, pts[1].qos * fp1**3]) * p99_rel**3)
         power_nom = ref["power_w"] * np.array([pts[0].power, pts[1].power])
         power = (
             power_nom
@@ -337,6 +481,7 @@ class SimPair(HostPair):
         out = []
         for h in (0, 1):
             pt = self._points[h]
+            f_tp, f_p99 = self._factors[h]
             bias = float(self._bias[h])
             age = max(tm - float(self._warm_start[h]), 0.0)
             warm = 1.0 - n.warmup_amplitude * math.exp(-age / n.warmup_tau_s)
@@ -345,7 +490,7 @@ class SimPair(HostPair):
             if scale and u[h][0] < n.outlier_prob * min(1.0, scale):
                 sign = -1.0 if u[h][2] < 0.5 else 1.0
                 outlier = math.exp(sign * n.outlier_scale * (0.5 + u[h][1]))
-            tp = pt.throughput * bias
+            tp = pt.throughput * f_tp * bias
             mips = ref["mips"] * tp * (load * warm * math.exp(xh)) * outlier
             qps = ref["qps"] * tp * (load * warm * math.exp(0.5 * xh))
             p99_rel = (
@@ -354,8 +499,8 @@ class SimPair(HostPair):
                 / warm
                 / math.sqrt(outlier)
             )
-            p99 = ref["p99_ms"] * pt.p99 / bias * p99_rel
-            qos = min(1.0, pt.qos * p99_rel**3)
+            p99 = ref["p99_ms"] * pt.p99 * f_p99 / bias * p99_rel
+            qos = min(1.0, pt.qos * f_p99**3 * p99_rel**3)
             power = (
                 ref["power_w"]
                 * pt.power
@@ -457,6 +602,13 @@ def open_pair(experiment: Experiment, seed: int = 0) -> SimPair:
     for name, v in (("host_bias", host_bias), ("noise_scale", noise_scale)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
             raise InputError(f"[hosts] {name} must be a number, not {v!r}", where=where)
+    cotune = experiment.cotune
+    if cotune is not None and model.threading is None:
+        raise InputError(
+            f"[threading] cotune = true, but the sim model {model.source} has no [threading] "
+            "section (which threading serves each configuration best)",
+            where=where,
+        )
     return SimPair(
         model,
         seed=seed,
@@ -464,4 +616,5 @@ def open_pair(experiment: Experiment, seed: int = 0) -> SimPair:
         noise_scale=float(noise_scale),
         initial=(baseline, baseline),
         reboot_knobs=experiment.spec.reboot_knobs,
+        cotune=cotune,
     )

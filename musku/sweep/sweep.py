@@ -67,6 +67,8 @@ def experiment_run(
         )
         raise
     try:
+        if store is not None:
+            pair.use_store(store)  # co-tuning looks threading tables up there and saves them
         if store is not None and exp_id is not None:
             store.add_hosts(exp_id, pair.describe())
         yield Runner(

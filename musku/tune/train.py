@@ -24,6 +24,22 @@ from musku.services import runtime
 TABLE_FORMAT = "musku-threading-table/1"
 
 
+@dataclass(frozen=True)
+class Target:
+    """A mid-tier already running somewhere (not started by us): what training needs of it.
+    :func:`train` takes this or a :class:`runtime.Deployment`."""
+
+    address: str  # its service + Admin address, "host:port"
+    service: str
+    load_data: Path  # what the load generator's plug-in reads (Set Algebra: the queries file)
+
+
+def _target(dep: runtime.Deployment | Target) -> Target:
+    if isinstance(dep, Target):
+        return dep
+    return Target(dep.midtier.address, dep.service, dep.load_data)
+
+
 @dataclass(frozen=True, order=True)
 class Candidate:
     model: str
@@ -71,7 +87,7 @@ def parse_loads(text: str) -> list[float]:
 
 
 def measure(
-    dep: runtime.Deployment,
+    dep: runtime.Deployment | Target,
     cand: Candidate,
     qps: float,
     *,
@@ -80,12 +96,13 @@ def measure(
     loadgen_cpus: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Switch the running mid-tier to ``cand`` and measure one open-loop point."""
-    runtime.set_threading(dep.midtier.address, cand.model, pollers=cand.pollers,
+    t = _target(dep)
+    runtime.set_threading(t.address, cand.model, pollers=cand.pollers,
                           workers=cand.workers, responders=cand.responders)  # fmt: skip
     res = runtime.run_load(
-        dep.midtier.address,
-        dep.service,
-        dep.load_data,
+        t.address,
+        t.service,
+        t.load_data,
         runtime.LoadSpec(qps=qps, duration_s=duration_s, warmup_s=warmup_s),
         cpus=loadgen_cpus,
     )
@@ -112,8 +129,10 @@ def build_table(
     candidates: Sequence[Candidate],
     *,
     host: str | None = None,
+    cpus: int | None = None,
 ) -> dict[str, Any]:
-    """Best candidate per load -> rows with ``max_qps`` bounds (geometric midpoints)."""
+    """Best candidate per load -> rows with ``max_qps`` bounds (geometric midpoints).
+    ``cpus``: the CPU count of the host the table is for (default: this one's)."""
     by_key = {c.key(): c for c in candidates}
     best: list[tuple[float, Candidate, float]] = []
     for q in loads:
@@ -144,7 +163,7 @@ def build_table(
         "format": TABLE_FORMAT,
         "service": service,
         "host": host or socket.gethostname(),
-        "cpus": os.cpu_count(),
+        "cpus": cpus if cpus is not None else os.cpu_count(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "loads": list(loads),
         "rows": rows,
@@ -153,7 +172,7 @@ def build_table(
 
 
 def train(
-    dep: runtime.Deployment,
+    dep: runtime.Deployment | Target,
     loads: Sequence[float],
     candidates: Sequence[Candidate],
     *,
@@ -170,7 +189,7 @@ def train(
             grid.setdefault(c.key(), {})[q] = point
             if progress:
                 progress(c.key(), q, point)
-    return build_table(dep.service, loads, grid, candidates), grid
+    return build_table(_target(dep).service, loads, grid, candidates), grid
 
 
 def service_name(service: str) -> str:
@@ -185,27 +204,42 @@ def write_table(table: dict[str, Any], path: Path) -> None:
     tmp.replace(path)
 
 
-def validate_table(path: Path, service: str) -> dict[str, Any]:
+def validate_table(path: Path, service: str, *, cpus: int | None = None) -> dict[str, Any]:
     """Read a table back with the rules the C++ side applies; InputError with the reason."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise InputError(f"threading table {path} is unreadable or corrupt: {e}") from e
+    return check_table(data, service, cpus=cpus, where=str(path))
+
+
+def check_table(
+    data: Any, service: str, *, cpus: int | None = None, where: str = "threading table"
+) -> dict[str, Any]:
+    """The C++ side's rules on a parsed table: format, service, CPU count (``cpus``, default
+    this host's: another count means the table is stale), increasing rows of known models."""
+    name = f"threading table {where}" if not where.startswith("threading table") else where
+    here = cpus if cpus is not None else os.cpu_count()
     if not isinstance(data, dict) or data.get("format") != TABLE_FORMAT:
-        raise InputError(f"threading table {path} has no format {TABLE_FORMAT!r}")
+        raise InputError(f"{name} has no format {TABLE_FORMAT!r}")
     if data.get("service") != service_name(service):
-        raise InputError(f"threading table {path} is for {data.get('service')!r}, not {service!r}")
-    if data.get("cpus") != os.cpu_count():
+        raise InputError(f"{name} is for {data.get('service')!r}, not {service!r}")
+    if data.get("cpus") != here:
         raise InputError(
-            f"threading table {path} is stale: trained on {data.get('cpus')} CPUs, this host has "
-            f"{os.cpu_count()}"
+            f"{name} is stale: trained on {data.get('cpus')} CPUs, this host has {here}"
         )
     rows = data.get("rows")
     if not isinstance(rows, list) or not rows:
-        raise InputError(f"threading table {path} has no rows")
+        raise InputError(f"{name} has no rows")
     prev = -1.0
     for r in rows:
-        if r.get("model") not in runtime.THREADING_MODELS or not r.get("max_qps", 0) > prev:
-            raise InputError(f"threading table {path}: bad row {r}")
+        if (
+            not isinstance(r, dict)
+            or r.get("model") not in runtime.THREADING_MODELS
+            or not isinstance(r.get("max_qps"), int | float)
+            or not r["max_qps"] > prev
+            or not all(isinstance(r.get(k), int) for k in ("pollers", "workers", "responders"))
+        ):
+            raise InputError(f"{name}: bad row {r}")
         prev = r["max_qps"]
     return data

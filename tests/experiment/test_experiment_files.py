@@ -11,7 +11,9 @@ from musku.errors import InputError
 from musku.experiment import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((ROOT / "experiments").glob("*.toml"))
+EXAMPLES = sorted((ROOT / "experiments").glob("*.toml")) + sorted(
+    (ROOT / "experiments" / "sim").glob("cotune-*.toml")  # co-tuning, next to their sim model
+)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)

@@ -12,7 +12,12 @@ from musku.errors import InputError, UnsupportedError
 from musku.sim import SimModel
 
 ROOT = Path(__file__).resolve().parents[2]
-MODELS = sorted((ROOT / "experiments" / "sim").glob("*.toml"))
+# model files (experiments/sim also holds experiment files that use them: cotune-*.toml)
+MODELS = sorted(
+    p
+    for p in (ROOT / "experiments" / "sim").glob("*.toml")
+    if "model" in tomllib.loads(p.read_text(encoding="utf-8"))
+)
 
 GOOD = """\
 [model]

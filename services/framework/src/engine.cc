@@ -234,6 +234,10 @@ void Engine::ArmOn(int k, size_t f, int count) {
 }
 
 bool Engine::Start(std::string* error) {
+  if (std::string unknown = opts_.UnreadFlags(); !unknown.empty()) {
+    *error = "unknown flag(s) " + unknown + " (see --help)";
+    return false;
+  }
   if (!ParsePinSpec(opts_.pin, &pin_, error)) return false;
   // Debian's abseil runs mutex deadlock detection (a lock graph updated on every gRPC mutex
   // acquisition: ~6 % of a mid-tier's CPU in perf). It is a debugging aid: off in servers.

@@ -61,12 +61,21 @@ bool ParseInt(const std::string& s, long lo, long hi, long* out) {
 }
 }  // namespace
 
+std::string ServerOptions::UnreadFlags() const {
+  std::string out;
+  for (const auto& [k, v] : extra)
+    if (!read_.count(k)) out += (out.empty() ? "--" : ", --") + k;
+  return out;
+}
+
 std::string ServerOptions::Get(const std::string& key, const std::string& def) const {
+  read_.insert(key);
   auto it = extra.find(key);
   return it == extra.end() ? def : it->second;
 }
 
 long ServerOptions::GetInt(const std::string& key, long def, std::string* error) const {
+  read_.insert(key);
   auto it = extra.find(key);
   if (it == extra.end()) return def;
   long v = 0;
@@ -78,6 +87,7 @@ long ServerOptions::GetInt(const std::string& key, long def, std::string* error)
 }
 
 double ServerOptions::GetDouble(const std::string& key, double def, std::string* error) const {
+  read_.insert(key);
   auto it = extra.find(key);
   if (it == extra.end()) return def;
   errno = 0;
@@ -108,7 +118,7 @@ bool ParseServerOptions(int argc, char** argv, const std::string& service, Serve
     if (eq != std::string::npos) {
       value = key.substr(eq + 1);
       key = key.substr(0, eq);
-    } else if (i + 1 < argc) {
+    } else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
       value = argv[++i];
     } else {
       *error = "flag --" + key + " needs a value";

@@ -246,6 +246,24 @@ TEST(Options, RejectsBadValues) {
     musku::ServerOptions o;
     EXPECT_FALSE(musku::ParseServerOptions(2, const_cast<char**>(argv), "s", &o, &err));
   }
+  {  // a flag never swallows the next flag as its value
+    const char* argv[] = {"x", "--data", "--port-file", "/tmp/p"};
+    musku::ServerOptions o;
+    EXPECT_FALSE(musku::ParseServerOptions(4, const_cast<char**>(argv), "s", &o, &err));
+    EXPECT_NE(err.find("--data needs a value"), std::string::npos) << err;
+  }
+}
+
+TEST(Options, UnknownFlagsStopTheServerAtStart) {
+  const char* argv[] = {"x", "--no-such-flag", "1", "--data", "/tmp/f"};
+  musku::ServerOptions o;
+  std::string err;
+  ASSERT_TRUE(musku::ParseServerOptions(5, const_cast<char**>(argv), "s", &o, &err)) << err;
+  EXPECT_EQ(o.Get("data"), "/tmp/f");  // read by the service: known
+  EXPECT_EQ(o.UnreadFlags(), "--no-such-flag");
+  musku::Server server(o, musku::Role::kLeaf);
+  EXPECT_FALSE(server.Start(&err));
+  EXPECT_NE(err.find("unknown flag(s) --no-such-flag"), std::string::npos) << err;
 }
 
 class AllModels : public ::testing::TestWithParam<std::string> {};

@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -120,6 +121,12 @@ struct ServerOptions {
   std::string Get(const std::string& key, const std::string& def = "") const;
   long GetInt(const std::string& key, long def, std::string* error) const;
   double GetDouble(const std::string& key, double def, std::string* error) const;
+  // Flags in `extra` the service never read through the helpers above, i.e. unknown flags
+  // ("--foo, --bar"; "" if none). Server::Start refuses to run with any.
+  std::string UnreadFlags() const;
+
+ private:
+  mutable std::set<std::string> read_;  // keys the service asked for
 };
 
 // Parses the framework flags:

@@ -359,6 +359,22 @@ def split_ratings(
 # ---- cached data sets for deployments ---------------------------------------------------------
 
 
+def pca_features(data: np.ndarray, queries: np.ndarray, dims: int) -> tuple[np.ndarray, np.ndarray]:
+    """Project data and queries onto the top ``dims`` principal components of ``data`` (centred
+    on its mean): compact image feature vectors, as image retrieval uses them."""
+    import numpy as np
+
+    if not 1 <= dims <= data.shape[1]:
+        raise InputError(f"pca must be in 1..{data.shape[1]}, not {dims}")
+    mean = data.mean(axis=0)
+    _, _, vt = np.linalg.svd(data - mean, full_matrices=False)
+    basis = vt[:dims].T
+    return (
+        np.asarray((data - mean) @ basis, dtype=np.float32),
+        np.asarray((queries - mean) @ basis, dtype=np.float32),
+    )
+
+
 def hdsearch_data(
     data_dir: Path,
     *,
@@ -367,15 +383,21 @@ def hdsearch_data(
     dim: int = 256,
     nq: int = 1000,
     seed: int = 1,
+    pca: int = 0,
 ) -> tuple[Path, Path]:
     """Write (once, cached by parameters) an HDSearch data set and its queries; returns both paths.
 
     ``source``: ``synthetic`` (n x dim), ``fashion-mnist`` (first n of the 60000 train images,
-    test images as queries) or ``digits`` (scikit-learn).
+    test images as queries) or ``digits`` (scikit-learn). ``pca`` > 0: the images' top ``pca``
+    principal components instead of raw pixels (:func:`pca_features`; not for synthetic).
     """
     if source not in ("synthetic", "fashion-mnist", "digits"):
         raise InputError(f"source is synthetic, fashion-mnist or digits, not {source!r}")
+    if pca and source == "synthetic":
+        raise InputError("pca applies to image sources (fashion-mnist, digits), not synthetic")
     tag = f"{source}-{n}-{dim if source == 'synthetic' else 0}-{nq}-{seed}"
+    if pca:
+        tag += f"-pca{pca}"
     out = Path(data_dir) / "hdsearch" / tag
     data, queries = out / "data.bin", out / "queries.bin"
     if data.is_file() and queries.is_file():
@@ -384,16 +406,19 @@ def hdsearch_data(
     if source == "synthetic":
         write_synthetic_vectors(data, n, dim, seed=seed)
         write_vectors(queries, synthetic_queries(nq, dim, seed=seed))
-    elif source == "fashion-mnist":
-        write_vectors(data, fashion_mnist("train")[:n])
-        write_vectors(queries, fashion_mnist("test")[:nq])
     else:
-        import numpy as np
+        if source == "fashion-mnist":
+            rows, qs = fashion_mnist("train")[:n], fashion_mnist("test")[:nq]
+        else:
+            import numpy as np
 
-        all_ = sklearn_digits()
-        perm = np.random.default_rng(seed).permutation(len(all_))
-        write_vectors(queries, all_[perm[: min(nq, len(all_) // 10)]])
-        write_vectors(data, all_[perm[len(all_) // 10 :]][:n])
+            all_ = sklearn_digits()
+            perm = np.random.default_rng(seed).permutation(len(all_))
+            qs, rows = all_[perm[: min(nq, len(all_) // 10)]], all_[perm[len(all_) // 10 :]][:n]
+        if pca:
+            rows, qs = pca_features(rows, qs, pca)
+        write_vectors(data, rows)
+        write_vectors(queries, qs)
     return data, queries
 
 

@@ -184,8 +184,9 @@ def _hd_prepare(data_dir: Path, workdir: Path, o: dict[str, Any]) -> Prepared:
         data, queries = given
     else:
         _positive(o, "n", "dim", "nq")
+        pca = o["pca"] if o["pca"] is not None else (0 if o["source"] == "synthetic" else 64)
         data, queries = hdsearch_data(data_dir, source=o["source"], n=o["n"], dim=o["dim"],
-                                      nq=o["nq"], seed=o["seed"])  # fmt: skip
+                                      nq=o["nq"], seed=o["seed"], pca=pca)  # fmt: skip
     return Prepared({"vectors": data, "queries": queries}, queries)
 
 
@@ -201,6 +202,7 @@ HDSEARCH = Recipe(
         "source": Opt("fashion-mnist", str, "fashion-mnist (Debian), synthetic or digits"),
         "n": Opt(20_000, int, "data points (fashion-mnist: the first n of 60000)"),
         "dim": Opt(256, int, "synthetic: dimensions"),
+        "pca": Opt(None, int, "images: top principal components as features (64; 0 = raw pixels)"),
         "nq": Opt(1000, int, "query vectors"),
         "seed": Opt(1, int, "generator seed"),
         "vectors": Opt(None, Path, "an existing vector file (with query_file)"),

@@ -78,9 +78,22 @@ void LshIndex::Finalize() {
   for (Table& t : tables_) {
     std::sort(t.pending.begin(), t.pending.end());
     t.ids.reserve(t.pending.size());
+    std::size_t distinct = 0;
+    for (std::size_t i = 0; i < t.pending.size(); ++i)
+      if (i == 0 || t.pending[i].first != t.pending[i - 1].first) ++distinct;
+    std::size_t cap = 16;
+    while (cap < 2 * distinct) cap <<= 1;  // load factor <= 1/2
+    t.slot_key.assign(cap, 0);
+    t.slot_val.assign(cap, Table::kNoBucket);
+    t.mask = cap - 1;
+    t.buckets = distinct;
     for (std::size_t i = 0; i < t.pending.size(); ++i) {
-      if (i == 0 || t.pending[i].first != t.pending[i - 1].first) {
-        t.bucket.emplace(t.pending[i].first, static_cast<std::uint32_t>(t.start.size()));
+      const std::uint64_t key = t.pending[i].first;
+      if (i == 0 || key != t.pending[i - 1].first) {
+        std::uint64_t j = key & t.mask;
+        while (t.slot_val[j] != Table::kNoBucket) j = (j + 1) & t.mask;
+        t.slot_key[j] = key;
+        t.slot_val[j] = static_cast<std::uint32_t>(t.start.size());
         t.start.push_back(static_cast<std::uint32_t>(i));
       }
       t.ids.push_back(t.pending[i].second);
@@ -94,7 +107,7 @@ void LshIndex::Finalize() {
 
 std::size_t LshIndex::num_buckets() const {
   std::size_t n = 0;
-  for (const Table& t : tables_) n += t.bucket.size();
+  for (const Table& t : tables_) n += t.buckets;
   return n;
 }
 
@@ -125,9 +138,9 @@ void LshIndex::Query(const float* q, LshScratch* s, std::vector<std::uint32_t>* 
     bool operator>(const Cand& o) const { return score > o.score; }
   };
   auto visit = [&](const Table& t, std::uint64_t key) {
-    auto it = t.bucket.find(key);
-    if (it == t.bucket.end()) return;
-    for (std::uint32_t i = t.start[it->second]; i < t.start[it->second + 1]; ++i) {
+    const std::uint32_t b = t.Find(key);
+    if (b == Table::kNoBucket) return;
+    for (std::uint32_t i = t.start[b]; i < t.start[b + 1]; ++i) {
       const std::uint32_t id = t.ids[i];
       if (s->stamp[id] != s->epoch) {
         s->stamp[id] = s->epoch;

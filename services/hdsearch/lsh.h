@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 namespace musku::hdsearch {
@@ -46,7 +45,20 @@ class LshIndex {
 
  private:
   struct Table {
-    std::unordered_map<std::uint64_t, std::uint32_t> bucket;  // key -> index into start
+    // Bucket key -> index into start: open addressing, linear probing, power-of-two capacity
+    // (keys are already mixed). A query probes ~L x (probes + 1) buckets, most of them empty:
+    // a miss costs one or two cache lines, not a chain walk with a division per node.
+    std::vector<std::uint64_t> slot_key;
+    std::vector<std::uint32_t> slot_val;  // kNoBucket = empty slot
+    std::uint64_t mask = 0;
+    std::size_t buckets = 0;
+    static constexpr std::uint32_t kNoBucket = 0xffffffffu;
+    std::uint32_t Find(std::uint64_t key) const {
+      for (std::uint64_t i = key & mask;; i = (i + 1) & mask) {
+        const std::uint32_t v = slot_val[i];
+        if (v == kNoBucket || slot_key[i] == key) return v;
+      }
+    }
     std::vector<std::uint32_t> start;                          // CSR offsets (size buckets + 1)
     std::vector<std::uint32_t> ids;
     std::vector<std::pair<std::uint64_t, std::uint32_t>> pending;  // (key, id) until Finalize

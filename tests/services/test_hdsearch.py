@@ -141,6 +141,28 @@ def test_fashion_mnist_recall_at_10_vs_brute_force(
     assert stats["mean_candidates"] < 20000 * 0.3
 
 
+def test_fashion_mnist_pca_features_recall_and_pruning(tmp_path: Path) -> None:
+    """The services' default HDSearch data: the images' top 64 principal components."""
+    _need_binaries()
+    try:
+        d_path, q_path = datasets.hdsearch_data(tmp_path, source="fashion-mnist", n=20000,
+                                                nq=200, pca=64)  # fmt: skip
+    except UnsupportedError as e:
+        pytest.skip(str(e))
+    data, q = datasets.read_vectors(d_path), datasets.read_vectors(q_path)
+    assert data.shape == (20000, 64) and q.shape == (200, 64)
+    d = Deployment(tmp_path, d_path, shards=2)
+    try:
+        stats, ids, rc = d.search(q_path)
+        assert rc == 0, stats
+        recall = datasets.recall_at_k(ids, datasets.brute_force_knn(data, q, 10))
+        print(f"fashion-mnist 20000 x 64 PCA, 2 leaves: recall@10 {recall:.3f}, {stats}")
+        assert recall >= 0.93
+        assert stats["mean_candidates"] < 20000 * 0.1
+    finally:
+        d.stop()
+
+
 def test_synthetic_recall_and_k_sizes(tmp_path: Path) -> None:
     _need_binaries()
     datasets.write_synthetic_vectors(tmp_path / "d.bin", 8000, 256, seed=3, clusters=64)

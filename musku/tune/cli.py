@@ -38,6 +38,12 @@ def train(
     ] = "all",
     duration: Annotated[float, typer.Option(min=0.1, help="Seconds measured per point.")] = 3.0,
     warmup: Annotated[float, typer.Option(min=0.0)] = 0.5,
+    min_samples: Annotated[
+        int, typer.Option(min=0, help="Requests per point at least (low loads run longer).")
+    ] = 300,
+    rounds: Annotated[
+        int, typer.Option(min=1, help="Measurements of each load's closest contenders (median).")
+    ] = 3,
     out: Annotated[
         Path | None, typer.Option(help="Table path (default DATA_DIR/tables/SERVICE-HOST.json).")
     ] = None,
@@ -90,7 +96,8 @@ def train(
             data_opts={"docs": docs, "terms": terms, "queries": queries},
         ) as dep:
             table, _grid = tr.train(dep, grid_loads, cands, duration_s=duration, warmup_s=warmup,
-                                    loadgen_cpus=runtime.parse_cpus(loadgen_cpus), progress=progress)  # fmt: skip
+                                    loadgen_cpus=runtime.parse_cpus(loadgen_cpus), progress=progress,
+                                    min_samples=min_samples, rounds=rounds)  # fmt: skip
         table["platform"] = platform
         table["config_key"] = config_key
         tr.write_table(table, path)

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import socket
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -130,9 +131,13 @@ def build_table(
     *,
     host: str | None = None,
     cpus: int | None = None,
+    tolerance: float = 0.05,
 ) -> dict[str, Any]:
     """Best candidate per load -> rows with ``max_qps`` bounds (geometric midpoints).
-    ``cpus``: the CPU count of the host the table is for (default: this one's)."""
+    ``cpus``: the CPU count of the host the table is for (default: this one's).
+    ``tolerance``: the previous load's choice is kept while its p99 is within this fraction of
+    the best one's (measurement noise must not make the table flip between models: each row
+    boundary is a switch the mid-tier makes at run time)."""
     by_key = {c.key(): c for c in candidates}
     best: list[tuple[float, Candidate, float]] = []
     for q in loads:
@@ -146,6 +151,11 @@ def build_table(
         if not scored:
             raise InputError(f"no measurement at {q:g} QPS")
         p99, cand = min(scored, key=lambda x: (x[0], x[1]))
+        if best:
+            prev = best[-1][1]
+            kept = [x for x in scored if x[1] == prev and x[0] <= p99 * (1 + tolerance)]
+            if kept:
+                p99, cand = kept[0]
         best.append((q, cand, p99))
     rows: list[dict[str, Any]] = []
     for i, (q, cand, p99) in enumerate(best):
@@ -180,15 +190,42 @@ def train(
     warmup_s: float = 0.5,
     loadgen_cpus: Sequence[int] | None = None,
     progress: Callable[[str, float, dict[str, Any]], None] | None = None,
+    min_samples: int = 0,
+    rounds: int = 1,
+    contenders: int = 3,
 ) -> tuple[dict[str, Any], dict[str, dict[float, dict[str, Any]]]]:
+    """Measure every candidate at every load, then decide. A p99 is only as good as its sample:
+    each point runs at least ``min_samples`` requests (low loads run longer), and with
+    ``rounds`` > 1 the ``contenders`` best candidates of a load are measured ``rounds - 1``
+    more times, interleaved (drift hits them alike), and judged by their median p99."""
+    if rounds < 1 or contenders < 1 or min_samples < 0:
+        raise InputError("rounds and contenders must be >= 1, min_samples >= 0")
     grid: dict[str, dict[float, dict[str, Any]]] = {}
+
+    def point(c: Candidate, q: float) -> dict[str, Any]:
+        p = measure(dep, c, q, duration_s=max(duration_s, min_samples / q), warmup_s=warmup_s,
+                    loadgen_cpus=loadgen_cpus)  # fmt: skip
+        if progress:
+            progress(c.key(), q, p)
+        return p
+
     for q in loads:
         for c in candidates:
-            point = measure(dep, c, q, duration_s=duration_s, warmup_s=warmup_s,
-                            loadgen_cpus=loadgen_cpus)  # fmt: skip
-            grid.setdefault(c.key(), {})[q] = point
-            if progress:
-                progress(c.key(), q, point)
+            grid.setdefault(c.key(), {})[q] = point(c, q)
+        if rounds == 1:
+            continue
+        ranked = sorted(candidates, key=lambda c: (not acceptable(grid[c.key()][q]),
+                                                   grid[c.key()][q]["p99_us"]))  # fmt: skip
+        top = ranked[:contenders]
+        for _ in range(rounds - 1):
+            for c in top:
+                p, first = point(c, q), grid[c.key()][q]
+                first.setdefault("p99_rounds_us", [first["p99_us"]]).append(p["p99_us"])
+                first["errors"] += p["errors"]
+                first["achieved_qps"] = min(first["achieved_qps"], p["achieved_qps"])
+        for c in top:
+            first = grid[c.key()][q]
+            first["p99_us"] = statistics.median(first["p99_rounds_us"])
     return build_table(_target(dep).service, loads, grid, candidates), grid
 
 

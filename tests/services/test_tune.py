@@ -51,11 +51,16 @@ def test_train_then_auto_then_bad_tables(tmp_path: Path) -> None:
     with runtime.deploy(
         "setalgebra", workdir=tmp_path / "t", data_dir=data, data_opts=SMALL
     ) as dep:
-        table, grid = tr.train(dep, [50.0, 400.0], cands, duration_s=0.6, warmup_s=0.1)
+        table, grid = tr.train(dep, [50.0, 400.0], cands, duration_s=0.6, warmup_s=0.1,
+                               rounds=2, contenders=1)  # fmt: skip
     assert set(grid) == {c.key() for c in cands}
     for pts in grid.values():
         for q, p in pts.items():
             assert p["errors"] == 0 and p["p99_us"] > 0 and p["qps"] == q
+    # per load, the best candidate was measured twice and is judged by the median
+    for q in (50.0, 400.0):
+        rounds = [p[q]["p99_rounds_us"] for p in grid.values() if "p99_rounds_us" in p[q]]
+        assert len(rounds) == 1 and len(rounds[0]) == 2
     path = tmp_path / "table.json"
     tr.write_table(table, path)
     assert tr.validate_table(path, "setalgebra")["rows"]
@@ -125,3 +130,20 @@ def test_tune_cli_rejects_unknown_model_and_service(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=60)  # fmt: skip
         assert cp.returncode == 3
         assert msg in cp.stderr
+
+
+def test_build_table_keeps_the_previous_choice_within_tolerance() -> None:
+    a, b = tr.Candidate.of("sync-inline-poll"), tr.Candidate.of("async-dispatch-block", 2)
+
+    def pt(q: float, p99: float) -> dict:
+        return {"qps": q, "p99_us": p99, "errors": 0, "achieved_qps": q}
+
+    grid = {
+        a.key(): {10.0: pt(10, 100), 100.0: pt(100, 103), 1000.0: pt(1000, 500)},
+        b.key(): {10.0: pt(10, 200), 100.0: pt(100, 100), 1000.0: pt(1000, 300)},
+    }
+    t = tr.build_table("setalgebra", [10.0, 100.0, 1000.0], grid, [a, b], host="h")
+    # 100 QPS: b is 3 % better, within the 5 % tolerance: a stays (one switch, not two)
+    assert [r["loads"] for r in t["rows"]] == [[10.0, 100.0], [1000.0]]
+    t = tr.build_table("setalgebra", [10.0, 100.0, 1000.0], grid, [a, b], host="h", tolerance=0)
+    assert [r["loads"] for r in t["rows"]] == [[10.0], [100.0, 1000.0]]

@@ -3,10 +3,11 @@
 μSuite's figures measured on this kind of machine.
 
 Set-up: 2 document shards, 1 leaf thread each; mid-tier 1 network poller, 2 workers, 1 response
-thread (async-dispatch-block); synthetic 20K-word index over doc ids [0, 1e6), 10K queries of
+thread; the reference model async-dispatch-block and, with the same pools, async-dispatch-poll
+(--models); synthetic 20K-word index over doc ids [0, 1e6), 10K queries of
 2-5 words (Zipf-weighted). Servers pinned to CPU 0, the load generator to CPU 1 (taskset-style
 affinity). Open loop at 500/1000/2000 QPS, closed loop for saturation, then the idle mid-tier's
-CPU from /proc/PID/stat.
+CPU (psutil).
 
     python bench/setalgebra.py [--duration 10] [--warmup 2] [--json]
 """
@@ -33,7 +34,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--warmup", type=float, default=2.0)
-    ap.add_argument("--concurrency", default="8,16,32", help="closed-loop outstanding requests")
+    ap.add_argument("--concurrency", default="16,32,64", help="closed-loop outstanding requests")
+    ap.add_argument("--models", default="async-dispatch-block,async-dispatch-poll",
+                    help="mid-tier models, all with the set-up's pools (1 poller, 2 workers, "
+                         "1 response thread); the first is the reference")  # fmt: skip
     ap.add_argument("--server-cpus", default="0")
     ap.add_argument("--loadgen-cpus", default="1")
     ap.add_argument("--data-dir", type=Path, default=None)
@@ -42,7 +46,12 @@ def main() -> int:
     ncpu = os.cpu_count() or 1
     server_cpus = [int(x) for x in a.server_cpus.split(",") if x] or None
     lg_cpus = [int(x) for x in a.loadgen_cpus.split(",") if x and int(x) < ncpu] or None
-    out: dict = {"cpus": ncpu, "open_loop": {}, "closed_loop": []}
+    models = [m.strip() for m in a.models.split(",") if m.strip()]
+    bad = [m for m in models if m not in runtime.THREADING_MODELS]
+    if not models or bad:
+        print(f"bench/setalgebra: unknown threading model(s) {bad or a.models!r}", file=sys.stderr)
+        return 3
+    out: dict = {"cpus": ncpu, "models": {}}
     try:
         with runtime.deploy(
             "setalgebra",
@@ -59,24 +68,34 @@ def main() -> int:
             max_pools=(1, 2, 1),
         ) as dep:
             out["placement"] = {**dep.placement(), "loadgen": lg_cpus or list(range(ncpu))}
-            for q in (500, 1000, 2000):
-                r = runtime.run_load(dep.midtier.address, "setalgebra", dep.load_data,
-                                     runtime.LoadSpec(qps=q, duration_s=a.duration,
-                                                      warmup_s=a.warmup), cpus=lg_cpus)  # fmt: skip
-                out["open_loop"][q] = r["total"]
             procs = [dep.midtier, *dep.leaves]
-            for c in [int(x) for x in a.concurrency.split(",")]:
-                cpu0 = [runtime.cpu_seconds(p.pid) for p in procs]
-                r = runtime.run_load(dep.midtier.address, "setalgebra", dep.load_data,
-                                     runtime.LoadSpec(mode="closed", concurrency=c,
-                                                      duration_s=a.duration, warmup_s=a.warmup),
-                                     cpus=lg_cpus)  # fmt: skip
-                cpu = [runtime.cpu_seconds(p.pid) - t for p, t in zip(procs, cpu0, strict=True)]
-                n = max(1, r["total"]["ok"])
-                per_q = [1e6 * x / n for x in cpu]
-                out["closed_loop"].append(
-                    {"concurrency": c, "cpu_us_per_query": per_q, **r["total"]}
-                )
+            for model in models:
+                runtime.set_threading(dep.midtier.address, model, pollers=1, workers=2,
+                                      responders=1)  # fmt: skip
+                res: dict = {"open_loop": {}, "closed_loop": []}
+                out["models"][model] = res
+                for q in (500, 1000, 2000):
+                    r = runtime.run_load(dep.midtier.address, "setalgebra", dep.load_data,
+                                         runtime.LoadSpec(qps=q, duration_s=a.duration,
+                                                          warmup_s=a.warmup),
+                                         cpus=lg_cpus)  # fmt: skip
+                    res["open_loop"][q] = r["total"]
+                for c in [int(x) for x in a.concurrency.split(",")]:
+                    cpu0 = [runtime.cpu_seconds(p.pid) for p in procs]
+                    r = runtime.run_load(dep.midtier.address, "setalgebra", dep.load_data,
+                                         runtime.LoadSpec(mode="closed", concurrency=c,
+                                                          duration_s=a.duration,
+                                                          warmup_s=a.warmup),
+                                         cpus=lg_cpus)  # fmt: skip
+                    cpu = [runtime.cpu_seconds(p.pid) - t for p, t in zip(procs, cpu0, strict=True)]
+                    n = max(1, r["total"]["ok"])
+                    per_q = [1e6 * x / n for x in cpu]
+                    res["closed_loop"].append(
+                        {"concurrency": c, "cpu_us_per_query": per_q, **r["total"]}
+                    )
+                res["saturation_qps"] = max(r["achieved_qps"] for r in res["closed_loop"])
+            runtime.set_threading(dep.midtier.address, models[0], pollers=1, workers=2,
+                                  responders=1)  # fmt: skip
             time.sleep(2.0)
             out["idle_cpu_percent"] = runtime.idle_cpu_percent(dep.midtier.pid, 5.0)
             out["idle_leaf_cpu_percent"] = max(
@@ -85,47 +104,55 @@ def main() -> int:
     except MuskuError as e:
         print(f"bench/setalgebra: {e.one_line()}", file=sys.stderr)
         return int(e.status)
-    sat = max(r["achieved_qps"] for r in out["closed_loop"])
-    out["saturation_qps"] = sat
-    p99_1000 = out["open_loop"][1000]["latency_us"]["p99"] / 1e3
-    out["goals"] = {
-        "saturation_ratio": sat / ORIGINAL_SATURATION[0],
-        "p99_at_1000_ratio": p99_1000 / ORIGINAL[1000][1],
-        "idle_cpu_below_1pct": out["idle_cpu_percent"] < 1.0,
-    }
+    ref = models[0]
+    out["goals"] = {}
+    for model, res in out["models"].items():
+        out["goals"][model] = {
+            "saturation_ratio": res["saturation_qps"] / ORIGINAL_SATURATION[0],
+            "p99_at_1000_ratio": res["open_loop"][1000]["latency_us"]["p99"]
+            / 1e3
+            / ORIGINAL[1000][1],
+        }
+    out["idle_cpu_below_1pct"] = out["idle_cpu_percent"] < 1.0
     if a.json:
         print(json.dumps(out, indent=2))
         return 0
     print(f"Set Algebra, μSuite reference set-up; placement {out['placement']}")
-    print(f"{'load':>8} | {'musku p50':>10} {'p99':>8} {'p99.9':>8} {'achieved':>9} {'err':>4} | "
-          f"{'μSuite p50':>10} {'p99':>6}")  # fmt: skip
-    for q, r in out["open_loop"].items():
-        lat = r["latency_us"]
-        op50, op99 = ORIGINAL[q]
-        print(f"{q:>8} | {lat['p50'] / 1e3:>10.3f} {lat['p99'] / 1e3:>8.3f} "
-              f"{lat['p999'] / 1e3:>8.3f} {r['achieved_qps']:>9.1f} {r['errors']:>4} | "
-              f"{op50 if op50 else '-':>10} {op99:>6}")  # fmt: skip
-    for r in out["closed_loop"]:
-        lat = r["latency_us"]
+    for model, res in out["models"].items():
+        print(f"mid-tier {model} (1 poller, 2 workers, 1 response thread)"
+              + (" [reference]" if model == ref else ""))  # fmt: skip
+        print(f"{'load':>8} | {'musku p50':>10} {'p99':>8} {'p99.9':>8} {'achieved':>9} "
+              f"{'err':>4} | {'μSuite p50':>10} {'p99':>6}")  # fmt: skip
+        for q, r in res["open_loop"].items():
+            lat = r["latency_us"]
+            op50, op99 = ORIGINAL[q]
+            print(f"{q:>8} | {lat['p50'] / 1e3:>10.3f} {lat['p99'] / 1e3:>8.3f} "
+                  f"{lat['p999'] / 1e3:>8.3f} {r['achieved_qps']:>9.1f} {r['errors']:>4} | "
+                  f"{op50 if op50 else '-':>10} {op99:>6}")  # fmt: skip
+        for r in res["closed_loop"]:
+            lat = r["latency_us"]
+            print(
+                f"closed loop, {r['concurrency']:>3} outstanding: {r['achieved_qps']:8.1f} QPS "
+                f"(p50 {lat['p50'] / 1e3:.3f} ms, p99 {lat['p99'] / 1e3:.3f} ms, "
+                f"errors {r['errors']}); "
+                f"CPU/query mid {r['cpu_us_per_query'][0]:.0f} us, "
+                f"leaves {sum(r['cpu_us_per_query'][1:]):.0f} us -> "
+                f"{1e6 / sum(r['cpu_us_per_query']):.0f} QPS per dedicated core"
+            )
+        g = out["goals"][model]
+        met = {True: "met", False: "NOT met"}
         print(
-            f"closed loop, {r['concurrency']:>3} outstanding: {r['achieved_qps']:8.1f} QPS "
-            f"(p50 {lat['p50'] / 1e3:.3f} ms, p99 {lat['p99'] / 1e3:.3f} ms, "
-            f"errors {r['errors']}); "
-            f"CPU/query mid {r['cpu_us_per_query'][0]:.0f} us, "
-            f"leaves {sum(r['cpu_us_per_query'][1:]):.0f} us -> "
-            f"{1e6 / sum(r['cpu_us_per_query']):.0f} QPS per dedicated core"
+            f"  saturation: {res['saturation_qps']:.0f} QPS vs μSuite {ORIGINAL_SATURATION[0]}-"
+            f"{ORIGINAL_SATURATION[1]} QPS -> {g['saturation_ratio']:.2f}x (goal >= 2x: "
+            f"{met[g['saturation_ratio'] >= 2]})"
         )
-    g = out["goals"]
+        print(
+            f"  p99 at 1000 QPS: {res['open_loop'][1000]['latency_us']['p99'] / 1e3:.3f} ms vs "
+            f"μSuite {ORIGINAL[1000][1]} ms -> {g['p99_at_1000_ratio']:.2f}x (goal <= 0.5x: "
+            f"{met[g['p99_at_1000_ratio'] <= 0.5]})"
+        )
     print(
-        f"saturation: musku {sat:.0f} QPS vs μSuite {ORIGINAL_SATURATION[0]}-"
-        f"{ORIGINAL_SATURATION[1]} QPS -> {g['saturation_ratio']:.2f}x (goal >= 2x)"
-    )
-    print(
-        f"p99 at 1000 QPS: musku {p99_1000:.3f} ms vs μSuite {ORIGINAL[1000][1]} ms -> "
-        f"{g['p99_at_1000_ratio']:.2f}x (goal <= 0.5x)"
-    )
-    print(
-        f"idle mid-tier CPU over 5 s: {out['idle_cpu_percent']:.2f} % (goal < 1 %); "
+        f"idle mid-tier ({ref}) CPU over 5 s: {out['idle_cpu_percent']:.2f} % (goal < 1 %); "
         f"idle leaf: {out['idle_leaf_cpu_percent']:.2f} %"
     )
     if ncpu < 4:

@@ -167,6 +167,11 @@ def test_open_loop_generator_reaches_the_offered_rate(deployment: runtime.Deploy
     # Poisson counts: 100 +- 30, 400 +- 60 with a wide margin
     assert 60 <= p1["ok"] <= 140
     assert 300 <= p2["ok"] <= 500
+    # every measured send's lag behind its intended time, itself inside the latencies
+    lag = res["send_lag_us"]
+    assert 0 <= lag["p50"] <= lag["p99"] <= lag["max"]
+    assert lag["p50"] < 2000  # a sleeping sender wakes in time at 400 QPS
+    assert lag["p99"] <= res["total"]["latency_us"]["p99"] + 1
 
 
 def test_corrupt_index_is_a_clear_message(tmp_path: Path, data_dir: Path) -> None:

@@ -1,5 +1,7 @@
 #include "loadgen.h"
 
+#include <sys/prctl.h>
+
 #include <time.h>
 
 #include <atomic>
@@ -229,6 +231,8 @@ std::string Run(const Options& opt, const Workload& w, Result* out) {
     SleepUntil(end);
     sending = false;
   } else {
+    // Wake-ups within ~1 us of the intended time, not the default 50 us timer slack.
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     Arrivals arr(opt.seed);
     int64_t intended = start;
     for (;;) {
@@ -238,6 +242,7 @@ std::string Run(const Options& opt, const Workload& w, Result* out) {
       const int64_t now = Now();
       if (intended > now) SleepUntil(intended);  // sleep until the intended time
       else if (now - intended > 1000000) ++out->late_sends;
+      if (ph >= 0) out->send_lag.Record(std::max<int64_t>(0, Now() - intended));
       sh.Send(intended, ph);
       intended += arr.NextGapNs(qps);
     }
@@ -302,7 +307,9 @@ std::string ToJson(const Options& opt, const Result& r) {
   os.precision(6);
   os << "{\"mode\": \"" << opt.mode << "\", \"target\": \"" << opt.target
      << "\", \"warmup_s\": " << opt.warmup_s << ", \"late_sends\": " << r.late_sends
-     << ", \"preloaded\": " << r.preloaded << ", \"total\": ";
+     << ", \"preloaded\": " << r.preloaded << ", \"send_lag_us\": ";
+  LatencyJson(os, r.send_lag);
+  os << ", \"total\": ";
   PhaseJson(os, r.total);
   os << ", \"phases\": [";
   for (size_t i = 0; i < r.phases.size(); ++i) {

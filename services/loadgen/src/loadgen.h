@@ -122,6 +122,10 @@ struct Result {
   std::vector<PhaseResult> phases;  // closed loop: one
   PhaseResult total;
   uint64_t late_sends = 0;  // open loop: sends more than 1 ms behind schedule (generator overload)
+  // Open loop: how late each send left against its intended time (ns). Latencies count from the
+  // intended time, so this lag is inside them: it says how much of a low-load latency is the
+  // generator's own wake-up (timer, an idle vCPU), not the service.
+  musku::Histogram send_lag;
   uint64_t preloaded = 0;   // load-phase requests sent (all succeeded)
 };
 

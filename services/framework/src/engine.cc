@@ -611,7 +611,23 @@ void Engine::MaybeAuto(int64_t now) {
   if (!last_auto_ns_.compare_exchange_strong(last, now)) return;
   std::unique_lock<std::mutex> lk(config_mu_, std::try_to_lock);
   if (!lk.owns_lock() || !auto_.load() || table_.rows.empty()) return;
-  const size_t row = table_.Pick(estimator_.Estimate(now), table_row_);
+  // Arrivals are timestamped when a poller takes them, so an overloaded model shows its own
+  // capacity, not the offered load, and the estimate could hold it on a row it cannot serve.
+  // A backlog of admitted, unfinished RPCs is the overload signal: go to the peak-load row and
+  // hold it until the backlog has drained.
+  const int64_t backlog = inflight_.load(std::memory_order_relaxed);
+  const int64_t high = std::max<int64_t>(8, static_cast<int64_t>(opts_.contexts_per_cq) *
+                                                n_pollers_.load(std::memory_order_relaxed) / 2);
+  size_t row;
+  if (backlog >= high) {
+    overloaded_ = true;
+    row = table_.rows.size() - 1;
+  } else if (overloaded_ && backlog > high / 4) {
+    row = table_row_;
+  } else {
+    overloaded_ = false;
+    row = table_.Pick(estimator_.Estimate(now), table_row_);
+  }
   if (row == table_row_) return;
   table_row_ = row;
   if (std::string why = ApplyLocked(table_.rows[row].threading); !why.empty()) last_error_ = why;

@@ -144,6 +144,7 @@ class Engine {
   std::atomic<bool> auto_{false};
   DecisionTable table_;
   size_t table_row_ = 0;
+  bool overloaded_ = false;  // auto: backlog seen, on the peak-load row until it drains
   std::atomic<int64_t> last_auto_ns_{0};
   std::string last_error_;
   std::atomic<uint64_t> switches_{0};

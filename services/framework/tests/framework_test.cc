@@ -109,7 +109,7 @@ std::shared_ptr<grpc::Channel> Chan(const std::string& a) {
 
 // Sends `n` queries with ids 0..n-1, at most `window` outstanding; returns per-id answer counts.
 std::vector<int> Drive(const std::string& addr, int n, int window, std::atomic<int>* errors,
-                       uint32_t leaves = 2) {
+                       uint32_t leaves = 2, uint32_t leaf_sleep_us = 0) {
   auto stub = fwtest::FanMid::NewStub(Chan(addr));
   grpc::CompletionQueue cq;
   struct Call {
@@ -127,6 +127,7 @@ std::vector<int> Drive(const std::string& addr, int n, int window, std::atomic<i
     c->ctx.set_deadline(std::chrono::system_clock::now() + 10s);
     fwtest::QueryRequest q;
     q.set_id(c->id);
+    q.set_sleep_us(leaf_sleep_us);
     c->rpc = stub->AsyncQuery(&c->ctx, q, &cq);
     c->rpc->Finish(&c->reply, &c->status, c);
     ++outstanding;
@@ -493,6 +494,29 @@ TEST(Auto, FollowsTheLoadAndKeepsRunningOnABadTable) {
   EXPECT_EQ(mid.server.CurrentThreading().model.Name(), "async-dispatch-block");
   std::remove(path.c_str());
   std::remove(bad.c_str());
+}
+
+TEST(Auto, ABacklogMovesToThePeakRowEvenWhenTheAdmittedRateLooksLow) {
+  // Leaf calls take 5 ms and the low row has one synchronous worker: it serves ~200 QPS, so
+  // the arrival rate its poller admits never exceeds the low row's bound. Only the backlog of
+  // admitted, unfinished RPCs shows the overload.
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  auto path = WriteFile(Table("fan", cpus, R"(
+      {"max_qps": 1e6, "model": "sync-dispatch-block", "pollers": 1, "workers": 1, "responders": 0},
+      {"max_qps": 1e9, "model": "async-dispatch-block", "pollers": 1, "workers": 2, "responders": 1})"));
+  LeafProc l0(0, "sync-dispatch-block");
+  auto o = Opts("fan");
+  o.auto_threading = true;
+  o.threading_table = path;
+  MidProc mid({l0.addr()}, o);
+  EXPECT_EQ(mid.server.CurrentThreading().model.Name(), "sync-dispatch-block");
+  std::atomic<int> errors{0};
+  auto seen = Drive(mid.addr(), 400, 48, &errors, 1, 5000);
+  EXPECT_EQ(errors.load(), 0);
+  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "id " << i;
+  EXPECT_LT(mid.server.MeasuredQps(), 1e6);
+  EXPECT_EQ(mid.server.CurrentThreading().model.Name(), "async-dispatch-block");
+  std::remove(path.c_str());
 }
 
 TEST(Auto, StartsOnTheFixedModelWhenTheTableIsCorrupt) {

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -33,20 +32,20 @@ from musku.errors import MuskuError
 from musku.services import runtime
 
 
-def bench_one(service: str, a: argparse.Namespace, server_cpus: list[int] | None,
-              lg: list[int] | None) -> dict[str, Any]:  # fmt: skip
+def bench_one(service: str, a: argparse.Namespace,
+              pl: runtime.BenchPlacement) -> dict[str, Any]:  # fmt: skip
     t0 = time.monotonic()
     loads = runtime.parse_load_list(a.loads)
     with runtime.deploy(
         service,
         workdir=Path(tempfile.mkdtemp(prefix=f"musku-bench-{service}-")),
-        data_dir=a.data_dir or runtime.default_data_dir(),
-        server_cpus=server_cpus,  # the rest: runtime.deploy's defaults (the docstring above)
+        data_dir=pl.data_dir,
+        server_cpus=pl.server_cpus,  # the rest: runtime.deploy's defaults (the docstring above)
     ) as dep:
         started = time.monotonic() - t0
-        placement = {**dep.placement(), "loadgen": lg or list(range(os.cpu_count() or 1))}
+        placement = {**dep.placement(), "loadgen": pl.loadgen_list()}
         res = runtime.measure(dep, loads, duration_s=a.duration, warmup_s=a.warmup,
-                              concurrency=a.concurrency, loadgen_cpus=lg)  # fmt: skip
+                              concurrency=a.concurrency, loadgen_cpus=pl.loadgen_cpus)  # fmt: skip
     return {
         "service": service,
         "start_s": started,
@@ -65,20 +64,16 @@ def main() -> int:
         "--loads", default="20%,50%,80%", help="open-loop loads: %% of saturation or QPS"
     )
     ap.add_argument("--concurrency", type=int, default=32, help="closed-loop outstanding")
-    ap.add_argument("--server-cpus", default="0")
-    ap.add_argument("--loadgen-cpus", default="1")
-    ap.add_argument("--data-dir", type=Path, default=None)
-    ap.add_argument("--json", action="store_true")
+    runtime.BenchPlacement.add_arguments(ap)
     a = ap.parse_args()
-    ncpu = os.cpu_count() or 1
     try:
-        server_cpus = runtime.parse_cpus(a.server_cpus)
-        lg = [c for c in runtime.parse_cpus(a.loadgen_cpus) or [] if c < ncpu] or None
+        pl = runtime.BenchPlacement.of(a)
+        ncpu = pl.ncpu
         services = [s.strip() for s in a.services.split(",") if s.strip()]
         for s in services:
             runtime.check_service(s)
         runtime.parse_load_list(a.loads)
-        results = [bench_one(s, a, server_cpus, lg) for s in services]
+        results = [bench_one(s, a, pl) for s in services]
     except MuskuError as e:
         print(f"bench/services: {e.one_line()}", file=sys.stderr)
         return int(e.status)

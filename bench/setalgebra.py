@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -38,14 +37,14 @@ def main() -> int:
     ap.add_argument("--models", default="async-dispatch-block,async-dispatch-poll",
                     help="mid-tier models, all with the set-up's pools (1 poller, 2 workers, "
                          "1 response thread); the first is the reference")  # fmt: skip
-    ap.add_argument("--server-cpus", default="0")
-    ap.add_argument("--loadgen-cpus", default="1")
-    ap.add_argument("--data-dir", type=Path, default=None)
-    ap.add_argument("--json", action="store_true")
+    runtime.BenchPlacement.add_arguments(ap)
     a = ap.parse_args()
-    ncpu = os.cpu_count() or 1
-    server_cpus = [int(x) for x in a.server_cpus.split(",") if x] or None
-    lg_cpus = [int(x) for x in a.loadgen_cpus.split(",") if x and int(x) < ncpu] or None
+    try:
+        pl = runtime.BenchPlacement.of(a)
+    except MuskuError as e:
+        print(f"bench/setalgebra: {e.one_line()}", file=sys.stderr)
+        return int(e.status)
+    ncpu, lg_cpus = pl.ncpu, pl.loadgen_cpus
     models = [m.strip() for m in a.models.split(",") if m.strip()]
     bad = [m for m in models if m not in runtime.THREADING_MODELS]
     if not models or bad:
@@ -56,7 +55,7 @@ def main() -> int:
         with runtime.deploy(
             "setalgebra",
             workdir=Path(tempfile.mkdtemp(prefix="musku-bench-sa-")),
-            data_dir=a.data_dir or runtime.default_data_dir(),
+            data_dir=pl.data_dir,
             shards=2,
             threading="async-dispatch-block",
             pollers=1,
@@ -64,10 +63,10 @@ def main() -> int:
             responders=1,
             leaf_threading="sync-inline-block",
             leaf_args=["--max-pollers", "1", "--max-workers", "1", "--max-responders", "1"],
-            server_cpus=server_cpus,
+            server_cpus=pl.server_cpus,
             max_pools=(1, 2, 1),
         ) as dep:
-            out["placement"] = {**dep.placement(), "loadgen": lg_cpus or list(range(ncpu))}
+            out["placement"] = {**dep.placement(), "loadgen": pl.loadgen_list()}
             procs = [dep.midtier, *dep.leaves]
             for model in models:
                 runtime.set_threading(dep.midtier.address, model, pollers=1, workers=2,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -47,14 +46,14 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=0.5)
     ap.add_argument("--rounds", type=int, default=3, help="head-to-head rounds per load")
     ap.add_argument("--top", type=int, default=2, help="best statics per load that meet auto")
-    ap.add_argument("--server-cpus", default="0")
-    ap.add_argument("--loadgen-cpus", default="1")
-    ap.add_argument("--data-dir", type=Path, default=None)
-    ap.add_argument("--json", action="store_true")
+    runtime.BenchPlacement.add_arguments(ap)
     a = ap.parse_args()
-    ncpu = os.cpu_count() or 1
-    server_cpus = runtime.parse_cpus(a.server_cpus)
-    lg = [c for c in runtime.parse_cpus(a.loadgen_cpus) or [] if c < ncpu] or None
+    try:
+        pl = runtime.BenchPlacement.of(a)
+    except MuskuError as e:
+        print(f"bench/threading_tuner: {e.one_line()}", file=sys.stderr)
+        return int(e.status)
+    ncpu, lg = pl.ncpu, pl.loadgen_cpus
     statics = [tr.Candidate.of(m, 2) for m in runtime.THREADING_MODELS]
     by_key = {c.key(): c for c in statics}
     out: dict[str, Any] = {"cpus": ncpu}
@@ -67,13 +66,13 @@ def main() -> int:
         with runtime.deploy(
             "setalgebra",
             workdir=work,
-            data_dir=a.data_dir or runtime.default_data_dir(),
+            data_dir=pl.data_dir,
             shards=2,
             leaf_args=["--max-pollers", "1", "--max-workers", "1", "--max-responders", "1"],
-            server_cpus=server_cpus,
+            server_cpus=pl.server_cpus,
         ) as dep:
             addr = dep.midtier.address
-            out["placement"] = {**dep.placement(), "loadgen": lg or list(range(ncpu))}
+            out["placement"] = {**dep.placement(), "loadgen": pl.loadgen_list()}
 
             def load(spec: runtime.LoadSpec) -> dict[str, Any]:
                 return runtime.run_load(addr, "setalgebra", dep.load_data, spec, cpus=lg)

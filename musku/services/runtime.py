@@ -316,6 +316,36 @@ def set_threading(
     return admin(address, *args)
 
 
+@dataclass(frozen=True)
+class BenchPlacement:
+    """Where a benchmark runs: servers (and memcached) on ``server_cpus``, the load generator on
+    ``loadgen_cpus`` (None = not pinned), with the host's CPU count for the printed notes."""
+
+    server_cpus: list[int] | None
+    loadgen_cpus: list[int] | None
+    data_dir: Path
+    ncpu: int
+    as_json: bool
+
+    @staticmethod
+    def add_arguments(ap: Any) -> None:
+        """The options every ``bench/`` script that deploys services takes."""
+        ap.add_argument("--server-cpus", default="0", help="pin the servers to these CPUs")
+        ap.add_argument("--loadgen-cpus", default="1", help="pin the load generator")
+        ap.add_argument("--data-dir", type=Path, default=None)
+        ap.add_argument("--json", action="store_true")
+
+    @classmethod
+    def of(cls, args: Any) -> BenchPlacement:
+        ncpu = os.cpu_count() or 1
+        lg = [c for c in parse_cpus(args.loadgen_cpus) or [] if c < ncpu] or None
+        return cls(parse_cpus(args.server_cpus), lg, args.data_dir or default_data_dir(), ncpu,
+                   args.json)  # fmt: skip
+
+    def loadgen_list(self) -> list[int]:
+        return self.loadgen_cpus or list(range(self.ncpu))
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (psutil)."""
     import psutil

@@ -306,7 +306,17 @@ def check(
         "guardrails": [str(g) for g in exp.spec.guardrails],
         "statistics": exp.stats.__dict__,
         "hosts": {"backend": exp.hosts.backend, **dict(exp.hosts.options)},
+        "threading": None,
     }
+    ct = exp.cotune
+    if ct is not None:
+        data["threading"] = {
+            "cotune": True,
+            "service": ct.service,
+            "loads": list(ct.loads),
+            "candidates": [c.key() for c in ct.candidates()],
+            "seconds_per_point": ct.duration_s + ct.warmup_s,
+        }
     if json_out:
         _print_json(data)
         return
@@ -321,6 +331,14 @@ def check(
         f"  metric {exp.spec.metric} ({exp.spec.direction.value} is better); guardrails: "
         f"{', '.join(str(g) for g in exp.spec.guardrails) or 'none'}"
     )
+    if ct is not None:
+        n = len(ct.loads) * len(ct.candidates())
+        con.print(
+            f"  threading co-tuned per configuration: {ct.service} mid-tier, {n} training points "
+            f"(~{n * (ct.duration_s + ct.warmup_s) / 60:.0f} min host time per new configuration)"
+        )
+    else:
+        con.print("  threading: not co-tuned (hosts keep what their mid-tiers run)")
 
 
 @app.command()

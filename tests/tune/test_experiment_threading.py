@@ -169,3 +169,25 @@ def test_sim_model_threading_best_per_configuration() -> None:
     assert m.best_threading(c14) == "async-dispatch-block"
     assert m.threading_factor(c14, "async-dispatch-block") == (1.0, 1.0)
     assert m.threading_factor(c14, "async-dispatch-poll") == pytest.approx((0.965, 1.12))
+
+
+def test_check_says_whether_and_how_threading_is_co_tuned(tmp_path: Path) -> None:
+    import json
+
+    path = write(tmp_path, 'cotune = true\nloads = [100, 1000]\nmodels = ["sync-inline-block", '
+                 '"async-dispatch-block"]\nworkers = [1, 2]\n')  # fmt: skip
+    cp = subprocess.run([sys.executable, "-m", "musku", "check", "--json", str(path)],
+                        capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    th = json.loads(cp.stdout)["threading"]
+    assert th["cotune"] is True and th["loads"] == [100.0, 1000.0]
+    assert len(th["candidates"]) == 3  # sync-inline-block, async-dispatch-block x 2 worker sizes
+    cp = subprocess.run([sys.executable, "-m", "musku", "check", str(path)],
+                        capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert "threading co-tuned per configuration: setalgebra mid-tier, 6 training points" in (
+        cp.stdout
+    )
+    off = write(tmp_path, "cotune = false\n")
+    cp = subprocess.run([sys.executable, "-m", "musku", "check", "--json", str(off)],
+                        capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert json.loads(cp.stdout)["threading"] is None

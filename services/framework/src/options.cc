@@ -8,6 +8,19 @@
 
 namespace musku {
 
+namespace {
+// gRPC reads GRPC_POLL_STRATEGY once, at its first initialisation; this runs before main().
+// The servers default to "poll": on loopback fan-out it measured lower latency than epoll1's
+// single designated poller with cross-thread kicks (Set Algebra at 1000 QPS, 8 alternating
+// pairs: p50 0.49-0.80 vs 0.75-1.10 ms, p99 1.3-2.1 vs 2.2-3.2 ms; saturation alike). poll()
+// scans every fd per call: a mid-tier with thousands of client connections should set
+// GRPC_POLL_STRATEGY=epoll1, which this default never overrides.
+const bool kPollStrategyDefault = [] {
+  setenv("GRPC_POLL_STRATEGY", "poll", /*overwrite=*/0);
+  return true;
+}();
+}  // namespace
+
 std::string ThreadingModel::Name() const {
   std::string s = leaf == LeafCallMode::kSync ? "sync" : "async";
   s += dispatch == DispatchMode::kInline ? "-inline" : "-dispatch";

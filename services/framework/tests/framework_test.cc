@@ -255,6 +255,12 @@ TEST(Options, RejectsBadValues) {
   }
 }
 
+TEST(Options, ServersDefaultToThePollPollingEngineUnlessTheEnvironmentSaysOtherwise) {
+  const char* v = getenv("GRPC_POLL_STRATEGY");
+  ASSERT_NE(v, nullptr);  // set before main() by the framework, never overriding a user's value
+  if (!getenv("MUSKU_TEST_USER_POLL_STRATEGY")) EXPECT_STREQ(v, "poll");
+}
+
 TEST(Options, UnknownFlagsStopTheServerAtStart) {
   const char* argv[] = {"x", "--no-such-flag", "1", "--data", "/tmp/f"};
   musku::ServerOptions o;

@@ -90,7 +90,9 @@ def main() -> int:
                                         warmup_s=a.warmup))["total"]["achieved_qps"]  # fmt: skip
             out["saturation_qps"] = sat
             top = 0.85 * sat
-            ramp = [float(q) for q in RAMP if q < top] + [float(round(top))]
+            # no ramp point within 10 % of the top one: two near-equal loads near saturation
+            # would each get a row from noise alone (and auto would flip between them)
+            ramp = [float(q) for q in RAMP if q < 0.9 * top] + [float(round(top))]
             out["loads"] = ramp
             # 2-3. training, as `musku tune train` does it, and the table
             table, grid = tr.train(dep, ramp, statics, duration_s=a.duration, warmup_s=a.warmup,

@@ -7,7 +7,7 @@ ramp, the auto-tuner trained on these measurements, head to head, and a flash cr
 2. Training, as `musku tune train` does it: p99 of each static model at each load (pools: 1
    poller, 2 workers for dispatch, 1 response thread for async), every point at least
    --min-samples requests (20 QPS: 15 s), the three closest contenders per load --rounds times
-   (median).
+   (worst round).
 3. The decision table is built from (2) and the mid-tier is switched to `auto`.
 4. Head to head, per load: auto against the --top best static models of (2) (and, at the
    lowest load, both dispatch-block models), interleaved for --rounds rounds; the median p99
@@ -153,7 +153,7 @@ def main() -> int:
         return 0
     print(f"placement: {out['placement']}  (saturation {sat:.0f} QPS, closed loop)")
     print(f"training: p99 (ms) per static model and load (>= {a.min_samples} requests per point;"
-          f" the 3 closest contenders: median of {a.rounds})")  # fmt: skip
+          f" the 3 closest contenders: worst of {a.rounds})")  # fmt: skip
     print(f"{'model':<40}" + "".join(f"{q:>9g}" for q in ramp))
     for k in grid:
         print(f"{k:<40}" + "".join(f"{grid[k][q]['p99_us'] / 1e3:>9.2f}" for q in ramp))

@@ -12,7 +12,6 @@ import json
 import math
 import os
 import socket
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -197,7 +196,9 @@ def train(
     """Measure every candidate at every load, then decide. A p99 is only as good as its sample:
     each point runs at least ``min_samples`` requests (low loads run longer), and with
     ``rounds`` > 1 the ``contenders`` best candidates of a load are measured ``rounds - 1``
-    more times, interleaved (drift hits them alike), and judged by their median p99."""
+    more times, interleaved (drift hits them alike), and judged by their worst p99: near
+    saturation a configuration can be bistable on a shared core (fine in one round, collapsed
+    in the next), and a tail-latency table must not pick it for its lucky round."""
     if rounds < 1 or contenders < 1 or min_samples < 0:
         raise InputError("rounds and contenders must be >= 1, min_samples >= 0")
     grid: dict[str, dict[float, dict[str, Any]]] = {}
@@ -225,7 +226,7 @@ def train(
                 first["achieved_qps"] = min(first["achieved_qps"], p["achieved_qps"])
         for c in top:
             first = grid[c.key()][q]
-            first["p99_us"] = statistics.median(first["p99_rounds_us"])
+            first["p99_us"] = max(first["p99_rounds_us"])
     return build_table(_target(dep).service, loads, grid, candidates), grid
 
 

@@ -60,7 +60,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="musku-bench-threading-"))
 
     def seconds(q: float) -> float:
-        return max(a.duration, a.min_samples / q)
+        return tr.point_seconds(q, a.duration, a.min_samples)
 
     try:
         with runtime.deploy(

@@ -260,17 +260,24 @@ def start_memcached(
     raise HostError(last)
 
 
-def memcached_stats(address: str) -> dict[str, int]:
-    """A memcached's integer counters (``stats``: cmd_get, cmd_set, get_hits, curr_items, ...)."""
+def memcached_command(address: str, command: str, timeout: float = 5.0) -> bytes:
+    """Send one text-protocol command whose reply ends in ``END`` (``stats``, ``get KEY``) to a
+    memcached and return the reply."""
     host, _, port = address.rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=5) as s:
-        s.sendall(b"stats\r\n")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(command.encode() + b"\r\n")
         buf = b""
         while not buf.endswith(b"END\r\n"):
             chunk = s.recv(65536)
             if not chunk:
                 break
             buf += chunk
+    return buf
+
+
+def memcached_stats(address: str) -> dict[str, int]:
+    """A memcached's integer counters (``stats``: cmd_get, cmd_set, get_hits, curr_items, ...)."""
+    buf = memcached_command(address, "stats")
     out = {}
     for line in buf.decode(errors="replace").splitlines():
         parts = line.split()

@@ -117,6 +117,11 @@ def measure(
     }
 
 
+def point_seconds(qps: float, duration_s: float, min_samples: int) -> float:
+    """How long to measure one point: at least ``duration_s`` and ``min_samples`` requests."""
+    return max(duration_s, min_samples / qps)
+
+
 def acceptable(point: dict[str, Any]) -> bool:
     """A configuration serves a load if nothing failed and it kept up with the offered rate."""
     return point["errors"] == 0 and point["achieved_qps"] >= 0.9 * point["qps"]
@@ -204,7 +209,7 @@ def train(
     grid: dict[str, dict[float, dict[str, Any]]] = {}
 
     def point(c: Candidate, q: float) -> dict[str, Any]:
-        p = measure(dep, c, q, duration_s=max(duration_s, min_samples / q), warmup_s=warmup_s,
+        p = measure(dep, c, q, duration_s=point_seconds(q, duration_s, min_samples), warmup_s=warmup_s,
                     loadgen_cpus=loadgen_cpus)  # fmt: skip
         if progress:
             progress(c.key(), q, p)

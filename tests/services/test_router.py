@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from musku.services import runtime
 from tests.services import servers
 
 pytestmark = pytest.mark.services
@@ -57,14 +58,7 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: flo
 
 def mc_get(port: int, key: str) -> bytes | None:
     """Ask one memcached directly (text protocol)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-        s.sendall(f"get {key}\r\n".encode())
-        buf = b""
-        while not buf.endswith(b"END\r\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
+    buf = runtime.memcached_command(f"127.0.0.1:{port}", f"get {key}", timeout=2)
     if buf.startswith(b"VALUE"):
         header, rest = buf.split(b"\r\n", 1)
         n = int(header.split()[3])

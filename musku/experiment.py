@@ -344,7 +344,23 @@ _THREADING_KEYS = {
 }
 
 
-def _threading(src: _Source, service: str, backend: str) -> ThreadingSection | None:
+def _per_host_midtiers(hosts: Any) -> bool:
+    """Whether every [hosts] entry names its own mid-tier (``midtier_admin`` /
+    ``midtier_admin_port_file``, agent backend; the values are checked when the hosts are
+    opened)."""
+    return (
+        isinstance(hosts, list)
+        and len(hosts) == 2
+        and all(
+            isinstance(h, dict) and ("midtier_admin" in h or "midtier_admin_port_file" in h)
+            for h in hosts
+        )
+    )
+
+
+def _threading(
+    src: _Source, service: str, backend: str, hosts: Any = None
+) -> ThreadingSection | None:
     """The ``[threading]`` table (docs/experiment.md), validated with file:line errors."""
     if "threading" not in src.data:
         return None
@@ -394,10 +410,16 @@ def _threading(src: _Source, service: str, backend: str) -> ThreadingSection | N
         first = problem.split()[0]
         key = {"unknown": "models", "give": "admin_port_file"}.get(first, first)
         raise src.error(f"[threading] {problem}", key, "threading")
-    if cotune and backend in ("agent", "local") and not (spec.admin or spec.admin_port_file):
+    per_host = backend == "agent" and _per_host_midtiers(hosts)
+    if (
+        cotune
+        and backend in ("agent", "local")
+        and not (spec.admin or spec.admin_port_file or per_host)
+    ):
         raise src.error(
             f'[threading] cotune on {backend} hosts needs admin = "host:port" or '
-            "admin_port_file (where each host's mid-tier answers the Admin RPC)",
+            "admin_port_file (where each host's mid-tier answers the Admin RPC; agent hosts "
+            "may instead each give midtier_admin or midtier_admin_port_file in [hosts])",
             "cotune",
             "threading",
         )
@@ -599,7 +621,7 @@ def load_experiment(path: str | Path) -> Experiment:
         backend=backend, options={k: v for k, v in hosts_tbl.items() if k != "backend"}
     )
 
-    threading = _threading(src, service.name, backend)
+    threading = _threading(src, service.name, backend, hosts.options.get("hosts"))
 
     reboot_knobs = platform.reboot_knobs if service.tolerates_reboot else frozenset()
     spec = ComparisonSpec(

@@ -1,3 +1,3 @@
 """Fixtures shared by several test folders."""
 
-pytest_plugins = ["tests.fixtures.toy"]
+pytest_plugins = ["tests.fixtures.toy", "tests.fixtures.sshd"]

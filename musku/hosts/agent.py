@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -251,9 +251,10 @@ def aggregate(
 class AgentHost(Host):
     """One host's agent, with its clock offset and its collection cursor."""
 
-    def __init__(self, name: str, link: Link) -> None:
+    def __init__(self, name: str, link: Link, midtier: Mapping[str, str] | None = None) -> None:
         self.name = name
         self.link = link
+        self.midtier = dict(midtier or {})  # co-tuning: this host's own mid-tier address
         self.offset = 0.0  # host clock - controller clock
         self.sample_interval = 0.1
         self.info: dict[str, Any] = {}
@@ -413,7 +414,8 @@ class AgentPair(HostPair):
         def one(i: int) -> Any:
             fields: dict[str, Any] = {}
             if self.cotune is not None:
-                fields["threading"] = self.cotune.request(self.hosts[i].hostname, configs[i])
+                h = self.hosts[i]
+                fields["threading"] = self.cotune.request(h.hostname, configs[i], h.midtier)
             return self.hosts[i].link.call(
                 "apply",
                 config=configs[i].as_dict(),
@@ -521,6 +523,26 @@ class _HostOpt:
     port: int
     user: str
     socket: str
+    # co-tuning: where this host's mid-tier answers the Admin RPC, when it is not where the
+    # experiment's [threading] admin / admin_port_file says ({"admin": ...} or
+    # {"admin_port_file": ...}; empty: the experiment's)
+    midtier: Mapping[str, str] = field(default_factory=dict)
+
+
+_MIDTIER_KEYS = {"midtier_admin": "admin", "midtier_admin_port_file": "admin_port_file"}
+
+
+def _midtier_of(name: str, entry: Mapping[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, spec_key in _MIDTIER_KEYS.items():
+        if key in entry:
+            v = entry[key]
+            if not isinstance(v, str) or not v:
+                raise InputError(f"[hosts] {name}: {key} must be a non-empty string")
+            out[spec_key] = v
+    if len(out) > 1:
+        raise InputError(f"[hosts] {name}: give midtier_admin or midtier_admin_port_file, not both")
+    return out
 
 
 def _host_options(opts: Mapping[str, Any]) -> list[_HostOpt]:
@@ -536,7 +558,7 @@ def _host_options(opts: Mapping[str, Any]) -> list[_HostOpt]:
         if isinstance(entry, str) and entry:
             out.append(_HostOpt(entry, entry, port, user, ""))
         elif isinstance(entry, dict):
-            extra = set(entry) - {"name", "host", "port", "user", "socket"}
+            extra = set(entry) - {"name", "host", "port", "user", "socket", *_MIDTIER_KEYS}
             if extra:
                 raise InputError(f"[hosts] unknown host key(s): {', '.join(sorted(extra))}")
             host, sock = entry.get("host", ""), entry.get("socket", "")
@@ -546,7 +568,10 @@ def _host_options(opts: Mapping[str, Any]) -> list[_HostOpt]:
             p = entry.get("port", port)
             if isinstance(p, bool) or not isinstance(p, int) or not 0 < p < 65536:
                 raise InputError(f"[hosts] {name}: port must be an integer in 1..65535")
-            out.append(_HostOpt(str(name), str(host), p, str(entry.get("user", user)), str(sock)))
+            out.append(
+                _HostOpt(str(name), str(host), p, str(entry.get("user", user)), str(sock),
+                         _midtier_of(str(name), entry))
+            )  # fmt: skip
         else:
             raise InputError("[hosts] each host is a name or a table {name, host, socket, ...}")
     if out[0].name == out[1].name:
@@ -589,11 +614,22 @@ def open_pair(experiment: Experiment, seed: int = 0) -> AgentPair:
         raise InputError("[hosts] lease_s must be a positive number")
     hosts = _host_options(opts)
     tables = cotune_tables(experiment)
+    for h in hosts:
+        if h.midtier and tables is None:
+            raise InputError(
+                f"[hosts] {h.name}: midtier_admin / midtier_admin_port_file are for co-tuning: "
+                "set [threading] cotune = true or remove them"
+            )
+        if h.midtier and tables is not None:
+            tables.midtier(h.name, h.midtier)  # checked now, not at the first apply
     timeout = 300.0 if tables is None else max(300.0, timeout_for(tables.spec))
     links = [make_link(h, opts, timeout=timeout) for h in hosts]
     try:
         return AgentPair(
-            (AgentHost(hosts[0].name, links[0]), AgentHost(hosts[1].name, links[1])),
+            (
+                AgentHost(hosts[0].name, links[0], hosts[0].midtier),
+                AgentHost(hosts[1].name, links[1], hosts[1].midtier),
+            ),  # fmt: skip
             lease_s=float(lease),
             name=experiment.name,
             cotune=tables,

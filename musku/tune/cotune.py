@@ -36,7 +36,7 @@ import re
 import socket
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -705,8 +705,25 @@ class ControllerTables:
         self.platform = platform
         self.store: Any | None = None
 
-    def request(self, host: str, config: Configuration) -> dict[str, Any]:
-        """The ``threading`` field of an ``apply`` request to the agent of ``host``."""
+    def midtier(self, host: str, where: Mapping[str, str]) -> CotuneSpec:
+        """The spec for a host whose mid-tier answers elsewhere than the experiment says
+        (``where``: ``{"admin": "host:port"}`` or ``{"admin_port_file": path}``); InputError
+        naming the host when that address is malformed."""
+        if not where:
+            return self.spec
+        spec = replace(self.spec, admin=where.get("admin", ""),
+                       admin_port_file=where.get("admin_port_file", ""))  # fmt: skip
+        problem = spec.problem()
+        if problem:
+            raise InputError(f"[hosts] {host}: midtier_{problem}")
+        return spec
+
+    def request(
+        self, host: str, config: Configuration, midtier: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """The ``threading`` field of an ``apply`` request to the agent of ``host``
+        (``midtier``: that host's own mid-tier address, see :meth:`midtier`)."""
+        spec = self.midtier(host, midtier or {})
         table = None
         if self.store is not None:
             try:
@@ -715,7 +732,7 @@ class ControllerTables:
                 )
             except MuskuError as exc:
                 log.warning("results DB not consulted for a threading table: %s", exc.one_line())
-        return AgentRequest(self.spec, self.platform, table).to_json()
+        return AgentRequest(spec, self.platform, table).to_json()
 
     def record(self, host: str, config: Configuration, reply: Mapping[str, Any]) -> str:
         """Store a table the agent trained; returns the threading it reports. HostError when

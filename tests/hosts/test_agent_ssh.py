@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,59 +17,9 @@ from musku.domain import Configuration
 from musku.errors import HostError
 from musku.experiment import load_experiment
 from tests.agent.helpers import SHP, THP, config, fake_host, spawn_daemon
+from tests.fixtures.sshd import needs_sshd
 
-SSHD = "/usr/sbin/sshd"
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="sshd for root needs root"),
-    pytest.mark.skipif(
-        not os.path.exists(SSHD) or not shutil.which("ssh-keygen"), reason="no sshd"
-    ),
-    pytest.mark.slow,
-]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    d = tmp_path_factory.mktemp("sshd")
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key")], check=True
-    )
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "client_key")], check=True
-    )
-    (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
-    port = _free_port()
-    (d / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\n"
-        f"PidFile {d / 'sshd.pid'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
-        "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
-        "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nLogLevel ERROR\n"
-    )
-    host_pub = (d / "host_key.pub").read_text().split()
-    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
-    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-    proc = subprocess.Popen([SSHD, "-D", "-f", str(d / "sshd_config"), "-E", str(d / "sshd.log")])
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail(f"sshd did not start: {(d / 'sshd.log').read_text()[-500:]}")
-            time.sleep(0.05)
-    try:
-        yield {"port": port, "dir": d}
-    finally:
-        proc.terminate()
-        proc.wait(10)
+pytestmark = [*needs_sshd, pytest.mark.slow]
 
 
 class FakeService:

@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 from musku.cli import app
 from musku.errors import HostError, InputError
 from musku.services import deployments, runtime
+from musku.services.latency import Latencies
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -100,6 +101,11 @@ def test_deploy_measure_stop(
         assert open_["fraction"] == 0.5 and open_["qps"] == pytest.approx(sat / 2)
         assert open_["achieved_qps"] > 0 and open_["ok"] > 0 and open_["errors"] == 0, open_
         assert 0 < open_["latency_us"]["p50"] <= open_["latency_us"]["p99"]
+        # the load generator's buckets give back its own quantiles (and count every request)
+        lat = Latencies.of(open_)
+        assert lat.n == open_["ok"] + open_["errors"]
+        for q, key in ((0.5, "p50"), (0.99, "p99")):
+            assert lat.quantile(q) == pytest.approx(open_["latency_us"][key], rel=0.017)
         stats = dep.stats()
         assert stats, "the mid-tier answers its Admin stats"
         if service == "router":  # a real memcached behind each leaf saw the YCSB load

@@ -273,7 +273,14 @@ void LatencyJson(std::ostringstream& os, const musku::Histogram& h) {
   auto us = [&](double q) { return static_cast<double>(h.Percentile(q)) / 1e3; };
   os << "{\"p50\": " << us(0.5) << ", \"p90\": " << us(0.9) << ", \"p99\": " << us(0.99)
      << ", \"p999\": " << us(0.999) << ", \"max\": " << static_cast<double>(h.Max()) / 1e3
-     << ", \"mean\": " << h.Mean() / 1e3 << "}";
+     << ", \"mean\": " << h.Mean() / 1e3 << ", \"buckets\": [";
+  // every non-empty bucket as [upper bound in us, count]: runs can be pooled and resampled
+  bool first = true;
+  for (const auto& [upper_ns, n] : h.Buckets()) {
+    os << (first ? "" : ", ") << "[" << static_cast<double>(upper_ns) / 1e3 << ", " << n << "]";
+    first = false;
+  }
+  os << "]}";
 }
 void PhaseJson(std::ostringstream& os, const PhaseResult& p) {
   const double n = static_cast<double>(p.ok + p.errors);

@@ -277,7 +277,12 @@ def main(argv: list[str] | None = None) -> int:
         "--naive", type=int, default=100, help="A/A runs of the no-crossover paired rule"
     )
     ap.add_argument("--workers", type=int, default=2, help="processes (at most 2)")
-    ap.add_argument("--load-jitter", type=float, default=0.25, help="paper-like common load jitter (the case-study model files use 0.25 too)")
+    ap.add_argument(
+        "--load-jitter",
+        type=float,
+        default=0.25,
+        help="paper-like common load jitter (the case-study model files use 0.25 too)",
+    )
     ap.add_argument(
         "--sweep",
         default="0.005,0.1",

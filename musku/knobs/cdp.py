@@ -27,8 +27,17 @@ from musku.knobs._common import KnobBase, opt_bool, opt_str
 from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
 
 INFO = RESCTRL + "/info"
-_RESERVED = {"info", "mon_groups", "mon_data", "tasks", "cpus", "cpus_list", "schemata", "mode",
-             "size"}
+_RESERVED = {
+    "info",
+    "mon_groups",
+    "mon_data",
+    "tasks",
+    "cpus",
+    "cpus_list",
+    "schemata",
+    "mode",
+    "size",
+}
 
 
 def _popcount(x: int) -> int:
@@ -83,8 +92,13 @@ class CdpKnob(KnobBase):
             True,
             backend="resctrl",
             settings=tuple(settings),
-            details={"ways": ways, "min_cbm_bits": min_bits, "shareable_bits": hex(shareable),
-                     "domains": self._domains(), "group": self.group},
+            details={
+                "ways": ways,
+                "min_cbm_bits": min_bits,
+                "shareable_bits": hex(shareable),
+                "domains": self._domains(),
+                "group": self.group,
+            },
         )
 
     def _geometry(self) -> tuple[int, int, int, int]:
@@ -185,9 +199,11 @@ class CdpKnob(KnobBase):
 
     def snapshot(self) -> Snapshot:
         existed = self.fs.exists(self.group + "/schemata")
-        files = ((self.group + "/schemata", self.fs.read_bytes(self.group + "/schemata")),) if (
-            existed
-        ) else ()
+        files = (
+            ((self.group + "/schemata", self.fs.read_bytes(self.group + "/schemata")),)
+            if (existed)
+            else ()
+        )
         return Snapshot(self.name, files, extra={"group": self.group, "existed": existed})
 
     def rollback_extra_before(self, snapshot: Snapshot) -> None:

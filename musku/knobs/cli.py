@@ -82,7 +82,8 @@ def probe(
             settings = r["settings"]
             assert isinstance(settings, list)
             extra = ", ".join(str(s) for s in settings) or ", ".join(
-                f"{k}={v}" for k, v in dict(r["details"]).items()  # type: ignore[call-overload]
+                f"{k}={v}"
+                for k, v in dict(r["details"]).items()  # type: ignore[call-overload]
             )
             if r["reboot"]:
                 extra = "(reboot) " + extra

@@ -191,11 +191,13 @@ class CoreCountKnob(KnobBase):
             override = self._grub_override()
             if override:
                 return Support(
-                    False, f"{override} also sets {_CMDLINE_KEY} (sourced after {GRUB_DEFAULT}): "
-                    "musku will not edit a command line it does not own"
+                    False,
+                    f"{override} also sets {_CMDLINE_KEY} (sourced after {GRUB_DEFAULT}): "
+                    "musku will not edit a command line it does not own",
                 )
-            return Support(True, backend="isolcpus", settings=settings, reboot=True,
-                           details={"cores": ncores})
+            return Support(
+                True, backend="isolcpus", settings=settings, reboot=True, details={"cores": ncores}
+            )
         details: dict[str, object] = {"cores": ncores}
         backends = []
         cg = self._cgroup_dir()
@@ -210,8 +212,9 @@ class CoreCountKnob(KnobBase):
                 ctl = parent + "/cgroup.subtree_control"
                 if not self.fs.exists(ctl) or "cpuset" not in self.fs.read_text(ctl).split():
                     return Support(
-                        False, f"cpuset controller not enabled for {self.cgroup!r} "
-                        "(add +cpuset to its parent's cgroup.subtree_control)"
+                        False,
+                        f"cpuset controller not enabled for {self.cgroup!r} "
+                        "(add +cpuset to its parent's cgroup.subtree_control)",
                     )
             if not self.fs.exists(path):
                 if not opt_bool(self.options, "create_cgroup", False):
@@ -411,6 +414,4 @@ class CoreCountKnob(KnobBase):
             raise KnobError(f"core_count: {shlex.join(argv)} failed: {exc}") from None
         if proc.returncode != 0:
             last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
-            raise KnobError(
-                f"core_count: {shlex.join(argv)} exited {proc.returncode}: {last[0]}"
-            )
+            raise KnobError(f"core_count: {shlex.join(argv)} exited {proc.returncode}: {last[0]}")

@@ -100,9 +100,14 @@ class CoreFreqKnob(KnobBase):
             return Support(
                 True,
                 backend="cpufreq",
-                details={"driver": driver, "min_ghz": khz_to_ghz(lo), "max_ghz": khz_to_ghz(hi),
-                         "policies": len(pols), "turbo": self._turbo_on(),
-                         "turbo_switch": bool(self._turbo_files())},
+                details={
+                    "driver": driver,
+                    "min_ghz": khz_to_ghz(lo),
+                    "max_ghz": khz_to_ghz(hi),
+                    "policies": len(pols),
+                    "turbo": self._turbo_on(),
+                    "turbo_switch": bool(self._turbo_files()),
+                },
             )
         why = self._msr_unsupported()
         if why:
@@ -112,8 +117,11 @@ class CoreFreqKnob(KnobBase):
             True,
             backend="msr",
             settings=tuple(round(r / 10, 1) for r in range(lo, hi + 1)),
-            details={"min_ghz": lo / 10, "max_ghz": hi / 10,
-                     "turbo_disabled_by_bios": self._misc_turbo_disabled()},
+            details={
+                "min_ghz": lo / 10,
+                "max_ghz": hi / 10,
+                "turbo_disabled_by_bios": self._misc_turbo_disabled(),
+            },
         )
 
     def _msr_unsupported(self) -> str:
@@ -172,8 +180,9 @@ class CoreFreqKnob(KnobBase):
                 raise InvalidSetting("core_freq: 'turbo' is not available on this host/backend")
             return value
         ghz = as_ghz(value, self.name)
-        lo, hi = float(str(support.details.get("min_ghz", 0))), float(
-            str(support.details.get("max_ghz", 0))
+        lo, hi = (
+            float(str(support.details.get("min_ghz", 0))),
+            float(str(support.details.get("max_ghz", 0))),
         )
         if not lo <= ghz <= hi:
             raise InvalidSetting(
@@ -245,8 +254,12 @@ class CoreFreqKnob(KnobBase):
             mn, mx = p + "/scaling_min_freq", p + "/scaling_max_freq"
             if mn in saved and mx in saved:
                 writes += ordered_min_max(
-                    mn, mx, self.fs.read_int(mn), self.fs.read_int(mx),
-                    int(saved[mn].strip()), int(saved[mx].strip()),
+                    mn,
+                    mx,
+                    self.fs.read_int(mn),
+                    self.fs.read_int(mx),
+                    int(saved[mn].strip()),
+                    int(saved[mx].strip()),
                 )
         if not turbo_first:
             writes += turbo_writes

@@ -40,8 +40,9 @@ class ThpKnob(KnobBase):
                 _, dchoices = bracketed(self.fs.read_text(DEFRAG))
                 if policy not in dchoices:
                     return Support(
-                        False, f"defrag option {policy!r} is not offered by this kernel "
-                        f"({', '.join(dchoices)})"
+                        False,
+                        f"defrag option {policy!r} is not offered by this kernel "
+                        f"({', '.join(dchoices)})",
                     )
         return Support(True, backend="sysfs", details=details, settings=settings)
 

@@ -71,13 +71,23 @@ class UncoreFreqKnob(KnobBase):
         if doms:
             lo = max(self.fs.read_int(d + "/initial_min_freq_khz") for d in doms)
             hi = min(self.fs.read_int(d + "/initial_max_freq_khz") for d in doms)
-            return Support(True, backend="sysfs", details={
-                "min_ghz": khz_to_ghz(lo), "max_ghz": khz_to_ghz(hi), "domains": len(doms)})
+            return Support(
+                True,
+                backend="sysfs",
+                details={
+                    "min_ghz": khz_to_ghz(lo),
+                    "max_ghz": khz_to_ghz(hi),
+                    "domains": len(doms),
+                },
+            )
         cpus = self._package_cpus()
         missing = [c for c in cpus if not self.fs.has_msr(c)]
         if missing:
-            return Support(False, "no intel_uncore_frequency driver and no msr device "
-                           f"({msr_path(missing[0])}; modprobe msr)")
+            return Support(
+                False,
+                "no intel_uncore_frequency driver and no msr device "
+                f"({msr_path(missing[0])}; modprobe msr)",
+            )
         ok, why = self.fs.msr_writes_allowed()
         if not ok:
             return Support(False, why)
@@ -85,9 +95,12 @@ class UncoreFreqKnob(KnobBase):
             lo, hi = self._msr_range()
         except (HostFSError, KnobError) as exc:
             return Support(False, exc.one_line())
-        return Support(True, backend="msr",
-                       settings=tuple(round(r / 10, 1) for r in range(lo, hi + 1)),
-                       details={"min_ghz": lo / 10, "max_ghz": hi / 10, "packages": len(cpus)})
+        return Support(
+            True,
+            backend="msr",
+            settings=tuple(round(r / 10, 1) for r in range(lo, hi + 1)),
+            details={"min_ghz": lo / 10, "max_ghz": hi / 10, "packages": len(cpus)},
+        )
 
     def _msr_range(self) -> tuple[int, int]:
         opt = self.options.get("range_ghz")
@@ -132,9 +145,12 @@ class UncoreFreqKnob(KnobBase):
             writes: list[Write] = []
             for d in self._domains():
                 writes += ordered_min_max(
-                    d + "/min_freq_khz", d + "/max_freq_khz",
-                    self.fs.read_int(d + "/min_freq_khz"), self.fs.read_int(d + "/max_freq_khz"),
-                    khz, khz,
+                    d + "/min_freq_khz",
+                    d + "/max_freq_khz",
+                    self.fs.read_int(d + "/min_freq_khz"),
+                    self.fs.read_int(d + "/max_freq_khz"),
+                    khz,
+                    khz,
                 )
             return writes
         ratio = int(round(float(value) * 10))
@@ -152,11 +168,18 @@ class UncoreFreqKnob(KnobBase):
                 for name in ("min_freq_khz", "max_freq_khz"):
                     files.append((f"{d}/{name}", self.fs.read_bytes(f"{d}/{name}")))
             return Snapshot(self.name, tuple(files), extra={"backend": "sysfs"})
-        return Snapshot(self.name, msrs=tuple(
-            (msr_path(c), MSR_UNCORE_RATIO_LIMIT, UNCORE_RATIO_MASK,
-             self.fs.read_msr(c, MSR_UNCORE_RATIO_LIMIT))
-            for c in self._package_cpus()
-        ))
+        return Snapshot(
+            self.name,
+            msrs=tuple(
+                (
+                    msr_path(c),
+                    MSR_UNCORE_RATIO_LIMIT,
+                    UNCORE_RATIO_MASK,
+                    self.fs.read_msr(c, MSR_UNCORE_RATIO_LIMIT),
+                )
+                for c in self._package_cpus()
+            ),
+        )
 
     def rollback(self, snapshot: Snapshot) -> None:
         if snapshot.extra.get("backend") != "sysfs":
@@ -167,6 +190,12 @@ class UncoreFreqKnob(KnobBase):
         for d in self._domains():
             mn, mx = d + "/min_freq_khz", d + "/max_freq_khz"
             if mn in saved and mx in saved:
-                writes += ordered_min_max(mn, mx, self.fs.read_int(mn), self.fs.read_int(mx),
-                                          int(saved[mn].strip()), int(saved[mx].strip()))
+                writes += ordered_min_max(
+                    mn,
+                    mx,
+                    self.fs.read_int(mn),
+                    self.fs.read_int(mx),
+                    int(saved[mn].strip()),
+                    int(saved[mx].strip()),
+                )
         self._perform(writes)

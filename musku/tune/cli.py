@@ -42,7 +42,8 @@ def train(
         int, typer.Option(min=0, help="Requests per point at least (low loads run longer).")
     ] = 300,
     rounds: Annotated[
-        int, typer.Option(min=1, help="Measurements of each load's closest contenders (worst counts).")
+        int,
+        typer.Option(min=1, help="Measurements of each load's closest contenders (worst counts)."),
     ] = 3,
     out: Annotated[
         Path | None, typer.Option(help="Table path (default DATA_DIR/tables/SERVICE-HOST.json).")

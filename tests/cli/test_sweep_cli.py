@@ -122,7 +122,9 @@ def test_ctrl_c_keeps_data_and_resume_finishes(toy: Any, tmp_path: Path) -> None
 
 def test_abtest_runs_one_comparison_and_records_it(toy: Any, tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/r.db"
-    proc = musku("abtest", str(toy(name="one-ab")), "--set", "thp=always", "--db", db, "--json", "-q")
+    proc = musku(
+        "abtest", str(toy(name="one-ab")), "--set", "thp=always", "--db", db, "--json", "-q"
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["changed"] == {"thp": ["madvise", "always"]}

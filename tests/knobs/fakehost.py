@@ -195,7 +195,7 @@ class FakeHost:
             "# If you change this file, run 'update-grub' afterwards to update\n"
             "# /boot/grub/grub.cfg.\n\n"
             "GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\n"
-            'GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n'
+            "GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n"
             'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n'
             f'GRUB_CMDLINE_LINUX="{cmdline_linux}"\n' + extra
         )
@@ -280,8 +280,10 @@ class FakeHost:
             self.file(d + "/shareable_bits", f"{shareable_bits:x}\n")
             self.file(d + "/num_closids", f"{num_closids}\n")
         self.file(RESCTRL + "/info/last_cmd_status", "ok\n")
-        self.file(RESCTRL + "/schemata", _schemata_text({r: dict.fromkeys(cache_ids, full)
-                                                         for r in resources}))
+        self.file(
+            RESCTRL + "/schemata",
+            _schemata_text({r: dict.fromkeys(cache_ids, full) for r in resources}),
+        )
         self.file(RESCTRL + "/tasks", "1\n")
         opts = "rw,relatime,cdp" if cdp else "rw,relatime"
         mounts = self.read(PROC_MOUNTS) if self.p(PROC_MOUNTS).exists() else ""
@@ -457,8 +459,10 @@ class FakeKernelFS(HostFS):
             if not cpus <= allowed & online:
                 raise _einval(path)
             self._store(path, format_cpulist(cpus) + "\n")
-            self._store(path.replace("cpuset.cpus", "cpuset.effective_cpus"),
-                        format_cpulist(cpus & online) + "\n")
+            self._store(
+                path.replace("cpuset.cpus", "cpuset.effective_cpus"),
+                format_cpulist(cpus & online) + "\n",
+            )
             return True
         if self._is_v2(path) and path.endswith("/cpuset.cpus"):
             try:
@@ -605,8 +609,13 @@ class FakeKernelFS(HostFS):
             return
         if path.startswith(CGROUP_V1_CPUSET + "/") and self.exists(parent + "/cpuset.cpus"):
             super().mkdir(path)
-            for name in ("cpuset.cpus", "cpuset.mems", "cpuset.effective_cpus", "tasks",
-                         "cgroup.procs"):
+            for name in (
+                "cpuset.cpus",
+                "cpuset.mems",
+                "cpuset.effective_cpus",
+                "tasks",
+                "cgroup.procs",
+            ):
                 self._store(f"{path}/{name}", "\n")
             return
         super().mkdir(path)
@@ -660,8 +669,12 @@ def intel_host(root: Path, *, cpufreq: bool = False, hwp: bool = False) -> FakeH
         msrs[0x770] = 1
     h = (
         FakeHost(root)
-        .cpus(8, threads_per_core=2, packages=2,
-              flags="fpu msr rdt_a cat_l3 cdp_l3 pdpe1gb" + (" hwp" if hwp else ""))
+        .cpus(
+            8,
+            threads_per_core=2,
+            packages=2,
+            flags="fpu msr rdt_a cat_l3 cdp_l3 pdpe1gb" + (" hwp" if hwp else ""),
+        )
         .meminfo(64 * 1024 * 1024)
         .thp("[always] madvise never", "always defer defer+madvise [madvise] never")
         .hugepages(limit={2048: 500, 1048576: 2})
@@ -685,8 +698,13 @@ def amd_host(root: Path) -> FakeHost:
     no intel_uncore_frequency."""
     return (
         FakeHost(root)
-        .cpus(8, threads_per_core=2, vendor="AuthenticAMD",
-              model_name="AMD EPYC 7763 64-Core Processor", flags="fpu msr pdpe1gb rdt_a cat_l3")
+        .cpus(
+            8,
+            threads_per_core=2,
+            vendor="AuthenticAMD",
+            model_name="AMD EPYC 7763 64-Core Processor",
+            flags="fpu msr pdpe1gb rdt_a cat_l3",
+        )
         .meminfo(32 * 1024 * 1024)
         .thp("[always] madvise never", "always defer defer+madvise [madvise] never")
         .hugepages(limit={2048: 1024})

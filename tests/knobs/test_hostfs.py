@@ -112,9 +112,9 @@ def test_atomic_replace_keeps_mode_and_backup(tmp_path: Path) -> None:
     os.chmod(real, 0o640)
     original = real.read_bytes()
     fs = host.fs()
-    backup = fs.atomic_replace("/etc/default/grub", b"GRUB_CMDLINE_LINUX=\"x\"\n")
+    backup = fs.atomic_replace("/etc/default/grub", b'GRUB_CMDLINE_LINUX="x"\n')
     assert backup == "/etc/default/grub" + BACKUP_SUFFIX
-    assert real.read_bytes() == b"GRUB_CMDLINE_LINUX=\"x\"\n"
+    assert real.read_bytes() == b'GRUB_CMDLINE_LINUX="x"\n'
     assert host.p(backup).read_bytes() == original
     assert (real.stat().st_mode & 0o777) == 0o640
     assert [p.name for p in real.parent.iterdir() if p.name.startswith(".")] == []  # no temp left

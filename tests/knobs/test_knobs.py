@@ -219,9 +219,7 @@ def test_cdp_masks_and_bounds(tmp_path: Path) -> None:
     assert s.settings[0] == "off" and "1:10" in s.settings and "10:1" in s.settings
     assert len(s.settings) == 11
     k.apply("6:5")
-    assert host.read("/sys/fs/resctrl/musku/schemata") == (
-        "L3CODE:0=7c0;1=7c0\nL3DATA:0=3f;1=3f\n"
-    )
+    assert host.read("/sys/fs/resctrl/musku/schemata") == ("L3CODE:0=7c0;1=7c0\nL3DATA:0=3f;1=3f\n")
     before = host.tree()
     for bad in ("0:11", "6:6", "4:4", "x:y", "6", 6):
         with pytest.raises(InvalidSetting):
@@ -265,8 +263,13 @@ def test_cdp_unsupported_reasons(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("config", "bits"),
-    [("all_on", 0b0000), ("all_off", 0b1111), ("dcu_dcuip", 0b0011), ("dcu", 0b1011),
-     ("l2hw_dcu", 0b1010)],
+    [
+        ("all_on", 0b0000),
+        ("all_off", 0b1111),
+        ("dcu_dcuip", 0b0011),
+        ("dcu", 0b1011),
+        ("l2hw_dcu", 0b1010),
+    ],
 )
 def test_prefetch_intel_bits(tmp_path: Path, config: str, bits: int) -> None:
     host = FakeHost(tmp_path).cpus(4).msr({MSR_MISC_FEATURE_CONTROL: 0xAB00})
@@ -478,7 +481,7 @@ def test_core_count_refuses_grub_d_override(tmp_path: Path) -> None:
     host.file("/etc/default/grub.d/50-cloudimg.cfg", 'GRUB_CMDLINE_LINUX="console=ttyS1"\n')
     s = load_knob("core_count", host.fs()).probe()
     assert not s.supported and "50-cloudimg.cfg" in s.reason
-    host.file("/etc/default/grub.d/50-cloudimg.cfg", 'GRUB_TIMEOUT=1\n')
+    host.file("/etc/default/grub.d/50-cloudimg.cfg", "GRUB_TIMEOUT=1\n")
     assert load_knob("core_count", host.fs()).probe().supported
 
 

@@ -113,7 +113,12 @@ def test_real_cpuset_cgroup_v1(real_fs: HostFS) -> None:
     path = f"{CGROUP_V1_CPUSET}/{name}"
     try:
         knob = load_knob(
-            "core_count", real_fs, mode="live", cgroup=name, create_cgroup=True, hotplug=False,
+            "core_count",
+            real_fs,
+            mode="live",
+            cgroup=name,
+            create_cgroup=True,
+            hotplug=False,
             cgroup_version="1",
         )
         assert knob.probe().backend == "cpuset-v1"

@@ -29,8 +29,6 @@ BIN = BUILD / "router"
 MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
 
 
-
-
 def _need(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"{path} not built (run scripts/build-services)")

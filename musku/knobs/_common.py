@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from musku.domain import Value
 from musku.errors import InputError, MuskuError, UnsupportedError
-from musku.hostfs import MSR_DEV_DIR, HostFSError
+from musku.hostfs import MSR_DEV_DIR, HostFS, HostFSError
 from musku.knobs.base import InvalidSetting, Knob, KnobError, Snapshot, Write
 
 _MSR_PATH = re.compile(r"^" + re.escape(MSR_DEV_DIR) + r"/(\d+)/msr$")
@@ -170,6 +170,23 @@ def ordered_min_max(
     pair_max = [Write(max_path, str(new_max).encode())] if new_max != cur_max else []
     writes = pair_min + pair_max if new_max < cur_min else pair_max + pair_min
     return writes
+
+
+def restore_min_max(
+    fs: HostFS, saved: Mapping[str, str], min_path: str, max_path: str
+) -> list[Write]:
+    """:func:`ordered_min_max` back to a snapshot's values (none when the snapshot lacks the
+    pair)."""
+    if min_path not in saved or max_path not in saved:
+        return []
+    return ordered_min_max(
+        min_path,
+        max_path,
+        fs.read_int(min_path),
+        fs.read_int(max_path),
+        int(saved[min_path].strip()),
+        int(saved[max_path].strip()),
+    )
 
 
 def ghz_to_khz(value: float) -> int:

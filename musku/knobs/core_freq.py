@@ -36,6 +36,7 @@ from musku.knobs._common import (
     msr_write,
     opt_str,
     ordered_min_max,
+    restore_min_max,
 )
 from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
 
@@ -251,16 +252,9 @@ class CoreFreqKnob(KnobBase):
         turbo_writes = [Write(p, saved[p].strip()) for p, _ in switches]
         writes: list[Write] = list(turbo_writes) if turbo_first else []
         for p in self._policies():
-            mn, mx = p + "/scaling_min_freq", p + "/scaling_max_freq"
-            if mn in saved and mx in saved:
-                writes += ordered_min_max(
-                    mn,
-                    mx,
-                    self.fs.read_int(mn),
-                    self.fs.read_int(mx),
-                    int(saved[mn].strip()),
-                    int(saved[mx].strip()),
-                )
+            writes += restore_min_max(
+                self.fs, saved, p + "/scaling_min_freq", p + "/scaling_max_freq"
+            )
         if not turbo_first:
             writes += turbo_writes
         writes = [w for w in writes if self.fs.read_bytes(w.path).strip() != w.data]

@@ -31,6 +31,7 @@ from musku.knobs._common import (
     khz_to_ghz,
     msr_write,
     ordered_min_max,
+    restore_min_max,
 )
 from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
 
@@ -188,14 +189,5 @@ class UncoreFreqKnob(KnobBase):
         saved = dict(snapshot.files)
         writes: list[Write] = []
         for d in self._domains():
-            mn, mx = d + "/min_freq_khz", d + "/max_freq_khz"
-            if mn in saved and mx in saved:
-                writes += ordered_min_max(
-                    mn,
-                    mx,
-                    self.fs.read_int(mn),
-                    self.fs.read_int(mx),
-                    int(saved[mn].strip()),
-                    int(saved[mx].strip()),
-                )
+            writes += restore_min_max(self.fs, saved, d + "/min_freq_khz", d + "/max_freq_khz")
         self._perform(writes)

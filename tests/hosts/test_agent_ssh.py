@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from musku.domain import Configuration
 from musku.errors import HostError
 from musku.experiment import load_experiment
 from tests.agent.helpers import SHP, THP, config, fake_host, spawn_daemon
-from tests.fixtures.sshd import needs_sshd
+from tests.fixtures.sshd import agent_hosts_toml, needs_sshd
 
 pytestmark = [*needs_sshd, pytest.mark.slow]
 
@@ -50,19 +49,11 @@ class FakeService:
 
 
 def _experiment(tmp: Path, sshd: dict, hosts: list[dict], known_hosts: Path) -> Path:
-    def table(h: dict) -> str:
-        return "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in h.items()) + "}"
-
     p = tmp / "exp.toml"
     p.write_text(
         '[experiment]\nname = "ssh-pair"\n[service]\nname = "svc"\nknobs = ["thp", "shp"]\n'
         '[platform]\ncatalog = "firecracker-vm"\n[metric]\nprimary = "qps"\n'
-        '[hosts]\nbackend = "agent"\n'
-        f"hosts = [{', '.join(table(h) for h in hosts)}]\n"
-        f"identity_file = {json.dumps(str(sshd['dir'] / 'client_key'))}\n"
-        f"known_hosts = {json.dumps(str(known_hosts))}\n"
-        f"remote_command = {json.dumps([sys.executable, '-m', 'musku.agent', 'rpc'])}\n"
-        "lease_s = 6\n"
+        + agent_hosts_toml(sshd, hosts, known_hosts, lease_s=6)
     )
     return p
 

@@ -6,6 +6,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
+SETALGEBRA = ("setalgebra_leaf", "setalgebra_midtier", "setalgebra_gen", "musku_admin",
+              "musku_loadgen")  # fmt: skip
+
 LOGS: dict[int, Path] = {}  # server pid -> its stderr log
 
 
@@ -61,3 +66,43 @@ def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
             errors.append(str(e))
     if errors:
         raise RuntimeError("; ".join(errors))
+
+
+def skip_unless_built(*binaries: str) -> None:
+    """Skip the calling test module when one of these binaries is not built (services/build,
+    or MUSKU_SERVICES_BUILD)."""
+    from musku.services import runtime
+
+    try:
+        for b in binaries:
+            runtime.binary(b)
+    except Exception:
+        pytest.skip("C++ services not built (scripts/build-services)", allow_module_level=True)
+
+
+def start_setalgebra(
+    d: Path, index: Path, procs: list[subprocess.Popen[bytes]], name: str = ""
+) -> Path:
+    """A one-leaf Set Algebra on ``index``: the leaf (sync-inline-block), then the mid-tier
+    (async-dispatch-block, 1 poller, 2 workers, 1 response thread, up to 4 workers), waited for
+    through Health. Appends both to ``procs`` (stop them with stop_all); returns the mid-tier's
+    port file."""
+    from musku.services import runtime
+
+    prefix = f"{name}-" if name else ""
+    leaf, lport = start(
+        [str(runtime.binary("setalgebra_leaf")), "--index", str(index), "--shard", "0",
+         "--shards", "1", "--threading", "sync-inline-block"],
+        d / f"{prefix}leaf.port",
+    )  # fmt: skip
+    procs.append(leaf)
+    port_file = d / f"{prefix}mid.port"
+    mid, mport = start(
+        [str(runtime.binary("setalgebra_midtier")), "--leaves", f"127.0.0.1:{lport}",
+         "--threading", "async-dispatch-block", "--pollers", "1", "--workers", "2",
+         "--responders", "1", "--max-workers", "4"],
+        port_file,
+    )  # fmt: skip
+    procs.append(mid)
+    runtime.admin(f"127.0.0.1:{mport}", "wait-healthy", "--timeout-ms", "20000")
+    return port_file

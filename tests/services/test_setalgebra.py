@@ -17,22 +17,11 @@ import pytest
 
 from musku.errors import HostError, InputError
 from musku.services import runtime
+from tests.services import servers
 
 pytestmark = pytest.mark.services
 
-
-def _built() -> bool:
-    try:
-        for b in ("setalgebra_leaf", "setalgebra_midtier", "setalgebra_gen", "musku_admin",
-                  "musku_loadgen", "setalgebra_client"):  # fmt: skip
-            runtime.binary(b)
-    except Exception:
-        return False
-    return True
-
-
-if not _built():
-    pytest.skip("C++ services not built (scripts/build-services)", allow_module_level=True)
+servers.skip_unless_built(*servers.SETALGEBRA, "setalgebra_client")
 
 SMALL = {"docs": 20_000, "terms": 500, "queries": 300, "seed": 3}
 

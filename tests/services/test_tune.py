@@ -14,15 +14,11 @@ import pytest
 from musku.errors import InputError
 from musku.services import runtime
 from musku.tune import train as tr
+from tests.services import servers
 
 pytestmark = pytest.mark.services
 
-try:
-    for _b in ("setalgebra_leaf", "setalgebra_midtier", "setalgebra_gen", "musku_admin",
-               "musku_loadgen"):  # fmt: skip
-        runtime.binary(_b)
-except Exception:
-    pytest.skip("C++ services not built (scripts/build-services)", allow_module_level=True)
+servers.skip_unless_built(*servers.SETALGEBRA)
 
 SMALL = {"docs": 20_000, "terms": 500, "queries": 300, "seed": 3}
 

@@ -31,12 +31,7 @@ from tests.tune.fakes import spec
 
 pytestmark = pytest.mark.services
 
-try:
-    for _b in ("setalgebra_leaf", "setalgebra_midtier", "setalgebra_gen", "musku_admin",
-               "musku_loadgen"):  # fmt: skip
-        runtime.binary(_b)
-except Exception:
-    pytest.skip("C++ services not built (services/build)", allow_module_level=True)
+servers.skip_unless_built(*servers.SETALGEBRA)
 
 CFG = Configuration.of(thp="always")
 
@@ -48,21 +43,8 @@ def midtier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pa
     index, queries = runtime.setalgebra_data(d / "data", docs=5000, terms=300, queries=200, seed=3)
     procs = []
     try:
-        leaf, lport = servers.start(
-            [str(runtime.binary("setalgebra_leaf")), "--index", str(index), "--shard", "0",
-             "--shards", "1", "--threading", "sync-inline-block"],
-            d / "leaf.port",
-        )  # fmt: skip
-        procs.append(leaf)
-        mid, mport = servers.start(
-            [str(runtime.binary("setalgebra_midtier")), "--leaves", f"127.0.0.1:{lport}",
-             "--threading", "async-dispatch-block", "--pollers", "1", "--workers", "2",
-             "--responders", "1", "--max-workers", "4"],
-            d / "mid.port",
-        )  # fmt: skip
-        procs.append(mid)
-        runtime.admin(f"127.0.0.1:{mport}", "wait-healthy", "--timeout-ms", "20000")
-        yield d / "mid.port", queries
+        port_file = servers.start_setalgebra(d, index, procs)
+        yield port_file, queries
     finally:
         servers.stop_all(procs)
 

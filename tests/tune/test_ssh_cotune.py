@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,17 +21,12 @@ from musku.experiment import load_experiment
 from musku.services import runtime
 from musku.tune.cotune import AdminEndpoint, ThreadingState
 from tests.agent.helpers import THP, config, fake_host, spawn_daemon
-from tests.fixtures.sshd import needs_sshd
+from tests.fixtures.sshd import agent_hosts_toml, needs_sshd
 from tests.services import servers
 
 pytestmark = [*needs_sshd, pytest.mark.slow, pytest.mark.services]
 
-try:
-    for _b in ("setalgebra_leaf", "setalgebra_midtier", "setalgebra_gen", "musku_admin",
-               "musku_loadgen"):  # fmt: skip
-        runtime.binary(_b)
-except Exception:
-    pytest.skip("C++ services not built (services/build)", allow_module_level=True)
+servers.skip_unless_built(*servers.SETALGEBRA)
 
 
 @pytest.fixture(scope="module")
@@ -44,21 +38,7 @@ def deployments(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list
     procs, port_files = [], []
     try:
         for name in ("a", "b"):
-            leaf, lport = servers.start(
-                [str(runtime.binary("setalgebra_leaf")), "--index", str(index), "--shard", "0",
-                 "--shards", "1", "--threading", "sync-inline-block"],
-                d / f"{name}-leaf.port",
-            )  # fmt: skip
-            procs.append(leaf)
-            mid, mport = servers.start(
-                [str(runtime.binary("setalgebra_midtier")), "--leaves", f"127.0.0.1:{lport}",
-                 "--threading", "async-dispatch-block", "--pollers", "1", "--workers", "2",
-                 "--responders", "1", "--max-workers", "4"],
-                d / f"{name}-mid.port",
-            )  # fmt: skip
-            procs.append(mid)
-            runtime.admin(f"127.0.0.1:{mport}", "wait-healthy", "--timeout-ms", "20000")
-            port_files.append(d / f"{name}-mid.port")
+            port_files.append(servers.start_setalgebra(d, index, procs, name))
         yield port_files, queries
     finally:
         servers.stop_all(procs)
@@ -69,20 +49,12 @@ def running(s: ThreadingState) -> tuple:
 
 
 def _experiment(tmp: Path, sshd: dict, hosts: list[dict], queries: Path) -> Path:
-    def table(h: dict) -> str:
-        return "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in h.items()) + "}"
-
     p = tmp / "exp.toml"
     p.write_text(
         '[experiment]\nname = "ssh-cotune"\n[service]\nname = "setalgebra"\nknobs = ["thp"]\n'
         '[platform]\ncatalog = "firecracker-vm"\n[metric]\nprimary = "qps"\n'
-        '[hosts]\nbackend = "agent"\n'
-        f"hosts = [{', '.join(table(h) for h in hosts)}]\n"
-        f"identity_file = {json.dumps(str(sshd['dir'] / 'client_key'))}\n"
-        f"known_hosts = {json.dumps(str(sshd['dir'] / 'known_hosts'))}\n"
-        f"remote_command = {json.dumps([sys.executable, '-m', 'musku.agent', 'rpc'])}\n"
-        "lease_s = 30\n"
-        "[threading]\ncotune = true\nloads = [150]\nworkers = [1]\n"
+        + agent_hosts_toml(sshd, hosts, sshd["dir"] / "known_hosts", lease_s=30)
+        + "[threading]\ncotune = true\nloads = [150]\nworkers = [1]\n"
         'models = ["sync-inline-block", "async-dispatch-block"]\n'
         f"duration_s = 0.5\nwarmup_s = 0.1\nload_data = {json.dumps(str(queries))}\n"
     )

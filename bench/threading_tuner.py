@@ -39,7 +39,7 @@ from typing import Any
 
 from musku.errors import MuskuError
 from musku.services import runtime
-from musku.services.latency import Latencies, Ratio, quantile_ratio
+from musku.services.latency import Latencies, quantile_ratio
 from musku.tune import train as tr
 
 RAMP = (20, 100, 500, 1000, 2000, 3000, 4000, 6000, 8000, 12000)
@@ -143,24 +143,27 @@ def main() -> int:
         print(f"bench/threading_tuner: {e.one_line()}", file=sys.stderr)
         return int(e.status)
 
-    def pooled(runs: list[dict[str, Any]]) -> Latencies | None:
-        """The rounds' requests together; None when a round failed (errors, or under 90 % of
-        the offered load: an overloaded model)."""
-        if any(t["errors"] or t["achieved_qps"] < 0.9 * t_q for t, t_q in runs):
-            return None
-        return Latencies.of(*(t for t, _ in runs))
+    def served(t: dict[str, Any], q: float) -> bool:
+        return tr.acceptable({**t, "qps": q})
 
-    lat = {q: {k: pooled([(t, q) for t in v]) for k, v in d.items()} for q, d in h2h.items()}
+    def pooled(runs: list[dict[str, Any]], q: float) -> Latencies | None:
+        """The rounds' requests together; None when a round did not serve the load."""
+        return Latencies.of(*runs) if all(served(t, q) for t in runs) else None
+
+    lat = {q: {k: pooled(v, q) for k, v in d.items()} for q, d in h2h.items()}
 
     def p99(x: Latencies | None) -> float:
         return x.quantile(0.99) if x is not None else float("inf")
 
-    def ratio(x: Latencies | None, y: Latencies | None) -> Ratio | None:
-        return quantile_ratio(x, y, 0.99) if x is not None and y is not None else None
+    def pooled_ratio(x: Latencies | None, y: Latencies | None) -> dict[str, Any]:
+        """x's pooled p99 over y's with its 95 % interval (inf, no interval: one failed)."""
+        if x is None or y is None:
+            return {"pooled_ratio": float("inf"), "ci95": None}
+        r = quantile_ratio(x, y, 0.99)
+        return {"pooled_ratio": r.value, "ci95": [r.low, r.high]}
 
     def run_p99(t: dict[str, Any], q: float) -> float:
-        ok = t["errors"] == 0 and t["achieved_qps"] >= 0.9 * q
-        return float(t["latency_us"]["p99"]) if ok else float("inf")
+        return float(t["latency_us"]["p99"]) if served(t, q) else float("inf")
 
     def paired(q: float, x: str, y: str) -> list[float]:
         """Per round, x's p99 over y's (run back to back: slow drift of the host cancels)."""
@@ -171,26 +174,22 @@ def main() -> int:
     summary = []
     for q in ramp:
         best = offline_best[q]
-        r = ratio(lat[q]["auto"], lat[q][best])
         rounds = paired(q, "auto", best)
         statics_here = {k: p99(v) for k, v in lat[q].items() if k != "auto"}
         summary.append({"qps": q, "offline_best": best, "best_p99_us": p99(lat[q][best]),
                         "auto_p99_us": p99(lat[q]["auto"]),
                         "requests": lat[q]["auto"].n if lat[q]["auto"] is not None else 0,
                         "auto_vs_best": statistics.median(rounds), "paired_ratios": rounds,
-                        "pooled_ratio": r.value if r else float("inf"),
-                        "ci95": [r.low, r.high] if r else None,
+                        **pooled_ratio(lat[q]["auto"], lat[q][best]),
                         "lowest_measured_static": min(statics_here, key=statics_here.get),
                         "auto_vs_lowest_measured": p99(lat[q]["auto"]) / min(statics_here.values())})  # fmt: skip
     out["summary"] = summary
     low = ramp[0]
     lowest = {}
     for k in (tr.Candidate.of(m, 2).key() for m in DISPATCH_BLOCK):
-        r = ratio(lat[low][k], lat[low]["auto"])
         lowest[k] = {
             "ratio": statistics.median(paired(low, k, "auto")),
-            "pooled_ratio": r.value if r else float("inf"),
-            "ci95": [r.low, r.high] if r else None,
+            **pooled_ratio(lat[low][k], lat[low]["auto"]),
         }
     out["dispatch_block_vs_auto_at_lowest"] = lowest
     if a.json:

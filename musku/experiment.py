@@ -26,7 +26,7 @@ from musku.domain import (
     format_value,
 )
 from musku.errors import InputError
-from musku.tune.cotune import DEFAULT_LOADS, DEFAULT_WORKERS, MODELS, CotuneSpec
+from musku.tune.cotune import DEFAULT_LOADS, DEFAULT_WORKERS, MIDTIER_KEYS, MODELS, CotuneSpec
 
 
 @dataclass(frozen=True)
@@ -351,10 +351,7 @@ def _per_host_midtiers(hosts: Any) -> bool:
     return (
         isinstance(hosts, list)
         and len(hosts) == 2
-        and all(
-            isinstance(h, dict) and ("midtier_admin" in h or "midtier_admin_port_file" in h)
-            for h in hosts
-        )
+        and all(isinstance(h, dict) and any(k in h for k in MIDTIER_KEYS) for h in hosts)
     )
 
 

@@ -46,7 +46,7 @@ from musku.agent.protocol import raise_for
 from musku.domain import Configuration, Sample
 from musku.errors import HostError, InputError, MuskuError
 from musku.hosts.base import Host, HostPair
-from musku.tune.cotune import ControllerTables, timeout_for
+from musku.tune.cotune import MIDTIER_KEYS, ControllerTables, timeout_for
 
 if TYPE_CHECKING:
     from musku.agent.spool import Row
@@ -529,12 +529,9 @@ class _HostOpt:
     midtier: Mapping[str, str] = field(default_factory=dict)
 
 
-_MIDTIER_KEYS = {"midtier_admin": "admin", "midtier_admin_port_file": "admin_port_file"}
-
-
 def _midtier_of(name: str, entry: Mapping[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
-    for key, spec_key in _MIDTIER_KEYS.items():
+    for key, spec_key in MIDTIER_KEYS.items():
         if key in entry:
             v = entry[key]
             if not isinstance(v, str) or not v:
@@ -558,7 +555,7 @@ def _host_options(opts: Mapping[str, Any]) -> list[_HostOpt]:
         if isinstance(entry, str) and entry:
             out.append(_HostOpt(entry, entry, port, user, ""))
         elif isinstance(entry, dict):
-            extra = set(entry) - {"name", "host", "port", "user", "socket", *_MIDTIER_KEYS}
+            extra = set(entry) - {"name", "host", "port", "user", "socket", *MIDTIER_KEYS}
             if extra:
                 raise InputError(f"[hosts] unknown host key(s): {', '.join(sorted(extra))}")
             host, sock = entry.get("host", ""), entry.get("socket", "")
@@ -614,14 +611,13 @@ def open_pair(experiment: Experiment, seed: int = 0) -> AgentPair:
         raise InputError("[hosts] lease_s must be a positive number")
     hosts = _host_options(opts)
     tables = cotune_tables(experiment)
-    for h in hosts:
-        if h.midtier and tables is None:
+    for h in (h for h in hosts if h.midtier):
+        if tables is None:
             raise InputError(
                 f"[hosts] {h.name}: midtier_admin / midtier_admin_port_file are for co-tuning: "
                 "set [threading] cotune = true or remove them"
             )
-        if h.midtier and tables is not None:
-            tables.midtier(h.name, h.midtier)  # checked now, not at the first apply
+        tables.midtier(h.name, h.midtier)  # checked now, not at the first apply
     timeout = 300.0 if tables is None else max(300.0, timeout_for(tables.spec))
     links = [make_link(h, opts, timeout=timeout) for h in hosts]
     try:

@@ -32,18 +32,18 @@ class Latencies:
     def of(cls, *runs: Mapping[str, Any]) -> Latencies:
         """Pool the runs (each a load generator result's ``total`` or one of its ``phases``;
         InputError when one has no buckets, e.g. from an older load generator)."""
-        pooled: dict[float, int] = {}
+        parts = []
         for run in runs:
             buckets = run.get("latency_us", {}).get("buckets")
             if buckets is None:
                 raise InputError("load generator result without latency buckets (rebuild it)")
-            for upper, n in buckets:
-                pooled[float(upper)] = pooled.get(float(upper), 0) + int(n)
-        keys = sorted(pooled)
-        return cls(np.array(keys, dtype=float), np.array([pooled[k] for k in keys], dtype=np.int64))
+            b = np.array(buckets, dtype=float).reshape(-1, 2)
+            parts.append(cls(b[:, 0], b[:, 1].astype(np.int64)))
+        return cls.pool(parts)
 
     @classmethod
     def pool(cls, parts: Iterable[Latencies]) -> Latencies:
+        """All the parts' requests together (counts of equal bucket bounds added)."""
         parts = list(parts)
         if not parts:
             return cls(np.zeros(0), np.zeros(0, dtype=np.int64))

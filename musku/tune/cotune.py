@@ -696,6 +696,10 @@ class AgentRequest:
 # --------------------------------------------------------------------------- controllers
 
 
+# [hosts] entry keys naming a host's own mid-tier (agent backend) -> the CotuneSpec field each sets
+MIDTIER_KEYS = {"midtier_admin": "admin", "midtier_admin_port_file": "admin_port_file"}
+
+
 class ControllerTables:
     """The controller's side of co-tuning on agent hosts: offers the results DB's table with
     each request and stores the tables the agents trained."""

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <absl/synchronization/mutex.h>
@@ -29,21 +30,51 @@ int64_t MonotonicNs() {
 
 void LoadEstimator::Record(int64_t now) {
   std::lock_guard<std::mutex> lk(mu_);
+  if (n_ == 0) first_ns_ = now;
   ring_[n_ % kRing] = now;
   ++n_;
 }
 
-double LoadEstimator::Estimate(int64_t now) const {
-  static constexpr int64_t kWindows[] = {10'000'000, 50'000'000, 250'000'000, 1'000'000'000};
-  static constexpr uint64_t kEnough = 32;
+std::array<LoadEstimator::Window, LoadEstimator::kWindows> LoadEstimator::Counts(
+    int64_t now) const {
+  std::array<Window, kWindows> out{};
   std::lock_guard<std::mutex> lk(mu_);
   const uint64_t avail = std::min<uint64_t>(n_, kRing);
-  uint64_t count = 0;  // arrivals within the current window, newest first
-  for (int64_t w : kWindows) {
-    const int64_t since = now - w;
-    while (count < avail && ring_[(n_ - 1 - count) % kRing] > since) ++count;
-    if (count >= kEnough || w == kWindows[3] || count == kRing)
-      return static_cast<double>(count) * 1e9 / static_cast<double>(w);
+  // Arrival k (0 = newest) was at age(k); ages grow with k, so each window's count is a binary
+  // search (pollers stamp arrivals just before taking the lock, so the order is exact to within
+  // that race, which moves a count by one at most).
+  auto stamp = [&](uint64_t k) { return ring_[(n_ - 1 - k) % kRing]; };
+  uint64_t count = 0;  // arrivals within the current window
+  for (int i = 0; i < kWindows; ++i) {
+    const int64_t since = now - kWindowNs[i];
+    uint64_t lo = count, hi = avail;  // the first arrival at or before `since` is in [lo, hi]
+    while (lo < hi) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      if (stamp(mid) > since)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    count = lo;
+    out[i].count = count;
+    out[i].ns = kWindowNs[i];
+    out[i].known = n_ > 0 && now - kWindowNs[i] >= first_ns_;
+    // The ring is full and its oldest arrival is inside the window: the count covers only the
+    // span since that arrival.
+    if (count == kRing) {
+      out[i].ns = std::max<int64_t>(1, now - ring_[(n_ - count) % kRing]);
+      out[i].known = true;
+    }
+  }
+  return out;
+}
+
+double LoadEstimator::Estimate(int64_t now) const {
+  static constexpr uint64_t kEnough = 32;
+  const auto w = Counts(now);
+  for (int i = 0; i < kWindows; ++i) {
+    if (w[i].count >= kEnough || i == kWindows - 1 || w[i].count == kRing)
+      return static_cast<double>(w[i].count) * 1e9 / static_cast<double>(w[i].ns);
   }
   return 0;
 }
@@ -51,12 +82,34 @@ double LoadEstimator::Estimate(int64_t now) const {
 // ------------------------------------------------------------------------------------------
 // Decision table
 
-size_t DecisionTable::Pick(double qps, size_t current) const {
+size_t DecisionTable::Pick(double qps) const {
   size_t i = 0;
   while (i + 1 < rows.size() && qps > rows[i].max_qps) ++i;
-  if (i < current && current < rows.size() && qps > 0.85 * rows[i].max_qps)
-    return std::min(current, i + 1);  // hysteresis on the way down
   return i;
+}
+
+size_t DecisionTable::Decide(
+    const std::array<LoadEstimator::Window, LoadEstimator::kWindows>& windows, size_t current,
+    int64_t row_age_ns) const {
+  if (rows.empty()) return 0;
+  if (current >= rows.size()) current = rows.size() - 1;
+  const double lo = current > 0 ? rows[current - 1].max_qps : 0.0;
+  const bool top = current + 1 == rows.size();
+  const double hi = rows[current].max_qps;
+  constexpr double z2 = kZ * kZ;
+  for (const auto& w : windows) {
+    // No history that far back (just started), or older than the current row: no evidence.
+    if (!w.known || w.ns > row_age_ns) continue;
+    const double secs = static_cast<double>(w.ns) * 1e-9;
+    const double c = static_cast<double>(w.count);
+    // Score interval of a Poisson rate: (c + z^2/2 -+ z sqrt(c + z^2/4)) / window.
+    const double half = kZ * std::sqrt(c + z2 / 4);
+    const double rate_lo = (c + z2 / 2 - half) / secs, rate_hi = (c + z2 / 2 + half) / secs;
+    // Move only as far as the evidence reaches: to the row of the interval's near end.
+    if (!top && c >= kMinArrivals && rate_lo > hi) return Pick(rate_lo);
+    if (rate_hi < lo) return Pick(rate_hi);
+  }
+  return current;
 }
 
 std::string LoadDecisionTable(const std::string& path, const std::string& service,
@@ -598,7 +651,8 @@ std::string Engine::SetAuto(const std::string& path_in) {
     return why;
   }
   table_ = std::move(t);
-  table_row_ = table_.Pick(estimator_.Estimate(MonotonicNs()), 0);
+  table_row_since_ns_ = MonotonicNs();
+  table_row_ = table_.Pick(estimator_.Estimate(table_row_since_ns_));
   ApplyLocked(table_.rows[table_row_].threading);
   last_auto_ns_ = 0;
   auto_ = true;
@@ -626,10 +680,11 @@ void Engine::MaybeAuto(int64_t now) {
     row = table_row_;
   } else {
     overloaded_ = false;
-    row = table_.Pick(estimator_.Estimate(now), table_row_);
+    row = table_.Decide(estimator_.Counts(now), table_row_, now - table_row_since_ns_);
   }
   if (row == table_row_) return;
   table_row_ = row;
+  table_row_since_ns_ = now;
   if (std::string why = ApplyLocked(table_.rows[row].threading); !why.empty()) last_error_ = why;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <grpcpp/grpcpp.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -19,18 +20,29 @@
 
 namespace musku::detail {
 
-// Sliding QPS estimate: arrivals in the shortest of several windows (10 ms .. 1 s) that holds
-// enough arrivals to be meaningful, so a flash crowd shows within ~32 arrivals.
+// Arrival counts over several sliding windows (10 ms .. 1 s). Estimate() is the rate in the
+// shortest window that holds enough arrivals to be meaningful (a flash crowd shows within ~32
+// arrivals); Counts() gives every window, for decisions that weigh the evidence of each.
 class LoadEstimator {
  public:
+  static constexpr int kWindows = 4;
+  static constexpr int64_t kWindowNs[kWindows] = {10'000'000, 50'000'000, 250'000'000,
+                                                  1'000'000'000};
+  struct Window {
+    int64_t ns = 0;      // length actually covered (shorter if the ring ran out)
+    uint64_t count = 0;  // arrivals within it
+    bool known = false;  // false: the window reaches back before the first arrival recorded
+  };
   void Record(int64_t now_ns);
   double Estimate(int64_t now_ns) const;
+  std::array<Window, kWindows> Counts(int64_t now_ns) const;
 
  private:
   static constexpr size_t kRing = 8192;
   mutable std::mutex mu_;
   std::vector<int64_t> ring_ = std::vector<int64_t>(kRing, 0);
   uint64_t n_ = 0;
+  int64_t first_ns_ = 0;  // the first arrival recorded
 };
 
 struct DecisionRow {
@@ -41,8 +53,21 @@ struct DecisionRow {
 struct DecisionTable {
   std::string path;
   std::vector<DecisionRow> rows;
-  // Row for `qps`, with hysteresis: moving to a lower row needs the load well below its bound.
-  size_t Pick(double qps, size_t current) const;
+  // Row whose load range holds `qps` (no hysteresis: the initial choice).
+  size_t Pick(double qps) const;
+  // Auto: stays on `current` unless, in some window, the whole kZ-sigma interval of the arrival
+  // rate (Poisson score interval) lies above the row's upper bound or below its lower bound;
+  // then moves to the row of the interval's near end, as far as the evidence reaches. Windows
+  // are tried shortest first, so a flash crowd moves it within ~10 ms and a small drift across
+  // a bound within ~1 s. Only windows within the row's age (`row_age_ns`, time since the row
+  // was chosen) count: arrivals from before the last change are no evidence against it. A load
+  // near a bound keeps whichever row it is on instead of flapping on the estimate's noise.
+  // An upward move also needs kMinArrivals in the window: at tens of QPS a 10 ms window's
+  // Poisson tail (4 arrivals at 20 QPS) is fatter than its interval admits.
+  static constexpr double kZ = 4.0;
+  static constexpr double kMinArrivals = 8;
+  size_t Decide(const std::array<LoadEstimator::Window, LoadEstimator::kWindows>& windows,
+                size_t current, int64_t row_age_ns) const;
 };
 
 // "" on success; else a clear reason (unreadable, corrupt JSON, wrong format, other service,
@@ -144,6 +169,7 @@ class Engine {
   std::atomic<bool> auto_{false};
   DecisionTable table_;
   size_t table_row_ = 0;
+  int64_t table_row_since_ns_ = 0;  // when auto chose table_row_
   bool overloaded_ = false;  // auto: backlog seen, on the peak-load row until it drains
   std::atomic<int64_t> last_auto_ns_{0};
   std::string last_error_;

@@ -465,10 +465,8 @@ TEST(Table, LoadsAndRejectsCorruptStaleForeign) {
   auto ok = WriteFile(Table("fan", cpus, kRows));
   EXPECT_EQ(musku::detail::LoadDecisionTable(ok, "fan", max, &t), "");
   ASSERT_EQ(t.rows.size(), 2u);
-  EXPECT_EQ(t.Pick(10, 0), 0u);
-  EXPECT_EQ(t.Pick(5000, 0), 1u);
-  EXPECT_EQ(t.Pick(190, 1), 1u);  // hysteresis: just under the bound keeps the higher row
-  EXPECT_EQ(t.Pick(50, 1), 0u);
+  EXPECT_EQ(t.Pick(10), 0u);
+  EXPECT_EQ(t.Pick(5000), 1u);
   auto corrupt = WriteFile("{\"format\": \"musku-threading-table/1\", \"rows\": [");
   EXPECT_NE(musku::detail::LoadDecisionTable(corrupt, "fan", max, &t).find("corrupt"), std::string::npos);
   auto stale = WriteFile(Table("fan", cpus + 1, kRows));
@@ -537,6 +535,94 @@ TEST(Auto, StartsOnTheFixedModelWhenTheTableIsCorrupt) {
   Drive(mid.addr(), 50, 4, &errors, 1);
   EXPECT_EQ(errors.load(), 0);
   std::remove(bad.c_str());
+}
+
+// Poisson arrivals at `qps` from `t` for `secs` into `e`; every 5 ms (the default
+// --auto-interval-ms) the auto decision is taken, with `decide` (current row -> next row).
+// `decide` gets (now, current row, ns since the row changed). Returns the number of row changes
+// and the first time (ns after start) the row was `watch`.
+template <class Decide>
+std::pair<int, int64_t> Arrivals(musku::detail::LoadEstimator& e, std::mt19937_64& rng, int64_t& t,
+                              double qps, double secs, size_t& row, int64_t& since,
+                              Decide decide, size_t watch = SIZE_MAX) {
+  std::exponential_distribution<double> gap(qps * 1e-9);
+  const int64_t start = t, end = t + static_cast<int64_t>(secs * 1e9);
+  int64_t next = t + static_cast<int64_t>(gap(rng)), tick = t + 5'000'000, seen = -1;
+  int changes = 0;
+  while (tick <= end) {
+    if (next <= tick) {
+      e.Record(next);
+      next += std::max<int64_t>(1, static_cast<int64_t>(gap(rng)));
+      continue;
+    }
+    const size_t r = decide(tick, row, tick - since);
+    if (r != row) ++changes, since = tick;
+    row = r;
+    if (row == watch && seen < 0) seen = tick - start;
+    tick += 5'000'000;
+  }
+  t = end;
+  return {changes, seen};
+}
+
+TEST(Decide, HoldsARowNearABoundAndFollowsRealChanges) {
+  // Bounds as a trained Set Algebra table has them: geometric midpoints of the ramp's loads.
+  musku::detail::DecisionTable table;
+  for (double b : {45.0, 1414.0, 3190.0, 1e12}) table.rows.push_back({b, {}});
+  std::mt19937_64 rng(7);
+  auto evidence = [&](musku::detail::LoadEstimator& e) {
+    return [&table, &e](int64_t now, size_t row, int64_t age) {
+      return table.Decide(e.Counts(now), row, age);
+    };
+  };
+  auto naive = [&](musku::detail::LoadEstimator& e) {  // the plain estimate, no evidence rule
+    return [&table, &e](int64_t now, size_t, int64_t) { return table.Pick(e.Estimate(now)); };
+  };
+  {  // 3393 QPS, 6 % above a bound: the plain estimate flaps, the evidence rule holds a row.
+    musku::detail::LoadEstimator e1, e2;
+    std::mt19937_64 rng2 = rng;
+    int64_t t1 = 1'000'000'000, t2 = t1, c1 = 0, c2 = 0;
+    size_t r1 = 2, r2 = 2;
+    EXPECT_GT(Arrivals(e1, rng, t1, 3393, 10, r1, c1, naive(e1)).first, 50)
+        << "the plain estimate should flap at 6 % from a bound";
+    EXPECT_LE(Arrivals(e2, rng2, t2, 3393, 10, r2, c2, evidence(e2)).first, 1);
+    EXPECT_GE(r2, 2u);
+  }
+  {  // Mid-row (1000 QPS, row 1) and low load (20 QPS, row 0): never moves.
+    musku::detail::LoadEstimator e, e0;
+    int64_t t = 1'000'000'000, t0 = t, since = 0, since0 = 0;
+    size_t r = 1, r0 = 0;
+    EXPECT_EQ(Arrivals(e, rng, t, 1000, 10, r, since, evidence(e)).first, 0);
+    EXPECT_EQ(Arrivals(e0, rng, t0, 20, 30, r0, since0, evidence(e0)).first, 0);
+  }
+  {  // Flash crowd 100 -> 3393 -> 100 QPS: up within ~50 ms; back down within 100 ms, in at most
+     // two steps (10 ms of arrivals cannot tell 100 from 1000 QPS at 4 sigma; the crowd's full
+     // second may still lift it a row just as it ends), then still.
+    musku::detail::LoadEstimator e;
+    int64_t t = 1'000'000'000, since = 0;
+    size_t r = 1;
+    Arrivals(e, rng, t, 100, 2, r, since, evidence(e));
+    EXPECT_EQ(r, 1u);
+    auto up = Arrivals(e, rng, t, 3393, 1, r, since, evidence(e), 2);
+    EXPECT_GE(up.second, 0);
+    EXPECT_LE(up.second, 50'000'000);
+    EXPECT_GE(r, 2u);
+    auto down = Arrivals(e, rng, t, 100, 3, r, since, evidence(e), 1);
+    EXPECT_GE(down.second, 0);
+    EXPECT_LE(down.second, 100'000'000);
+    EXPECT_LE(down.first, 3);
+    EXPECT_EQ(r, 1u);
+  }
+  {  // A step across a bound (1000 -> 2000 QPS, bound 1414) moves once, within a second.
+    musku::detail::LoadEstimator e;
+    int64_t t = 1'000'000'000, since = 0;
+    size_t r = 1;
+    Arrivals(e, rng, t, 1000, 2, r, since, evidence(e));
+    auto step = Arrivals(e, rng, t, 2000, 5, r, since, evidence(e), 2);
+    EXPECT_EQ(step.first, 1);
+    EXPECT_LE(step.second, 1'000'000'000);
+    EXPECT_EQ(r, 2u);
+  }
 }
 
 TEST(Estimator, ReactsToAFlashCrowdWithinMilliseconds) {

@@ -12,11 +12,13 @@ quantile is the upper bound of the bucket holding the ceil(q * n)-th value.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.stats import binom
 
 from musku.errors import InputError
 
@@ -59,6 +61,18 @@ class Latencies:
     def quantile(self, q: float) -> float:
         """The load generator's quantile (0 < q <= 1); nan when empty."""
         return float(_quantiles(self.upper_us, self.counts[None, :], q)[0])
+
+    def quantile_interval(self, q: float, level: float = 0.95) -> tuple[float, float]:
+        """Distribution-free confidence interval of the q-quantile: the values at the ranks
+        that bound the Binomial(n, q) count of requests below it (nan when empty). Needs no
+        resampling, so it is cheap enough for every point of a training grid."""
+        n = self.n
+        if n == 0:
+            return math.nan, math.nan
+        a = (1 - level) / 2
+        lo_rank = max(1, int(binom.ppf(a, n, q)))
+        hi_rank = min(n, int(binom.ppf(1 - a, n, q)) + 1)
+        return self.quantile(lo_rank / n), self.quantile(hi_rank / n)
 
     def resampled_quantiles(self, q: float, draws: int, rng: np.random.Generator) -> np.ndarray:
         """``draws`` bootstrap replicates of the q-quantile (multinomial resampling of the

@@ -20,6 +20,7 @@ from typing import Any
 
 from musku.errors import InputError
 from musku.services import runtime
+from musku.services.latency import Latencies
 
 TABLE_FORMAT = "musku-threading-table/1"
 
@@ -107,7 +108,7 @@ def measure(
         cpus=loadgen_cpus,
     )
     t = res["total"]
-    return {
+    point = {
         "qps": qps,
         "achieved_qps": t["achieved_qps"],
         "p50_us": t["latency_us"]["p50"],
@@ -115,6 +116,9 @@ def measure(
         "errors": t["errors"],
         "ok": t["ok"],
     }
+    if t["latency_us"].get("buckets") and t["ok"] > 0:
+        point["p99_ci_us"] = list(Latencies.of(t).quantile_interval(0.99))
+    return point
 
 
 def point_seconds(qps: float, duration_s: float, min_samples: int) -> float:
@@ -125,6 +129,12 @@ def point_seconds(qps: float, duration_s: float, min_samples: int) -> float:
 def acceptable(point: dict[str, Any]) -> bool:
     """A configuration serves a load if nothing failed and it kept up with the offered rate."""
     return point["errors"] == 0 and point["achieved_qps"] >= 0.9 * point["qps"]
+
+
+def _ci(point: dict[str, Any]) -> tuple[float, float]:
+    """A point's p99 interval; a point without one (measured without buckets) is exact."""
+    lo, hi = point.get("p99_ci_us") or (point["p99_us"], point["p99_us"])
+    return float(lo), float(hi)
 
 
 def build_table(
@@ -140,8 +150,9 @@ def build_table(
     """Best candidate per load -> rows with ``max_qps`` bounds (geometric midpoints).
     ``cpus``: the CPU count of the host the table is for (default: this one's).
     ``tolerance``: the previous load's choice is kept while its p99 is within this fraction of
-    the best one's (measurement noise must not make the table flip between models: each row
-    boundary is a switch the mid-tier makes at run time)."""
+    the best one's, or while the two cannot be told apart: their p99s' 95 % intervals
+    (``p99_ci_us``, from the points' requests) overlap. Measurement noise must not make the
+    table flip between models: each row boundary is a switch the mid-tier makes at run time."""
     by_key = {c.key(): c for c in candidates}
     best: list[tuple[float, Candidate, float]] = []
     for q in loads:
@@ -157,7 +168,13 @@ def build_table(
         p99, cand = min(scored, key=lambda x: (x[0], x[1]))
         if best:
             prev = best[-1][1]
-            kept = [x for x in scored if x[1] == prev and x[0] <= p99 * (1 + tolerance)]
+            best_hi = _ci(grid[cand.key()][q])[1]
+            kept = [
+                x
+                for x in scored
+                if x[1] == prev
+                and (x[0] <= p99 * (1 + tolerance) or _ci(grid[prev.key()][q])[0] <= best_hi)
+            ]
             if kept:
                 p99, cand = kept[0]
         best.append((q, cand, p99))
@@ -229,9 +246,10 @@ def train(
                 first.setdefault("p99_rounds_us", [first["p99_us"]]).append(p["p99_us"])
                 first["errors"] += p["errors"]
                 first["achieved_qps"] = min(first["achieved_qps"], p["achieved_qps"])
-        for c in top:
-            first = grid[c.key()][q]
-            first["p99_us"] = max(first["p99_rounds_us"])
+                if p["p99_us"] > first["p99_us"]:  # judged by the worst round: its interval
+                    first["p99_us"] = p["p99_us"]
+                    if "p99_ci_us" in p:
+                        first["p99_ci_us"] = p["p99_ci_us"]
     return build_table(_target(dep).service, loads, grid, candidates), grid
 
 

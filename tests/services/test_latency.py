@@ -83,3 +83,21 @@ def test_a_real_difference_is_resolved_with_enough_requests() -> None:
     r = quantile_ratio(Latencies.of(run_of(a)), Latencies.of(run_of(b)))
     assert r.low > 1.1 and r.value == pytest.approx(1.3, rel=0.06) and r.high < 1.5
     assert str(r).startswith(f"{r.value:.2f} [")
+
+
+def test_quantile_interval_covers_the_true_p99_about_95_percent_of_the_time() -> None:
+    """The order-statistic interval a training point carries: 600 requests of a tail-heavy
+    distribution; it must hold the distribution's true p99 in about 95 % of trials and narrow
+    as requests grow."""
+    rng = np.random.default_rng(11)
+    true_p99 = 500 * math.exp(0.6 * 2.3263478740408408)  # lognormal(0, 0.6) x 500
+    trials, covered, widths = 300, 0, []
+    for _ in range(trials):
+        lo, hi = Latencies.of(run_of(rng.lognormal(0, 0.6, 600) * 500)).quantile_interval(0.99)
+        covered += lo <= true_p99 <= hi
+        widths.append((hi - lo) / true_p99)
+    assert 0.9 <= covered / trials <= 0.995, covered
+    lo, hi = Latencies.of(run_of(rng.lognormal(0, 0.6, 60000) * 500)).quantile_interval(0.99)
+    assert lo <= true_p99 * 1.01 and hi >= true_p99 * 0.99
+    assert (hi - lo) / true_p99 < float(np.median(widths)) / 4
+    assert all(math.isnan(x) for x in Latencies.pool([]).quantile_interval(0.99))

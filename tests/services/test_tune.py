@@ -144,3 +144,25 @@ def test_build_table_keeps_the_previous_choice_within_tolerance() -> None:
     assert [r["loads"] for r in t["rows"]] == [[10.0, 100.0], [1000.0]]
     t = tr.build_table("setalgebra", [10.0, 100.0, 1000.0], grid, [a, b], host="h", tolerance=0)
     assert [r["loads"] for r in t["rows"]] == [[10.0], [100.0, 1000.0]]
+
+
+def test_build_table_keeps_the_previous_choice_the_measurements_cannot_tell_apart() -> None:
+    """Beyond the tolerance, the previous choice still stays while the two p99s' intervals
+    overlap (a few hundred requests cannot rank them); it goes when they do not."""
+    a, b = tr.Candidate.of("sync-inline-poll"), tr.Candidate.of("async-dispatch-block", 2)
+
+    def pt(q: float, p99: float, ci: tuple[float, float]) -> dict:
+        return {"qps": q, "p99_us": p99, "errors": 0, "achieved_qps": q, "p99_ci_us": list(ci)}
+
+    def grid(a_100_ci: tuple[float, float]) -> dict:
+        return {
+            a.key(): {10.0: pt(10, 100, (90, 120)), 100.0: pt(100, 130, a_100_ci)},
+            b.key(): {10.0: pt(10, 200, (180, 230)), 100.0: pt(100, 100, (85, 125))},
+        }
+
+    # 100 QPS: b's p99 is 30 % lower, but a's interval reaches down into b's: a stays
+    t = tr.build_table("setalgebra", [10.0, 100.0], grid((110, 160)), [a, b], host="h")
+    assert [r["model"] for r in t["rows"]] == ["sync-inline-poll"]
+    # the intervals are apart: b is better beyond the noise, the table switches
+    t = tr.build_table("setalgebra", [10.0, 100.0], grid((126, 160)), [a, b], host="h")
+    assert [r["model"] for r in t["rows"]] == ["sync-inline-poll", "async-dispatch-block"]

@@ -218,10 +218,8 @@ def _cdp_splits(ways: int) -> tuple[str, ...]:
 def load_platform(name_or_path: str | Path) -> Platform:
     """Load a catalog by name (``skylake18``) or by path to a TOML file."""
     candidate = Path(name_or_path)
-    if candidate.suffix == ".toml" and candidate.exists():
-        path = candidate
-    else:
-        path = None
+    path: Path | None = candidate if candidate.suffix == ".toml" and candidate.exists() else None
+    if path is None:
         for d in catalog_dirs():
             p = d / f"{name_or_path}.toml"
             if p.exists():

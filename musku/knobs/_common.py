@@ -173,7 +173,7 @@ def ordered_min_max(
 
 
 def restore_min_max(
-    fs: HostFS, saved: Mapping[str, str], min_path: str, max_path: str
+    fs: HostFS, saved: Mapping[str, str | bytes], min_path: str, max_path: str
 ) -> list[Write]:
     """:func:`ordered_min_max` back to a snapshot's values (none when the snapshot lacks the
     pair)."""

@@ -36,12 +36,14 @@ def _scan_order(runner: Runner, knob: str, current: object) -> list[list[object]
     """Settings to try, as walks: for an ordered knob under ``scan = "unimodal"``, two walks
     outward from the current setting (nearest first); otherwise one walk over everything."""
     space = list(runner.experiment.space[knob])
-    others = [v for v in space if v != current]
+    others: list[object] = [v for v in space if v != current]
     if runner.experiment.scan != "unimodal" or knob not in ORDERED_KNOBS or current not in space:
         return [others]
     ordered = sorted(space, key=lambda v: float(v) if not isinstance(v, str) else float("inf"))
     i = ordered.index(current)
-    return [list(reversed(ordered[:i])), ordered[i + 1 :]]
+    down: list[object] = list(reversed(ordered[:i]))
+    up: list[object] = list(ordered[i + 1 :])
+    return [down, up]
 
 
 def _losing(result: ComparisonResult) -> bool:

@@ -87,7 +87,9 @@ def main() -> int:
                                                           warmup_s=a.warmup),
                                          cpus=lg_cpus)  # fmt: skip
                     cpu = [runtime.cpu_seconds(p.pid) - t for p, t in zip(procs, cpu0, strict=True)]
-                    n = max(1, r["total"]["ok"])
+                    # the servers' CPU covers the warm-up too: divide by every answered request
+                    tot = r["total"]
+                    n = max(1, tot["ok"] + tot["errors"] + r.get("warmup_answered", 0))
                     per_q = [1e6 * x / n for x in cpu]
                     res["closed_loop"].append(
                         {"concurrency": c, "cpu_us_per_query": per_q, **r["total"]}

@@ -67,8 +67,11 @@ struct Shared {
   }
 
   void Record(Call* c, int64_t done) {
-    if (c->phase < 0) return;
     std::lock_guard<std::mutex> lk(mu);
+    if (c->phase < 0) {  // warm-up: counted (servers' CPU covers it too), not measured
+      ++res->warmup_answered;
+      return;
+    }
     PhaseResult& p = res->phases[static_cast<size_t>(c->phase)];
     ++p.codes[c->status.error_code()];
     if (!w->methods.empty()) ++p.methods[w->MethodOf(c->index)];
@@ -314,7 +317,8 @@ std::string ToJson(const Options& opt, const Result& r) {
   os.precision(6);
   os << "{\"mode\": \"" << opt.mode << "\", \"target\": \"" << opt.target
      << "\", \"warmup_s\": " << opt.warmup_s << ", \"late_sends\": " << r.late_sends
-     << ", \"preloaded\": " << r.preloaded << ", \"send_lag_us\": ";
+     << ", \"preloaded\": " << r.preloaded << ", \"warmup_answered\": " << r.warmup_answered
+     << ", \"send_lag_us\": ";
   LatencyJson(os, r.send_lag);
   os << ", \"total\": ";
   PhaseJson(os, r.total);

@@ -127,6 +127,7 @@ struct Result {
   // generator's own wake-up (timer, an idle vCPU), not the service.
   musku::Histogram send_lag;
   uint64_t preloaded = 0;   // load-phase requests sent (all succeeded)
+  uint64_t warmup_answered = 0;  // warm-up requests answered (ok or not), not in any phase
 };
 
 // Runs the load; returns "" or an error (e.g. target unreachable).

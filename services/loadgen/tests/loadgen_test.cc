@@ -155,6 +155,39 @@ TEST(Workload, MixedMethodsAndALoadPhase) {
   EXPECT_NE(loadgen::ToJson(o, r).find("\"methods\": {\"/t.S/Get\": "), std::string::npos);
 }
 
+TEST(Workload, WarmUpRequestsAreCountedNotMeasured) {
+  // Per-request server CPU needs every request the servers answered: the warm-up's too.
+  Recorder rec;
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  b.RegisterCallbackGenericService(&rec);
+  auto server = b.BuildAndStart();
+  ASSERT_TRUE(server && port > 0);
+  loadgen::Workload w;
+  w.method = "/t.S/Get";
+  w.requests.push_back(Bytes("q"));
+  ASSERT_EQ(w.Check(), "");
+  loadgen::Options o;
+  o.target = "127.0.0.1:" + std::to_string(port);
+  o.mode = "closed";
+  o.concurrency = 2;
+  o.duration_s = 0.3;
+  o.warmup_s = 0.3;
+  loadgen::Result r;
+  ASSERT_EQ(loadgen::Run(o, w, &r), "");
+  server->Shutdown();
+  EXPECT_GT(r.warmup_answered, 10u);
+  EXPECT_GT(r.total.ok, 10u);
+  // every request the server saw is accounted for: warm-up + measured (+ the last ones in
+  // flight when the run ended, at most the concurrency)
+  const uint64_t counted = r.warmup_answered + r.total.ok + r.total.errors;
+  EXPECT_LE(counted, rec.calls.size());
+  EXPECT_LE(rec.calls.size(), counted + 2);
+  EXPECT_NE(loadgen::ToJson(o, r).find("\"warmup_answered\": " + std::to_string(r.warmup_answered)),
+            std::string::npos);
+}
+
 TEST(Workload, CheckRejectsInconsistentWorkloads) {
   loadgen::Workload w;
   w.method = "/a.B/C";

@@ -168,15 +168,12 @@ def build_table(
         p99, cand = min(scored, key=lambda x: (x[0], x[1]))
         if best:
             prev = best[-1][1]
-            best_hi = _ci(grid[cand.key()][q])[1]
-            kept = [
-                x
-                for x in scored
-                if x[1] == prev
-                and (x[0] <= p99 * (1 + tolerance) or _ci(grid[prev.key()][q])[0] <= best_hi)
-            ]
-            if kept:
-                p99, cand = kept[0]
+            kept = next((x for x in scored if x[1] == prev), None)
+            if kept and (
+                kept[0] <= p99 * (1 + tolerance)
+                or _ci(grid[prev.key()][q])[0] <= _ci(grid[cand.key()][q])[1]
+            ):
+                p99, cand = kept
         best.append((q, cand, p99))
     rows: list[dict[str, Any]] = []
     for i, (q, cand, p99) in enumerate(best):

@@ -73,7 +73,7 @@ double LoadEstimator::Estimate(int64_t now) const {
   static constexpr uint64_t kEnough = 32;
   const auto w = Counts(now);
   for (int i = 0; i < kWindows; ++i) {
-    if (w[i].count >= kEnough || i == kWindows - 1 || w[i].count == kRing)
+    if (w[i].count >= kEnough || i == kWindows - 1)  // a full ring is >= kEnough too
       return static_cast<double>(w[i].count) * 1e9 / static_cast<double>(w[i].ns);
   }
   return 0;

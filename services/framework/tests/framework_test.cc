@@ -538,9 +538,8 @@ TEST(Auto, StartsOnTheFixedModelWhenTheTableIsCorrupt) {
 }
 
 // Poisson arrivals at `qps` from `t` for `secs` into `e`; every 5 ms (the default
-// --auto-interval-ms) the auto decision is taken, with `decide` (current row -> next row).
-// `decide` gets (now, current row, ns since the row changed). Returns the number of row changes
-// and the first time (ns after start) the row was `watch`.
+// --auto-interval-ms) `decide(now, current row, ns since the row changed)` gives the next row.
+// Returns the number of row changes and the first time (ns after start) the row was `watch`.
 template <class Decide>
 std::pair<int, int64_t> Arrivals(musku::detail::LoadEstimator& e, std::mt19937_64& rng, int64_t& t,
                               double qps, double secs, size_t& row, int64_t& since,

@@ -94,16 +94,39 @@ class Recorder final : public grpc::CallbackGenericService {
   std::vector<std::pair<std::string, std::string>> calls;
 };
 
+// A Recorder serving on a loopback port; Start() is false if it could not.
+struct RecordingServer {
+  Recorder rec;
+  std::unique_ptr<grpc::Server> server;
+  std::string target;
+  bool Start() {
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterCallbackGenericService(&rec);
+    server = b.BuildAndStart();
+    target = "127.0.0.1:" + std::to_string(port);
+    return server && port > 0;
+  }
+};
+
+// Closed-loop options against `target`: 0.3 s measured after `warmup_s`.
+loadgen::Options ClosedLoop(const std::string& target, int concurrency, double warmup_s) {
+  loadgen::Options o;
+  o.target = target;
+  o.mode = "closed";
+  o.concurrency = concurrency;
+  o.duration_s = 0.3;
+  o.warmup_s = warmup_s;
+  return o;
+}
+
 }  // namespace
 
 TEST(Workload, MixedMethodsAndALoadPhase) {
-  Recorder rec;
-  grpc::ServerBuilder b;
-  int port = 0;
-  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  b.RegisterCallbackGenericService(&rec);
-  auto server = b.BuildAndStart();
-  ASSERT_TRUE(server && port > 0);
+  RecordingServer srv;
+  ASSERT_TRUE(srv.Start());
+  Recorder& rec = srv.rec;
 
   loadgen::Workload w;
   w.methods = {"/t.S/Get", "/t.S/Set"};
@@ -118,15 +141,10 @@ TEST(Workload, MixedMethodsAndALoadPhase) {
     w.method_of.push_back(i == 1 ? 1 : 0);
   }
   ASSERT_EQ(w.Check(), "");
-  loadgen::Options o;
-  o.target = "127.0.0.1:" + std::to_string(port);
-  o.mode = "closed";
-  o.concurrency = 4;
-  o.duration_s = 0.3;
-  o.warmup_s = 0;
+  const loadgen::Options o = ClosedLoop(srv.target, 4, 0);
   loadgen::Result r;
   ASSERT_EQ(loadgen::Run(o, w, &r), "");
-  server->Shutdown();
+  srv.server->Shutdown();
 
   EXPECT_EQ(r.preloaded, 20u);
   EXPECT_EQ(r.total.errors, 0u);
@@ -157,26 +175,17 @@ TEST(Workload, MixedMethodsAndALoadPhase) {
 
 TEST(Workload, WarmUpRequestsAreCountedNotMeasured) {
   // Per-request server CPU needs every request the servers answered: the warm-up's too.
-  Recorder rec;
-  grpc::ServerBuilder b;
-  int port = 0;
-  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  b.RegisterCallbackGenericService(&rec);
-  auto server = b.BuildAndStart();
-  ASSERT_TRUE(server && port > 0);
+  RecordingServer srv;
+  ASSERT_TRUE(srv.Start());
+  const Recorder& rec = srv.rec;
   loadgen::Workload w;
   w.method = "/t.S/Get";
   w.requests.push_back(Bytes("q"));
   ASSERT_EQ(w.Check(), "");
-  loadgen::Options o;
-  o.target = "127.0.0.1:" + std::to_string(port);
-  o.mode = "closed";
-  o.concurrency = 2;
-  o.duration_s = 0.3;
-  o.warmup_s = 0.3;
+  const loadgen::Options o = ClosedLoop(srv.target, 2, 0.3);
   loadgen::Result r;
   ASSERT_EQ(loadgen::Run(o, w, &r), "");
-  server->Shutdown();
+  srv.server->Shutdown();
   EXPECT_GT(r.warmup_answered, 10u);
   EXPECT_GT(r.total.ok, 10u);
   // every request the server saw is accounted for: warm-up + measured (+ the last ones in

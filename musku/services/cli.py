@@ -50,6 +50,7 @@ class DeployOptions:
     workers: int
     responders: int
     table: Path | None
+    leaf_transport: str
     shards: int
     server_cpus: str
     opts: list[str]
@@ -76,6 +77,11 @@ class DeployOptions:
             raise InputError("--shards must be >= 1")
         if self.threading == "auto" and self.table is None:
             raise InputError("--threading auto needs --table PATH (musku tune train)")
+        if self.leaf_transport not in runtime.LEAF_TRANSPORTS:
+            raise InputError(
+                f"unknown leaf transport {self.leaf_transport!r}; one of "
+                + ", ".join(runtime.LEAF_TRANSPORTS)
+            )
         if self.threading != "auto" and self.threading not in runtime.THREADING_MODELS:
             raise InputError(
                 f"unknown threading model {self.threading!r}; auto or one of "
@@ -89,6 +95,7 @@ class DeployOptions:
             "workers": self.workers,
             "responders": self.responders,
             "table": self.table if self.threading == "auto" else None,
+            "leaf_transport": self.leaf_transport,
             "server_cpus": runtime.parse_cpus(self.server_cpus),
             "data_opts": data_opts,
         }
@@ -108,6 +115,13 @@ def _deploy_options(
     table: Annotated[
         Path | None, typer.Option(help="Decision table for --threading auto (musku tune train).")
     ] = None,
+    leaf_transport: Annotated[
+        str,
+        typer.Option(
+            help="Mid-tier -> leaf calls: unary (one RPC each, μSuite's design) or batch "
+            "(a stream per leaf; calls queued during a write share the next message)."
+        ),
+    ] = "unary",
     shards: Annotated[int, typer.Option(help="Leaves (router: each with its own memcached).")] = 2,
     server_cpus: Annotated[str, typer.Option(help="Pin the servers to these CPUs, e.g. 0.")] = "",
     opt: Annotated[
@@ -129,8 +143,8 @@ def _deploy_options(
     ] = None,
 ) -> DeployOptions:
     legacy = {"corpus": corpus, "docs": docs, "terms": terms, "queries": queries}
-    return DeployOptions(threading_, pollers, workers, responders, table, shards, server_cpus,
-                         list(opt or []), legacy, data_dir)  # fmt: skip
+    return DeployOptions(threading_, pollers, workers, responders, table, leaf_transport, shards,
+                         server_cpus, list(opt or []), legacy, data_dir)  # fmt: skip
 
 
 def _with_deploy_options(

@@ -32,6 +32,8 @@ THREADING_MODELS: tuple[str, ...] = tuple(
     for disp in ("inline", "dispatch")
     for wait in ("block", "poll")
 )
+# How a mid-tier reaches its leaves (the servers' --leaf-transport; services/framework/README.md).
+LEAF_TRANSPORTS: tuple[str, ...] = ("unary", "batch")
 
 
 def parse_cpus(text: str) -> list[int] | None:
@@ -589,6 +591,7 @@ def deploy(
     leaf_threading: str = "sync-inline-block",
     server_cpus: Sequence[int] | None = None,
     leaf_timeout_ms: int = 1000,
+    leaf_transport: str = "unary",
     data_opts: dict[str, Any] | None = None,
     max_pools: tuple[int, int, int] = (4, 8, 4),
     leaf_args: Sequence[str] = (),
@@ -607,6 +610,10 @@ def deploy(
     rec = recipe(service)
     if shards < 1:
         raise InputError("shards must be >= 1")
+    if leaf_transport not in LEAF_TRANSPORTS:
+        raise InputError(
+            f"unknown leaf transport {leaf_transport!r}; one of {', '.join(LEAF_TRANSPORTS)}"
+        )
     opts = rec.resolve(data_opts)
     for b in (*rec.binaries, "musku_admin"):
         binary(b)
@@ -635,6 +642,7 @@ def deploy(
             *rec.midtier_argv(data, opts, shards),
             "--leaves", ",".join(p.address for p in leaves),
             "--leaf-timeout-ms", str(leaf_timeout_ms),
+            "--leaf-transport", leaf_transport,
             "--max-pollers", str(max_pools[0]),
             "--max-workers", str(max_pools[1]),
             "--max-responders", str(max_pools[2]),

@@ -91,7 +91,11 @@ class Cluster:
 
 
 def start_cluster(
-    tmp: Path, n: int = 4, replicas: int = 3, threading: str = "sync-inline-block"
+    tmp: Path,
+    n: int = 4,
+    replicas: int = 3,
+    threading: str = "sync-inline-block",
+    transport: str = "unary",
 ) -> Cluster:
     for name in ("router_leaf", "router_midtier", "router_client"):
         _need(BIN / name)
@@ -143,6 +147,8 @@ def start_cluster(
                 "500",
                 "--threading",
                 threading,
+                "--leaf-transport",
+                transport,
                 *extra,
             ],
             tmp / "mid.port",
@@ -210,17 +216,22 @@ def test_get_fails_over_when_a_memcached_dies(cluster: Cluster) -> None:
     assert any("stored 2 of 3" in s for s in stored)
 
 
-def test_get_fails_over_when_a_leaf_process_dies(cluster: Cluster) -> None:
-    keys = [f"lf:{i}" for i in range(20)]
-    for k in keys:
-        assert cluster.client("--op", "set", "--key", k, "--value", k).returncode == 0
-    cluster.leaves[1].kill()
-    cluster.leaves[1].wait()
-    for k in keys:
-        for _ in range(3):
-            r = cluster.client("--op", "get", "--key", k)
-            assert r.returncode == 0, (k, r.stderr)
-            assert r.stdout.rstrip("\n") == k
+@pytest.mark.parametrize("transport", ["unary", "batch"])
+def test_get_fails_over_when_a_leaf_process_dies(tmp_path: Path, transport: str) -> None:
+    cluster = start_cluster(tmp_path, transport=transport)
+    try:
+        keys = [f"lf:{i}" for i in range(20)]
+        for k in keys:
+            assert cluster.client("--op", "set", "--key", k, "--value", k).returncode == 0
+        cluster.leaves[1].kill()
+        cluster.leaves[1].wait()
+        for k in keys:
+            for _ in range(3):
+                r = cluster.client("--op", "get", "--key", k)
+                assert r.returncode == 0, (k, r.stderr)
+                assert r.stdout.rstrip("\n") == k
+    finally:
+        cluster.stop()
 
 
 def test_all_replicas_down_is_unavailable_not_a_hang(tmp_path: Path) -> None:
@@ -240,10 +251,16 @@ def test_all_replicas_down_is_unavailable_not_a_hang(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "threading", ["sync-inline-block", "async-dispatch-block", "sync-dispatch-poll"]
+    ("threading", "transport"),
+    [
+        ("sync-inline-block", "unary"),
+        ("async-dispatch-block", "unary"),
+        ("sync-dispatch-poll", "unary"),
+        ("async-dispatch-block", "batch"),
+    ],
 )
-def test_ycsb_a_zipf_workload(tmp_path: Path, threading: str) -> None:
-    c = start_cluster(tmp_path, threading=threading)
+def test_ycsb_a_zipf_workload(tmp_path: Path, threading: str, transport: str) -> None:
+    c = start_cluster(tmp_path, threading=threading, transport=transport)
     try:
         r = c.client("--op", "bench", "--requests", "1500", "--keys", "500", "--zipf", "0.99")
         assert r.returncode == 0, r.stderr

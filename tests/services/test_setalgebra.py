@@ -96,6 +96,37 @@ def test_midtier_answers_equal_the_reference(deployment: runtime.Deployment) -> 
     assert nonempty > 20  # not a trivially empty workload
 
 
+@pytest.mark.parametrize("model", ["async-inline-block", "sync-dispatch-block"])
+def test_batch_transport_answers_equal_the_reference_under_concurrency(
+    data_dir: Path, tmp_path: Path, model: str
+) -> None:
+    """Eight clients at once, so leaf calls of different queries share stream messages: every
+    answer must still be its own query's."""
+    with runtime.deploy(
+        "setalgebra",
+        workdir=tmp_path,
+        data_dir=data_dir,
+        data_opts=SMALL,
+        threading=model,
+        workers=2,
+        leaf_transport="batch",
+    ) as dep:
+        index = read_index(dep.extra["index"])
+        queries = dep.load_data.read_text().splitlines()
+        argv = [str(runtime.binary("setalgebra_client")), "--target", dep.midtier.address,
+                "--queries", str(dep.load_data)]  # fmt: skip
+        procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(8)]
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0] * 8
+        want = [reference(index, q.split()) for q in queries]
+        for out in outs:
+            answers = [json.loads(line) for line in out.splitlines()]
+            assert [a["code"] for a in answers] == [0] * len(queries)
+            assert [a["docs"] for a in answers] == want
+        stats = runtime.admin(dep.leaves[0].address, "stats")
+        assert int(stats["requests"]) >= 8 * len(queries)  # served over its stream
+
+
 def test_unknown_terms_give_empty_and_malformed_give_invalid_argument(
     deployment: runtime.Deployment,
 ) -> None:
@@ -176,9 +207,17 @@ def test_corrupt_index_is_a_clear_message(tmp_path: Path, data_dir: Path) -> Non
         )
 
 
-def test_leaf_down_gives_an_error_not_a_hang(data_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", runtime.LEAF_TRANSPORTS)
+def test_leaf_down_gives_an_error_not_a_hang(
+    data_dir: Path, tmp_path: Path, transport: str
+) -> None:
     with runtime.deploy(
-        "setalgebra", workdir=tmp_path, data_dir=data_dir, data_opts=SMALL, leaf_timeout_ms=300
+        "setalgebra",
+        workdir=tmp_path,
+        data_dir=data_dir,
+        data_opts=SMALL,
+        leaf_timeout_ms=300,
+        leaf_transport=transport,
     ) as dep:
         dep.leaves[1].stop()
         t0 = time.monotonic()

@@ -297,6 +297,7 @@ bool Engine::Start(std::string* error) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(opts_.listen, grpc::InsecureServerCredentials(), &port_);
+  AddBatchService();
   for (auto* s : services_) builder.RegisterService(s);
   builder.AddChannelArgument(GRPC_ARG_ENABLE_CHANNELZ, 0);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
@@ -392,6 +393,7 @@ void Engine::Shutdown() {
     stop_cv_.notify_all();
   }
   shutting_down_ = true;
+  CloseStreams();  // batch streams end once their work is written; unary calls get the grace
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::milliseconds(opts_.shutdown_grace_ms));
@@ -485,7 +487,30 @@ void Engine::HandleServerTag(int k, Tag* tag, bool ok, Exec& exec) {
     }
     return;
   }
+  if (tag->kind == Tag::kRead || tag->kind == Tag::kWrite) {  // a batch stream (leaf end)
+    c->OnStreamEvent(tag->kind, ok, exec);
+    return;
+  }
   c->OnLeafDone(tag->slot, ok);  // kLeaf: an async leaf reply (no response threads)
+}
+
+void Engine::Retire(CallBase* c) {
+  {
+    std::lock_guard<std::mutex> lk(streams_mu_);
+    streams_.erase(c);
+  }
+  Recycle(c, c->cq_index);
+  if (inflight_.fetch_sub(1) == 1 && shutting_down_.load()) {
+    std::lock_guard<std::mutex> lk(stop_mu_);
+    stop_cv_.notify_all();
+  }
+}
+
+void Engine::RunOrDispatch(CallBase* job, Exec& exec) {
+  if (dispatch_mode_.load(std::memory_order_acquire) == static_cast<int>(DispatchMode::kInline))
+    job->Run(exec);
+  else
+    Dispatch(job);
 }
 
 void Engine::Recycle(CallBase* c, int k) {
@@ -702,6 +727,10 @@ std::string Engine::last_error() const {
 // Hooks used by the call templates
 
 LeafCallMode CurrentLeafMode(Engine* e) { return e->leaf_mode(); }
+LeafTransport LeafTransportOf(Engine* e) { return e->opts().leaf_transport; }
+void RegisterBatchHandler(Engine* e, uint64_t key, BatchHandler fn) {
+  e->AddBatchHandler(key, std::move(fn));
+}
 grpc::CompletionQueue* PickResponderCq(Engine* e, CallBase* call, int n) { return e->PickResponder(call, n); }
 void NoteLeafDone(Engine*, grpc::CompletionQueue*) {}
 void NoteFinish(Engine* e, CallBase* call, const grpc::Status& status) { e->NoteFinish(call, status); }
@@ -890,6 +919,9 @@ Server::~Server() {
 }
 
 void Server::RegisterService(grpc::Service* svc) { engine_->RegisterService(svc); }
+void Server::RegisterBatchHandler(uint64_t key, detail::BatchHandler fn) {
+  engine_->AddBatchHandler(key, std::move(fn));
+}
 
 void Server::AddCallFactory(std::function<std::unique_ptr<detail::CallBase>()> factory) {
   engine_->AddFactory(std::move(factory), false, engine_->opts().contexts_per_cq);

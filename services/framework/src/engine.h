@@ -9,6 +9,8 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -117,6 +119,20 @@ class Engine {
   void NoteLeafErrors(int n) { leaf_errors_.fetch_add(static_cast<uint64_t>(n)); }
   void SetWorkerChooser(std::function<int(int)> fn) { chooser_ = std::move(fn); }
 
+  // The leaf end of the batch transport (batch.cc).
+  void AddBatchHandler(uint64_t key, BatchHandler fn);
+  const BatchHandler* FindBatchHandler(uint64_t key) const;
+  // A stream holds its context for its whole life: arm a replacement, and remember it so that
+  // Shutdown can end it once its work is written.
+  void StreamStarted(CallBase* c);
+  // The stream's last operation completed: recycle its context (what kFinish does for a unary).
+  void Retire(CallBase* c);
+  // `n` calls arrived in one batch at `now` (load estimate, auto), and one of them finished.
+  void NoteArrivals(int n, int64_t now);
+  void NoteItem(int64_t arrival_ns, bool ok);
+  // Runs `job` here (inline models) or hands it to a worker (dispatch models).
+  void RunOrDispatch(CallBase* job, Exec& exec);
+
   // stats
   const ServerOptions& opts() const { return opts_; }
   Role role() const { return role_; }
@@ -152,6 +168,8 @@ class Engine {
   void MaybeAuto(int64_t now);
   std::string ApplyLocked(const Threading& t);
   void Pin(const std::vector<int>& cpus, int index, const char* pool);
+  void CloseStreams();
+  void AddBatchService();  // at Start, if any leaf method was added
 
   ServerOptions opts_;
   Role role_;
@@ -197,6 +215,12 @@ class Engine {
   bool shut_down_ = false;
   std::thread signal_thread_;
   std::atomic<bool> signal_thread_exit_{false};
+
+  // batch transport, leaf end
+  std::map<uint64_t, BatchHandler> batch_handlers_;
+  std::unique_ptr<grpc::Service> batch_service_;  // musku::LeafBatch::AsyncService
+  std::mutex streams_mu_;
+  std::set<CallBase*> streams_;  // started, not yet retired
 
   // stats
   std::mutex stats_mu_;

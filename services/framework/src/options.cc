@@ -176,6 +176,16 @@ bool ParseServerOptions(int argc, char** argv, const std::string& service, Serve
   take_str("port-file", &o->port_file);
   take_str("pin", &o->pin);
   take_str("leaves", &leaves);
+  std::string transport = "unary";
+  take_str("leaf-transport", &transport);
+  if (transport == "unary") {
+    o->leaf_transport = LeafTransport::kUnary;
+  } else if (transport == "batch") {
+    o->leaf_transport = LeafTransport::kBatch;
+  } else {
+    *error = "--leaf-transport takes unary or batch, not '" + transport + "'";
+    return false;
+  }
   if (model == "auto") {
     o->auto_threading = true;
     model = "sync-inline-block";  // until the table says otherwise / if the table is bad
@@ -228,6 +238,7 @@ std::string ServerOptionsUsage() {
          "  --max-pollers N --max-workers N --max-responders N   threads created (4, 8, 4)\n"
          "  --threading-table PATH   decision table for --threading auto\n"
          "  --listen HOST:PORT --port-file PATH --leaves H:P,H:P --leaf-timeout-ms N\n"
+         "  --leaf-transport unary|batch   one RPC per leaf call, or batched streams\n"
          "  --shutdown-grace-ms N --contexts-per-cq N --auto-interval-ms N --pin p:0,w:1,r:1\n";
 }
 

@@ -35,6 +35,8 @@
 // See services/framework/README.md.
 #pragma once
 
+#include <google/protobuf/message_lite.h>
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -44,6 +46,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -100,6 +103,14 @@ std::string ValidateThreading(const Threading& t, const PoolSizes& max);
 
 enum class Role { kLeaf, kMidTier };
 
+// How a mid-tier reaches its leaves (--leaf-transport):
+//   unary - one gRPC unary call per leaf call (μSuite's design);
+//   batch - one long-lived bidirectional stream per leaf; the leaf calls queued while the
+//           previous message was on the wire travel together in the next one (musku.LeafBatch,
+//           services/common/proto/musku/batch.proto). Same Process/Finalize, same eight models,
+//           same deadlines and error statuses; fewer frames, wake-ups and per-call set-ups.
+enum class LeafTransport { kUnary, kBatch };
+
 struct ServerOptions {
   std::string service = "service";  // name reported by Health/Stats and checked in tables
   std::string listen = "127.0.0.1:0";  // --listen HOST:PORT (port 0 = pick a free port)
@@ -111,6 +122,7 @@ struct ServerOptions {
   int contexts_per_cq = 64;            // --contexts-per-cq: RPCs armed per completion queue
   std::vector<std::string> leaves;     // --leaves HOST:PORT,HOST:PORT,... (mid-tiers)
   int leaf_timeout_ms = 1000;          // --leaf-timeout-ms: deadline of every leaf call
+  LeafTransport leaf_transport = LeafTransport::kUnary;  // --leaf-transport unary|batch
   int shutdown_grace_ms = 2000;        // --shutdown-grace-ms: in-flight RPCs get this long
   int auto_interval_ms = 5;            // --auto-interval-ms: how often auto re-decides (at most)
   std::string pin;                     // --pin "p:0,w:1,r:1": pin pools to CPUs ("" = no)
@@ -132,7 +144,8 @@ struct ServerOptions {
 // Parses the framework flags:
 //   --threading auto|MODEL --pollers N --workers N --responders N --threading-table PATH
 //   --max-pollers N --max-workers N --max-responders N --listen H:P --port-file PATH
-//   --leaves H:P,... --leaf-timeout-ms N --shutdown-grace-ms N --contexts-per-cq N --pin SPEC
+//   --leaves H:P,... --leaf-timeout-ms N --leaf-transport unary|batch --shutdown-grace-ms N
+//   --contexts-per-cq N --pin SPEC
 // plus any service-specific "--key value" (into opts->extra). Flags may also be "--key=value".
 // Returns false with *error set on a bad flag/value (the caller prints it and exits 2).
 bool ParseServerOptions(int argc, char** argv, const std::string& service, ServerOptions* opts,
@@ -201,18 +214,59 @@ class MidTierHandler {
 
 // Channel arguments for a mid-tier's leaf channels: a connection per leaf (not shared), and none
 // of the per-call machinery a data-centre fan-out does not use (transparent retries, channelz
-// call counting, BDP pings), which costs CPU on every leaf call.
+// call counting, BDP pings), which costs CPU on every leaf call. A restarted leaf is found again
+// within 100 ms .. 1 s (gRPC's default back-off starts at 1 s and grows to 120 s).
 inline grpc::ChannelArguments LeafChannelArgs() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   args.SetInt(GRPC_ARG_ENABLE_CHANNELZ, 0);
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   return args;
 }
 
+namespace detail {
+
+// The mid-tier end of --leaf-transport batch: one stream per leaf, driven by one framework
+// thread. Send() queues a call and returns; its outcome (the reply's bytes and status, or
+// DEADLINE_EXCEEDED at the deadline, or UNAVAILABLE when the stream breaks) is written to
+// *payload / *status and then `tag` is posted to `cq` through *alarm: the thread the model says
+// takes it exactly as it takes a unary call's completion. Every call completes exactly once.
+class BatchTransport {
+ public:
+  struct Done {
+    std::string* payload;
+    grpc::Status* status;
+    grpc::CompletionQueue* cq;
+    void* tag;
+    grpc::Alarm* alarm;
+  };
+  explicit BatchTransport(std::vector<std::shared_ptr<grpc::Channel>> channels);
+  ~BatchTransport();  // cancels the streams; in-flight calls complete with CANCELLED
+  BatchTransport(const BatchTransport&) = delete;
+  BatchTransport& operator=(const BatchTransport&) = delete;
+  void Send(int leaf, uint64_t method, const google::protobuf::MessageLite& request,
+            std::chrono::system_clock::time_point deadline, const Done& done);
+  // Messages written and calls they carried so far (calls / messages = the batching achieved).
+  uint64_t messages() const;
+  uint64_t calls() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The key a batched call names its leaf method by: FNV-1a of "Request>Reply" type names.
+uint64_t BatchMethodKey(const std::string& request_type, const std::string& reply_type);
+
+}  // namespace detail
+
 // Connections to the leaves: one channel + stub per address (LeafService is the generated
-// service class, e.g. setalgebra::Leaf).
+// service class, e.g. setalgebra::Leaf); the batch transport over the same channels is made
+// on first use.
 template <class LeafService>
 class LeafSet {
  public:
@@ -220,19 +274,27 @@ class LeafSet {
   LeafSet(const std::vector<std::string>& addresses, int timeout_ms)
       : addresses_(addresses), timeout_(std::chrono::milliseconds(timeout_ms)) {
     for (const auto& a : addresses) {
-      stubs_.push_back(LeafService::NewStub(
-          grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), LeafChannelArgs())));
+      channels_.push_back(
+          grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), LeafChannelArgs()));
+      stubs_.push_back(LeafService::NewStub(channels_.back()));
     }
   }
   int size() const { return static_cast<int>(stubs_.size()); }
   Stub* stub(int i) { return stubs_[static_cast<size_t>(i)].get(); }
   const std::string& address(int i) const { return addresses_[static_cast<size_t>(i)]; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  detail::BatchTransport* batch() {
+    std::call_once(batch_once_, [this] { batch_ = std::make_unique<detail::BatchTransport>(channels_); });
+    return batch_.get();
+  }
 
  private:
   std::vector<std::string> addresses_;
   std::chrono::milliseconds timeout_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<Stub>> stubs_;
+  std::once_flag batch_once_;
+  std::unique_ptr<detail::BatchTransport> batch_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -244,7 +306,7 @@ class Engine;
 class CallBase;
 
 struct Tag {
-  enum Kind : uint8_t { kNew, kFinish, kLeaf };
+  enum Kind : uint8_t { kNew, kFinish, kLeaf, kRead, kWrite };
   Kind kind;
   CallBase* call;
   int slot;  // leaf slot for kLeaf
@@ -267,6 +329,8 @@ class CallBase {
   virtual void Run(Exec& exec) = 0;
   // Async leaf calls: one leaf call completed (on a response thread or the poller).
   virtual void OnLeafDone(int slot, bool ok) { (void)slot, (void)ok; }
+  // Streams (the leaf end of the batch transport): a read or write completed on the poller.
+  virtual void OnStreamEvent(Tag::Kind kind, bool ok, Exec& exec) { (void)kind, (void)ok, (void)exec; }
 
   Tag new_tag{Tag::kNew, this, 0};
   Tag finish_tag{Tag::kFinish, this, 0};
@@ -282,6 +346,10 @@ int64_t MonotonicNs();
 
 // Engine entry points used by the call templates.
 LeafCallMode CurrentLeafMode(Engine* e);
+LeafTransport LeafTransportOf(Engine* e);
+// A leaf method as the batch stream calls it: parse, Handle, serialize.
+using BatchHandler = std::function<grpc::Status(const std::string& request, std::string* reply)>;
+void RegisterBatchHandler(Engine* e, uint64_t key, BatchHandler fn);
 // Picks the CQ an async fan-out of `n` leaf calls completes on: a response thread's, or (no
 // response threads) the server CQ `call` arrived on, so its poller takes the replies too.
 grpc::CompletionQueue* PickResponderCq(Engine* e, CallBase* call, int n);
@@ -367,6 +435,7 @@ class MidTierCall final : public CallBase {
     if (slots_.size() < n) slots_.resize(n);
     replies_.resize(n);
     const auto deadline = std::chrono::system_clock::now() + leaves_->timeout();
+    batched_ = LeafTransportOf(engine) == LeafTransport::kBatch;
     if (CurrentLeafMode(engine) == LeafCallMode::kSync) {
       grpc::CompletionQueue* cq = exec.private_cq();
       for (size_t i = 0; i < n; ++i) Start(i, cq, deadline);
@@ -393,7 +462,14 @@ class MidTierCall final : public CallBase {
     std::unique_ptr<grpc::ClientContext> ctx;
     std::unique_ptr<grpc::ClientAsyncResponseReader<LeafResp>> rpc;
     Tag tag{Tag::kLeaf, nullptr, 0};
+    std::unique_ptr<grpc::Alarm> alarm;  // batch transport: posts the completion
+    std::string payload;                 // batch transport: the reply's bytes
   };
+
+  static uint64_t MethodKey() {
+    static const uint64_t key = BatchMethodKey(LeafReq().GetTypeName(), LeafResp().GetTypeName());
+    return key;
+  }
 
   void Start(size_t i, grpc::CompletionQueue* cq, std::chrono::system_clock::time_point deadline) {
     Slot& s = slots_[i];
@@ -402,16 +478,30 @@ class MidTierCall final : public CallBase {
     r.leaf = call.first;
     r.reply.Clear();
     r.status = grpc::Status::OK;
-    s.ctx = std::make_unique<grpc::ClientContext>();
-    s.ctx->set_deadline(deadline);
     s.tag.call = this;
     s.tag.slot = static_cast<int>(i);
+    if (batched_) {
+      s.alarm = std::make_unique<grpc::Alarm>();
+      s.payload.clear();
+      leaves_->batch()->Send(call.first, MethodKey(), call.second, deadline,
+                             {&s.payload, &r.status, cq, &s.tag, s.alarm.get()});
+      return;
+    }
+    s.ctx = std::make_unique<grpc::ClientContext>();
+    s.ctx->set_deadline(deadline);
     s.rpc = (leaves_->stub(call.first)->*leaf_fn_)(s.ctx.get(), call.second, cq);
     s.rpc->StartCall();
     s.rpc->Finish(&r.reply, &r.status, &s.tag);
   }
 
   void Complete() {
+    if (batched_) {
+      for (size_t i = 0; i < replies_.size(); ++i) {
+        auto& r = replies_[i];
+        if (r.status.ok() && !r.reply.ParseFromString(slots_[i].payload))
+          r.status = grpc::Status(grpc::StatusCode::INTERNAL, "leaf reply does not parse");
+      }
+    }
     int failed = 0;
     for (auto& r : replies_)
       if (!r.status.ok()) ++failed;
@@ -443,6 +533,7 @@ class MidTierCall final : public CallBase {
   std::vector<LeafReply<LeafResp>> replies_;
   std::atomic<int> pending_{0};
   grpc::CompletionQueue* response_cq_ = nullptr;
+  bool batched_ = false;  // this RPC's leaf calls go over the batch transport
 };
 
 }  // namespace detail
@@ -470,6 +561,20 @@ class Server {
       return std::unique_ptr<detail::CallBase>(
           new detail::UnaryCall<Service, RequestFn, Req, Resp>(svc, fn, handler));
     });
+    // The same handler behind musku.LeafBatch, for mid-tiers on --leaf-transport batch.
+    RegisterBatchHandler(detail::BatchMethodKey(Req().GetTypeName(), Resp().GetTypeName()),
+                         [handler](const std::string& in, std::string* out) {
+                           thread_local Req req;
+                           thread_local Resp resp;
+                           req.Clear();
+                           resp.Clear();
+                           if (!req.ParseFromString(in))
+                             return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                                 "malformed request");
+                           grpc::Status st = handler->Handle(req, &resp);
+                           if (st.ok()) resp.SerializeToString(out);
+                           return st;
+                         });
   }
 
   // A mid-tier method: handler->Process fans out to `leaves` through leaf_fn (the generated
@@ -525,6 +630,7 @@ class Server {
 
  private:
   void RegisterService(grpc::Service* svc);
+  void RegisterBatchHandler(uint64_t key, detail::BatchHandler fn);
   void AddCallFactory(std::function<std::unique_ptr<detail::CallBase>()> factory);
   struct AdminParts;
   std::unique_ptr<AdminParts> admin_;

@@ -1,0 +1,548 @@
+// The batched leaf transport (--leaf-transport batch): musku.LeafBatch/Stream, one long-lived
+// bidirectional stream per mid-tier -> leaf connection.
+//
+// Mid-tier end (BatchTransport): leaf calls are queued per leaf; whenever no write is on the
+// wire the queue goes out as one message, so a message carries every call that arrived while
+// the previous one was being written (no timer, no added latency at low load). One framework
+// thread drives all streams' reads, writes and reconnects on its own completion queue; a reply
+// is handed to the thread the threading model names by posting the call's tag to that thread's
+// queue with a grpc::Alarm, so the eight models behave as with unary calls. Deadlines are kept
+// per call: the driving thread fails expired calls with DEADLINE_EXCEEDED (a late reply is
+// dropped); a broken stream fails its calls with UNAVAILABLE and the next call reconnects.
+//
+// Leaf end (BatchStreamCall): each message read is one job, run inline on the poller or on a
+// worker as the leaf's model says; its replies join the stream's write queue the same way.
+#include <grpcpp/grpcpp.h>
+
+#include <deque>
+#include <thread>
+#include <unordered_map>
+
+#include "engine.h"
+#include "musku/batch.grpc.pb.h"
+#include "musku/log.h"
+
+namespace musku::detail {
+
+uint64_t BatchMethodKey(const std::string& request_type, const std::string& reply_type) {
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&](const std::string& s) {
+    for (unsigned char ch : s) {
+      h ^= ch;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(request_type);
+  mix(">");
+  mix(reply_type);
+  return h;
+}
+
+// ------------------------------------------------------------------------------------------
+// Mid-tier end
+
+namespace {
+
+using Clock = std::chrono::system_clock;
+
+struct Pending {
+  BatchTransport::Done done;
+  Clock::time_point deadline;
+};
+
+struct Link;
+
+// One stream's life: its own context and buffers, so that a broken stream's late completions
+// never touch its successor. Freed when its last operation has come back.
+struct Stream {
+  enum Op : uint8_t { kStart, kRead, kWrite, kFinish };
+  struct OpTag {
+    Stream* s;
+    Op op;
+  };
+  Link* link = nullptr;
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientAsyncReaderWriter<Batch, Batch>> rw;
+  Batch rbuf, wbuf;
+  grpc::Status status;
+  OpTag start_tag{this, kStart}, read_tag{this, kRead}, write_tag{this, kWrite},
+      finish_tag{this, kFinish};
+  int ops = 0;            // operations outstanding
+  bool started = false;   // StartCall came back ok
+  bool writing = false;
+  bool dead = false;      // broken or cancelled: no new operations
+  bool finishing = false; // Finish issued (once, after the last read)
+};
+
+struct Link {
+  std::mutex mu;
+  std::unique_ptr<LeafBatch::Stub> stub;
+  Stream* live = nullptr;  // the stream new calls go to (nullptr: connect on the next call)
+  Batch out;               // calls queued for the next write
+  uint64_t next_id = 1;
+  std::unordered_map<uint64_t, Pending> pending;
+  std::deque<std::pair<Clock::time_point, uint64_t>> expiry;  // in send order
+};
+
+void Complete(const BatchTransport::Done& d, grpc::Status st) {
+  *d.status = std::move(st);
+  d.alarm->Set(d.cq, gpr_time_0(GPR_CLOCK_MONOTONIC), d.tag);
+}
+
+}  // namespace
+
+struct BatchTransport::Impl {
+  std::vector<std::unique_ptr<Link>> links;
+  grpc::CompletionQueue cq;
+  std::thread thread;
+  std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> messages{0}, calls{0};
+  std::mutex streams_mu;
+  std::vector<Stream*> streams;  // every stream not yet freed
+
+  // All under link.mu.
+  void Connect(Link& l) {
+    auto* s = new Stream;
+    s->link = &l;
+    {
+      std::lock_guard<std::mutex> lk(streams_mu);
+      streams.push_back(s);
+    }
+    l.live = s;
+    s->rw = l.stub->PrepareAsyncStream(&s->ctx, &cq);
+    s->ops = 1;
+    s->rw->StartCall(&s->start_tag);
+  }
+  void StartWrite(Link& l, Stream* s) {
+    messages.fetch_add(1, std::memory_order_relaxed);
+    calls.fetch_add(static_cast<uint64_t>(l.out.items_size()), std::memory_order_relaxed);
+    s->wbuf.Swap(&l.out);
+    l.out.Clear();
+    s->writing = true;
+    ++s->ops;
+    s->rw->Write(s->wbuf, &s->write_tag);
+  }
+  // The stream is broken: fail every call it carries or holds queued; the next call reconnects.
+  void Break(Link& l, Stream* s, std::vector<BatchTransport::Done>* failed) {
+    if (s->dead) return;
+    s->dead = true;
+    if (l.live != s) return;
+    l.live = nullptr;
+    for (auto& [id, p] : l.pending) failed->push_back(p.done);
+    l.pending.clear();
+    l.expiry.clear();
+    l.out.Clear();
+  }
+  void MaybeFinish(Stream* s) {  // reap the call's status once nothing else is outstanding
+    if (s->dead && !s->finishing && s->ops == 0) {
+      s->finishing = true;
+      ++s->ops;
+      s->rw->Finish(&s->status, &s->finish_tag);
+    }
+  }
+
+  void OnEvent(Stream::OpTag* t, bool ok) {
+    Stream* s = t->s;
+    Link& l = *s->link;
+    std::vector<BatchTransport::Done> failed;
+    std::vector<std::pair<BatchTransport::Done, grpc::Status>> done;
+    bool free_it = false;
+    {
+      std::lock_guard<std::mutex> lk(l.mu);
+      --s->ops;
+      switch (t->op) {
+        case Stream::kStart:
+          if (!ok || s->dead) {
+            Break(l, s, &failed);
+            break;
+          }
+          s->started = true;
+          ++s->ops;
+          s->rw->Read(&s->rbuf, &s->read_tag);
+          if (l.out.items_size() > 0) StartWrite(l, s);
+          break;
+        case Stream::kRead:
+          if (!ok) {
+            Break(l, s, &failed);
+            break;
+          }
+          for (auto& item : *s->rbuf.mutable_items()) {
+            auto it = l.pending.find(item.id());
+            if (it == l.pending.end()) continue;  // expired already: dropped
+            BatchTransport::Done d = it->second.done;
+            l.pending.erase(it);
+            if (item.code() == 0) {
+              d.payload->swap(*item.mutable_payload());
+              done.emplace_back(d, grpc::Status::OK);
+            } else {
+              done.emplace_back(d, grpc::Status(static_cast<grpc::StatusCode>(item.code()),
+                                                item.message()));
+            }
+          }
+          s->rbuf.Clear();
+          if (!s->dead) {
+            ++s->ops;
+            s->rw->Read(&s->rbuf, &s->read_tag);
+          }
+          break;
+        case Stream::kWrite:
+          s->writing = false;
+          if (!ok) {
+            Break(l, s, &failed);
+            break;
+          }
+          s->wbuf.Clear();
+          if (!s->dead && l.live == s && l.out.items_size() > 0) StartWrite(l, s);
+          break;
+        case Stream::kFinish:
+          free_it = s->ops == 0;
+          break;
+      }
+      if (t->op != Stream::kFinish) MaybeFinish(s);
+    }
+    for (auto& d : failed)
+      Complete(d, grpc::Status(grpc::StatusCode::UNAVAILABLE, "leaf stream broken"));
+    for (auto& [d, st] : done) Complete(d, std::move(st));
+    if (free_it) {
+      std::lock_guard<std::mutex> lk(streams_mu);
+      streams.erase(std::find(streams.begin(), streams.end(), s));
+      delete s;
+    }
+  }
+
+  // Fails calls past their deadline; returns the next deadline to wake for. Every call sent
+  // brings this thread an event soon after (its write or its stream's start completes), so the
+  // earliest deadline is always known here: an idle transport sleeps (1 s at most).
+  Clock::time_point Expire(Clock::time_point now) {
+    Clock::time_point next = now + std::chrono::seconds(1);
+    for (auto& lp : links) {
+      Link& l = *lp;
+      std::vector<BatchTransport::Done> expired;
+      {
+        std::lock_guard<std::mutex> lk(l.mu);
+        while (!l.expiry.empty() && l.expiry.front().first <= now) {
+          auto it = l.pending.find(l.expiry.front().second);
+          l.expiry.pop_front();
+          if (it == l.pending.end()) continue;  // answered
+          expired.push_back(it->second.done);
+          l.pending.erase(it);
+        }
+        if (!l.expiry.empty()) next = std::min(next, l.expiry.front().first);
+      }
+      for (auto& d : expired)
+        Complete(d, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "leaf call timed out"));
+    }
+    return next;
+  }
+
+  void Run() {
+    Clock::time_point wake = Clock::now() + std::chrono::seconds(1);
+    for (;;) {
+      void* tag = nullptr;
+      bool ok = false;
+      const auto st = cq.AsyncNext(&tag, &ok, wake);
+      if (st == grpc::CompletionQueue::SHUTDOWN) return;
+      if (st == grpc::CompletionQueue::GOT_EVENT) OnEvent(static_cast<Stream::OpTag*>(tag), ok);
+      wake = Expire(Clock::now());
+    }
+  }
+};
+
+BatchTransport::BatchTransport(std::vector<std::shared_ptr<grpc::Channel>> channels)
+    : impl_(std::make_unique<Impl>()) {
+  for (auto& ch : channels) {
+    auto l = std::make_unique<Link>();
+    l->stub = LeafBatch::NewStub(ch);
+    impl_->links.push_back(std::move(l));
+  }
+  impl_->thread = std::thread([this] { impl_->Run(); });
+}
+
+BatchTransport::~BatchTransport() {
+  impl_->stopping = true;
+  std::vector<Done> failed;
+  for (auto& lp : impl_->links) {
+    std::lock_guard<std::mutex> lk(lp->mu);
+    for (auto& [id, p] : lp->pending) failed.push_back(p.done);
+    lp->pending.clear();
+    lp->expiry.clear();
+    lp->out.Clear();
+  }
+  for (auto& d : failed) Complete(d, grpc::Status(grpc::StatusCode::CANCELLED, "mid-tier stopping"));
+  for (auto& lp : impl_->links) {  // a stream is live or already dead, reaping itself
+    std::lock_guard<std::mutex> lk(lp->mu);
+    if (Stream* s = lp->live) {
+      lp->live = nullptr;
+      s->dead = true;
+      s->ctx.TryCancel();
+    }
+  }
+  // Every cancelled stream's operations come back; the last one frees it.
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lk(impl_->streams_mu);
+      if (impl_->streams.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  impl_->cq.Shutdown();
+  impl_->thread.join();
+}
+
+uint64_t BatchTransport::messages() const { return impl_->messages.load(); }
+uint64_t BatchTransport::calls() const { return impl_->calls.load(); }
+
+void BatchTransport::Send(int leaf, uint64_t method, const google::protobuf::MessageLite& request,
+                          Clock::time_point deadline, const Done& done) {
+  if (leaf < 0 || leaf >= static_cast<int>(impl_->links.size()) || impl_->stopping.load()) {
+    Complete(done, grpc::Status(grpc::StatusCode::UNAVAILABLE, "no such leaf, or stopping"));
+    return;
+  }
+  Link& l = *impl_->links[static_cast<size_t>(leaf)];
+  std::lock_guard<std::mutex> lk(l.mu);
+  const uint64_t id = l.next_id++;
+  auto* item = l.out.add_items();
+  item->set_id(id);
+  item->set_method(method);
+  request.SerializeToString(item->mutable_payload());
+  l.pending.emplace(id, Pending{done, deadline});
+  l.expiry.emplace_back(deadline, id);
+  if (l.live == nullptr)
+    impl_->Connect(l);
+  else if (l.live->started && !l.live->writing)
+    impl_->StartWrite(l, l.live);
+}
+
+// ------------------------------------------------------------------------------------------
+// Leaf end
+
+namespace {
+
+class BatchStreamCall;
+
+// One message's calls, run where the leaf's model says.
+class BatchJob final : public CallBase {
+ public:
+  BatchJob(BatchStreamCall* owner, Batch&& in, int64_t arrival) : owner_(owner), in_(std::move(in)) {
+    arrival_ns = arrival;
+  }
+  void Arm(grpc::ServerCompletionQueue*) override {}
+  void Run(Exec&) override;
+
+ private:
+  BatchStreamCall* owner_;
+  Batch in_;
+};
+
+class BatchStreamCall final : public CallBase {
+ public:
+  explicit BatchStreamCall(LeafBatch::AsyncService* svc) : svc_(svc) {}
+
+  void Arm(grpc::ServerCompletionQueue* cq) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    ctx_ = std::make_unique<grpc::ServerContext>();
+    rw_ = std::make_unique<grpc::ServerAsyncReaderWriter<Batch, Batch>>(ctx_.get());
+    in_.Clear();
+    out_.Clear();
+    wbuf_.Clear();
+    started_ = reading_ = writing_ = read_done_ = closing_ = finishing_ = finished_ = false;
+    write_failed_ = false;
+    jobs_ = 0;
+    svc_->RequestStream(ctx_.get(), rw_.get(), cq, cq, &new_tag);
+  }
+
+  void Run(Exec&) override {  // the stream arrived (on its poller)
+    engine->StreamStarted(this);
+    std::lock_guard<std::mutex> lk(mu_);
+    started_ = true;
+    reading_ = true;
+    rw_->Read(&in_, &read_tag_);
+  }
+
+  void OnStreamEvent(Tag::Kind kind, bool ok, Exec& exec) override {
+    if (kind == Tag::kRead) return OnRead(ok, exec);
+    bool retire;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (writing_) {
+        writing_ = false;  // a write came back (kWrite with slot 0)
+        if (!ok) {
+          write_failed_ = true;
+          out_.Clear();
+        } else if (out_.items_size() > 0 && !write_failed_) {
+          StartWrite();
+        }
+      } else {
+        finished_ = true;  // Finish came back
+      }
+      retire = MaybeFinish();
+    }
+    if (retire) engine->Retire(this);
+  }
+
+  void JobDone(Batch&& replies) {
+    bool retire;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      --jobs_;
+      if (!write_failed_) {
+        if (out_.items_size() == 0)
+          out_.Swap(&replies);
+        else
+          for (auto& r : *replies.mutable_items()) out_.add_items()->Swap(&r);
+        if (!writing_ && !finishing_) StartWrite();
+      }
+      retire = MaybeFinish();
+    }
+    if (retire) engine->Retire(this);
+  }
+
+  // Shutdown: end the stream once the calls already read are answered.
+  void Close() {
+    bool retire;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!started_) return;
+      closing_ = true;
+      retire = MaybeFinish();
+    }
+    if (retire) engine->Retire(this);
+  }
+
+ private:
+  void OnRead(bool ok, Exec& exec) {
+    BatchJob* job = nullptr;
+    bool retire;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      reading_ = false;
+      if (!ok) {
+        read_done_ = true;
+      } else {
+        const int n = in_.items_size();
+        const int64_t now = MonotonicNs();
+        engine->NoteArrivals(n, now);
+        job = new BatchJob(this, std::move(in_), now);
+        in_.Clear();
+        ++jobs_;
+        if (!closing_ && !finishing_) {
+          reading_ = true;
+          rw_->Read(&in_, &read_tag_);
+        }
+      }
+      retire = MaybeFinish();
+    }
+    if (job) engine->RunOrDispatch(job, exec);
+    if (retire) engine->Retire(this);
+  }
+
+  void StartWrite() {  // under mu_
+    wbuf_.Swap(&out_);
+    out_.Clear();
+    writing_ = true;
+    rw_->Write(wbuf_, &write_tag_);
+  }
+
+  // Under mu_. Finishes the stream when the client is done (or we are closing) and every job is
+  // written; true when the stream's last operation is back and the context may be recycled.
+  bool MaybeFinish() {
+    if (!finishing_ && (read_done_ || closing_) && jobs_ == 0 && !writing_) {
+      finishing_ = true;
+      writing_ = false;
+      const grpc::Status st = read_done_ ? grpc::Status::OK
+                                         : grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                                        "leaf shutting down");
+      rw_->Finish(st, &write_tag_);  // comes back as a kWrite with writing_ false
+      return false;
+    }
+    return finishing_ && finished_ && !reading_ && jobs_ == 0;
+  }
+
+  LeafBatch::AsyncService* svc_;
+  std::mutex mu_;
+  std::unique_ptr<grpc::ServerContext> ctx_;
+  std::unique_ptr<grpc::ServerAsyncReaderWriter<Batch, Batch>> rw_;
+  Batch in_, out_, wbuf_;
+  Tag read_tag_{Tag::kRead, this, 0};
+  Tag write_tag_{Tag::kWrite, this, 0};
+  int jobs_ = 0;
+  bool started_ = false, reading_ = false, writing_ = false, read_done_ = false, closing_ = false,
+       finishing_ = false, finished_ = false, write_failed_ = false;
+};
+
+void BatchJob::Run(Exec&) {
+  Batch out;
+  Engine* e = owner_->engine;
+  for (auto& item : *in_.mutable_items()) {
+    auto* r = out.add_items();
+    r->set_id(item.id());
+    grpc::Status st;
+    if (const BatchHandler* h = e->FindBatchHandler(item.method()))
+      st = (*h)(item.payload(), r->mutable_payload());
+    else
+      st = grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no such leaf method");
+    if (!st.ok()) {
+      r->clear_payload();
+      r->set_code(static_cast<int32_t>(st.error_code()));
+      r->set_message(st.error_message());
+    }
+    e->NoteItem(arrival_ns, st.ok());
+  }
+  BatchStreamCall* owner = owner_;
+  delete this;
+  owner->JobDone(std::move(out));
+}
+
+}  // namespace
+
+void Engine::AddBatchHandler(uint64_t key, BatchHandler fn) {
+  if (!batch_handlers_.emplace(key, std::move(fn)).second)
+    LogError("%s: two leaf methods with the same request and reply types; the batch transport "
+             "serves the first",
+             opts_.service.c_str());
+}
+
+const BatchHandler* Engine::FindBatchHandler(uint64_t key) const {
+  auto it = batch_handlers_.find(key);
+  return it == batch_handlers_.end() ? nullptr : &it->second;
+}
+
+void Engine::AddBatchService() {
+  if (batch_handlers_.empty() || batch_service_) return;
+  auto svc = std::make_unique<LeafBatch::AsyncService>();
+  LeafBatch::AsyncService* raw = svc.get();
+  batch_service_ = std::move(svc);
+  RegisterService(raw);
+  AddFactory([raw] { return std::unique_ptr<CallBase>(new BatchStreamCall(raw)); },
+             /*admin=*/true, /*per_cq=*/2);
+}
+
+void Engine::StreamStarted(CallBase* c) {
+  {
+    std::lock_guard<std::mutex> lk(streams_mu_);
+    streams_.insert(c);
+  }
+  if (!shutting_down_.load()) ArmOn(c->cq_index, c->factory, 1);
+}
+
+void Engine::CloseStreams() {
+  std::vector<CallBase*> open;
+  {
+    std::lock_guard<std::mutex> lk(streams_mu_);
+    open.assign(streams_.begin(), streams_.end());
+  }
+  for (CallBase* c : open) static_cast<BatchStreamCall*>(c)->Close();
+}
+
+void Engine::NoteArrivals(int n, int64_t now) {
+  for (int i = 0; i < n; ++i) estimator_.Record(now);
+  if (n > 0 && auto_.load(std::memory_order_relaxed)) MaybeAuto(now);
+}
+
+void Engine::NoteItem(int64_t arrival_ns, bool ok) {
+  hist_.Record(MonotonicNs() - arrival_ns);
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  if (!ok) errors_.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace musku::detail

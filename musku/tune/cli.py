@@ -58,6 +58,12 @@ def train(
     ] = "{}",
     server_cpus: Annotated[str, typer.Option(help="Pin servers to these CPUs.")] = "",
     loadgen_cpus: Annotated[str, typer.Option(help="Pin the load generator.")] = "",
+    leaf_transport: Annotated[
+        str,
+        typer.Option(
+            help="The mid-tier's leaf transport, unary or batch (the table holds for it)."
+        ),
+    ] = "unary",
     shards: int = 2,
     docs: int = 1_000_000,
     terms: int = 20_000,
@@ -95,6 +101,7 @@ def train(
             shards=shards,
             server_cpus=runtime.parse_cpus(server_cpus),
             data_opts={"docs": docs, "terms": terms, "queries": queries},
+            leaf_transport=leaf_transport,
         ) as dep:
             table, _grid = tr.train(dep, grid_loads, cands, duration_s=duration, warmup_s=warmup,
                                     loadgen_cpus=runtime.parse_cpus(loadgen_cpus), progress=progress,

@@ -187,6 +187,7 @@ class ThreadingState:
     max_pollers: int = 0  # the pools' maxima (--max-*; 0 = not reported)
     max_workers: int = 0
     max_responders: int = 0
+    leaf_transport: str = "unary"  # how it calls its leaves (a table is trained for one)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ThreadingState:
@@ -205,6 +206,7 @@ class ThreadingState:
                 max_pollers=int(d.get("max_pollers", 0)),
                 max_workers=int(d.get("max_workers", 0)),
                 max_responders=int(d.get("max_responders", 0)),
+                leaf_transport=str(d.get("leaf_transport") or "unary"),
             )
         except (AttributeError, TypeError, ValueError) as exc:
             raise HostError(f"malformed threading state from the mid-tier: {exc}") from None
@@ -222,6 +224,7 @@ class ThreadingState:
             "max_pollers": self.max_pollers,
             "max_workers": self.max_workers,
             "max_responders": self.max_responders,
+            "leaf_transport": self.leaf_transport,
         }
 
     def describe(self, table_hash: str = "") -> str:
@@ -465,10 +468,11 @@ class CoTuner:
     def _key(self, config: Configuration | str) -> str:
         return config.key() if isinstance(config, Configuration) else str(config)
 
-    def _check(self, table: Any, key: str, cpus: int) -> dict[str, Any]:
+    def _check(self, table: Any, key: str, cpus: int, transport: str) -> dict[str, Any]:
         from musku.tune.train import check_table
 
-        data = check_table(table, self.spec.service, cpus=cpus, where=f"for {key} on {self.host}")
+        data = check_table(table, self.spec.service, cpus=cpus, leaf_transport=transport,
+                           where=f"for {key} on {self.host}")  # fmt: skip
         stored_key = data.get("config_key")
         if stored_key is not None and stored_key != key:
             raise InputError(f"threading table for {key} on {self.host} is for {stored_key}")
@@ -481,12 +485,13 @@ class CoTuner:
         (None, "", notes) when training is needed. Unusable tables are noted and dropped."""
         key = self._key(config)
         cpus = self.endpoint.cpus()
+        transport = self.endpoint.get().leaf_transport
         notes: list[str] = []
         ids = (self.spec.service, self.host, self.platform, key)
         try:
             raw = self.cache.load(*ids)
             if raw is not None:
-                return self._check(raw, key, cpus), "cache", notes
+                return self._check(raw, key, cpus, transport), "cache", notes
         except InputError as exc:
             notes.append(f"cached table dropped: {exc.one_line()}")
             log.warning("%s: %s", self.host, notes[-1])
@@ -504,7 +509,7 @@ class CoTuner:
                 stored.append(("db", found))
         for source, table in stored:
             try:
-                return self._check(dict(table), key, cpus), source, notes
+                return self._check(dict(table), key, cpus, transport), source, notes
             except InputError as exc:
                 notes.append(f"stored table dropped: {exc.one_line()}")
                 log.warning("%s: %s", self.host, notes[-1])
@@ -606,7 +611,7 @@ class CoTuner:
         table, seconds = self.trainer.train(self.endpoint, self.spec)
         table = dict(table)
         table.update(host=self.host, platform=self.platform, config_key=key)
-        table = self._check(table, key, self.endpoint.cpus())
+        table = self._check(table, key, self.endpoint.cpus(), self.endpoint.get().leaf_transport)
         self.trainings += 1
         return table, float(seconds)
 

@@ -146,9 +146,12 @@ def build_table(
     host: str | None = None,
     cpus: int | None = None,
     tolerance: float = 0.05,
+    leaf_transport: str = "unary",
 ) -> dict[str, Any]:
     """Best candidate per load -> rows with ``max_qps`` bounds (geometric midpoints).
     ``cpus``: the CPU count of the host the table is for (default: this one's).
+    ``leaf_transport``: how the measured mid-tier called its leaves (the table holds only for
+    that transport; the mid-tier refuses a table trained over the other).
     ``tolerance``: the previous load's choice is kept while its p99 is within this fraction of
     the best one's, or while the two cannot be told apart: their p99s' 95 % intervals
     (``p99_ci_us``, from the points' requests) overlap. Measurement noise must not make the
@@ -192,6 +195,7 @@ def build_table(
         "service": service,
         "host": host or socket.gethostname(),
         "cpus": cpus if cpus is not None else os.cpu_count(),
+        "leaf_transport": leaf_transport,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "loads": list(loads),
         "rows": rows,
@@ -247,7 +251,9 @@ def train(
                     first["p99_us"] = p["p99_us"]
                     if "p99_ci_us" in p:
                         first["p99_ci_us"] = p["p99_ci_us"]
-    return build_table(_target(dep).service, loads, grid, candidates), grid
+    t = _target(dep)
+    transport = str(runtime.admin(t.address, "get").get("leaf_transport") or "unary")
+    return build_table(t.service, loads, grid, candidates, leaf_transport=transport), grid
 
 
 def service_name(service: str) -> str:
@@ -272,10 +278,17 @@ def validate_table(path: Path, service: str, *, cpus: int | None = None) -> dict
 
 
 def check_table(
-    data: Any, service: str, *, cpus: int | None = None, where: str = "threading table"
+    data: Any,
+    service: str,
+    *,
+    cpus: int | None = None,
+    leaf_transport: str | None = None,
+    where: str = "threading table",
 ) -> dict[str, Any]:
     """The C++ side's rules on a parsed table: format, service, CPU count (``cpus``, default
-    this host's: another count means the table is stale), increasing rows of known models."""
+    this host's: another count means the table is stale), the leaf transport it was trained
+    over (when ``leaf_transport`` is given; none recorded = unary), increasing rows of known
+    models."""
     name = f"threading table {where}" if not where.startswith("threading table") else where
     here = cpus if cpus is not None else os.cpu_count()
     if not isinstance(data, dict) or data.get("format") != TABLE_FORMAT:
@@ -285,6 +298,12 @@ def check_table(
     if data.get("cpus") != here:
         raise InputError(
             f"{name} is stale: trained on {data.get('cpus')} CPUs, this host has {here}"
+        )
+    trained = data.get("leaf_transport") or "unary"
+    if leaf_transport is not None and trained != leaf_transport:
+        raise InputError(
+            f"{name} is stale: trained with leaf transport {trained!r}, the mid-tier uses "
+            f"{leaf_transport!r}"
         )
     rows = data.get("rows")
     if not isinstance(rows, list) or not rows:

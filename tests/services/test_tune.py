@@ -78,6 +78,21 @@ def test_train_then_auto_then_bad_tables(tmp_path: Path) -> None:
             runtime.set_threading(dep.midtier.address, "auto", table=str(bad))
         assert runtime.admin(dep.midtier.address, "get")["table"] == str(path)
 
+    # Trained over unary leaf calls: a mid-tier on batched streams refuses it at start.
+    assert table["leaf_transport"] == "unary"
+    with runtime.deploy(
+        "setalgebra",
+        workdir=tmp_path / "b",
+        data_dir=data,
+        data_opts=SMALL,
+        table=path,
+        leaf_transport="batch",
+    ) as dep:
+        state = runtime.admin(dep.midtier.address, "get")
+        assert state["leaf_transport"] == "batch"
+        assert state["auto_mode"] is False
+        assert "trained with leaf transport 'unary'" in state["last_error"]
+
     # A stale table (other CPU count) at start: clear message, serves on the fixed model.
     stale = dict(table, cpus=(os.cpu_count() or 1) + 7)
     stale_path = tmp_path / "stale.json"

@@ -25,9 +25,11 @@ class FakeMidtier:
         service: str = "setalgebra",
         model: str = "async-dispatch-block",
         maxima: tuple[int, int, int] = (4, 8, 4),
+        leaf_transport: str = "unary",
     ) -> None:
         self.host = host
         self.ncpus = cpus
+        self.leaf_transport = leaf_transport
         self.service = service
         self.maxima = maxima
         self.state = self._state(Candidate.of(model, 2))
@@ -38,7 +40,8 @@ class FakeMidtier:
     def _state(self, c: Candidate, **kw: Any) -> ThreadingState:
         mp, mw, mr = self.maxima
         return ThreadingState(c.model, c.pollers, c.workers, c.responders, max_pollers=mp,
-                              max_workers=mw, max_responders=mr, **kw)  # fmt: skip
+                              max_workers=mw, max_responders=mr,
+                              leaf_transport=self.leaf_transport, **kw)  # fmt: skip
 
     def _validate(self, model: str, p: int, w: int, r: int) -> None:
         mp, mw, mr = self.maxima
@@ -59,7 +62,8 @@ class FakeMidtier:
             data = json.loads(Path(table_path).read_text())
         except (OSError, ValueError) as exc:
             raise InputError(f"threading table {table_path} is corrupt: {exc}") from None
-        check_table(data, self.service, cpus=self.ncpus, where=str(table_path))
+        check_table(data, self.service, cpus=self.ncpus, leaf_transport=self.leaf_transport,
+                    where=str(table_path))  # fmt: skip
         for r in data["rows"]:
             self._validate(r["model"], r["pollers"], r["workers"], r["responders"])
         r = data["rows"][0]
@@ -110,7 +114,8 @@ class FakeTrainer:
             for c in {*cands, best}
         }
         table = build_table(spec.service, list(spec.loads), grid, sorted({*cands, best}),
-                            host=endpoint.host, cpus=endpoint.cpus())  # fmt: skip
+                            host=endpoint.host, cpus=endpoint.cpus(),
+                            leaf_transport=endpoint.get().leaf_transport)  # fmt: skip
         if self.corrupt:
             table["rows"] = [dict(table["rows"][0], model="no-such-model")]
         return table, self.seconds

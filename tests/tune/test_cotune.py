@@ -127,6 +127,21 @@ def test_stale_table_is_retrained(tmp_path: Path, store: Any) -> None:
     assert json.loads(Path(r.path).read_text())["cpus"] == 8
 
 
+def test_table_of_the_other_leaf_transport_is_retrained(tmp_path: Path, store: Any) -> None:
+    """Threading measured over unary leaf calls says nothing about batched streams."""
+    mid = FakeMidtier(cpus=8, leaf_transport="batch")
+    t = tuner(tmp_path, mid, store=store)
+    t.cache.save("setalgebra", "h1", "skylake18", KEY, table_for(mid))  # no field: unary
+    store.save_threading_table(
+        "setalgebra", "h1", "skylake18", KEY, table_for(mid, leaf_transport="unary")
+    )
+    r = t.cotune(CFG)
+    assert r.source == "trained" and t.trainings == 1
+    assert sum("trained with leaf transport 'unary'" in n for n in r.notes) == 2
+    assert json.loads(Path(r.path).read_text())["leaf_transport"] == "batch"
+    assert mid.loaded == [r.path]  # the mid-tier accepted the retrained table
+
+
 def test_table_refused_by_the_midtier_is_retrained(tmp_path: Path) -> None:
     mid = FakeMidtier()
     t = tuner(tmp_path, mid)

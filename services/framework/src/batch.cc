@@ -86,6 +86,11 @@ struct Link {
 
 void Complete(const BatchTransport::Done& d, grpc::Status st) {
   *d.status = std::move(st);
+  if (d.cq == nullptr) {  // this thread is the call's response thread
+    auto* t = static_cast<Tag*>(d.tag);
+    t->call->OnLeafDone(t->slot, true);
+    return;
+  }
   d.alarm->Set(d.cq, gpr_time_0(GPR_CLOCK_MONOTONIC), d.tag);
 }
 

@@ -113,7 +113,7 @@ size_t DecisionTable::Decide(
 }
 
 std::string LoadDecisionTable(const std::string& path, const std::string& service,
-                              const PoolSizes& max, DecisionTable* out) {
+                              const PoolSizes& max, DecisionTable* out, LeafTransport transport) {
   std::ifstream in(path);
   if (!in) return "cannot read threading table " + path;
   nlohmann::json j;
@@ -136,6 +136,13 @@ std::string LoadDecisionTable(const std::string& path, const std::string& servic
     if (cpus != here)
       return "threading table " + path + " is stale: trained on " + std::to_string(cpus) +
              " CPUs, this host has " + std::to_string(here) + "; retrain with `musku tune train`";
+    // A table measured over one leaf transport says nothing about the other (tables from
+    // before the field existed were all trained over unary calls).
+    const std::string trained = j.value("leaf_transport", std::string("unary"));
+    const std::string mine = transport == LeafTransport::kBatch ? "batch" : "unary";
+    if (trained != mine)
+      return "threading table " + path + " is stale: trained with leaf transport '" + trained +
+             "', this mid-tier uses '" + mine + "'; retrain with `musku tune train`";
     double prev = -1;
     for (const auto& r : j.at("rows")) {
       DecisionRow row;
@@ -317,7 +324,8 @@ bool Engine::Start(std::string* error) {
   Threading t = opts_.threading;
   if (opts_.auto_threading) {
     DecisionTable table;
-    std::string why = LoadDecisionTable(opts_.threading_table, opts_.service, opts_.max_pools, &table);
+    std::string why = LoadDecisionTable(opts_.threading_table, opts_.service, opts_.max_pools,
+                                        &table, opts_.leaf_transport);
     if (!why.empty()) {
       last_error_ = why;
       LogError("%s: --threading auto: %s; running %s", opts_.service.c_str(), why.c_str(),
@@ -671,7 +679,8 @@ std::string Engine::SetAuto(const std::string& path_in) {
     return last_error_;
   }
   DecisionTable t;
-  if (std::string why = LoadDecisionTable(path, opts_.service, opts_.max_pools, &t); !why.empty()) {
+  if (std::string why = LoadDecisionTable(path, opts_.service, opts_.max_pools, &t, opts_.leaf_transport);
+      !why.empty()) {
     last_error_ = why;
     return why;
   }
@@ -728,6 +737,7 @@ std::string Engine::last_error() const {
 
 LeafCallMode CurrentLeafMode(Engine* e) { return e->leaf_mode(); }
 LeafTransport LeafTransportOf(Engine* e) { return e->opts().leaf_transport; }
+int ResponderCount(Engine* e) { return e->responders_in_use(); }
 void RegisterBatchHandler(Engine* e, uint64_t key, BatchHandler fn) {
   e->AddBatchHandler(key, std::move(fn));
 }
@@ -776,6 +786,7 @@ void FillThreading(Engine* e, ThreadingState* s) {
   s->set_max_responders(e->opts().max_pools.responders);
   s->set_switches(e->switches());
   s->set_last_error(e->last_error());
+  s->set_leaf_transport(e->opts().leaf_transport == LeafTransport::kBatch ? "batch" : "unary");
 }
 
 class HealthH final : public LeafHandler<HealthRequest, HealthReply> {

@@ -75,7 +75,8 @@ struct DecisionTable {
 // "" on success; else a clear reason (unreadable, corrupt JSON, wrong format, other service,
 // other CPU count = stale, impossible pool sizes).
 std::string LoadDecisionTable(const std::string& path, const std::string& service,
-                              const PoolSizes& max, DecisionTable* out);
+                              const PoolSizes& max, DecisionTable* out,
+                              LeafTransport transport = LeafTransport::kUnary);
 
 // Pinning specification "p:0,w:1+2,r:1" -> per pool the CPUs (empty = not pinned).
 struct PinSpec {
@@ -111,6 +112,7 @@ class Engine {
   LeafCallMode leaf_mode() const {
     return static_cast<LeafCallMode>(leaf_mode_.load(std::memory_order_acquire));
   }
+  int responders_in_use() const { return n_responders_.load(std::memory_order_acquire); }
   WaitMode wait_mode() const {
     return static_cast<WaitMode>(wait_mode_.load(std::memory_order_acquire));
   }

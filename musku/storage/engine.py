@@ -71,11 +71,34 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
         cur.execute("PRAGMA busy_timeout=30000")
         cur.execute("PRAGMA cache_size=-32768")  # 32 MiB page cache (grown lazily): bulk ingest
         mode = cur.execute("PRAGMA journal_mode").fetchone()
-        if mode and str(mode[0]).lower() not in ("memory",):
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
+        if mode and str(mode[0]).lower() != "memory":
+            if str(mode[0]).lower() != "wal":
+                _switch_to_wal(cur)
+            cur.execute("PRAGMA synchronous=NORMAL")  # per connection
     finally:
         cur.close()
+
+
+def _switch_to_wal(cur: Any, timeout_s: float = 30.0) -> None:
+    """Put a database into WAL mode (a property of the file: the first connection to do it
+    wins). Switching needs the file to itself, and SQLite reports "database is locked" at once,
+    without its busy timeout, while another connection of a brand-new file is in a transaction
+    (several sweeps opening one new database together): retry until the mode is WAL."""
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            row = cur.execute("PRAGMA journal_mode=WAL").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+            continue
+        if row and str(row[0]).lower() == "wal" or time.monotonic() > deadline:
+            return
+        time.sleep(0.005)  # still locked by another connection (some versions answer "delete")
 
 
 def make_engine(url: str) -> Engine:

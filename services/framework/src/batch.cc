@@ -14,6 +14,7 @@
 // worker as the leaf's model says; its replies join the stream's write queue the same way.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <deque>
 #include <thread>
 #include <unordered_map>
@@ -45,11 +46,6 @@ namespace {
 
 using Clock = std::chrono::system_clock;
 
-struct Pending {
-  BatchTransport::Done done;
-  Clock::time_point deadline;
-};
-
 struct Link;
 
 // One stream's life: its own context and buffers, so that a broken stream's late completions
@@ -80,8 +76,8 @@ struct Link {
   Stream* live = nullptr;  // the stream new calls go to (nullptr: connect on the next call)
   Batch out;               // calls queued for the next write
   uint64_t next_id = 1;
-  std::unordered_map<uint64_t, Pending> pending;
-  std::deque<std::pair<Clock::time_point, uint64_t>> expiry;  // in send order
+  std::unordered_map<uint64_t, BatchTransport::Done> pending;  // sent or queued, not completed
+  std::deque<std::pair<Clock::time_point, uint64_t>> expiry;   // deadlines, in send order
 };
 
 void Complete(const BatchTransport::Done& d, grpc::Status st) {
@@ -133,7 +129,7 @@ struct BatchTransport::Impl {
     s->dead = true;
     if (l.live != s) return;
     l.live = nullptr;
-    for (auto& [id, p] : l.pending) failed->push_back(p.done);
+    for (auto& [id, d] : l.pending) failed->push_back(d);
     l.pending.clear();
     l.expiry.clear();
     l.out.Clear();
@@ -146,12 +142,14 @@ struct BatchTransport::Impl {
     }
   }
 
-  void OnEvent(Stream::OpTag* t, bool ok) {
+  // Handles one stream event; returns the earliest deadline still pending on its link.
+  Clock::time_point OnEvent(Stream::OpTag* t, bool ok) {
     Stream* s = t->s;
     Link& l = *s->link;
     std::vector<BatchTransport::Done> failed;
     std::vector<std::pair<BatchTransport::Done, grpc::Status>> done;
     bool free_it = false;
+    Clock::time_point next = Clock::time_point::max();
     {
       std::lock_guard<std::mutex> lk(l.mu);
       --s->ops;
@@ -174,7 +172,7 @@ struct BatchTransport::Impl {
           for (auto& item : *s->rbuf.mutable_items()) {
             auto it = l.pending.find(item.id());
             if (it == l.pending.end()) continue;  // expired already: dropped
-            BatchTransport::Done d = it->second.done;
+            BatchTransport::Done d = it->second;
             l.pending.erase(it);
             if (item.code() == 0) {
               d.payload->swap(*item.mutable_payload());
@@ -204,6 +202,7 @@ struct BatchTransport::Impl {
           break;
       }
       if (t->op != Stream::kFinish) MaybeFinish(s);
+      if (!l.expiry.empty()) next = l.expiry.front().first;
     }
     for (auto& d : failed)
       Complete(d, grpc::Status(grpc::StatusCode::UNAVAILABLE, "leaf stream broken"));
@@ -213,11 +212,10 @@ struct BatchTransport::Impl {
       streams.erase(std::find(streams.begin(), streams.end(), s));
       delete s;
     }
+    return next;
   }
 
-  // Fails calls past their deadline; returns the next deadline to wake for. Every call sent
-  // brings this thread an event soon after (its write or its stream's start completes), so the
-  // earliest deadline is always known here: an idle transport sleeps (1 s at most).
+  // Fails calls past their deadline; returns the next deadline to wake for (1 s at most).
   Clock::time_point Expire(Clock::time_point now) {
     Clock::time_point next = now + std::chrono::seconds(1);
     for (auto& lp : links) {
@@ -229,7 +227,7 @@ struct BatchTransport::Impl {
           auto it = l.pending.find(l.expiry.front().second);
           l.expiry.pop_front();
           if (it == l.pending.end()) continue;  // answered
-          expired.push_back(it->second.done);
+          expired.push_back(it->second);
           l.pending.erase(it);
         }
         if (!l.expiry.empty()) next = std::min(next, l.expiry.front().first);
@@ -240,6 +238,9 @@ struct BatchTransport::Impl {
     return next;
   }
 
+  // Every call sent brings this thread an event on its link soon after (its write or its
+  // stream's start completes), so the earliest deadline is always known without scanning the
+  // links per event: they are swept only when a deadline is due. An idle transport sleeps.
   void Run() {
     Clock::time_point wake = Clock::now() + std::chrono::seconds(1);
     for (;;) {
@@ -247,8 +248,10 @@ struct BatchTransport::Impl {
       bool ok = false;
       const auto st = cq.AsyncNext(&tag, &ok, wake);
       if (st == grpc::CompletionQueue::SHUTDOWN) return;
-      if (st == grpc::CompletionQueue::GOT_EVENT) OnEvent(static_cast<Stream::OpTag*>(tag), ok);
-      wake = Expire(Clock::now());
+      if (st == grpc::CompletionQueue::GOT_EVENT)
+        wake = std::min(wake, OnEvent(static_cast<Stream::OpTag*>(tag), ok));
+      const auto now = Clock::now();
+      if (now >= wake) wake = Expire(now);
     }
   }
 };
@@ -268,7 +271,7 @@ BatchTransport::~BatchTransport() {
   std::vector<Done> failed;
   for (auto& lp : impl_->links) {
     std::lock_guard<std::mutex> lk(lp->mu);
-    for (auto& [id, p] : lp->pending) failed.push_back(p.done);
+    for (auto& [id, d] : lp->pending) failed.push_back(d);
     lp->pending.clear();
     lp->expiry.clear();
     lp->out.Clear();
@@ -310,7 +313,7 @@ void BatchTransport::Send(int leaf, uint64_t method, const google::protobuf::Mes
   item->set_id(id);
   item->set_method(method);
   request.SerializeToString(item->mutable_payload());
-  l.pending.emplace(id, Pending{done, deadline});
+  l.pending.emplace(id, done);
   l.expiry.emplace_back(deadline, id);
   if (l.live == nullptr)
     impl_->Connect(l);
@@ -453,7 +456,6 @@ class BatchStreamCall final : public CallBase {
   bool MaybeFinish() {
     if (!finishing_ && (read_done_ || closing_) && jobs_ == 0 && !writing_) {
       finishing_ = true;
-      writing_ = false;
       const grpc::Status st = read_done_ ? grpc::Status::OK
                                          : grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                                         "leaf shutting down");
@@ -544,10 +546,5 @@ void Engine::NoteArrivals(int n, int64_t now) {
   if (n > 0 && auto_.load(std::memory_order_relaxed)) MaybeAuto(now);
 }
 
-void Engine::NoteItem(int64_t arrival_ns, bool ok) {
-  hist_.Record(MonotonicNs() - arrival_ns);
-  requests_.fetch_add(1, std::memory_order_relaxed);
-  if (!ok) errors_.fetch_add(1, std::memory_order_relaxed);
-}
 
 }  // namespace musku::detail

@@ -489,10 +489,7 @@ void Engine::HandleServerTag(int k, Tag* tag, bool ok, Exec& exec) {
   }
   if (tag->kind == Tag::kFinish) {
     Recycle(c, k);
-    if (inflight_.fetch_sub(1) == 1 && shutting_down_.load()) {
-      std::lock_guard<std::mutex> lk(stop_mu_);
-      stop_cv_.notify_all();
-    }
+    EndInflight();
     return;
   }
   if (tag->kind == Tag::kRead || tag->kind == Tag::kWrite) {  // a batch stream (leaf end)
@@ -508,7 +505,11 @@ void Engine::Retire(CallBase* c) {
     streams_.erase(c);
   }
   Recycle(c, c->cq_index);
-  if (inflight_.fetch_sub(1) == 1 && shutting_down_.load()) {
+  EndInflight();
+}
+
+void Engine::EndInflight() {
+  if (inflight_.fetch_sub(1) == 1 && shutting_down_.load()) {  // Shutdown waits for none left
     std::lock_guard<std::mutex> lk(stop_mu_);
     stop_cv_.notify_all();
   }
@@ -601,10 +602,13 @@ grpc::CompletionQueue* Engine::PickResponder(CallBase* call, int) {
 }
 
 void Engine::NoteFinish(CallBase* c, const grpc::Status& st) {
-  if (!c->counted) return;
-  hist_.Record(MonotonicNs() - c->arrival_ns);
+  if (c->counted) NoteItem(c->arrival_ns, st.ok());
+}
+
+void Engine::NoteItem(int64_t arrival_ns, bool ok) {
+  hist_.Record(MonotonicNs() - arrival_ns);
   requests_.fetch_add(1, std::memory_order_relaxed);
-  if (!st.ok()) errors_.fetch_add(1, std::memory_order_relaxed);
+  if (!ok) errors_.fetch_add(1, std::memory_order_relaxed);
 }
 
 Engine::Snapshot Engine::TakeStats(bool reset) {

@@ -165,6 +165,7 @@ class Engine {
   void ResponderLoop(int r);
   void HandleServerTag(int k, Tag* tag, bool ok, Exec& exec);
   void Recycle(CallBase* call, int k);
+  void EndInflight();  // an admitted RPC or stream is done
   void ArmOn(int k, size_t f, int count);
   void Dispatch(CallBase* call);
   void MaybeAuto(int64_t now);

@@ -293,7 +293,9 @@ TEST(Options, RejectsBadValues) {
 TEST(Options, ServersDefaultToThePollPollingEngineUnlessTheEnvironmentSaysOtherwise) {
   const char* v = getenv("GRPC_POLL_STRATEGY");
   ASSERT_NE(v, nullptr);  // set before main() by the framework, never overriding a user's value
-  if (!getenv("MUSKU_TEST_USER_POLL_STRATEGY")) EXPECT_STREQ(v, "poll");
+  if (!getenv("MUSKU_TEST_USER_POLL_STRATEGY")) {
+    EXPECT_STREQ(v, "poll");
+  }
 }
 
 TEST(Options, UnknownFlagsStopTheServerAtStart) {

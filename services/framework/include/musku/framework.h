@@ -445,10 +445,11 @@ class MidTierCall final : public CallBase {
       WaitPrivate(exec, static_cast<int>(n), [](Tag*, bool) {});
       return Complete();
     }
-    grpc::CompletionQueue* cq = PickResponderCq(engine, this, static_cast<int>(n));
     // No response threads: whoever takes the leaf replies finalises (unary: the poller whose
-    // queue they land on; batch: the transport thread that reads them).
-    if (batched_ && ResponderCount(engine) == 0) cq = nullptr;
+    // queue they land on; batch: the transport thread that reads them, cq null).
+    grpc::CompletionQueue* cq = batched_ && ResponderCount(engine) == 0
+                                    ? nullptr
+                                    : PickResponderCq(engine, this, static_cast<int>(n));
     response_cq_ = cq;
     pending_.store(static_cast<int>(n), std::memory_order_relaxed);
     // After the last Start() another thread may complete and recycle this call: touch nothing.

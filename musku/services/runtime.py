@@ -56,6 +56,7 @@ _BINARIES = {
     "setalgebra_leaf": "setalgebra/setalgebra_leaf",
     "setalgebra_midtier": "setalgebra/setalgebra_midtier",
     "setalgebra_gen": "setalgebra/setalgebra_gen",
+    "hdsearch_lsh_bench": "hdsearch/hdsearch_lsh_bench",
     "setalgebra_client": "setalgebra/setalgebra_client",
     **{
         f"{svc}_{part}": f"{svc}/{svc}_{part}"

@@ -70,8 +70,7 @@ grpc::Status SearchHandler::Process(const SearchRequest& req, FanOut<LeafRequest
   thread_local LshScratch scratch;
   thread_local std::vector<std::uint32_t> cand;
   cand.clear();
-  index_->Query(req.query().data(), &scratch, &cand);
-  std::sort(cand.begin(), cand.end());  // grouped by shard: shards are contiguous id ranges
+  index_->Query(req.query().data(), &scratch, &cand);  // ascending: grouped by shard (contiguous id ranges)
   std::size_t i = 0;
   while (i < cand.size()) {
     const auto leaf = static_cast<int>(

@@ -1,8 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -196,4 +199,52 @@ TEST(Lsh, ExactDuplicateIsAlwaysFound) {
     std::set<std::uint32_t> uniq(cand.begin(), cand.end());
     EXPECT_EQ(uniq.size(), cand.size()) << "candidates not deduplicated";
   }
+}
+
+// Candidates come out strictly ascending (the mid-tier groups them by shard without sorting),
+// more probes only add candidates (the probe sequence is deterministic per query), and ids far
+// apart (a second chunk at 1e6) are found and the per-thread bitmap is left clean for the next
+// query.
+TEST(Lsh, CandidatesAscendDistinctAndGrowWithProbes) {
+  const std::uint32_t dim = 16;
+  const auto data = Clustered(3000, dim, 12, 21);
+  auto build = [&](std::uint32_t probes) {
+    mh::LshParams p;
+    p.tables = 6;
+    p.hashes = 8;
+    p.bucket_width = 3.0f;
+    p.probes = probes;
+    auto index = std::make_unique<mh::LshIndex>(dim, p);
+    index->Add(data.data(), 2000, 0);
+    index->Add(data.data() + 2000 * dim, 1000, 1000000);  // ids 1000000 .. 1000999
+    index->Finalize();
+    return index;
+  };
+  const auto p0 = build(0), p8 = build(8), p32 = build(32);
+  mh::LshScratch s0, s8, s32;
+  std::size_t far = 0, total0 = 0, total32 = 0;
+  for (std::uint32_t i = 0; i < 3000; i += 37) {
+    const float* q = data.data() + i * dim;
+    std::vector<std::uint32_t> c0, c8, c32;
+    p0->Query(q, &s0, &c0);
+    p8->Query(q, &s8, &c8);
+    p32->Query(q, &s32, &c32);
+    for (const auto* c : {&c0, &c8, &c32}) {
+      ASSERT_TRUE(std::adjacent_find(c->begin(), c->end(), std::greater_equal<std::uint32_t>()) == c->end())
+          << "candidates not strictly ascending for query " << i;
+    }
+    EXPECT_TRUE(std::includes(c8.begin(), c8.end(), c0.begin(), c0.end())) << "query " << i;
+    EXPECT_TRUE(std::includes(c32.begin(), c32.end(), c8.begin(), c8.end())) << "query " << i;
+    const std::uint32_t id = i < 2000 ? i : 1000000 + (i - 2000);
+    EXPECT_TRUE(std::binary_search(c0.begin(), c0.end(), id)) << "a point must find itself, query " << i;
+    far += static_cast<std::size_t>(std::count_if(c32.begin(), c32.end(), [](std::uint32_t x) { return x >= 1000000; }));
+    total0 += c0.size();
+    total32 += c32.size();
+    // The same scratch answers the same query identically (its bitmap was cleared).
+    std::vector<std::uint32_t> again;
+    p32->Query(q, &s32, &again);
+    EXPECT_EQ(again, c32);
+  }
+  EXPECT_GT(far, 0u);
+  EXPECT_GT(total32, total0);
 }

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <queue>
+#include <functional>
 #include <random>
 #include <stdexcept>
 
@@ -83,22 +83,17 @@ void LshIndex::Finalize() {
       if (i == 0 || t.pending[i].first != t.pending[i - 1].first) ++distinct;
     std::size_t cap = 16;
     while (cap < 2 * distinct) cap <<= 1;  // load factor <= 1/2
-    t.slot_key.assign(cap, 0);
-    t.slot_val.assign(cap, Table::kNoBucket);
+    t.slots.assign(cap, Table::Slot{0, 0, 0});
     t.mask = cap - 1;
     t.buckets = distinct;
-    for (std::size_t i = 0; i < t.pending.size(); ++i) {
+    for (std::size_t i = 0; i < t.pending.size();) {
       const std::uint64_t key = t.pending[i].first;
-      if (i == 0 || key != t.pending[i - 1].first) {
-        std::uint64_t j = key & t.mask;
-        while (t.slot_val[j] != Table::kNoBucket) j = (j + 1) & t.mask;
-        t.slot_key[j] = key;
-        t.slot_val[j] = static_cast<std::uint32_t>(t.start.size());
-        t.start.push_back(static_cast<std::uint32_t>(i));
-      }
-      t.ids.push_back(t.pending[i].second);
+      const auto begin = static_cast<std::uint32_t>(t.ids.size());
+      for (; i < t.pending.size() && t.pending[i].first == key; ++i) t.ids.push_back(t.pending[i].second);
+      std::uint64_t j = key & t.mask;
+      while (t.slots[j].begin != t.slots[j].end) j = (j + 1) & t.mask;
+      t.slots[j] = Table::Slot{key, begin, static_cast<std::uint32_t>(t.ids.size())};
     }
-    t.start.push_back(static_cast<std::uint32_t>(t.ids.size()));
     t.pending.clear();
     t.pending.shrink_to_fit();
   }
@@ -111,97 +106,133 @@ std::size_t LshIndex::num_buckets() const {
   return n;
 }
 
+// Three passes, so that the ~L x (T + 1) bucket lookups, which miss the cache (the tables are
+// megabytes; at low load nothing of them is cached between queries), overlap instead of
+// waiting one after another:
+//   1. every probe's key, table by table (the multi-probe heap is pure arithmetic), each slot
+//      prefetched as soon as its key is known;
+//   2. every slot read, each non-empty bucket's ids prefetched;
+//   3. every id set in a bitmap over point ids, then the bitmap scanned and cleared: the
+//      candidates come out deduplicated and in ascending id order (grouped by shard), with no
+//      sort.
 void LshIndex::Query(const float* q, LshScratch* s, std::vector<std::uint32_t>* out) const {
+  using Step = LshScratch::Step;
+  using Pert = LshScratch::Perturbation;
   if (!finalized_) throw std::logic_error("lsh: Query before Finalize");
-  if (s->stamp.size() <= max_id_) s->stamp.assign(static_cast<std::size_t>(max_id_) + 1, 0);
-  if (++s->epoch == 0) {  // wrapped: reset stamps
-    std::fill(s->stamp.begin(), s->stamp.end(), 0);
-    s->epoch = 1;
-  }
+  const std::size_t words = static_cast<std::size_t>(max_id_) / 64 + 1;
+  if (s->seen.size() < words) s->seen.assign(words, 0);
   const std::uint32_t K = params_.hashes;
-  std::vector<float> f(offset_.size());
-  Project(q, f.data());
-  std::vector<std::int32_t> h(K), hp(K);
-  // Boundary distances: entry j < K is "step down" on hash j (distance frac), j >= K "step up".
-  struct Step {
-    float dist;
-    std::uint32_t hash;
-    std::int32_t delta;
-  };
-  std::vector<Step> steps(2 * K);
-  // A perturbation set: a bitmask over positions in the sorted steps (2K <= 128), plus its
-  // largest position; shift/expand only ever touch the largest. No allocation per candidate.
-  struct Cand {
-    float score;
-    std::uint8_t last;
-    std::uint64_t bits[2];
-    bool operator>(const Cand& o) const { return score > o.score; }
-  };
-  auto visit = [&](const Table& t, std::uint64_t key) {
-    const std::uint32_t b = t.Find(key);
-    if (b == Table::kNoBucket) return;
-    for (std::uint32_t i = t.start[b]; i < t.start[b + 1]; ++i) {
-      const std::uint32_t id = t.ids[i];
-      if (s->stamp[id] != s->epoch) {
-        s->stamp[id] = s->epoch;
-        out->push_back(id);
-      }
-    }
-  };
+  s->proj.resize(offset_.size());
+  s->h.resize(K);
+  s->steps.resize(2 * K);
+  s->keys.clear();
+  s->per_table.clear();
+  float* f = s->proj.data();
+  std::int32_t* h = s->h.data();
+  Step* steps = s->steps.data();
+  Project(q, f);
+  const auto greater = std::greater<Pert>();
+
+  // 1. Keys. A perturbation set never steps one hash both ways (such a set is skipped).
   for (std::uint32_t t = 0; t < params_.tables; ++t) {
+    const Table& table = tables_[t];
+    const std::size_t first = s->keys.size();
+    auto probe = [&](std::uint64_t key) {
+      __builtin_prefetch(&table.slots[key & table.mask]);
+      s->keys.push_back(key);
+    };
     for (std::uint32_t i = 0; i < K; ++i) {
       const float x = f[t * K + i];
-      h[i] = static_cast<std::int32_t>(std::floor(x));
-      const float frac = x - std::floor(x);
-      steps[i] = {frac, i, -1};
-      steps[K + i] = {1.0f - frac, i, +1};
+      const float fl = std::floor(x);
+      h[i] = static_cast<std::int32_t>(fl);
+      steps[i] = {x - fl, i, -1};
+      steps[K + i] = {1.0f - (x - fl), i, +1};
     }
-    visit(tables_[t], Key(t, h.data()));
-    if (params_.probes == 0) continue;
-    std::sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.dist < b.dist; });
-    std::vector<Cand> storage;
-    storage.reserve(2 * params_.probes + 2);
-    std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap(std::greater<Cand>(), std::move(storage));
-    heap.push(Cand{steps[0].dist * steps[0].dist, 0, {1, 0}});
-    std::uint32_t emitted = 0;
-    while (!heap.empty() && emitted < params_.probes) {
-      const Cand c = heap.top();
-      heap.pop();
-      const unsigned last = c.last;
-      if (last + 1u < 2 * K) {
-        const unsigned next = last + 1;
-        const float d_last = steps[last].dist, d_next = steps[next].dist;
-        Cand shifted = c;  // replace the largest position by the next one
-        shifted.bits[last >> 6] &= ~(1ULL << (last & 63));
-        shifted.bits[next >> 6] |= 1ULL << (next & 63);
-        shifted.last = static_cast<std::uint8_t>(next);
-        shifted.score = c.score - d_last * d_last + d_next * d_next;
-        Cand expanded = c;  // add the next position
-        expanded.bits[next >> 6] |= 1ULL << (next & 63);
-        expanded.last = static_cast<std::uint8_t>(next);
-        expanded.score = c.score + d_next * d_next;
-        heap.push(shifted);
-        heap.push(expanded);
-      }
-      // Valid perturbation: never steps the same hash both ways.
-      bool valid = true;
-      hp = h;
-      std::uint64_t seen = 0;
-      for (unsigned w = 0; w < 2 && valid; ++w) {
-        for (std::uint64_t b = c.bits[w]; b != 0; b &= b - 1) {
-          const Step& st = steps[w * 64 + static_cast<unsigned>(__builtin_ctzll(b))];
-          if (seen & (1ULL << st.hash)) {
-            valid = false;
-            break;
-          }
-          seen |= 1ULL << st.hash;
-          hp[st.hash] += st.delta;
+    probe(Key(t, h));
+    if (params_.probes > 0) {
+      std::sort(steps, steps + 2 * K, [](const Step& a, const Step& b) { return a.dist < b.dist; });
+      auto& heap = s->heap;
+      heap.clear();
+      heap.push_back(Pert{steps[0].dist * steps[0].dist, 0, {1, 0}});
+      std::uint32_t emitted = 0;
+      while (!heap.empty() && emitted < params_.probes) {
+        std::pop_heap(heap.begin(), heap.end(), greater);
+        const Pert c = heap.back();
+        heap.pop_back();
+        const unsigned last = c.last;
+        if (last + 1u < 2 * K) {
+          const unsigned next = last + 1;
+          const float d_last = steps[last].dist, d_next = steps[next].dist;
+          Pert shifted = c;  // replace the largest position by the next one
+          shifted.bits[last >> 6] &= ~(1ULL << (last & 63));
+          shifted.bits[next >> 6] |= 1ULL << (next & 63);
+          shifted.last = static_cast<std::uint8_t>(next);
+          shifted.score = c.score - d_last * d_last + d_next * d_next;
+          heap.push_back(shifted);
+          std::push_heap(heap.begin(), heap.end(), greater);
+          Pert expanded = c;  // add the next position
+          expanded.bits[next >> 6] |= 1ULL << (next & 63);
+          expanded.last = static_cast<std::uint8_t>(next);
+          expanded.score = c.score + d_next * d_next;
+          heap.push_back(expanded);
+          std::push_heap(heap.begin(), heap.end(), greater);
         }
+        s->hp.assign(h, h + K);
+        std::int32_t* hp = s->hp.data();
+        bool valid = true;
+        std::uint64_t stepped = 0;
+        for (unsigned w = 0; w < 2 && valid; ++w) {
+          for (std::uint64_t b = c.bits[w]; b != 0; b &= b - 1) {
+            const Step& st = steps[w * 64 + static_cast<unsigned>(__builtin_ctzll(b))];
+            if (stepped & (1ULL << st.hash)) {
+              valid = false;
+              break;
+            }
+            stepped |= 1ULL << st.hash;
+            hp[st.hash] += st.delta;
+          }
+        }
+        if (!valid) continue;
+        probe(Key(t, hp));
+        ++emitted;
       }
-      if (!valid) continue;
-      visit(tables_[t], Key(t, hp.data()));
-      ++emitted;
     }
+    s->per_table.push_back(static_cast<std::uint32_t>(s->keys.size() - first));
+  }
+
+  // 2. Slots -> id ranges.
+  s->ranges.clear();
+  s->range_table.clear();
+  std::size_t k = 0;
+  for (std::uint32_t t = 0; t < params_.tables; ++t) {
+    const Table& table = tables_[t];
+    for (std::uint32_t j = 0; j < s->per_table[t]; ++j, ++k) {
+      const Table::Slot& slot = table.Find(s->keys[k]);
+      if (slot.begin == slot.end) continue;
+      __builtin_prefetch(&table.ids[slot.begin]);
+      s->ranges.push_back(slot.begin);
+      s->ranges.push_back(slot.end);
+      s->range_table.push_back(t);
+    }
+  }
+
+  // 3. Ids -> bitmap -> ascending, distinct candidates.
+  std::uint64_t* seen = s->seen.data();
+  std::size_t lo = words, hi = 0;
+  for (std::size_t r = 0; r < s->range_table.size(); ++r) {
+    const Table& table = tables_[s->range_table[r]];
+    for (std::uint32_t i = s->ranges[2 * r]; i < s->ranges[2 * r + 1]; ++i) {
+      const std::uint32_t id = table.ids[i];
+      seen[id >> 6] |= 1ULL << (id & 63);
+      lo = std::min<std::size_t>(lo, id >> 6);
+      hi = std::max<std::size_t>(hi, id >> 6);
+    }
+  }
+  for (std::size_t w = lo; w <= hi && lo < words; ++w) {
+    for (std::uint64_t b = seen[w]; b != 0; b &= b - 1) {
+      out->push_back(static_cast<std::uint32_t>(w * 64 + static_cast<unsigned>(__builtin_ctzll(b))));
+    }
+    seen[w] = 0;
   }
 }
 

@@ -20,11 +20,30 @@ struct LshParams {
   std::uint64_t seed = 1;
 };
 
-// Reusable per-thread query state (dedup stamps over point ids).
+// Reusable per-thread query state: the candidate bitmap over point ids and the per-query
+// buffers, so a query allocates nothing once warm.
 class LshScratch {
  public:
-  std::vector<std::uint32_t> stamp;
-  std::uint32_t epoch = 0;
+  struct Step {  // distance of the query to one bucket boundary of one hash
+    float dist;
+    std::uint32_t hash;
+    std::int32_t delta;
+  };
+  struct Perturbation {  // a set of steps: bitmask over sorted step positions (2K <= 128)
+    float score;
+    std::uint8_t last;
+    std::uint64_t bits[2];
+    bool operator>(const Perturbation& o) const { return score > o.score; }
+  };
+  std::vector<std::uint64_t> seen;  // bit per point id; all zero between queries
+  std::vector<float> proj;
+  std::vector<std::int32_t> h, hp;
+  std::vector<Step> steps;
+  std::vector<Perturbation> heap;
+  std::vector<std::uint64_t> keys;     // every probed bucket key, table by table
+  std::vector<std::uint32_t> per_table;  // how many of `keys` each table probes
+  std::vector<std::uint32_t> ranges;   // [begin, end) pairs into a table's ids, table by table
+  std::vector<std::uint32_t> range_table;
 };
 
 class LshIndex {
@@ -36,7 +55,7 @@ class LshIndex {
   void Add(const float* rows, std::size_t n, std::uint32_t first_id);
   void Finalize();
 
-  // Appends the distinct candidate ids for query q (dim floats) to *out.
+  // Appends the distinct candidate ids for query q (dim floats) to *out, in ascending order.
   void Query(const float* q, LshScratch* scratch, std::vector<std::uint32_t>* out) const;
 
   std::size_t num_points() const { return num_points_; }
@@ -45,21 +64,23 @@ class LshIndex {
 
  private:
   struct Table {
-    // Bucket key -> index into start: open addressing, linear probing, power-of-two capacity
-    // (keys are already mixed). A query probes ~L x (probes + 1) buckets, most of them empty:
-    // a miss costs one or two cache lines, not a chain walk with a division per node.
-    std::vector<std::uint64_t> slot_key;
-    std::vector<std::uint32_t> slot_val;  // kNoBucket = empty slot
+    // Bucket key -> its ids (a [begin, end) range of `ids`): open addressing, linear probing,
+    // power-of-two capacity (keys are already mixed), load factor <= 1/2. A slot holds the key
+    // and the range together, so a probe is one cache line: a query probes ~L x (probes + 1)
+    // buckets, most of them empty, and issues all of those loads before it waits for any.
+    struct Slot {
+      std::uint64_t key;
+      std::uint32_t begin, end;  // begin == end: empty slot (a bucket holds >= 1 id)
+    };
+    std::vector<Slot> slots;
     std::uint64_t mask = 0;
     std::size_t buckets = 0;
-    static constexpr std::uint32_t kNoBucket = 0xffffffffu;
-    std::uint32_t Find(std::uint64_t key) const {
+    const Slot& Find(std::uint64_t key) const {
       for (std::uint64_t i = key & mask;; i = (i + 1) & mask) {
-        const std::uint32_t v = slot_val[i];
-        if (v == kNoBucket || slot_key[i] == key) return v;
+        const Slot& s = slots[i];
+        if (s.begin == s.end || s.key == key) return s;
       }
     }
-    std::vector<std::uint32_t> start;                          // CSR offsets (size buckets + 1)
     std::vector<std::uint32_t> ids;
     std::vector<std::pair<std::uint64_t, std::uint32_t>> pending;  // (key, id) until Finalize
   };

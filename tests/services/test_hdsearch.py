@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -298,3 +299,40 @@ def test_brute_force_and_recall_helpers() -> None:
     assert (truth[:, 0] == np.arange(10)).all()
     assert datasets.recall_at_k(truth, truth) == 1.0
     assert datasets.recall_at_k(np.full_like(truth, 0xFFFFFFFF), truth) == 0.0
+
+
+def test_lsh_bench_measures_recall_and_refuses_bad_flags(tmp_path: Path) -> None:
+    """bench/hdsearch_lsh.py's C++ driver: its recall is the candidates' recall against brute
+    force (computed in the driver); bad input is a one-line error and exit 2 (flags) or 1
+    (data)."""
+    exe = BIN / "hdsearch_lsh_bench"
+    if not exe.exists():
+        pytest.skip(f"{exe} not built (run scripts/build-services)")
+    datasets.write_synthetic_vectors(tmp_path / "d.bin", 4000, 32, seed=5, clusters=32)
+    datasets.write_vectors(
+        tmp_path / "q.bin", datasets.synthetic_queries(50, 32, seed=5, clusters=32)
+    )
+    base = [str(exe), "--data", str(tmp_path / "d.bin"), "--queries", str(tmp_path / "q.bin")]
+    figures = {}
+    for probes in (0, 32):
+        out = subprocess.run([*base, "--probes", str(probes), "--rounds", "1", "--cold-mb", "1"],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        figures[probes] = json.loads(out.stdout)
+    assert figures[32]["recall"] >= 0.93
+    assert figures[32]["mean_candidates"] > figures[0]["mean_candidates"]
+    assert figures[32]["recall"] >= figures[0]["recall"]
+    assert 0 < figures[32]["mean_candidates"] < 4000
+    for argv, rc, words in (
+        ([*base, "--probes", "many"], 2, "non-negative integer"),
+        ([*base, "--bogus", "1"], 2, "unknown flag --bogus"),
+        ([str(exe), "--data", str(tmp_path / "d.bin")], 2, "--queries are required"),
+        ([*base[:3], "--queries", str(tmp_path / "nope.bin")], 1, "nope.bin"),
+    ):
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert out.returncode == rc, (argv, out.stderr)
+        assert words in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "hdsearch_lsh.py"), "--sets", "nope"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 3 and "unknown data set(s) nope" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr

@@ -152,13 +152,27 @@ def build_table(
     ``cpus``: the CPU count of the host the table is for (default: this one's).
     ``leaf_transport``: how the measured mid-tier called its leaves (the table holds only for
     that transport; the mid-tier refuses a table trained over the other).
-    ``tolerance``: the previous load's choice is kept while its p99 is within this fraction of
-    the best one's, or while the two cannot be told apart: their p99s' 95 % intervals
-    (``p99_ci_us``, from the points' requests) overlap. Measurement noise must not make the
-    table flip between models: each row boundary is a switch the mid-tier makes at run time."""
+
+    Per load, the candidates that cannot be told from the best are its ties: p99 within
+    ``tolerance`` of the best's, or the two p99s' 95 % intervals (``p99_ci_us``, from the
+    points' requests) overlap. Among the ties the table takes the one that is cheapest to be
+    wrong with: it keeps up with the most loads above this one (a load can rise faster than
+    the mid-tier's detector reacts; a model that collapses a step up turns a flash crowd into
+    a queue), then the previous load's choice (each row boundary is a switch at run time:
+    noise must not make the table flip between models), then the lowest p99."""
     by_key = {c.key(): c for c in candidates}
+
+    def reach(key: str, i: int) -> int:
+        """How many loads from ``loads[i]`` up the candidate serves without a break."""
+        n = 0
+        for q in loads[i:]:
+            if q not in grid[key] or not acceptable(grid[key][q]):
+                break
+            n += 1
+        return n
+
     best: list[tuple[float, Candidate, float]] = []
-    for q in loads:
+    for i, q in enumerate(loads):
         scored = [
             (grid[k][q]["p99_us"], by_key[k])
             for k in grid
@@ -168,15 +182,16 @@ def build_table(
             scored = [(grid[k][q]["p99_us"], by_key[k]) for k in grid if q in grid[k]]
         if not scored:
             raise InputError(f"no measurement at {q:g} QPS")
-        p99, cand = min(scored, key=lambda x: (x[0], x[1]))
-        if best:
-            prev = best[-1][1]
-            kept = next((x for x in scored if x[1] == prev), None)
-            if kept and (
-                kept[0] <= p99 * (1 + tolerance)
-                or _ci(grid[prev.key()][q])[0] <= _ci(grid[cand.key()][q])[1]
-            ):
-                p99, cand = kept
+        top_p99, top = min(scored, key=lambda x: (x[0], x[1]))
+        top_hi = _ci(grid[top.key()][q])[1]
+        ties = [
+            x for x in scored
+            if x[0] <= top_p99 * (1 + tolerance) or _ci(grid[x[1].key()][q])[0] <= top_hi
+        ]  # fmt: skip
+        longest = max(reach(x[1].key(), i) for x in ties)
+        ties = [x for x in ties if reach(x[1].key(), i) == longest]
+        prev = best[-1][1] if best else None
+        p99, cand = min(ties, key=lambda x: (x[1] != prev, x[0], x[1]))
         best.append((q, cand, p99))
     rows: list[dict[str, Any]] = []
     for i, (q, cand, p99) in enumerate(best):

@@ -161,6 +161,52 @@ def test_build_table_keeps_the_previous_choice_within_tolerance() -> None:
     assert [r["loads"] for r in t["rows"]] == [[10.0], [100.0, 1000.0]]
 
 
+def test_build_table_prefers_among_ties_the_model_that_keeps_up_with_more_load() -> None:
+    """At 100 QPS a sync model is 3 % better than an async one (a tie) but collapses at 3000
+    QPS, where the async one keeps up: the table takes the async one from 100 QPS on, so a
+    load rising faster than auto reacts meets a model that serves it. A sync model better
+    beyond the noise keeps its row."""
+    s, a = tr.Candidate.of("sync-inline-poll"), tr.Candidate.of("async-dispatch-block", 2)
+
+    def pt(q: float, p99: float, achieved: float | None = None) -> dict:
+        return {"qps": q, "p99_us": p99, "errors": 0, "achieved_qps": achieved or q}
+
+    def grid(sync_100: float) -> dict:
+        return {
+            s.key(): {
+                10.0: pt(10, 100),
+                100.0: pt(100, sync_100),
+                1000.0: pt(1000, 400),
+                3000.0: pt(3000, 9e5, achieved=2000),
+            },  # fmt: skip
+            a.key(): {
+                10.0: pt(10, 300),
+                100.0: pt(100, 200),
+                1000.0: pt(1000, 410),
+                3000.0: pt(3000, 2000),
+            },  # fmt: skip
+        }
+
+    loads = [10.0, 100.0, 1000.0, 3000.0]
+    t = tr.build_table("setalgebra", loads, grid(194), [s, a], host="h")
+    assert [(r["model"], r["loads"]) for r in t["rows"]] == [
+        ("sync-inline-poll", [10.0]),
+        ("async-dispatch-block", [100.0, 1000.0, 3000.0]),
+    ]
+    # at 1000 QPS the sync model is 2.5 % better: also a tie, also given to the async one
+    assert t["rows"][1]["p99_us"] == 200
+    # sync clearly better at 100 QPS (120 against 200 us): it keeps 100 QPS; 1000 QPS is a tie
+    # and goes to the model that also serves 3000
+    t = tr.build_table("setalgebra", loads, grid(120), [s, a], host="h")
+    assert [(r["model"], r["loads"]) for r in t["rows"]] == [
+        ("sync-inline-poll", [10.0, 100.0]),
+        ("async-dispatch-block", [1000.0, 3000.0]),
+    ]
+    # no tolerance, no intervals: the lowest p99 per load, as before
+    t = tr.build_table("setalgebra", loads, grid(194), [s, a], host="h", tolerance=0)
+    assert [r["loads"] for r in t["rows"]] == [[10.0, 100.0, 1000.0], [3000.0]]
+
+
 def test_build_table_keeps_the_previous_choice_the_measurements_cannot_tell_apart() -> None:
     """Beyond the tolerance, the previous choice still stays while the two p99s' intervals
     overlap (a few hundred requests cannot rank them); it goes when they do not."""

@@ -90,7 +90,7 @@ size_t DecisionTable::Pick(double qps) const {
 
 size_t DecisionTable::Decide(
     const std::array<LoadEstimator::Window, LoadEstimator::kWindows>& windows, size_t current,
-    int64_t row_age_ns) const {
+    int64_t row_age_ns, double* evidence) const {
   if (rows.empty()) return 0;
   if (current >= rows.size()) current = rows.size() - 1;
   const double lo = current > 0 ? rows[current - 1].max_qps : 0.0;
@@ -106,8 +106,11 @@ size_t DecisionTable::Decide(
     const double half = kZ * std::sqrt(c + z2 / 4);
     const double rate_lo = (c + z2 / 2 - half) / secs, rate_hi = (c + z2 / 2 + half) / secs;
     // Move only as far as the evidence reaches: to the row of the interval's near end.
-    if (!top && c >= kMinArrivals && rate_lo > hi) return Pick(rate_lo);
-    if (rate_hi < lo) return Pick(rate_hi);
+    const bool up = !top && c >= kMinArrivals && rate_lo > hi;
+    if (up || rate_hi < lo) {
+      if (evidence) *evidence = up ? rate_lo : rate_hi;
+      return Pick(up ? rate_lo : rate_hi);
+    }
   }
   return current;
 }
@@ -642,10 +645,15 @@ Threading Engine::Current() const {
   return t;
 }
 
-std::string Engine::ApplyLocked(const Threading& t) {
+std::string Engine::ApplyLocked(const Threading& t, const char* reason, double qps) {
   if (std::string why = ValidateThreading(t, opts_.max_pools); !why.empty()) return why;
   const Threading cur = Current();
   if (cur.model == t.model && cur.pools == t.pools) return "";
+  const int64_t now = MonotonicNs();
+  switch_log_.push_back({now, cur.ToString(), t.ToString(), reason,
+                         qps >= 0 ? qps : estimator_.Estimate(now),
+                         inflight_.load(std::memory_order_relaxed)});
+  if (switch_log_.size() > kSwitchLog) switch_log_.pop_front();
   // Pools first (a new model never sees a pool it needs at size 0), then the model.
   n_workers_.store(t.pools.workers, std::memory_order_release);
   n_responders_.store(t.pools.responders, std::memory_order_release);
@@ -666,7 +674,7 @@ std::string Engine::ApplyLocked(const Threading& t) {
 
 std::string Engine::SetThreading(const Threading& t) {
   std::lock_guard<std::mutex> lk(config_mu_);
-  std::string why = ApplyLocked(t);
+  std::string why = ApplyLocked(t, "set");
   if (!why.empty()) {
     last_error_ = why;
     return why;
@@ -689,9 +697,10 @@ std::string Engine::SetAuto(const std::string& path_in) {
     return why;
   }
   table_ = std::move(t);
+  overload_ = OverloadGuard{};
   table_row_since_ns_ = MonotonicNs();
   table_row_ = table_.Pick(estimator_.Estimate(table_row_since_ns_));
-  ApplyLocked(table_.rows[table_row_].threading);
+  ApplyLocked(table_.rows[table_row_].threading, "auto");
   last_auto_ns_ = 0;
   auto_ = true;
   return "";
@@ -706,24 +715,32 @@ void Engine::MaybeAuto(int64_t now) {
   // Arrivals are timestamped when a poller takes them, so an overloaded model shows its own
   // capacity, not the offered load, and the estimate could hold it on a row it cannot serve.
   // A backlog of admitted, unfinished RPCs is the overload signal: go to the peak-load row and
-  // hold it until the backlog has drained.
+  // hold it until the backlog has drained and stayed low (OverloadGuard).
   const int64_t backlog = inflight_.load(std::memory_order_relaxed);
   const int64_t high = std::max<int64_t>(8, static_cast<int64_t>(opts_.contexts_per_cq) *
                                                 n_pollers_.load(std::memory_order_relaxed) / 2);
   size_t row;
-  if (backlog >= high) {
-    overloaded_ = true;
+  const char* reason = "backlog";
+  double evidence = -1;
+  const bool was_overloaded = overload_.overloaded;
+  if (overload_.Update(backlog, high, now)) {
     row = table_.rows.size() - 1;
-  } else if (overloaded_ && backlog > high / 4) {
-    row = table_row_;
   } else {
-    overloaded_ = false;
-    row = table_.Decide(estimator_.Counts(now), table_row_, now - table_row_since_ns_);
+    // Out of an overload: only arrivals from its calm tell the load.
+    if (was_overloaded) table_row_since_ns_ = std::max(table_row_since_ns_, overload_.calm_since);
+    row = table_.Decide(estimator_.Counts(now), table_row_, now - table_row_since_ns_, &evidence);
+    reason = row > table_row_ ? "load-up" : "load-down";
   }
   if (row == table_row_) return;
   table_row_ = row;
   table_row_since_ns_ = now;
-  if (std::string why = ApplyLocked(table_.rows[row].threading); !why.empty()) last_error_ = why;
+  if (std::string why = ApplyLocked(table_.rows[row].threading, reason, evidence); !why.empty())
+    last_error_ = why;
+}
+
+std::vector<Engine::SwitchRecord> Engine::RecentSwitches() const {
+  std::lock_guard<std::mutex> lk(config_mu_);
+  return {switch_log_.begin(), switch_log_.end()};
 }
 
 std::string Engine::table_path() const {
@@ -791,6 +808,16 @@ void FillThreading(Engine* e, ThreadingState* s) {
   s->set_switches(e->switches());
   s->set_last_error(e->last_error());
   s->set_leaf_transport(e->opts().leaf_transport == LeafTransport::kBatch ? "batch" : "unary");
+  const int64_t now = MonotonicNs();
+  for (const auto& r : e->RecentSwitches()) {
+    SwitchEvent* ev = s->add_recent_switches();
+    ev->set_age_s(static_cast<double>(now - r.at_ns) / 1e9);
+    ev->set_from(r.from);
+    ev->set_to(r.to);
+    ev->set_reason(r.reason);
+    ev->set_measured_qps(r.qps);
+    ev->set_backlog(r.backlog);
+  }
 }
 
 class HealthH final : public LeafHandler<HealthRequest, HealthReply> {

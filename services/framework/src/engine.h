@@ -68,8 +68,40 @@ struct DecisionTable {
   // Poisson tail (4 arrivals at 20 QPS) is fatter than its interval admits.
   static constexpr double kZ = 4.0;
   static constexpr double kMinArrivals = 8;
+  // `evidence`, when given and the row changes: the interval's near end that moved it (QPS).
   size_t Decide(const std::array<LoadEstimator::Window, LoadEstimator::kWindows>& windows,
-                size_t current, int64_t row_age_ns) const;
+                size_t current, int64_t row_age_ns, double* evidence = nullptr) const;
+};
+
+// Auto's overload state. Arrivals are stamped when a poller admits them, so an overloaded
+// mid-tier measures its own capacity, and on a shared core a starved poller admits nothing for
+// milliseconds: the estimate then shows a falling load while the offered load is unchanged
+// and queued in the transport, unseen by the backlog too. So the backlog (admitted, unfinished
+// RPCs) reaching `high` puts auto on the peak-load row, and it stays there until the backlog
+// has stayed at or below high / 4 for kCalmNs; only arrivals from that calm count as evidence
+// afterwards (calm_since). Leaving at the first low backlog flapped: 20 switches in one 1 s
+// flash crowd at 85 % of saturation, each "load-down" on a 10 ms window of a starved poller.
+struct OverloadGuard {
+  static constexpr int64_t kCalmNs = 250'000'000;
+  bool overloaded = false;
+  int64_t calm_since = -1;  // start of the current calm while overloaded (-1: not calm)
+  // True while auto must hold the peak-load row.
+  bool Update(int64_t backlog, int64_t high, int64_t now) {
+    if (backlog >= high) {
+      overloaded = true;
+      calm_since = -1;
+      return true;
+    }
+    if (!overloaded) return false;
+    if (backlog > high / 4) {
+      calm_since = -1;
+      return true;
+    }
+    if (calm_since < 0) calm_since = now;
+    if (now - calm_since < kCalmNs) return true;
+    overloaded = false;
+    return false;
+  }
 };
 
 // "" on success; else a clear reason (unreadable, corrupt JSON, wrong format, other service,
@@ -107,6 +139,14 @@ class Engine {
   std::string table_path() const;
   std::string last_error() const;
   uint64_t switches() const { return switches_.load(std::memory_order_relaxed); }
+  struct SwitchRecord {
+    int64_t at_ns;
+    std::string from, to, reason;
+    double qps;
+    int64_t backlog;
+  };
+  static constexpr size_t kSwitchLog = 32;
+  std::vector<SwitchRecord> RecentSwitches() const;  // oldest first
   double MeasuredQps() const { return estimator_.Estimate(MonotonicNs()); }
 
   LeafCallMode leaf_mode() const {
@@ -169,7 +209,8 @@ class Engine {
   void ArmOn(int k, size_t f, int count);
   void Dispatch(CallBase* call);
   void MaybeAuto(int64_t now);
-  std::string ApplyLocked(const Threading& t);
+  // `qps`: the load the change acted on (< 0: the current estimate), for the switch log.
+  std::string ApplyLocked(const Threading& t, const char* reason, double qps = -1);
   void Pin(const std::vector<int>& cpus, int index, const char* pool);
   void CloseStreams();
   void AddBatchService();  // at Start, if any leaf method was added
@@ -191,10 +232,11 @@ class Engine {
   DecisionTable table_;
   size_t table_row_ = 0;
   int64_t table_row_since_ns_ = 0;  // when auto chose table_row_
-  bool overloaded_ = false;  // auto: backlog seen, on the peak-load row until it drains
+  OverloadGuard overload_;  // auto: backlog seen, on the peak-load row until it has drained
   std::atomic<int64_t> last_auto_ns_{0};
   std::string last_error_;
   std::atomic<uint64_t> switches_{0};
+  std::deque<SwitchRecord> switch_log_;  // under config_mu_
   LoadEstimator estimator_;
 
   std::vector<std::unique_ptr<Poller>> pollers_;

@@ -627,6 +627,15 @@ TEST(Table, LoadsAndRejectsCorruptStaleForeign) {
   for (auto& p : {ok, corrupt, stale, foreign, big, batch}) std::remove(p.c_str());
 }
 
+// The mid-tier's threading state over the control RPC (with its recent switches).
+musku::ThreadingState GetThreading(const std::string& addr) {
+  auto stub = musku::Admin::NewStub(Chan(addr));
+  grpc::ClientContext ctx;
+  musku::ThreadingState st;
+  EXPECT_TRUE(stub->GetThreading(&ctx, musku::GetThreadingRequest(), &st).ok());
+  return st;
+}
+
 TEST(Auto, FollowsTheLoadAndKeepsRunningOnABadTable) {
   const int cpus = static_cast<int>(std::thread::hardware_concurrency());
   auto path = WriteFile(Table("fan", cpus, kRows));
@@ -637,9 +646,21 @@ TEST(Auto, FollowsTheLoadAndKeepsRunningOnABadTable) {
   MidProc mid({l0.addr(), l1.addr()}, o);
   EXPECT_EQ(mid.server.CurrentThreading().model.Name(), "sync-inline-block");
   std::atomic<int> errors{0};
-  Drive(mid.addr(), 3000, 32, &errors);  // back-to-back: far above 200 QPS
+  // back-to-back: far above 200 QPS; 4 outstanding stay below the backlog mark (8 with these
+  // options), so the move is the load estimate's
+  Drive(mid.addr(), 3000, 4, &errors);
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(mid.server.CurrentThreading().model.Name(), "async-dispatch-block");
+  // The switch is logged with its reason and the load that made it.
+  auto st = GetThreading(mid.addr());
+  ASSERT_GE(st.recent_switches_size(), 1);
+  const auto& up = st.recent_switches(st.recent_switches_size() - 1);
+  EXPECT_EQ(up.reason(), "load-up");
+  EXPECT_EQ(up.from().rfind("sync-inline-block", 0), 0u) << up.from();
+  EXPECT_EQ(up.to().rfind("async-dispatch-block", 0), 0u) << up.to();
+  EXPECT_GT(up.measured_qps(), 200);
+  EXPECT_GE(up.age_s(), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.recent_switches_size()), st.switches());
   // A corrupt table over the control RPC: refused, current model kept, auto still on.
   auto bad = WriteFile("not json");
   EXPECT_NE(mid.server.SetAuto(bad), "");
@@ -668,6 +689,10 @@ TEST(Auto, ABacklogMovesToThePeakRowEvenWhenTheAdmittedRateLooksLow) {
   for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "id " << i;
   EXPECT_LT(mid.server.MeasuredQps(), 1e6);
   EXPECT_EQ(mid.server.CurrentThreading().model.Name(), "async-dispatch-block");
+  auto st = GetThreading(mid.addr());
+  ASSERT_GE(st.recent_switches_size(), 1);
+  EXPECT_EQ(st.recent_switches(0).reason(), "backlog");
+  EXPECT_GE(st.recent_switches(0).backlog(), 8);
   std::remove(path.c_str());
 }
 
@@ -710,6 +735,35 @@ std::pair<int, int64_t> Arrivals(musku::detail::LoadEstimator& e, std::mt19937_6
   }
   t = end;
   return {changes, seen};
+}
+
+TEST(Overload, HoldsThePeakRowUntilTheBacklogStaysLow) {
+  using musku::detail::OverloadGuard;
+  constexpr int64_t ms = 1'000'000, high = 32;
+  OverloadGuard g;
+  int64_t t = 0;
+  EXPECT_FALSE(g.Update(31, high, t));  // below the mark: no overload
+  EXPECT_TRUE(g.Update(32, high, t += 5 * ms));
+  // A starved poller: the backlog drains and refills every few ms. Held throughout, however
+  // often it dips to zero, as long as no dip lasts kCalmNs.
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_TRUE(g.Update(i % 3 == 0 ? 40 : (i % 3 == 1 ? 12 : 0), high, t += 5 * ms)) << i;
+  }
+  // Calm: held for kCalmNs from the first low reading, released after it; the calm's start is
+  // kept (only arrivals from then on are evidence for the next decision).
+  const int64_t calm = t += 5 * ms;
+  EXPECT_TRUE(g.Update(8, high, calm));
+  while (t + 5 * ms - calm < OverloadGuard::kCalmNs) EXPECT_TRUE(g.Update(3, high, t += 5 * ms));
+  EXPECT_FALSE(g.Update(0, high, t += 5 * ms));
+  EXPECT_FALSE(g.overloaded);
+  EXPECT_EQ(g.calm_since, calm);
+  // A backlog above a quarter of the mark during the calm starts it again.
+  EXPECT_TRUE(g.Update(high, high, t += 5 * ms));
+  EXPECT_TRUE(g.Update(0, high, t += 5 * ms));
+  EXPECT_TRUE(g.Update(9, high, t += 200 * ms));
+  EXPECT_TRUE(g.Update(0, high, t += 5 * ms));
+  EXPECT_TRUE(g.Update(0, high, t += 200 * ms));  // 200 ms into the new calm
+  EXPECT_FALSE(g.Update(0, high, t += 60 * ms));
 }
 
 TEST(Decide, HoldsARowNearABoundAndFollowsRealChanges) {

@@ -171,7 +171,18 @@ def main() -> int:
             flash = {}
             for name in ["auto", *by_key]:
                 use(name)
+                before = int(runtime.admin(addr, "get")["switches"])
                 r = load(runtime.LoadSpec(schedule=sched, warmup_s=1.0))
+                if name == "auto":  # what moved auto in the crowd (the log keeps the last 32)
+                    st = runtime.admin(addr, "get")
+                    n = int(st["switches"]) - before
+                    out["flash_crowd_switches"] = {
+                        "count": n,
+                        "events": [
+                            {k: ev.get(k) for k in ("age_s", "reason", "measured_qps", "backlog", "to")}
+                            for ev in st.get("recent_switches", [])[-n:]
+                        ] if n > 0 else [],
+                    }  # fmt: skip
                 flash[name] = [ph["latency_us"]["p99"] / 1e3 for ph in r["phases"]] + [
                     sum(ph["errors"] for ph in r["phases"])
                 ]
@@ -287,6 +298,12 @@ def main() -> int:
     print(f"flash crowd {sched} (QPS:seconds): p99 ms per phase, errors")
     for name, v in flash.items():
         print(f"  {name:<40} {v[0]:>8.2f} {v[1]:>8.2f} {v[2]:>8.2f}   errors {v[3]}")
+    fc = out.get("flash_crowd_switches")
+    if fc is not None:
+        print(f"auto's switches in its flash crowd: {fc['count']}")
+        for ev in fc["events"]:  # seconds before the crowd's run ended
+            print(f"  {-ev['age_s']:+8.3f} s  {ev['reason']:<9} at {ev['measured_qps']:>7.0f} QPS, "
+                  f"backlog {ev['backlog']:>3} -> {ev['to']}")  # fmt: skip
     print(f"threading switches made by the mid-tier: {out['switches']}")
     if ncpu < 4:
         print(

@@ -30,9 +30,9 @@ SETS: dict[str, dict[str, Any]] = {
     "synthetic": {"source": "synthetic", "n": 100_000, "dim": 256},
 }
 SETTINGS = [  # (tables, hashes, probes)
-    (10, 12, 32),  # the mid-tier's defaults
+    (10, 10, 16),  # the mid-tier's defaults
+    (10, 12, 32),  # the defaults until session 6
     (10, 12, 16),
-    (10, 10, 16),
 ]
 
 

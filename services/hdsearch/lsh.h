@@ -14,9 +14,9 @@ namespace musku::hdsearch {
 
 struct LshParams {
   std::uint32_t tables = 10;   // L
-  std::uint32_t hashes = 12;   // K per table
+  std::uint32_t hashes = 10;   // K per table
   float bucket_width = 0.0f;   // w (in the data's distance units); 0 = estimate from the data
-  std::uint32_t probes = 32;   // extra buckets per table (0 = classic single-probe LSH)
+  std::uint32_t probes = 16;   // extra buckets per table (0 = classic single-probe LSH)
   std::uint64_t seed = 1;
 };
 

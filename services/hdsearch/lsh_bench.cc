@@ -2,7 +2,7 @@
 // grouping of candidates by shard that the mid-tier does next) against brute force over the
 // same points, on one core, and prints one JSON object (bench/hdsearch_lsh.py drives it).
 //
-//   hdsearch_lsh_bench --data data.bin --queries q.bin [--tables 10] [--hashes 12] [--probes 32]
+//   hdsearch_lsh_bench --data data.bin --queries q.bin [--tables 10] [--hashes 10] [--probes 16]
 //                      [--width-scale 4] [--k 10] [--rounds 3] [--cold-mb 64]
 //
 // "warm" runs the queries back to back; "cold" first streams --cold-mb of memory through the

@@ -1,8 +1,8 @@
 // hdsearch_midtier: LSH over the data set, fans candidates out to the leaves, merges the k
 // nearest; on the musku threading framework.
 //
-//   hdsearch_midtier --data vectors.bin --leaves h:p,h:p [--tables 10] [--hashes 12]
-//                    [--bucket-width 0 (auto)] [--width-scale 4] [--probes 32] [--seed 1]
+//   hdsearch_midtier --data vectors.bin --leaves h:p,h:p [--tables 10] [--hashes 10]
+//                    [--bucket-width 0 (auto)] [--width-scale 4] [--probes 16] [--seed 1]
 //                    [framework flags: --listen, --port-file, --threading, --leaf-timeout-ms ...]
 #include <cstdio>
 

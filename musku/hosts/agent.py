@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shlex
 import threading
 import time
@@ -256,6 +257,7 @@ class AgentHost(Host):
         self.link = link
         self.midtier = dict(midtier or {})  # co-tuning: this host's own mid-tier address
         self.offset = 0.0  # host clock - controller clock
+        self.offset_rtt = float("inf")  # the round trip it was estimated from: error <= rtt / 2
         self.sample_interval = 0.1
         self.info: dict[str, Any] = {}
         self.applied = Configuration()
@@ -270,6 +272,13 @@ class AgentHost(Host):
         """The name threading tables are stored under: the agent's own host name."""
         return str(self.info.get("hostname") or self.name)
 
+    def note_time(self, sent: float, host_time: float, got: float, *, force: bool = False) -> None:
+        """A round trip sent..got whose reply carried the host's clock: keep the offset from
+        the tightest one (``force``: start over from this one)."""
+        rtt = max(0.0, got - sent)
+        if force or rtt <= self.offset_rtt:
+            self.offset, self.offset_rtt = host_time - (sent + got) / 2, rtt
+
     def sample(
         self, rows: Sequence[Row], t0: float, t1: float, name: str, arm: Configuration
     ) -> Sample:
@@ -278,11 +287,19 @@ class AgentHost(Host):
             self.metric_names.update(r.metrics)
         return aggregate(rows, host=name, t0=t0, t1=t1, arm=arm, expect=self.metric_names)
 
-    def hello(self) -> dict[str, Any]:
+    def hello(self, probes: int = 3) -> dict[str, Any]:
+        """Open the session: the agent's info, its clock offset, the collection cursor.
+
+        The offset is host time minus the midpoint of a round trip, wrong by at most half that
+        round trip: it comes from the tightest of the first call and ``probes`` more (the first
+        one over a new SSH connection can take seconds; later ones take milliseconds)."""
         sent = time.time()
         info = self.link.call("hello")
-        got = time.time()
-        self.offset = float(info["time"]) - (sent + got) / 2
+        self.note_time(sent, float(info["time"]), time.time(), force=True)
+        for _ in range(probes):
+            sent = time.time()
+            t = float(self.link.call("hello")["time"])
+            self.note_time(sent, t, time.time())
         self.sample_interval = float(info.get("sample_interval_s", 0.1))
         self.info = dict(info)
         # start collecting from now: rows spooled before this session are not ours
@@ -371,8 +388,11 @@ class LeaseKeeper:
                     sent = time.time()
                     res = h.link.call("renew", lease_s=self.lease_s)
                     got = time.time()
-                    if got - sent < 1.0 and "time" in res:  # a tight round trip: re-estimate
-                        h.offset = float(res["time"]) - (sent + got) / 2
+                    # Clocks drift: a tight round trip (under 1 s, and within 2x the one the
+                    # current estimate rests on) re-estimates.
+                    rtt = got - sent
+                    if "time" in res and rtt < 1.0 and rtt <= max(2 * h.offset_rtt, 0.05):
+                        h.note_time(sent, float(res["time"]), got, force=True)
                 except MuskuError as exc:
                     self.error = f"{h.name}: lease renewal failed: {exc.one_line()}"
                     log.error("%s", self.error)
@@ -507,7 +527,14 @@ class AgentPair(HostPair):
         return {
             "backend": self.backend,
             "hosts": [h.name for h in self.hosts],
-            "agents": {h.name: {**h.info, "clock_offset_s": h.offset} for h in self.hosts},
+            "agents": {
+                h.name: {
+                    **h.info,
+                    "clock_offset_s": h.offset,
+                    "clock_offset_rtt_s": h.offset_rtt if math.isfinite(h.offset_rtt) else None,
+                }
+                for h in self.hosts
+            },
             "lease_s": self.lease_s,
             "cotune": self.cotune.spec.to_json() if self.cotune is not None else None,
         }

@@ -122,3 +122,36 @@ def test_bad_host_options(tmp_path: Path) -> None:
                 ]
             )
         )
+
+
+def test_clock_offset_comes_from_the_tightest_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host clock 5 s ahead; the first call (a new SSH connection) takes 3 s, the next ones
+    10-40 ms with the reply's clock read at asymmetric points. The offset is the tightest
+    round trip's, off by at most half of it."""
+    now = [1000.0]
+    monkeypatch.setattr(time, "time", lambda: now[0])
+
+    class Scripted:
+        def __init__(self, trips: list[tuple[float, float]]) -> None:
+            self.trips = trips  # (seconds to the host's clock read, seconds after it)
+
+        def call(self, op: str, **fields: object) -> dict:
+            before, after = self.trips.pop(0) if self.trips else (0.2, 0.2)
+            now[0] += before
+            reply = {"time": now[0] + 5.0, "spool_head": 0, "rows": [], "cursor": 0}
+            now[0] += after
+            return reply
+
+        def close(self) -> None:
+            pass
+
+    link = Scripted([(2.9, 0.1), (0.03, 0.01), (0.005, 0.005), (0.002, 0.038)])
+    h = AgentHost("a", link)
+    monkeypatch.setattr(AgentHost, "_learn_metrics", lambda self, wait_s=5.0: None)
+    h.hello()
+    assert h.offset_rtt == pytest.approx(0.010)
+    assert h.offset == pytest.approx(5.0, abs=h.offset_rtt / 2)
+    assert h.offset == pytest.approx(5.0)  # that trip was symmetric
+    # The first trip alone would have been 1.4 s off.
+    h.note_time(1000.0, 1002.9 + 5.0, 1003.0, force=True)
+    assert abs(h.offset - 5.0) == pytest.approx(1.4)

@@ -188,8 +188,8 @@ def build_table(
             x for x in scored
             if x[0] <= top_p99 * (1 + tolerance) or _ci(grid[x[1].key()][q])[0] <= top_hi
         ]  # fmt: skip
-        longest = max(reach(x[1].key(), i) for x in ties)
-        ties = [x for x in ties if reach(x[1].key(), i) == longest]
+        reaches = [reach(x[1].key(), i) for x in ties]
+        ties = [x for x, r in zip(ties, reaches, strict=True) if r == max(reaches)]
         prev = best[-1][1] if best else None
         p99, cand = min(ties, key=lambda x: (x[1] != prev, x[0], x[1]))
         best.append((q, cand, p99))

@@ -125,8 +125,7 @@ void LshIndex::Query(const float* q, LshScratch* s, std::vector<std::uint32_t>* 
   s->proj.resize(offset_.size());
   s->h.resize(K);
   s->steps.resize(2 * K);
-  s->keys.clear();
-  s->per_table.clear();
+  s->probes.clear();
   float* f = s->proj.data();
   std::int32_t* h = s->h.data();
   Step* steps = s->steps.data();
@@ -136,10 +135,9 @@ void LshIndex::Query(const float* q, LshScratch* s, std::vector<std::uint32_t>* 
   // 1. Keys. A perturbation set never steps one hash both ways (such a set is skipped).
   for (std::uint32_t t = 0; t < params_.tables; ++t) {
     const Table& table = tables_[t];
-    const std::size_t first = s->keys.size();
     auto probe = [&](std::uint64_t key) {
       __builtin_prefetch(&table.slots[key & table.mask]);
-      s->keys.push_back(key);
+      s->probes.push_back({key, t});
     };
     for (std::uint32_t i = 0; i < K; ++i) {
       const float x = f[t * K + i];
@@ -197,38 +195,29 @@ void LshIndex::Query(const float* q, LshScratch* s, std::vector<std::uint32_t>* 
         ++emitted;
       }
     }
-    s->per_table.push_back(static_cast<std::uint32_t>(s->keys.size() - first));
   }
 
   // 2. Slots -> id ranges.
   s->ranges.clear();
-  s->range_table.clear();
-  std::size_t k = 0;
-  for (std::uint32_t t = 0; t < params_.tables; ++t) {
-    const Table& table = tables_[t];
-    for (std::uint32_t j = 0; j < s->per_table[t]; ++j, ++k) {
-      const Table::Slot& slot = table.Find(s->keys[k]);
-      if (slot.begin == slot.end) continue;
-      __builtin_prefetch(&table.ids[slot.begin]);
-      s->ranges.push_back(slot.begin);
-      s->ranges.push_back(slot.end);
-      s->range_table.push_back(t);
-    }
+  for (const auto& p : s->probes) {
+    const Table& table = tables_[p.table];
+    const Table::Slot& slot = table.Find(p.key);
+    if (slot.begin == slot.end) continue;
+    __builtin_prefetch(&table.ids[slot.begin]);
+    s->ranges.push_back({p.table, slot.begin, slot.end});
   }
 
-  // 3. Ids -> bitmap -> ascending, distinct candidates.
+  // 3. Ids -> bitmap -> ascending, distinct candidates. A bucket's ids ascend, so its first and
+  // last bound the words to scan.
   std::uint64_t* seen = s->seen.data();
   std::size_t lo = words, hi = 0;
-  for (std::size_t r = 0; r < s->range_table.size(); ++r) {
-    const Table& table = tables_[s->range_table[r]];
-    for (std::uint32_t i = s->ranges[2 * r]; i < s->ranges[2 * r + 1]; ++i) {
-      const std::uint32_t id = table.ids[i];
-      seen[id >> 6] |= 1ULL << (id & 63);
-      lo = std::min<std::size_t>(lo, id >> 6);
-      hi = std::max<std::size_t>(hi, id >> 6);
-    }
+  for (const auto& r : s->ranges) {
+    const std::uint32_t* ids = tables_[r.table].ids.data();
+    lo = std::min<std::size_t>(lo, ids[r.begin] >> 6);
+    hi = std::max<std::size_t>(hi, ids[r.end - 1] >> 6);
+    for (std::uint32_t i = r.begin; i < r.end; ++i) seen[ids[i] >> 6] |= 1ULL << (ids[i] & 63);
   }
-  for (std::size_t w = lo; w <= hi && lo < words; ++w) {
+  for (std::size_t w = lo; w <= hi; ++w) {
     for (std::uint64_t b = seen[w]; b != 0; b &= b - 1) {
       out->push_back(static_cast<std::uint32_t>(w * 64 + static_cast<unsigned>(__builtin_ctzll(b))));
     }

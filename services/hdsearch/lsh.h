@@ -40,10 +40,15 @@ class LshScratch {
   std::vector<std::int32_t> h, hp;
   std::vector<Step> steps;
   std::vector<Perturbation> heap;
-  std::vector<std::uint64_t> keys;     // every probed bucket key, table by table
-  std::vector<std::uint32_t> per_table;  // how many of `keys` each table probes
-  std::vector<std::uint32_t> ranges;   // [begin, end) pairs into a table's ids, table by table
-  std::vector<std::uint32_t> range_table;
+  struct Probe {  // a bucket to look up
+    std::uint64_t key;
+    std::uint32_t table;
+  };
+  struct Range {  // a found bucket: [begin, end) of its table's ids (ascending within it)
+    std::uint32_t table, begin, end;
+  };
+  std::vector<Probe> probes;
+  std::vector<Range> ranges;
 };
 
 class LshIndex {

@@ -546,5 +546,4 @@ void Engine::NoteArrivals(int n, int64_t now) {
   if (n > 0 && auto_.load(std::memory_order_relaxed)) MaybeAuto(now);
 }
 
-
 }  // namespace musku::detail

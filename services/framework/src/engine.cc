@@ -108,8 +108,9 @@ size_t DecisionTable::Decide(
     // Move only as far as the evidence reaches: to the row of the interval's near end.
     const bool up = !top && c >= kMinArrivals && rate_lo > hi;
     if (up || rate_hi < lo) {
-      if (evidence) *evidence = up ? rate_lo : rate_hi;
-      return Pick(up ? rate_lo : rate_hi);
+      const double near = up ? rate_lo : rate_hi;
+      if (evidence) *evidence = near;
+      return Pick(near);
     }
   }
   return current;

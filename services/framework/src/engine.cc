@@ -88,6 +88,27 @@ size_t DecisionTable::Pick(double qps) const {
   return i;
 }
 
+std::pair<double, double> DecisionTable::Interval(double c, double secs) {
+  constexpr double z2 = kZ * kZ;
+  // Score interval of a Poisson rate: (c + z^2/2 -+ z sqrt(c + z^2/4)) / window.
+  const double half = kZ * std::sqrt(c + z2 / 4);
+  return {(c + z2 / 2 - half) / secs, (c + z2 / 2 + half) / secs};
+}
+
+size_t DecisionTable::KeepConfiguration(size_t target, size_t current, double lo,
+                                        double hi) const {
+  size_t best = target;
+  size_t best_gap = SIZE_MAX;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const double row_lo = i > 0 ? rows[i - 1].max_qps : 0.0;
+    const bool meets = row_lo < hi && (rows[i].max_qps >= lo || i + 1 == rows.size());
+    if (!meets || rows[i].threading != rows[current].threading) continue;
+    const size_t gap = i > target ? i - target : target - i;
+    if (gap < best_gap) best = i, best_gap = gap;
+  }
+  return best;
+}
+
 size_t DecisionTable::Decide(
     const std::array<LoadEstimator::Window, LoadEstimator::kWindows>& windows, size_t current,
     int64_t row_age_ns, double* evidence) const {
@@ -96,24 +117,45 @@ size_t DecisionTable::Decide(
   const double lo = current > 0 ? rows[current - 1].max_qps : 0.0;
   const bool top = current + 1 == rows.size();
   const double hi = rows[current].max_qps;
-  constexpr double z2 = kZ * kZ;
   for (const auto& w : windows) {
     // No history that far back (just started), or older than the current row: no evidence.
     if (!w.known || w.ns > row_age_ns) continue;
-    const double secs = static_cast<double>(w.ns) * 1e-9;
     const double c = static_cast<double>(w.count);
-    // Score interval of a Poisson rate: (c + z^2/2 -+ z sqrt(c + z^2/4)) / window.
-    const double half = kZ * std::sqrt(c + z2 / 4);
-    const double rate_lo = (c + z2 / 2 - half) / secs, rate_hi = (c + z2 / 2 + half) / secs;
+    const auto [rate_lo, rate_hi] = Interval(c, static_cast<double>(w.ns) * 1e-9);
     // Move only as far as the evidence reaches: to the row of the interval's near end.
     const bool up = !top && c >= kMinArrivals && rate_lo > hi;
     if (up || rate_hi < lo) {
       const double near = up ? rate_lo : rate_hi;
       if (evidence) *evidence = near;
-      return Pick(near);
+      return KeepConfiguration(Pick(near), current, rate_lo, rate_hi);
     }
   }
   return current;
+}
+
+size_t DecisionTable::Settle(
+    const std::array<LoadEstimator::Window, LoadEstimator::kWindows>& windows, size_t current,
+    int64_t calm_ns, double* evidence) const {
+  if (rows.empty()) return 0;
+  if (current >= rows.size()) current = rows.size() - 1;
+  for (int i = LoadEstimator::kWindows - 1; i >= 0; --i) {
+    const auto& w = windows[static_cast<size_t>(i)];
+    if (!w.known || w.ns > calm_ns) continue;
+    const auto [rate_lo, rate_hi] =
+        Interval(static_cast<double>(w.count), static_cast<double>(w.ns) * 1e-9);
+    if (evidence) *evidence = rate_hi;
+    return KeepConfiguration(Pick(rate_hi), current, rate_lo, rate_hi);
+  }
+  return current;
+}
+
+int64_t BacklogMark(int contexts_per_cq, int pollers, double qps, double row_p99_us) {
+  const int64_t n = std::max(1, pollers);
+  const int64_t floor = std::max<int64_t>(8, std::min(32, contexts_per_cq / 2) * n);
+  const int64_t cap = std::max<int64_t>(floor, static_cast<int64_t>(contexts_per_cq) * n * 3 / 4);
+  const double little = 4 * std::max(0.0, qps) * std::max(0.0, row_p99_us) * 1e-6;
+  if (!(little > static_cast<double>(floor))) return floor;
+  return little >= static_cast<double>(cap) ? cap : static_cast<int64_t>(little);
 }
 
 std::string LoadDecisionTable(const std::string& path, const std::string& service,
@@ -156,6 +198,9 @@ std::string LoadDecisionTable(const std::string& path, const std::string& servic
       row.threading.model = *m;
       row.threading.pools = {r.at("pollers").get<int>(), r.at("workers").get<int>(),
                              r.at("responders").get<int>()};
+      if (r.contains("p99_us")) row.p99_us = r.at("p99_us").get<double>();
+      if (!(row.p99_us >= 0) || !std::isfinite(row.p99_us))
+        return "threading table " + path + ": bad p99_us " + r.at("p99_us").dump();
       if (!(row.max_qps > prev))
         return "threading table " + path + ": rows must have increasing max_qps";
       prev = row.max_qps;
@@ -718,17 +763,25 @@ void Engine::MaybeAuto(int64_t now) {
   // A backlog of admitted, unfinished RPCs is the overload signal: go to the peak-load row and
   // hold it until the backlog has drained and stayed low (OverloadGuard).
   const int64_t backlog = inflight_.load(std::memory_order_relaxed);
-  const int64_t high = std::max<int64_t>(8, static_cast<int64_t>(opts_.contexts_per_cq) *
-                                                n_pollers_.load(std::memory_order_relaxed) / 2);
+  // The mark of the row auto is on; held at its entry value through an overload (the peak-load
+  // row's own tail would otherwise set the calm).
+  const int64_t high =
+      overload_.overloaded
+          ? overload_.mark
+          : BacklogMark(opts_.contexts_per_cq, n_pollers_.load(std::memory_order_relaxed),
+                        estimator_.Estimate(now), table_.rows[table_row_].p99_us);
   size_t row;
   const char* reason = "backlog";
   double evidence = -1;
   const bool was_overloaded = overload_.overloaded;
   if (overload_.Update(backlog, high, now)) {
     row = table_.rows.size() - 1;
+  } else if (was_overloaded) {
+    // Out of an overload: only arrivals from its calm tell the load, and they settle the row.
+    table_row_since_ns_ = std::max(table_row_since_ns_, overload_.calm_since);
+    row = table_.Settle(estimator_.Counts(now), table_row_, now - table_row_since_ns_, &evidence);
+    reason = "calm";
   } else {
-    // Out of an overload: only arrivals from its calm tell the load.
-    if (was_overloaded) table_row_since_ns_ = std::max(table_row_since_ns_, overload_.calm_since);
     row = table_.Decide(estimator_.Counts(now), table_row_, now - table_row_since_ns_, &evidence);
     reason = row > table_row_ ? "load-up" : "load-down";
   }

@@ -50,6 +50,7 @@ class LoadEstimator {
 struct DecisionRow {
   double max_qps = 0;  // this row applies up to (and including) this load
   Threading threading;
+  double p99_us = 0;   // the trained p99 at the row's loads (worst); 0: not recorded
 };
 
 struct DecisionTable {
@@ -66,11 +67,26 @@ struct DecisionTable {
   // near a bound keeps whichever row it is on instead of flapping on the estimate's noise.
   // An upward move also needs kMinArrivals in the window: at tens of QPS a 10 ms window's
   // Poisson tail (4 arrivals at 20 QPS) is fatter than its interval admits.
+  // A move keeps the current configuration when a row the interval reaches has it (adjacent
+  // rows often share a model): only the row index changes, nothing is switched.
   static constexpr double kZ = 4.0;
   static constexpr double kMinArrivals = 8;
   // `evidence`, when given and the row changes: the interval's near end that moved it (QPS).
   size_t Decide(const std::array<LoadEstimator::Window, LoadEstimator::kWindows>& windows,
                 size_t current, int64_t row_age_ns, double* evidence = nullptr) const;
+  // Leaving an overload (auto held the peak-load row): the row of the upper end of the longest
+  // window within `calm_ns` (the calm's arrivals only), in one move. Decide's shortest-first
+  // walk would step down through the rows, a switch each, as its windows fill. `current` if no
+  // window fits in the calm yet; the current configuration is kept where it can be, as Decide.
+  size_t Settle(const std::array<LoadEstimator::Window, LoadEstimator::kWindows>& windows,
+                size_t current, int64_t calm_ns, double* evidence = nullptr) const;
+
+ private:
+  // Rate interval [lo, hi] of `c` arrivals in `secs` (Poisson score interval, kZ sigma).
+  static std::pair<double, double> Interval(double c, double secs);
+  // `target`, unless a row whose load range meets [lo, hi] has `current`'s configuration:
+  // then that row (the one nearest `target`).
+  size_t KeepConfiguration(size_t target, size_t current, double lo, double hi) const;
 };
 
 // Auto's overload state. Arrivals are stamped when a poller admits them, so an overloaded
@@ -79,15 +95,25 @@ struct DecisionTable {
 // and queued in the transport, unseen by the backlog too. So the backlog (admitted, unfinished
 // RPCs) reaching `high` puts auto on the peak-load row, and it stays there until the backlog
 // has stayed at or below high / 4 for kCalmNs; only arrivals from that calm count as evidence
-// afterwards (calm_since). Leaving at the first low backlog flapped: 20 switches in one 1 s
+// afterwards (calm_since), and they settle the row in one move (DecisionTable::Settle). Leaving at the first low backlog flapped: 20 switches in one 1 s
 // flash crowd at 85 % of saturation, each "load-down" on a 10 ms window of a starved poller.
+// The overload mark: admitted, unfinished RPCs that mean the configuration is not keeping up.
+// By Little's law a configuration serving `qps` with the tail its row was trained at holds
+// about qps x p99 RPCs at its worst moments; the mark is 4x that, at least 32 per poller (half
+// of 64 contexts, the fixed mark before) and at most 3/4 of the armed contexts (the backlog
+// cannot pass them: further RPCs wait in the transport, unadmitted). A fixed 32 tripped at a
+// steady 4000-6000 QPS on a shared VM whenever the host stalled the core for 5-8 ms.
+int64_t BacklogMark(int contexts_per_cq, int pollers, double qps, double row_p99_us);
+
 struct OverloadGuard {
   static constexpr int64_t kCalmNs = 250'000'000;
   bool overloaded = false;
   int64_t calm_since = -1;  // start of the current calm while overloaded (-1: not calm)
+  int64_t mark = 0;         // the mark it entered at (while overloaded, callers pass this one)
   // True while auto must hold the peak-load row.
   bool Update(int64_t backlog, int64_t high, int64_t now) {
     if (backlog >= high) {
+      if (!overloaded) mark = high;
       overloaded = true;
       calm_since = -1;
       return true;

@@ -766,6 +766,33 @@ TEST(Overload, HoldsThePeakRowUntilTheBacklogStaysLow) {
   EXPECT_FALSE(g.Update(0, high, t += 60 * ms));
 }
 
+TEST(Overload, TheMarkScalesWithTheLoadAndTheRowsTrainedTail) {
+  using musku::detail::BacklogMark;
+  // No trained tail (a hand-written table), or a low load: half of 64 contexts per poller, as
+  // the fixed mark was; small context pools keep their old mark (half, at least 8).
+  EXPECT_EQ(BacklogMark(256, 1, 6000, 0), 32);
+  EXPECT_EQ(BacklogMark(256, 1, 100, 5000), 32);
+  EXPECT_EQ(BacklogMark(256, 2, 100, 5000), 64);
+  EXPECT_EQ(BacklogMark(16, 1, 6000, 6000), 12);  // 3/4 of 16 caps it
+  EXPECT_EQ(BacklogMark(16, 1, 0, 0), 8);
+  // 6000 QPS on a row trained at a 6.4 ms p99: 4 x 6000 x 6.4 ms = 153 RPCs.
+  EXPECT_EQ(BacklogMark(256, 1, 6000, 6400), 153);
+  // Never beyond 3/4 of the armed contexts (the backlog cannot pass them).
+  EXPECT_EQ(BacklogMark(256, 1, 9000, 50000), 192);
+  EXPECT_EQ(BacklogMark(256, 2, 9000, 50000), 384);
+  // A stall of 10 ms at 6000 QPS (60 RPCs) trips the fixed mark, not the scaled one.
+  EXPECT_LT(60, BacklogMark(256, 1, 6000, 6400));
+}
+
+TEST(Overload, KeepsTheMarkItEnteredAt) {
+  musku::detail::OverloadGuard g;
+  EXPECT_FALSE(g.Update(40, 153, 0));
+  EXPECT_TRUE(g.Update(160, 153, 1));
+  EXPECT_EQ(g.mark, 153);
+  EXPECT_TRUE(g.Update(200, 192, 2));  // still overloaded: the entry mark stays
+  EXPECT_EQ(g.mark, 153);
+}
+
 TEST(Decide, HoldsARowNearABoundAndFollowsRealChanges) {
   // Bounds as a trained Set Algebra table has them: geometric midpoints of the ramp's loads.
   musku::detail::DecisionTable table;
@@ -824,6 +851,71 @@ TEST(Decide, HoldsARowNearABoundAndFollowsRealChanges) {
     EXPECT_LE(step.second, 1'000'000'000);
     EXPECT_EQ(r, 2u);
   }
+}
+
+namespace {
+musku::Threading Cfg(const char* model, int p, int w, int r) {
+  musku::Threading t;
+  t.model = *musku::ThreadingModel::Parse(model);
+  t.pools = {p, w, r};
+  return t;
+}
+// Windows of a steady `qps` going back `age_ns` (the longer ones unknown).
+std::array<musku::detail::LoadEstimator::Window, musku::detail::LoadEstimator::kWindows> Steady(
+    double qps, int64_t age_ns) {
+  std::array<musku::detail::LoadEstimator::Window, musku::detail::LoadEstimator::kWindows> w{};
+  for (int i = 0; i < musku::detail::LoadEstimator::kWindows; ++i) {
+    const int64_t ns = musku::detail::LoadEstimator::kWindowNs[i];
+    w[static_cast<size_t>(i)] = {ns, static_cast<uint64_t>(qps * static_cast<double>(ns) / 1e9),
+                                 ns <= age_ns};
+  }
+  return w;
+}
+}  // namespace
+
+TEST(Decide, KeepsTheConfigurationWhenARowTheEvidenceReachesHasIt) {
+  // Run F's table (session 7): the peak-load row has the 2449-4899 row's configuration.
+  musku::detail::DecisionTable t;
+  const auto adp = Cfg("async-dispatch-poll", 1, 2, 1);
+  t.rows = {{224, Cfg("async-dispatch-block", 1, 2, 1)}, {707, Cfg("sync-dispatch-block", 1, 2, 0)},
+            {1414, adp}, {2449, Cfg("async-inline-poll", 1, 0, 1)}, {4899, adp},
+            {6833, Cfg("async-inline-block", 1, 0, 1)}, {1e12, adp}};
+  constexpr int64_t ms = 1'000'000;
+  double ev = -1;
+  // 4000 QPS seen from the peak-load row for 60 ms: the 50 ms window's interval (3000-5300)
+  // lies below 6833. Its near end alone would pick the 4899-6833 row (a switch now, another
+  // when a longer window narrows it); the 2449-4899 row is reached too and is the running
+  // configuration, so only the row index moves.
+  EXPECT_EQ(t.Decide(Steady(4000, 60 * ms), 6, 60 * ms, &ev), 4u);
+  EXPECT_GT(ev, 4899);
+  // No row the evidence reaches has the configuration: the near end's row, as before (1000 QPS
+  // from async-inline-block: the 10 ms window's interval ends at 3300).
+  EXPECT_EQ(t.Decide(Steady(1000, 60 * ms), 5, 60 * ms, &ev), 4u);
+  EXPECT_GT(ev, 2449);
+  // A crowd seen from the lowest row: up to the near end's row (async-inline-poll).
+  EXPECT_EQ(t.Decide(Steady(3000, 60 * ms), 0, 60 * ms), 3u);
+}
+
+TEST(Decide, SettlesAfterAnOverloadInOneMove) {
+  musku::detail::DecisionTable t;
+  t.rows = {{224, Cfg("async-dispatch-block", 1, 2, 1)}, {707, Cfg("sync-dispatch-block", 1, 2, 0)},
+            {1414, Cfg("async-dispatch-poll", 1, 2, 1)}, {2449, Cfg("async-inline-poll", 1, 0, 1)},
+            {4899, Cfg("sync-inline-poll", 1, 0, 0)}, {6833, Cfg("async-inline-block", 1, 0, 1)},
+            {1e12, Cfg("sync-dispatch-poll", 1, 2, 0)}};
+  constexpr int64_t ms = 1'000'000;
+  // The overload held the peak-load row; a 260 ms calm at 4000 QPS follows. Decide steps down
+  // on its shortest conclusive window (the 4899-6833 row first), Settle goes straight to the
+  // row of the 250 ms window's upper end.
+  const auto w = Steady(4000, 260 * ms);
+  EXPECT_EQ(t.Decide(w, 6, 260 * ms), 5u);
+  double ev = -1;
+  EXPECT_EQ(t.Settle(w, 6, 260 * ms, &ev), 4u);
+  EXPECT_GT(ev, 4000);
+  EXPECT_LT(ev, 4899);
+  // After a flash crowd, 100 QPS: the lowest row at once.
+  EXPECT_EQ(t.Settle(Steady(100, 260 * ms), 6, 260 * ms), 0u);
+  // No window within the calm yet: stays.
+  EXPECT_EQ(t.Settle(Steady(100, 5 * ms), 6, 5 * ms), 6u);
 }
 
 TEST(Estimator, ReactsToAFlashCrowdWithinMilliseconds) {

@@ -36,7 +36,7 @@ def test_build_table_picks_the_best_per_load_and_merges_rows() -> None:
     t = tr.build_table("setalgebra", [10.0, 100.0, 1000.0], grid, [a, b], host="h")
     assert [r["model"] for r in t["rows"]] == ["sync-inline-block", "async-dispatch-block"]
     assert t["rows"][0]["loads"] == [10.0, 100.0]
-    assert t["rows"][0]["p99_us"] == 150  # the worst of its loads: the mid-tier's overload mark
+    assert t["rows"][0]["p99_us"] == 150  # the worst of its loads
     assert t["rows"][0]["max_qps"] == pytest.approx((100 * 1000) ** 0.5)
     assert t["rows"][1]["workers"] == 2
     assert t["rows"][1]["max_qps"] >= 1e11
@@ -76,13 +76,6 @@ def test_train_then_auto_then_bad_tables(tmp_path: Path) -> None:
         bad = tmp_path / "bad.json"
         bad.write_text('{"format": "musku-threading-table/1", "rows": [')
         with pytest.raises(InputError, match="corrupt"):
-            runtime.set_threading(dep.midtier.address, "auto", table=str(bad))
-        # a row's trained p99 (it sets the overload mark) must be a non-negative number
-        neg = dict(table, rows=[dict(table["rows"][0], p99_us=-1.0), *table["rows"][1:]])
-        tr.write_table(neg, bad)
-        with pytest.raises(InputError, match="p99_us"):
-            tr.validate_table(bad, "setalgebra")
-        with pytest.raises(InputError, match="p99_us"):
             runtime.set_threading(dep.midtier.address, "auto", table=str(bad))
         assert runtime.admin(dep.midtier.address, "get")["table"] == str(path)
 

@@ -149,15 +149,6 @@ size_t DecisionTable::Settle(
   return current;
 }
 
-int64_t BacklogMark(int contexts_per_cq, int pollers, double qps, double row_p99_us) {
-  const int64_t n = std::max(1, pollers);
-  const int64_t floor = std::max<int64_t>(8, std::min(32, contexts_per_cq / 2) * n);
-  const int64_t cap = std::max<int64_t>(floor, static_cast<int64_t>(contexts_per_cq) * n * 3 / 4);
-  const double little = 4 * std::max(0.0, qps) * std::max(0.0, row_p99_us) * 1e-6;
-  if (!(little > static_cast<double>(floor))) return floor;
-  return little >= static_cast<double>(cap) ? cap : static_cast<int64_t>(little);
-}
-
 std::string LoadDecisionTable(const std::string& path, const std::string& service,
                               const PoolSizes& max, DecisionTable* out, LeafTransport transport) {
   std::ifstream in(path);
@@ -198,9 +189,6 @@ std::string LoadDecisionTable(const std::string& path, const std::string& servic
       row.threading.model = *m;
       row.threading.pools = {r.at("pollers").get<int>(), r.at("workers").get<int>(),
                              r.at("responders").get<int>()};
-      if (r.contains("p99_us")) row.p99_us = r.at("p99_us").get<double>();
-      if (!(row.p99_us >= 0) || !std::isfinite(row.p99_us))
-        return "threading table " + path + ": bad p99_us " + r.at("p99_us").dump();
       if (!(row.max_qps > prev))
         return "threading table " + path + ": rows must have increasing max_qps";
       prev = row.max_qps;
@@ -763,13 +751,8 @@ void Engine::MaybeAuto(int64_t now) {
   // A backlog of admitted, unfinished RPCs is the overload signal: go to the peak-load row and
   // hold it until the backlog has drained and stayed low (OverloadGuard).
   const int64_t backlog = inflight_.load(std::memory_order_relaxed);
-  // The mark of the row auto is on; held at its entry value through an overload (the peak-load
-  // row's own tail would otherwise set the calm).
-  const int64_t high =
-      overload_.overloaded
-          ? overload_.mark
-          : BacklogMark(opts_.contexts_per_cq, n_pollers_.load(std::memory_order_relaxed),
-                        estimator_.Estimate(now), table_.rows[table_row_].p99_us);
+  const int64_t high = std::max<int64_t>(8, static_cast<int64_t>(opts_.contexts_per_cq) *
+                                                n_pollers_.load(std::memory_order_relaxed) / 2);
   size_t row;
   const char* reason = "backlog";
   double evidence = -1;

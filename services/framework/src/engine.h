@@ -50,7 +50,6 @@ class LoadEstimator {
 struct DecisionRow {
   double max_qps = 0;  // this row applies up to (and including) this load
   Threading threading;
-  double p99_us = 0;   // the trained p99 at the row's loads (worst); 0: not recorded
 };
 
 struct DecisionTable {
@@ -97,23 +96,13 @@ struct DecisionTable {
 // has stayed at or below high / 4 for kCalmNs; only arrivals from that calm count as evidence
 // afterwards (calm_since), and they settle the row in one move (DecisionTable::Settle). Leaving at the first low backlog flapped: 20 switches in one 1 s
 // flash crowd at 85 % of saturation, each "load-down" on a 10 ms window of a starved poller.
-// The overload mark: admitted, unfinished RPCs that mean the configuration is not keeping up.
-// By Little's law a configuration serving `qps` with the tail its row was trained at holds
-// about qps x p99 RPCs at its worst moments; the mark is 4x that, at least 32 per poller (half
-// of 64 contexts, the fixed mark before) and at most 3/4 of the armed contexts (the backlog
-// cannot pass them: further RPCs wait in the transport, unadmitted). A fixed 32 tripped at a
-// steady 4000-6000 QPS on a shared VM whenever the host stalled the core for 5-8 ms.
-int64_t BacklogMark(int contexts_per_cq, int pollers, double qps, double row_p99_us);
-
 struct OverloadGuard {
   static constexpr int64_t kCalmNs = 250'000'000;
   bool overloaded = false;
   int64_t calm_since = -1;  // start of the current calm while overloaded (-1: not calm)
-  int64_t mark = 0;         // the mark it entered at (while overloaded, callers pass this one)
   // True while auto must hold the peak-load row.
   bool Update(int64_t backlog, int64_t high, int64_t now) {
     if (backlog >= high) {
-      if (!overloaded) mark = high;
       overloaded = true;
       calm_since = -1;
       return true;

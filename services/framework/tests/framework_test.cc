@@ -766,33 +766,6 @@ TEST(Overload, HoldsThePeakRowUntilTheBacklogStaysLow) {
   EXPECT_FALSE(g.Update(0, high, t += 60 * ms));
 }
 
-TEST(Overload, TheMarkScalesWithTheLoadAndTheRowsTrainedTail) {
-  using musku::detail::BacklogMark;
-  // No trained tail (a hand-written table), or a low load: half of 64 contexts per poller, as
-  // the fixed mark was; small context pools keep their old mark (half, at least 8).
-  EXPECT_EQ(BacklogMark(256, 1, 6000, 0), 32);
-  EXPECT_EQ(BacklogMark(256, 1, 100, 5000), 32);
-  EXPECT_EQ(BacklogMark(256, 2, 100, 5000), 64);
-  EXPECT_EQ(BacklogMark(16, 1, 6000, 6000), 12);  // 3/4 of 16 caps it
-  EXPECT_EQ(BacklogMark(16, 1, 0, 0), 8);
-  // 6000 QPS on a row trained at a 6.4 ms p99: 4 x 6000 x 6.4 ms = 153 RPCs.
-  EXPECT_EQ(BacklogMark(256, 1, 6000, 6400), 153);
-  // Never beyond 3/4 of the armed contexts (the backlog cannot pass them).
-  EXPECT_EQ(BacklogMark(256, 1, 9000, 50000), 192);
-  EXPECT_EQ(BacklogMark(256, 2, 9000, 50000), 384);
-  // A stall of 10 ms at 6000 QPS (60 RPCs) trips the fixed mark, not the scaled one.
-  EXPECT_LT(60, BacklogMark(256, 1, 6000, 6400));
-}
-
-TEST(Overload, KeepsTheMarkItEnteredAt) {
-  musku::detail::OverloadGuard g;
-  EXPECT_FALSE(g.Update(40, 153, 0));
-  EXPECT_TRUE(g.Update(160, 153, 1));
-  EXPECT_EQ(g.mark, 153);
-  EXPECT_TRUE(g.Update(200, 192, 2));  // still overloaded: the entry mark stays
-  EXPECT_EQ(g.mark, 153);
-}
-
 TEST(Decide, HoldsARowNearABoundAndFollowsRealChanges) {
   // Bounds as a trained Set Algebra table has them: geometric midpoints of the ramp's loads.
   musku::detail::DecisionTable table;

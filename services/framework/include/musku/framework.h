@@ -121,7 +121,7 @@ struct ServerOptions {
   bool auto_threading = false;         // --threading auto
   std::string threading_table;         // --threading-table PATH (JSON from `musku tune train`)
   PoolSizes max_pools{4, 8, 4};        // --max-pollers/--max-workers/--max-responders
-  int contexts_per_cq = 256;           // --contexts-per-cq: RPCs armed per completion queue
+  int contexts_per_cq = 64;            // --contexts-per-cq: RPCs armed per completion queue
   std::vector<std::string> leaves;     // --leaves HOST:PORT,HOST:PORT,... (mid-tiers)
   int leaf_timeout_ms = 1000;          // --leaf-timeout-ms: deadline of every leaf call
   LeafTransport leaf_transport = LeafTransport::kUnary;  // --leaf-transport unary|batch

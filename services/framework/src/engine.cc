@@ -88,8 +88,9 @@ size_t DecisionTable::Pick(double qps) const {
   return i;
 }
 
-std::pair<double, double> DecisionTable::Interval(double c, double secs) {
+std::pair<double, double> DecisionTable::Interval(const LoadEstimator::Window& w) {
   constexpr double z2 = kZ * kZ;
+  const double c = static_cast<double>(w.count), secs = static_cast<double>(w.ns) * 1e-9;
   // Score interval of a Poisson rate: (c + z^2/2 -+ z sqrt(c + z^2/4)) / window.
   const double half = kZ * std::sqrt(c + z2 / 4);
   return {(c + z2 / 2 - half) / secs, (c + z2 / 2 + half) / secs};
@@ -100,8 +101,7 @@ size_t DecisionTable::KeepConfiguration(size_t target, size_t current, double lo
   size_t best = target;
   size_t best_gap = SIZE_MAX;
   for (size_t i = 0; i < rows.size(); ++i) {
-    const double row_lo = i > 0 ? rows[i - 1].max_qps : 0.0;
-    const bool meets = row_lo < hi && (rows[i].max_qps >= lo || i + 1 == rows.size());
+    const bool meets = Lo(i) < hi && (rows[i].max_qps >= lo || i + 1 == rows.size());
     if (!meets || rows[i].threading != rows[current].threading) continue;
     const size_t gap = i > target ? i - target : target - i;
     if (gap < best_gap) best = i, best_gap = gap;
@@ -114,16 +114,15 @@ size_t DecisionTable::Decide(
     int64_t row_age_ns, double* evidence) const {
   if (rows.empty()) return 0;
   if (current >= rows.size()) current = rows.size() - 1;
-  const double lo = current > 0 ? rows[current - 1].max_qps : 0.0;
+  const double lo = Lo(current);
   const bool top = current + 1 == rows.size();
   const double hi = rows[current].max_qps;
   for (const auto& w : windows) {
     // No history that far back (just started), or older than the current row: no evidence.
     if (!w.known || w.ns > row_age_ns) continue;
-    const double c = static_cast<double>(w.count);
-    const auto [rate_lo, rate_hi] = Interval(c, static_cast<double>(w.ns) * 1e-9);
+    const auto [rate_lo, rate_hi] = Interval(w);
     // Move only as far as the evidence reaches: to the row of the interval's near end.
-    const bool up = !top && c >= kMinArrivals && rate_lo > hi;
+    const bool up = !top && static_cast<double>(w.count) >= kMinArrivals && rate_lo > hi;
     if (up || rate_hi < lo) {
       const double near = up ? rate_lo : rate_hi;
       if (evidence) *evidence = near;
@@ -141,8 +140,7 @@ size_t DecisionTable::Settle(
   for (int i = LoadEstimator::kWindows - 1; i >= 0; --i) {
     const auto& w = windows[static_cast<size_t>(i)];
     if (!w.known || w.ns > calm_ns) continue;
-    const auto [rate_lo, rate_hi] =
-        Interval(static_cast<double>(w.count), static_cast<double>(w.ns) * 1e-9);
+    const auto [rate_lo, rate_hi] = Interval(w);
     if (evidence) *evidence = rate_hi;
     return KeepConfiguration(Pick(rate_hi), current, rate_lo, rate_hi);
   }

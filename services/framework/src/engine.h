@@ -81,8 +81,10 @@ struct DecisionTable {
                 size_t current, int64_t calm_ns, double* evidence = nullptr) const;
 
  private:
-  // Rate interval [lo, hi] of `c` arrivals in `secs` (Poisson score interval, kZ sigma).
-  static std::pair<double, double> Interval(double c, double secs);
+  // Rate interval [lo, hi] of a window's arrivals (Poisson score interval, kZ sigma).
+  static std::pair<double, double> Interval(const LoadEstimator::Window& w);
+  // Row i's lower load bound (exclusive).
+  double Lo(size_t i) const { return i > 0 ? rows[i - 1].max_qps : 0.0; }
   // `target`, unless a row whose load range meets [lo, hi] has `current`'s configuration:
   // then that row (the one nearest `target`).
   size_t KeepConfiguration(size_t target, size_t current, double lo, double hi) const;
@@ -94,8 +96,9 @@ struct DecisionTable {
 // and queued in the transport, unseen by the backlog too. So the backlog (admitted, unfinished
 // RPCs) reaching `high` puts auto on the peak-load row, and it stays there until the backlog
 // has stayed at or below high / 4 for kCalmNs; only arrivals from that calm count as evidence
-// afterwards (calm_since), and they settle the row in one move (DecisionTable::Settle). Leaving at the first low backlog flapped: 20 switches in one 1 s
-// flash crowd at 85 % of saturation, each "load-down" on a 10 ms window of a starved poller.
+// afterwards (calm_since), and they settle the row in one move (DecisionTable::Settle).
+// Leaving at the first low backlog flapped: 20 switches in one 1 s flash crowd at 85 % of
+// saturation, each "load-down" on a 10 ms window of a starved poller.
 struct OverloadGuard {
   static constexpr int64_t kCalmNs = 250'000'000;
   bool overloaded = false;

@@ -730,6 +730,7 @@ std::string Engine::SetAuto(const std::string& path_in) {
   }
   table_ = std::move(t);
   overload_ = OverloadGuard{};
+  rise_ = Persistence{};
   table_row_since_ns_ = MonotonicNs();
   table_row_ = table_.Pick(estimator_.Estimate(table_row_since_ns_));
   ApplyLocked(table_.rows[table_row_].threading, "auto");
@@ -755,7 +756,8 @@ void Engine::MaybeAuto(int64_t now) {
   const char* reason = "backlog";
   double evidence = -1;
   const bool was_overloaded = overload_.overloaded;
-  if (overload_.Update(backlog, high, now)) {
+  const int64_t persist_ns = static_cast<int64_t>(opts_.auto_persist_ms) * 1000000;
+  if (overload_.Update(backlog, high, now, persist_ns)) {
     row = table_.rows.size() - 1;
   } else if (was_overloaded) {
     // Out of an overload: only arrivals from its calm tell the load, and they settle the row.
@@ -764,9 +766,14 @@ void Engine::MaybeAuto(int64_t now) {
     reason = "calm";
   } else {
     row = table_.Decide(estimator_.Counts(now), table_row_, now - table_row_since_ns_, &evidence);
-    reason = row > table_row_ ? "load-up" : "load-down";
+    const bool up = row > table_row_;
+    reason = up ? "load-up" : "load-down";
+    // A rise moves auto only once it has persisted (a stall's burst drains within it); the
+    // move then goes where the latest evidence reaches.
+    if (!rise_.Check(up, now, persist_ns) && up) return;
   }
   if (row == table_row_) return;
+  rise_ = Persistence{};
   table_row_ = row;
   table_row_since_ns_ = now;
   if (std::string why = ApplyLocked(table_.rows[row].threading, reason, evidence); !why.empty())

@@ -90,11 +90,29 @@ struct DecisionTable {
   size_t KeepConfiguration(size_t target, size_t current, double lo, double hi) const;
 };
 
+// A condition that must read true at every check for `persist_ns` before it counts. After a
+// host stall the queued arrivals are admitted in a burst at the configuration's capacity, and
+// until they drain they look like a rise in load.
+struct Persistence {
+  int64_t since = -1;  // first check of the current run of true readings (-1: none)
+  bool Check(bool condition, int64_t now, int64_t persist_ns) {
+    if (!condition) {
+      since = -1;
+      return false;
+    }
+    if (since < 0) since = now;
+    return now - since >= persist_ns;
+  }
+};
+
 // Auto's overload state. Arrivals are stamped when a poller admits them, so an overloaded
 // mid-tier measures its own capacity, and on a shared core a starved poller admits nothing for
 // milliseconds: the estimate then shows a falling load while the offered load is unchanged
 // and queued in the transport, unseen by the backlog too. So the backlog (admitted, unfinished
-// RPCs) reaching `high` puts auto on the peak-load row, and it stays there until the backlog
+// RPCs) puts auto on the peak-load row when it reads at or above `high` `persist_ns` after it
+// first did, without having stayed at or below high / 4 for `persist_ns` in between: a host
+// stall's burst drains within that and then stays low; an overload's backlog keeps coming back,
+// its dips (a starved poller) do not count. Auto stays on the peak-load row until the backlog
 // has stayed at or below high / 4 for kCalmNs; only arrivals from that calm count as evidence
 // afterwards (calm_since), and they settle the row in one move (DecisionTable::Settle).
 // Leaving at the first low backlog flapped: 20 switches in one 1 s flash crowd at 85 % of
@@ -103,14 +121,28 @@ struct OverloadGuard {
   static constexpr int64_t kCalmNs = 250'000'000;
   bool overloaded = false;
   int64_t calm_since = -1;  // start of the current calm while overloaded (-1: not calm)
+  int64_t run_since = -1;   // not overloaded: the first reading at the mark of this run
+  int64_t quiet_since = -1;  // within that run: the first of the current low readings
   // True while auto must hold the peak-load row.
-  bool Update(int64_t backlog, int64_t high, int64_t now) {
+  bool Update(int64_t backlog, int64_t high, int64_t now, int64_t persist_ns = 0) {
+    if (!overloaded) {
+      if (backlog >= high) {
+        if (run_since < 0) run_since = now;
+        quiet_since = -1;
+      } else if (backlog > high / 4) {
+        quiet_since = -1;
+      } else if (run_since >= 0) {
+        if (quiet_since < 0) quiet_since = now;
+        if (now - quiet_since >= persist_ns) run_since = quiet_since = -1;  // the run drained
+      }
+      if (backlog < high || now - run_since < persist_ns) return false;
+      run_since = quiet_since = -1;
+    }
     if (backlog >= high) {
       overloaded = true;
       calm_since = -1;
       return true;
     }
-    if (!overloaded) return false;
     if (backlog > high / 4) {
       calm_since = -1;
       return true;
@@ -251,6 +283,7 @@ class Engine {
   size_t table_row_ = 0;
   int64_t table_row_since_ns_ = 0;  // when auto chose table_row_
   OverloadGuard overload_;  // auto: backlog seen, on the peak-load row until it has drained
+  Persistence rise_;        // auto: the current run of decisions to move up a row
   std::atomic<int64_t> last_auto_ns_{0};
   std::string last_error_;
   std::atomic<uint64_t> switches_{0};

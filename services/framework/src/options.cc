@@ -161,7 +161,8 @@ bool ParseServerOptions(int argc, char** argv, const std::string& service, Serve
       !take_int("leaf-timeout-ms", 1, 3600000, &o->leaf_timeout_ms) ||
       !take_int("shutdown-grace-ms", 0, 3600000, &o->shutdown_grace_ms) ||
       !take_int("contexts-per-cq", 1, 100000, &o->contexts_per_cq) ||
-      !take_int("auto-interval-ms", 1, 60000, &o->auto_interval_ms))
+      !take_int("auto-interval-ms", 1, 60000, &o->auto_interval_ms) ||
+      !take_int("auto-persist-ms", 0, 60000, &o->auto_persist_ms))
     return false;
   auto take_str = [&](const char* key, std::string* out) {
     auto it = kv.find(key);
@@ -239,7 +240,8 @@ std::string ServerOptionsUsage() {
          "  --threading-table PATH   decision table for --threading auto\n"
          "  --listen HOST:PORT --port-file PATH --leaves H:P,H:P --leaf-timeout-ms N\n"
          "  --leaf-transport unary|batch   one RPC per leaf call, or batched streams\n"
-         "  --shutdown-grace-ms N --contexts-per-cq N --auto-interval-ms N --pin p:0,w:1,r:1\n";
+         "  --shutdown-grace-ms N --contexts-per-cq N --auto-interval-ms N --auto-persist-ms N\n"
+         "  --pin p:0,w:1,r:1\n";
 }
 
 }  // namespace musku

@@ -669,6 +669,25 @@ TEST(Auto, FollowsTheLoadAndKeepsRunningOnABadTable) {
   std::remove(bad.c_str());
 }
 
+TEST(Auto, ARiseMovesItOnlyOnceItHasPersisted) {
+  // The same rise as above, but auto must see it for a minute before it counts: it stays.
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  auto path = WriteFile(Table("fan", cpus, kRows));
+  LeafProc l0(0), l1(1);
+  auto o = Opts("fan");
+  o.auto_threading = true;
+  o.threading_table = path;
+  o.auto_persist_ms = 60000;
+  MidProc mid({l0.addr(), l1.addr()}, o);
+  std::atomic<int> errors{0};
+  Drive(mid.addr(), 3000, 4, &errors);
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GT(mid.server.MeasuredQps(), 200);  // the rise was there, and seen
+  EXPECT_EQ(mid.server.CurrentThreading().model.Name(), "sync-inline-block");
+  for (const auto& e : GetThreading(mid.addr()).recent_switches()) EXPECT_NE(e.reason(), "load-up");
+  std::remove(path.c_str());
+}
+
 TEST(Auto, ABacklogMovesToThePeakRowEvenWhenTheAdmittedRateLooksLow) {
   // Leaf calls take 5 ms and the low row has one synchronous worker: it serves ~200 QPS, so
   // the arrival rate its poller admits never exceeds the low row's bound. Only the backlog of
@@ -764,6 +783,32 @@ TEST(Overload, HoldsThePeakRowUntilTheBacklogStaysLow) {
   EXPECT_TRUE(g.Update(0, high, t += 5 * ms));
   EXPECT_TRUE(g.Update(0, high, t += 200 * ms));  // 200 ms into the new calm
   EXPECT_FALSE(g.Update(0, high, t += 60 * ms));
+}
+
+TEST(Overload, ABacklogMustPersistBeforeItIsAnOverload) {
+  using musku::detail::OverloadGuard;
+  constexpr int64_t ms = 1'000'000, high = 32, persist = 20 * ms;
+  OverloadGuard g;
+  int64_t t = 0;
+  // A host stall: the backlog jumps past the mark, drains within 15 ms and stays low.
+  for (int64_t b : {40, 64, 50, 33}) EXPECT_FALSE(g.Update(b, high, t += 5 * ms, persist)) << b;
+  EXPECT_FALSE(g.Update(20, high, t += 5 * ms, persist));
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(g.Update(3, high, t += 5 * ms, persist)) << i;
+  EXPECT_FALSE(g.overloaded);
+  // 20 ms low ended that run: the next reading at the mark starts a new one, which the stall's
+  // readings do not shorten.
+  EXPECT_FALSE(g.Update(high, high, t += 5 * ms, persist));
+  // An overload on a starved poller: the backlog dips, to zero too, and comes back. The dips
+  // are shorter than `persist` and do not end the run; 20 ms after it began it is an overload.
+  EXPECT_FALSE(g.Update(0, high, t += 5 * ms, persist));
+  EXPECT_FALSE(g.Update(40, high, t += 5 * ms, persist));
+  EXPECT_FALSE(g.Update(12, high, t += 5 * ms, persist));
+  EXPECT_TRUE(g.Update(48, high, t += 5 * ms, persist));
+  EXPECT_TRUE(g.overloaded);
+  EXPECT_TRUE(g.Update(0, high, t += 5 * ms, persist));  // held from here as without persistence
+  // Without persistence the first reading at the mark is the overload (the test above).
+  OverloadGuard at_once;
+  EXPECT_TRUE(at_once.Update(high, high, 0, 0));
 }
 
 TEST(Decide, HoldsARowNearABoundAndFollowsRealChanges) {

@@ -127,6 +127,8 @@ struct ServerOptions {
   LeafTransport leaf_transport = LeafTransport::kUnary;  // --leaf-transport unary|batch
   int shutdown_grace_ms = 2000;        // --shutdown-grace-ms: in-flight RPCs get this long
   int auto_interval_ms = 5;            // --auto-interval-ms: how often auto re-decides (at most)
+  int auto_persist_ms = 20;            // --auto-persist-ms: auto moves up (a load rise, or the
+                                       // backlog at the overload mark) once it has held this long
   std::string pin;                     // --pin "p:0,w:1,r:1": pin pools to CPUs ("" = no)
   std::map<std::string, std::string> extra;  // any other --key value (service-specific)
   std::vector<std::string> positional;       // non-flag arguments

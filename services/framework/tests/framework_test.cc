@@ -684,7 +684,8 @@ TEST(Auto, ARiseMovesItOnlyOnceItHasPersisted) {
   EXPECT_EQ(errors.load(), 0);
   EXPECT_GT(mid.server.MeasuredQps(), 200);  // the rise was there, and seen
   EXPECT_EQ(mid.server.CurrentThreading().model.Name(), "sync-inline-block");
-  for (const auto& e : GetThreading(mid.addr()).recent_switches()) EXPECT_NE(e.reason(), "load-up");
+  const auto st = GetThreading(mid.addr());
+  for (const auto& e : st.recent_switches()) EXPECT_NE(e.reason(), "load-up");
   std::remove(path.c_str());
 }
 

@@ -636,13 +636,20 @@ musku::ThreadingState GetThreading(const std::string& addr) {
   return st;
 }
 
-TEST(Auto, FollowsTheLoadAndKeepsRunningOnABadTable) {
-  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
-  auto path = WriteFile(Table("fan", cpus, kRows));
-  LeafProc l0(0), l1(1);
+// Options of a "fan" mid-tier in auto mode on the table at `path`.
+musku::ServerOptions AutoOpts(const std::string& path) {
   auto o = Opts("fan");
   o.auto_threading = true;
   o.threading_table = path;
+  return o;
+}
+
+int Cpus() { return static_cast<int>(std::thread::hardware_concurrency()); }
+
+TEST(Auto, FollowsTheLoadAndKeepsRunningOnABadTable) {
+  auto path = WriteFile(Table("fan", Cpus(), kRows));
+  LeafProc l0(0), l1(1);
+  auto o = AutoOpts(path);
   MidProc mid({l0.addr(), l1.addr()}, o);
   EXPECT_EQ(mid.server.CurrentThreading().model.Name(), "sync-inline-block");
   std::atomic<int> errors{0};
@@ -671,12 +678,9 @@ TEST(Auto, FollowsTheLoadAndKeepsRunningOnABadTable) {
 
 TEST(Auto, ARiseMovesItOnlyOnceItHasPersisted) {
   // The same rise as above, but auto must see it for a minute before it counts: it stays.
-  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
-  auto path = WriteFile(Table("fan", cpus, kRows));
+  auto path = WriteFile(Table("fan", Cpus(), kRows));
   LeafProc l0(0), l1(1);
-  auto o = Opts("fan");
-  o.auto_threading = true;
-  o.threading_table = path;
+  auto o = AutoOpts(path);
   o.auto_persist_ms = 60000;
   MidProc mid({l0.addr(), l1.addr()}, o);
   std::atomic<int> errors{0};
@@ -693,14 +697,11 @@ TEST(Auto, ABacklogMovesToThePeakRowEvenWhenTheAdmittedRateLooksLow) {
   // Leaf calls take 5 ms and the low row has one synchronous worker: it serves ~200 QPS, so
   // the arrival rate its poller admits never exceeds the low row's bound. Only the backlog of
   // admitted, unfinished RPCs shows the overload.
-  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
-  auto path = WriteFile(Table("fan", cpus, R"(
+  auto path = WriteFile(Table("fan", Cpus(), R"(
       {"max_qps": 1e6, "model": "sync-dispatch-block", "pollers": 1, "workers": 1, "responders": 0},
       {"max_qps": 1e9, "model": "async-dispatch-block", "pollers": 1, "workers": 2, "responders": 1})"));
   LeafProc l0(0, "sync-dispatch-block");
-  auto o = Opts("fan");
-  o.auto_threading = true;
-  o.threading_table = path;
+  auto o = AutoOpts(path);
   MidProc mid({l0.addr()}, o);
   EXPECT_EQ(mid.server.CurrentThreading().model.Name(), "sync-dispatch-block");
   std::atomic<int> errors{0};

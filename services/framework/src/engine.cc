@@ -770,7 +770,8 @@ void Engine::MaybeAuto(int64_t now) {
     reason = up ? "load-up" : "load-down";
     // A rise moves auto only once it has persisted (a stall's burst drains within it); the
     // move then goes where the latest evidence reaches.
-    if (!rise_.Check(up, now, persist_ns) && up) return;
+    const bool rise_held = rise_.Check(up, now, persist_ns);
+    if (up && !rise_held) return;
   }
   if (row == table_row_) return;
   rise_ = Persistence{};

@@ -121,22 +121,17 @@ struct OverloadGuard {
   static constexpr int64_t kCalmNs = 250'000'000;
   bool overloaded = false;
   int64_t calm_since = -1;  // start of the current calm while overloaded (-1: not calm)
-  int64_t run_since = -1;   // not overloaded: the first reading at the mark of this run
-  int64_t quiet_since = -1;  // within that run: the first of the current low readings
+  int64_t run_since = -1;  // not overloaded: the first reading at the mark of this run
+  Persistence quiet;       // the backlog at or below high / 4 (a reading at the mark resets it)
   // True while auto must hold the peak-load row.
   bool Update(int64_t backlog, int64_t high, int64_t now, int64_t persist_ns = 0) {
     if (!overloaded) {
-      if (backlog >= high) {
-        if (run_since < 0) run_since = now;
-        quiet_since = -1;
-      } else if (backlog > high / 4) {
-        quiet_since = -1;
-      } else if (run_since >= 0) {
-        if (quiet_since < 0) quiet_since = now;
-        if (now - quiet_since >= persist_ns) run_since = quiet_since = -1;  // the run drained
-      }
+      if (quiet.Check(backlog <= high / 4, now, persist_ns))
+        run_since = -1;  // the run drained
+      else if (backlog >= high && run_since < 0)
+        run_since = now;
       if (backlog < high || now - run_since < persist_ns) return false;
-      run_since = quiet_since = -1;
+      run_since = -1;
     }
     if (backlog >= high) {
       overloaded = true;

@@ -1,13 +1,25 @@
-"""Talking to an agent: over its Unix socket, or its authenticated TCP port."""
+"""Talking to an agent: over its Unix socket, or its authenticated TCP port.
+
+Connecting retries with a deadline (``connect_timeout``) while the agent's backlog is full
+(``EAGAIN`` on a Unix socket) or nothing listens yet (``ECONNREFUSED``: the agent is starting
+or restarting); the socket is connected before ``timeout`` (for each read and write) is set,
+so a timeout never turns a connect into a failing non-blocking one. Over TCP, a request
+longer than :data:`~musku.agent.protocol.PREAUTH_LINE` on a new connection is preceded by a
+signed ``hello`` (the agent reads only a short first line from an unauthenticated peer).
+"""
 
 from __future__ import annotations
 
+import errno
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
-from musku.agent.protocol import MAX_LINE, encode, raise_for, sign
+from musku.agent.protocol import MAX_REPLY, PREAUTH_LINE, encode, raise_for, sign
 from musku.errors import HostError
+
+_RETRY = (errno.EAGAIN, errno.ECONNREFUSED, errno.EINTR)
 
 
 def _connect_error(where: str, exc: OSError) -> HostError:
@@ -24,6 +36,7 @@ class AgentClient:
         tcp: str = "",
         token: bytes | None = None,
         timeout: float = 120.0,
+        connect_timeout: float = 10.0,
     ) -> None:
         if not socket_path and not tcp:
             raise HostError("an agent client needs a socket path or a TCP address")
@@ -31,43 +44,73 @@ class AgentClient:
         self.tcp = tcp
         self.token = token
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
         self._sock: socket.socket | None = None
         self._file: Any = None
+        self._authenticated = False  # TCP: this connection has had a signed request answered
 
     @property
     def where(self) -> str:
         return self.socket_path or self.tcp
 
-    def _open(self) -> None:
+    def _connect_once(self, remaining: float) -> socket.socket:
+        if self.socket_path:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                # a Unix connect does not wait for a full backlog when non-blocking: it fails
+                # with EAGAIN at once (retried by the caller)
+                s.setblocking(False)
+                s.connect(self.socket_path)
+            except OSError:
+                s.close()
+                raise
+            return s
+        host, _, port = self.tcp.rpartition(":")
         try:
-            if self.socket_path:
-                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                try:
-                    s.settimeout(self.timeout)
-                    s.connect(self.socket_path)
-                except OSError:
-                    s.close()
-                    raise
-            else:
-                host, _, port = self.tcp.rpartition(":")
-                s = socket.create_connection((host, int(port)), timeout=self.timeout)
-        except OSError as exc:
-            raise _connect_error(self.where, exc) from None
+            return socket.create_connection((host.strip("[]"), int(port)), timeout=remaining)
+        except ValueError:
+            raise HostError(f"bad agent address {self.tcp!r} (host:port)") from None
+
+    def _open(self) -> None:
+        deadline = time.monotonic() + self.connect_timeout
+        delay = 0.005
+        while True:
+            try:
+                s = self._connect_once(max(0.001, deadline - time.monotonic()))
+                break
+            except OSError as exc:
+                if exc.errno not in _RETRY or time.monotonic() + delay > deadline:
+                    raise _connect_error(self.where, exc) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
+        s.settimeout(self.timeout)
         self._sock, self._file = s, s.makefile("rb")
+        self._authenticated = False
+
+    def _roundtrip(self, data: bytes) -> bytes:
+        assert self._sock is not None
+        self._sock.sendall(data)
+        line: bytes = self._file.readline(MAX_REPLY + 1)
+        return line
+
+    def _signed(self, req: dict[str, Any]) -> bytes:
+        assert self.token is not None
+        return encode(sign(req, self.token))
 
     def request(self, req: dict[str, Any]) -> dict[str, Any]:
         """Send one request, return the raw reply (``{"ok": ...}``)."""
-        import json
-
-        if self.tcp and self.token is not None:
-            req = sign(req, self.token)
+        signing = bool(self.tcp) and self.token is not None
         for attempt in (0, 1):
             if self._sock is None:
                 self._open()
-            assert self._sock is not None
             try:
-                self._sock.sendall(encode(req))
-                line = self._file.readline(MAX_LINE + 1)
+                data = self._signed(req) if signing else encode(req)
+                if signing and not self._authenticated and len(data) > PREAUTH_LINE:
+                    hello = self._roundtrip(self._signed({"op": "hello"}))
+                    if hello:
+                        raise_for(_json(hello, self.where), where=f"agent {self.where}: ")
+                    data = self._signed(req)  # a fresh timestamp after the round trip
+                line = self._roundtrip(data)
             except OSError as exc:
                 self.close()
                 if attempt:
@@ -79,12 +122,12 @@ class AgentClient:
                     raise HostError(f"the agent at {self.where} closed the connection")
                 continue
             try:
-                reply = json.loads(line)
-            except ValueError:
+                reply = _json(line, self.where)
+            except HostError:
                 self.close()
-                raise HostError(f"malformed reply from the agent at {self.where}") from None
-            if not isinstance(reply, dict):
-                raise HostError(f"malformed reply from the agent at {self.where}")
+                raise
+            # answered: authenticated (a refused signature closes the connection instead)
+            self._authenticated = True
             return reply
         raise HostError(f"cannot reach the agent at {self.where}")
 
@@ -99,3 +142,15 @@ class AgentClient:
                 self._sock.close()
             finally:
                 self._sock = self._file = None
+
+
+def _json(line: bytes, where: str) -> dict[str, Any]:
+    import json
+
+    try:
+        reply = json.loads(line)
+    except ValueError:
+        raise HostError(f"malformed reply from the agent at {where}") from None
+    if not isinstance(reply, dict):
+        raise HostError(f"malformed reply from the agent at {where}")
+    return reply

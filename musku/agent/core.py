@@ -24,6 +24,7 @@ Safety rules (docs/agent.md):
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -61,6 +62,24 @@ OPS = (
     "metrics",
 )
 
+# the fields each op takes besides "op" (anything else is refused: a misspelt "undeploy"
+# must not be silently ignored)
+FIELDS: dict[str, frozenset[str]] = {
+    "hello": frozenset(),
+    "capabilities": frozenset(),
+    "check": frozenset({"config"}),
+    "apply": frozenset({"config", "lease_s", "experiment", "threading"}),
+    "renew": frozenset({"lease_s"}),
+    "collect": frozenset({"cursor", "limit", "ack"}),
+    "ack": frozenset({"cursor"}),
+    "deploy": frozenset({"config"}),
+    "rollback": frozenset({"undeploy"}),
+    "status": frozenset(),
+    "metrics": frozenset(),
+}
+MAX_NAME = 200  # an experiment id
+MAX_CURSOR = 2**63 - 1  # spool row ids are SQLite integers
+
 KnobFactory = Callable[..., "Knob"]
 EndpointFactory = Callable[["CotuneSpec"], "Endpoint"]
 
@@ -89,8 +108,38 @@ def _number(req: Mapping[str, Any], key: str, default: float | None = None) -> f
     if v is None:
         raise InputError(f"request needs {key!r}")
     if isinstance(v, bool) or not isinstance(v, int | float):
-        raise InputError(f"{key} must be a number, not {v!r}")
-    return float(v)
+        raise InputError(f"{key} must be a number, not {_short(v)}")
+    try:
+        f = float(v)
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        raise InputError(f"{key} must be a finite number")
+    return f
+
+
+def _integer(req: Mapping[str, Any], key: str, default: int | None, lo: int, hi: int) -> int:
+    v = req.get(key, default)
+    if v is None:
+        raise InputError(f"request needs {key!r}")
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InputError(f"{key} must be an integer, not {_short(v)}")
+    if not lo <= v <= hi:
+        raise InputError(f"{key} must be an integer in {lo}..{hi}")
+    return v
+
+
+def _flag(req: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A JSON boolean (a string "false" is refused, not read as true)."""
+    v = req.get(key, default)
+    if not isinstance(v, bool):
+        raise InputError(f"{key} must be true or false, not {_short(v)}")
+    return v
+
+
+def _short(v: object) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class Agent:
@@ -446,7 +495,12 @@ class Agent:
             if not isinstance(request, dict):
                 raise InputError('a request is a JSON object {"op": ...}')
             if not isinstance(op, str) or op not in OPS:
-                raise InputError(f"unknown op {op!r} (ops: {', '.join(OPS)})")
+                raise InputError(f"unknown op {_short(op)} (ops: {', '.join(OPS)})")
+            extra = set(request) - FIELDS[op] - {"op"}
+            if extra:
+                names = ", ".join(_short(k) for k in sorted(extra)[:5])
+                allowed = ", ".join(sorted(FIELDS[op])) or "none"
+                raise InputError(f"{op}: unknown field(s) {names} (fields: {allowed})")
             result = getattr(self, f"op_{op}")(request)
             self.metrics.requests.labels(op=label, outcome="ok").inc()
             return {"ok": True, "result": result}
@@ -511,13 +565,16 @@ class Agent:
         lease = _number(req, "lease_s", self.config.default_lease_s)
         if not 0 < lease <= self.config.max_lease_s:
             raise InputError(f"lease_s must be in (0, {self.config.max_lease_s:g}]")
+        experiment = req.get("experiment", "")
+        if not isinstance(experiment, str) or len(experiment) > MAX_NAME:
+            raise InputError(f"experiment must be a string of at most {MAX_NAME} characters")
         cotune = AgentRequest.parse(req.get("threading"))  # bad input: refused, nothing written
         t0 = time.monotonic()
         with self.lock:
             values = self._validate(cfg)
             began = False
             if self.journal.open_tx() is None:
-                exp = str(req.get("experiment", "")) or f"exp-{int(time.time())}"
+                exp = experiment or f"exp-{int(time.time())}"
                 self.journal.begin(TxKind.EXPERIMENT, {"experiment": exp})
                 self.experiment = {"id": exp}
                 began = True
@@ -579,22 +636,18 @@ class Agent:
             }
 
     def op_collect(self, req: dict[str, Any]) -> dict[str, Any]:
-        cursor = int(_number(req, "cursor", 0))
-        limit = int(_number(req, "limit", 5000))
-        if cursor < 0 or not 1 <= limit <= 100_000:
-            raise InputError("cursor must be >= 0 and limit in 1..100000")
+        cursor = _integer(req, "cursor", 0, 0, MAX_CURSOR)
+        limit = _integer(req, "limit", 5000, 1, 100_000)
         if req.get("ack") is not None:  # acknowledge earlier rows in the same round trip
-            ack = int(_number(req, "ack"))
-            if not 0 <= ack <= cursor:
+            ack = _integer(req, "ack", None, 0, MAX_CURSOR)
+            if ack > cursor:
                 raise InputError("ack must be between 0 and cursor")
             self.spool.ack(ack)
         rows, nxt = self.spool.collect(cursor, limit)
         return {"rows": [r.to_json() for r in rows], "cursor": nxt, "time": time.time()}
 
     def op_ack(self, req: dict[str, Any]) -> dict[str, Any]:
-        cursor = int(_number(req, "cursor"))
-        if cursor < 0:
-            raise InputError("cursor must be >= 0")
+        cursor = _integer(req, "cursor", None, 0, MAX_CURSOR)
         return {"deleted": self.spool.ack(cursor)}
 
     def op_deploy(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -621,7 +674,7 @@ class Agent:
             return {"deployed": new, "changed": changed}
 
     def op_rollback(self, req: dict[str, Any]) -> dict[str, Any]:
-        undeploy = bool(req.get("undeploy", False))
+        undeploy = _flag(req, "undeploy", False)
         with self.lock:
             n = self._rollback_experiment("request")
             if not undeploy:

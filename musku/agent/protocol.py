@@ -1,9 +1,16 @@
-"""Wire format: one JSON object per line, UTF-8, in both directions (max 4 MiB a line).
+"""Wire format: one JSON object per line, UTF-8, in both directions.
+
+Requests are strict JSON (:func:`decode_request`): no ``NaN``/``Infinity``, integers within
+64 bits, floats finite, nesting at most :data:`MAX_DEPTH` deep, strings valid Unicode, a line at
+most :data:`MAX_LINE` bytes (the first line of a TCP connection: :data:`PREAUTH_LINE`). Anything
+else is a bad-request reply (status 3); the connection stays usable.
 
 The TCP listener (optional) only serves requests carrying an HMAC-SHA256 of the request,
 keyed with the shared token: ``"auth": {"ts": unix_seconds, "nonce": hex, "mac": hex}`` where
 ``mac = HMAC(token, f"{ts}:{nonce}:" + canonical_json(request without "auth"))``. Requests older
-than :data:`AUTH_WINDOW_S` or replaying a nonce are refused.
+than :data:`AUTH_WINDOW_S` or replaying a nonce are refused. The first line of a connection
+must authenticate within :data:`PREAUTH_LINE` bytes (the client sends a signed ``hello`` first
+when its request is longer), so nothing large is buffered for an unauthenticated peer.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import os
 import threading
 import time
@@ -18,8 +26,13 @@ from typing import Any
 
 from musku.errors import HostError, InputError, MuskuError, UnsupportedError
 
-MAX_LINE = 4 * 2**20
+MAX_LINE = 4 * 2**20  # a request line (Unix socket; TCP once the connection authenticated)
+PREAUTH_LINE = 16 * 2**10  # the first line of a TCP connection: it must authenticate
+MAX_REPLY = 256 * 2**20  # what a client reads for one reply (a collect of 100,000 rows)
+MAX_DEPTH = 32  # JSON nesting (a request is at most ~5 levels deep)
+MAX_INT = 2**63 - 1  # integers in requests: signed 64-bit
 AUTH_WINDOW_S = 30.0
+MAX_TS = 1e11  # an auth timestamp is unix seconds (year 5138): larger is malformed
 
 
 def canonical(obj: object) -> bytes:
@@ -28,6 +41,65 @@ def canonical(obj: object) -> bytes:
 
 def encode(obj: object) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > 19:
+        raise ValueError(f"integer {text[:24]}... outside 64 bits")
+    v = int(text)
+    if not -MAX_INT - 1 <= v <= MAX_INT:
+        raise ValueError(f"integer {text} outside 64 bits")
+    return v
+
+
+def _float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"number {text[:24]} overflows a double")
+    return v
+
+
+def _check_tree(obj: object) -> None:
+    """Nesting depth and string validity of a decoded document (iterative: no recursion)."""
+    stack: list[tuple[object, int]] = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth > MAX_DEPTH:
+                raise InputError(f"request nested deeper than {MAX_DEPTH} levels")
+            items = list(node.items()) if isinstance(node, dict) else [(None, v) for v in node]
+            for k, v in items:
+                if k is not None:
+                    _check_str(k)
+                stack.append((v, depth + 1))
+        elif isinstance(node, str):
+            _check_str(node)
+
+
+def _check_str(s: str) -> None:
+    if not s.isascii():
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError("request has a string that is not valid Unicode") from None
+
+
+def decode_request(line: bytes | str) -> dict[str, Any]:
+    """One request line as a JSON object, or :class:`InputError` (a bad-request reply)."""
+    try:
+        obj = json.loads(line, parse_constant=_no_constant, parse_int=_int, parse_float=_float)
+    except RecursionError:
+        raise InputError(f"request nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # includes UnicodeDecodeError
+        raise InputError(f"malformed JSON request: {str(exc)[:200]}") from None
+    _check_tree(obj)
+    if not isinstance(obj, dict):
+        raise InputError('a request is a JSON object {"op": ...}')
+    return obj
 
 
 def sign(request: dict[str, Any], token: bytes, *, ts: float | None = None) -> dict[str, Any]:
@@ -54,13 +126,18 @@ class Verifier:
             raise InputError("authentication required")
         ts, nonce, mac = auth.get("ts"), auth.get("nonce"), auth.get("mac")
         if (
-            not isinstance(ts, float | int)
+            isinstance(ts, bool)
+            or not isinstance(ts, float | int)
+            or not -MAX_TS <= ts <= MAX_TS  # NaN fails this too; a 400-digit int is refused
             or not isinstance(nonce, str)
+            or not 8 <= len(nonce) <= 64
             or not isinstance(mac, str)
+            or len(mac) != 64
+            or not mac.isascii()
         ):
             raise InputError("malformed authentication")
         now = time.time()
-        if abs(now - float(ts)) > AUTH_WINDOW_S:
+        if not abs(now - float(ts)) <= AUTH_WINDOW_S:  # written so that NaN is not fresh
             raise InputError("authentication expired (clock skew or replay)")
         body = {k: v for k, v in request.items() if k != "auth"}
         want = hmac.new(

@@ -18,15 +18,16 @@ def relay(text: str, default_socket: Path) -> tuple[dict[str, Any], int]:
     """Relay one request; (reply, exit status)."""
     from musku.agent.client import AgentClient
     from musku.agent.core_errors import error_reply
+    from musku.agent.protocol import MAX_LINE, decode_request
     from musku.errors import InputError, MuskuError
 
     try:
+        if len(text) > MAX_LINE:
+            raise InputError(f"request on stdin longer than {MAX_LINE} bytes")
         try:
-            req = json.loads(text)
-        except ValueError as exc:
-            raise InputError(f"malformed JSON request on stdin: {exc}") from None
-        if not isinstance(req, dict):
-            raise InputError("the request must be a JSON object")
+            req = decode_request(text)
+        except InputError as exc:
+            raise InputError(f"{exc.message} (on stdin)") from None
         sock = req.pop("agent_socket", None)
         if sock is not None and not isinstance(sock, str):
             raise InputError("agent_socket must be a path")
@@ -67,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     except MuskuError as exc:
         print(json.dumps(error_reply(exc)))
         return int(exc.status)
-    reply, code = relay(sys.stdin.read(), sock)
+    from musku.agent.protocol import MAX_LINE
+
+    reply, code = relay(sys.stdin.read(MAX_LINE + 1), sock)
     print(json.dumps(reply, separators=(",", ":")))
     return code
 

@@ -307,10 +307,13 @@ class _Connection(asyncio.Protocol):
                 self.scanned = len(self.buf)
                 if len(self.buf) > self.cap:
                     self._too_long()
-                elif self.buf and self.authenticated and not self.line_timer_set:
-                    self.line_timer_set = True
-                    self._arm(self.hub.limits.line_deadline_s, "line")
-                return
+                    return
+                if self.buf and self.authenticated and not self.eof:
+                    if not self.line_timer_set:
+                        self.line_timer_set = True
+                        self._arm(self.hub.limits.line_deadline_s, "line")
+                    return
+                break
             if nl > self.cap:
                 self._too_long()
                 return

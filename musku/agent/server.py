@@ -37,6 +37,7 @@ import stat
 import struct
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -127,6 +128,8 @@ class _Hub:
         self.pool = ThreadPoolExecutor(limits.workers, thread_name_prefix="agent-request")
         self.clients: set[_Connection] = set()
         self.pending: dict[_Connection, None] = {}  # insertion order: oldest first
+        self.waiting: dict[_Connection, None] = {}  # authenticated, for a client slot (FIFO)
+        self.connections: set[_Connection] = set()  # all of them (for the shutdown)
         self._last_fd_warning = 0.0
 
     def refused(self, why: str) -> None:
@@ -172,6 +175,7 @@ class _Connection(asyncio.Protocol):
         self.write_paused = False
         self.timer: asyncio.TimerHandle | None = None
         self.line_timer_set = False
+        self.on_admit: Callable[[], None] = lambda: None
         self.peer = ""
 
     # ------------------------------------------------------------------ life cycle
@@ -180,6 +184,7 @@ class _Connection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         hub = self.hub
+        hub.connections.add(self)
         if self.kind == "unix":
             pid, uid, _ = peer_credentials(transport.get_extra_info("socket"))
             self.peer = f"uid {uid} pid {pid}"
@@ -188,7 +193,7 @@ class _Connection(asyncio.Protocol):
                 log.warning("refused a connection from uid %d (pid %d): not allowed", uid, pid)
                 self._finish(_error(f"permission denied: uid {uid} may not use this agent", 6))
                 return
-            self._become_client()
+            self._become_client(self._next_line)
             return
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
@@ -200,28 +205,50 @@ class _Connection(asyncio.Protocol):
         hub.pending[self] = None
         self._arm(hub.limits.auth_deadline_s, "authentication")
 
-    def _become_client(self) -> bool:
+    def _become_client(self, then: Callable[[], None]) -> None:
+        """Take a client slot and go on with ``then``; with every slot taken, wait (reading
+        paused) for one in a queue as long as ``max_pending``; beyond that, refuse."""
         hub = self.hub
         hub.pending.pop(self, None)
-        if len(hub.clients) >= hub.limits.max_clients:
+        self.authenticated = True
+        if len(hub.clients) < hub.limits.max_clients and not hub.waiting:
+            self._admit(then)
+            return
+        if len(hub.waiting) >= hub.limits.max_pending:
             hub.refused("client-limit")
             self._finish(_refusal(f"agent busy: {hub.limits.max_clients} connections open"))
-            return False
-        self.authenticated = True
-        hub.clients.add(self)
-        self._arm(hub.limits.idle_timeout_s, "idle")
-        return True
+            return
+        assert self.transport is not None
+        self.transport.pause_reading()
+        self.on_admit = then
+        hub.waiting[self] = None
+        self._arm(hub.limits.idle_timeout_s, "slot")
+
+    def _admit(self, then: Callable[[], None]) -> None:
+        self.hub.clients.add(self)
+        self._arm(self.hub.limits.idle_timeout_s, "idle")
+        then()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._forget()
+        self.hub.connections.discard(self)
 
     def _forget(self) -> None:
-        self.hub.pending.pop(self, None)
-        self.hub.clients.discard(self)
+        hub = self.hub
+        hub.pending.pop(self, None)
+        hub.waiting.pop(self, None)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        if self in hub.clients:
+            hub.clients.discard(self)
+            while hub.waiting and len(hub.clients) < hub.limits.max_clients:
+                nxt = next(iter(hub.waiting))
+                del hub.waiting[nxt]
+                assert nxt.transport is not None
+                nxt.transport.resume_reading()
+                nxt._admit(nxt.on_admit)
 
     def _finish(self, reply: dict[str, Any] | bytes | None) -> None:
         """Send a last reply (best effort) and close; abort if it does not drain in time."""
@@ -259,6 +286,7 @@ class _Connection(asyncio.Protocol):
         messages = {
             "authentication": f"no authenticated request within {seconds:g} s",
             "idle": f"idle for {seconds:g} s",
+            "slot": f"no free connection slot within {seconds:g} s",
             "line": f"request line not complete within {seconds:g} s",
             "write": f"reply not read within {seconds:g} s",
         }
@@ -356,17 +384,23 @@ class _Connection(asyncio.Protocol):
                 log.warning("refused a TCP request from %s: %s", self.peer, exc.message)
                 self._finish(_error(f"permission denied: {exc.message}", 6))
                 return
-            if not self._become_client():
-                return
 
-            def work() -> tuple[bytes, bool]:
+            def handle() -> tuple[bytes, bool]:
                 return encode(hub.agent.handle(req)), False
 
-        else:
+            self.busy = True  # the next lines wait for this request, wherever it waits
+            self._become_client(lambda: self._submit(handle))
+            return
 
-            def work() -> tuple[bytes, bool]:
-                return self._serve(line)
+        def serve() -> tuple[bytes, bool]:
+            return self._serve(line)
 
+        self.busy = True
+        self._submit(serve)
+
+    def _submit(self, work: Callable[[], tuple[bytes, bool]]) -> None:
+        hub = self.hub
+        assert hub.loop is not None and self.transport is not None
         self.busy = True
         self._disarm()
         self.transport.pause_reading()
@@ -423,6 +457,18 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         self.transport.resume_reading()
         self._next_line()
+
+
+async def _abort_all(hub: _Hub) -> None:
+    """Abort every connection, letting queued callbacks run first and the transports close
+    their sockets after."""
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+        for conn in list(hub.connections):
+            conn.closed = True
+            conn._forget()
+            if conn.transport is not None:
+                conn.transport.abort()
 
 
 def _prepare_socket_path(path: Path) -> None:
@@ -495,6 +541,7 @@ class Listeners:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._servers: list[asyncio.AbstractServer] = []
+        self._listen_fds: list[int] = []
         self._socket_id: tuple[int, int] | None = None
         self._http: Any = None
 
@@ -558,6 +605,7 @@ class Listeners:
                 self._servers.append(srv)
 
         asyncio.run_coroutine_threadsafe(serve(), loop).result(timeout=30)
+        self._listen_fds = [sock.fileno() for sock, _ in socks]
 
     def _start_http(self, address: str) -> None:
         """The Prometheus endpoint: a single-threaded WSGI server (one scrape at a time, 5 s
@@ -601,23 +649,30 @@ class Listeners:
         if loop is not None and hub is not None and self._thread is not None:
 
             async def shutdown() -> None:
+                # stop accepting first and let accepts under way attach: closing a server
+                # while one is under way leaks its socket (Python 3.11 asserts in
+                # Server._attach, and asyncio swallows it)
+                for fd in self._listen_fds:
+                    loop.remove_reader(fd)
+                await _abort_all(hub)
                 for srv in self._servers:
                     srv.close()
-                for conn in list(hub.clients) + list(hub.pending):
-                    conn.closed = True
-                    conn._forget()
-                    if conn.transport is not None:
-                        conn.transport.abort()
 
-            with contextlib.suppress(Exception):
+            try:
                 asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=10)
+            except Exception as exc:  # noqa: BLE001 - stopping anyway
+                log.warning("agent server shutdown: %s: %s", type(exc).__name__, exc)
             loop.call_soon_threadsafe(loop.stop)
             self._thread.join(timeout=10)
             hub.pool.shutdown(wait=True, cancel_futures=True)
             if not self._thread.is_alive():
+                # callbacks still queued (a late accept's connection_made, a request's reply)
+                # run now, on this thread; what they opened is aborted; then the loop closes
+                loop.run_until_complete(_abort_all(hub))
                 loop.close()
             self._loop = self._thread = None
             self._servers = []
+            self._listen_fds = []
         if self._http is not None:
             server, thread = self._http
             server.shutdown()

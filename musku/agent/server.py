@@ -102,7 +102,8 @@ def _fit_fd_limit(limits: ServerLimits) -> ServerLimits:
             soft = want
     if soft == resource.RLIM_INFINITY:
         return limits
-    room = soft - limits.fd_reserve - limits.max_clients
+    # the pending TCP connections and the queue waiting for a client slot: max_pending each
+    room = (soft - limits.fd_reserve - limits.max_clients) // 2
     if room >= limits.max_pending:
         return limits
     pending = max(8, room)

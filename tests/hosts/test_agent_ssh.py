@@ -53,7 +53,7 @@ def _experiment(tmp: Path, sshd: dict, hosts: list[dict], known_hosts: Path) -> 
     p.write_text(
         '[experiment]\nname = "ssh-pair"\n[service]\nname = "svc"\nknobs = ["thp", "shp"]\n'
         '[platform]\ncatalog = "firecracker-vm"\n[metric]\nprimary = "qps"\n'
-        + agent_hosts_toml(sshd, hosts, known_hosts, lease_s=6)
+        + agent_hosts_toml(sshd, hosts, known_hosts, lease_s=30)  # SSH renewals: ~1-3 s each under load
     )
     return p
 
@@ -88,7 +88,9 @@ def test_pair_over_ssh(tmp_path: Path, sshd: dict) -> None:
         try:
             assert [h.name for h in pair.hosts] == ["host-a", "host-b"]
             for h in pair.hosts:  # same machine: the clocks agree, to within the estimate's error
-                assert h.offset_rtt < 1.0, h.offset_rtt
+                # each round trip starts 'musku agent rpc' over SSH: over a second on a loaded
+                # 2-core machine (1.3 s seen at load average 19), so only a sanity bound here
+                assert h.offset_rtt < 5.0, h.offset_rtt
                 assert abs(h.offset) <= h.offset_rtt / 2 + 0.01, (h.offset, h.offset_rtt)
             base = Configuration.of({"thp": "madvise", "shp": 0})
             cand = Configuration.of({"thp": "always", "shp": 64})

@@ -53,7 +53,7 @@ def _experiment(tmp: Path, sshd: dict, hosts: list[dict], known_hosts: Path) -> 
     p.write_text(
         '[experiment]\nname = "ssh-pair"\n[service]\nname = "svc"\nknobs = ["thp", "shp"]\n'
         '[platform]\ncatalog = "firecracker-vm"\n[metric]\nprimary = "qps"\n'
-        + agent_hosts_toml(sshd, hosts, known_hosts, lease_s=30)  # SSH renewals: ~1-3 s each under load
+        + agent_hosts_toml(sshd, hosts, known_hosts, lease_s=30)  # renewals: 1-3 s under load
     )
     return p
 

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import math
 import os
 import resource
 import socket
@@ -132,9 +133,22 @@ class _Hub:
         self.waiting: dict[_Connection, None] = {}  # authenticated, for a client slot (FIFO)
         self.connections: set[_Connection] = set()  # all of them (for the shutdown)
         self._last_fd_warning = 0.0
+        self._last_auth_warning = -math.inf
+        self._unlogged = 0
 
     def refused(self, why: str) -> None:
         self.agent.metrics.refused.labels(why=why).inc()
+
+    def warn_refused(self, peer: str, why: str) -> None:
+        """Log a refused TCP request: at most one line a second (a flood of bad requests must
+        not flood the journal), saying how many were not logged."""
+        now = time.monotonic()
+        if now - self._last_auth_warning < 1.0:
+            self._unlogged += 1
+            return
+        more = f" (and {self._unlogged} more since the last one logged)" if self._unlogged else ""
+        log.warning("refused a TCP request from %s: %s%s", peer, why, more)
+        self._last_auth_warning, self._unlogged = now, 0
 
     def on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """asyncio's error hook: out of descriptors is a warning (asyncio then pauses accepting
@@ -187,7 +201,12 @@ class _Connection(asyncio.Protocol):
         hub = self.hub
         hub.connections.add(self)
         if self.kind == "unix":
-            pid, uid, _ = peer_credentials(transport.get_extra_info("socket"))
+            try:
+                pid, uid, _ = peer_credentials(transport.get_extra_info("socket"))
+            except OSError:  # the peer is gone already
+                self.closed = True
+                transport.abort()
+                return
             self.peer = f"uid {uid} pid {pid}"
             if uid not in hub.allowed_uids:
                 hub.refused("uid")
@@ -382,7 +401,7 @@ class _Connection(asyncio.Protocol):
                 req = self._verify(decode_request(line))
             except InputError as exc:
                 hub.refused("auth")
-                log.warning("refused a TCP request from %s: %s", self.peer, exc.message)
+                hub.warn_refused(self.peer, exc.message)
                 self._finish(_error(f"permission denied: {exc.message}", 6))
                 return
 
@@ -422,8 +441,10 @@ class _Connection(asyncio.Protocol):
             try:
                 req = self._verify(req)
             except InputError as exc:
-                self.hub.refused("auth")
-                log.warning("refused a TCP request from %s: %s", self.peer, exc.message)
+                hub = self.hub
+                hub.refused("auth")
+                assert hub.loop is not None
+                hub.loop.call_soon_threadsafe(hub.warn_refused, self.peer, exc.message)
                 return encode(_error(f"permission denied: {exc.message}", 6)), True
         return encode(self.hub.agent.handle(req)), False
 
@@ -433,6 +454,8 @@ class _Connection(asyncio.Protocol):
             return
         try:
             data, close = fut.result()
+        except asyncio.CancelledError:  # the pool is shutting down
+            return
         except Exception as exc:  # noqa: BLE001 - a bug: answer it, keep the connection sane
             log.exception("agent server: request failed")
             data, close = encode(error_reply(exc)), False

@@ -4,7 +4,7 @@ A real agent daemon (forked, ``musku.agent.daemon.run``) on a fake host tree, wi
 socket and its HMAC-authenticated TCP port. After a baseline (the daemon's RSS and threads, a
 controller's request latency), this process opens ``--idle`` (1,000) unauthenticated TCP
 connections that send nothing and ``--slow`` (100) that trickle an endless first line
-(64 bytes every 0.1 s); every connection the agent drops is reopened at once. Meanwhile an
+(``--chunk`` 64 bytes every 0.1 s); every connection the agent drops is reopened at once. Meanwhile an
 authenticated controller (``AgentClient`` over TCP, timeout 5 s) sends ``status`` every 0.1 s
 and a local one does the same on the Unix socket.
 
@@ -61,8 +61,8 @@ class Flood:
     """``idle`` silent and ``slow`` trickling unauthenticated connections on one thread,
     reopened whenever the agent drops one."""
 
-    def __init__(self, port: int, idle: int, slow: int, gap: float = 0.1) -> None:
-        self.port, self.gap = port, gap
+    def __init__(self, port: int, idle: int, slow: int, gap: float = 0.1, chunk: int = 64) -> None:
+        self.port, self.gap, self.chunk = port, gap, chunk
         self.sel = selectors.DefaultSelector()
         self.drops = 0
         self.connects = 0
@@ -111,7 +111,7 @@ class Flood:
                 for s, slow in list(self.conns.items()):
                     if slow:
                         try:
-                            s.send(b"x" * 64)
+                            s.send(b"x" * self.chunk)
                         except BlockingIOError:
                             pass
                         except OSError:
@@ -150,7 +150,7 @@ def quantiles(xs: list[float]) -> dict[str, float]:
     }
 
 
-def run(idle: int, slow: int, seconds: float) -> dict[str, Any]:
+def run(idle: int, slow: int, seconds: float, chunk: int = 64) -> dict[str, Any]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = idle + slow + 256
     if soft < need:
@@ -173,7 +173,7 @@ def run(idle: int, slow: int, seconds: float) -> dict[str, Any]:
         controller_loop(unix, 1.0, base_unix, errors)
         base = proc_status(pid)
         t0 = time.monotonic()
-        flood = Flood(port, idle, slow)
+        flood = Flood(port, idle, slow, chunk=chunk)
         opened_s = time.monotonic() - t0
         lat: list[float] = []
         lat_unix: list[float] = []
@@ -199,6 +199,7 @@ def run(idle: int, slow: int, seconds: float) -> dict[str, Any]:
         return {
             "idle": idle,
             "slow": slow,
+            "chunk": chunk,
             "seconds": seconds,
             "opened_s": opened_s,
             "base": base,
@@ -225,11 +226,18 @@ def main() -> int:
     ap.add_argument("--idle", type=int, default=1000)
     ap.add_argument("--slow", type=int, default=100)
     ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument(
+        "--chunk",
+        type=int,
+        default=64,
+        help="bytes a slow sender sends every 0.1 s (65536: 100 clients each pushing a 4 MiB line)",
+    )
     a = ap.parse_args()
-    r = run(a.idle, a.slow, a.seconds)
+    r = run(a.idle, a.slow, a.seconds, a.chunk)
     b, p = r["base"], r["peak"]
     print(
-        f"flood: {r['idle']} idle + {r['slow']} slow unauthenticated TCP connections "
+        f"flood: {r['idle']} idle + {r['slow']} slow ({r['chunk']} B every 0.1 s) "
+        "unauthenticated TCP connections "
         f"(opened in {r['opened_s']:.1f} s), {r['seconds']:g} s; the agent dropped "
         f"{r['drops']} (reopened at once)"
     )

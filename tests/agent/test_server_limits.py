@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import threading
@@ -415,6 +416,7 @@ def test_tcp_client_waits_for_an_agent_that_is_starting(tmp_path: Path) -> None:
         agent.close()
 
 
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
 def test_listen_backlog_is_sized_for_a_fleet(serve: Callable[..., Served]) -> None:
     srv = serve()
     # /proc/net/tcp has no backlog; ss shows it as Send-Q of a listening socket

@@ -4,7 +4,7 @@ goal on the ratio is met, not met, or undecided at this noise (with the rounds t
 likely decide it).
 
 A goal is decided only when the whole interval is on one side of its bound; a median alone is
-never a verdict. The rounds needed assume the interval narrows as 1/sqrt(rounds), from the
+never a verdict, nor is anything from fewer than MIN_ROUNDS rounds. The rounds needed assume the interval narrows as 1/sqrt(rounds), from the
 half-width measured now to the distance between the median and the bound.
 """
 
@@ -20,6 +20,10 @@ import numpy as np
 from musku.errors import InputError
 
 UNDECIDED = "undecided at this noise"
+# Fewer rounds cannot decide at 95 %: with n rounds all on one side of the bound, a sign test's
+# two-sided p is 2 * 0.5^n, below 0.05 from n = 6 (the bootstrap interval of a median of 3 or 4
+# rounds is just their range, and would claim more than it knows).
+MIN_ROUNDS = 6
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,8 @@ def verdict(r: RoundsRatio, direction: str, bound: float) -> str:
     def ok(x: float) -> bool:
         return x <= bound if direction == "<=" else x >= bound
 
-    if r.rounds < 2:
-        return UNDECIDED  # one round has no spread to judge the noise by
+    if r.rounds < MIN_ROUNDS:
+        return UNDECIDED
     if ok(r.low) and ok(r.high):
         return "met"
     if not ok(r.low) and not ok(r.high):
@@ -87,8 +91,8 @@ def rounds_to_decide(r: RoundsRatio, bound: float) -> int | None:
         return None
     side = r.high - r.median if bound > r.median else r.median - r.low  # the side facing it
     if side < gap:
-        return r.rounds  # already decided
-    return max(r.rounds + 1, math.ceil(r.rounds * (side / gap) ** 2))
+        return max(MIN_ROUNDS, r.rounds)  # decided by the interval (given enough rounds)
+    return max(MIN_ROUNDS, r.rounds + 1, math.ceil(r.rounds * (side / gap) ** 2))
 
 
 def describe(r: RoundsRatio, direction: str, bound: float) -> str:
@@ -99,6 +103,8 @@ def describe(r: RoundsRatio, direction: str, bound: float) -> str:
         need = rounds_to_decide(r, bound)
         text += (
             f" (about {need} rounds would decide it)"
+            if need is not None and need > r.rounds
+            else f" (fewer than {MIN_ROUNDS} rounds never decide)"
             if need is not None
             else " (the median sits on the bound: no number of rounds decides it)"
             if r.rounds >= 2

@@ -10,16 +10,16 @@ from musku.services import rounds
 
 
 def test_a_clear_gap_is_decided_both_ways() -> None:
-    r = rounds.median_ratio([0.30, 0.32, 0.35, 0.31, 0.33])
+    r = rounds.median_ratio([0.30, 0.32, 0.35, 0.31, 0.33, 0.34])
     assert r.low <= r.median <= r.high
     assert r.low >= 0.30 and r.high <= 0.35
     assert rounds.verdict(r, "<=", 0.5) == "met"
     assert rounds.verdict(r, ">=", 0.5) == "NOT met"
-    assert rounds.rounds_to_decide(r, 0.5) == 5  # already decided
+    assert rounds.rounds_to_decide(r, 0.5) == 6  # already decided
 
 
 def test_a_wide_interval_is_undecided_with_the_rounds_needed() -> None:
-    r = rounds.median_ratio([0.3, 0.7, 0.45, 0.9, 0.4])
+    r = rounds.median_ratio([0.3, 0.7, 0.45, 0.9, 0.4, 0.6])
     assert rounds.verdict(r, "<=", 0.5) == rounds.UNDECIDED
     need = rounds.rounds_to_decide(r, 0.5)
     assert need is not None and need > r.rounds
@@ -44,3 +44,11 @@ def test_the_bootstrap_is_seeded() -> None:
 def test_bad_ratios_are_refused(bad: list[float]) -> None:
     with pytest.raises(InputError):
         rounds.median_ratio(bad)
+
+
+def test_too_few_rounds_never_decide_however_clear() -> None:
+    r = rounds.median_ratio([0.30, 0.31, 0.32])
+    assert r.high < 0.5
+    assert rounds.verdict(r, "<=", 0.5) == rounds.UNDECIDED
+    assert rounds.rounds_to_decide(r, 0.5) == rounds.MIN_ROUNDS
+    assert "about 6 rounds" in rounds.describe(r, "<=", 0.5)

@@ -10,6 +10,7 @@ import os
 import signal
 import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -357,3 +358,30 @@ def test_musku_serves_the_musuite_files_exactly(tmp_path: Path) -> None:
         assert a["docs"] == want, q
         nonempty += bool(want)
     assert nonempty > 10
+
+
+@pytest.mark.slow
+def test_bench_without_a_built_original_runs_musku_alone_and_says_so(tmp_path: Path) -> None:
+    """bench/setalgebra.py --original DIR with nothing built in DIR: a one-line notice, musku's
+    figures alone, and a line that no same-run comparison was made (exit 0)."""
+    empty = tmp_path / "no-original"
+    empty.mkdir()
+    root = Path(__file__).resolve().parents[2]
+    cp = subprocess.run(
+        [sys.executable, str(root / "bench/setalgebra.py"), "--original", str(empty),
+         "--data-dir", str(tmp_path / "data"), "--docs", "20000", "--terms", "300",
+         "--queries", "200", "--rounds", "1", "--duration", "0.5", "--warmup", "0.2",
+         "--loads", "100", "--concurrency", "2", "--leaf-transports", "batch",
+         "--check-queries", "20", "--save", str(tmp_path / "out.json")],
+        capture_output=True, text=True, timeout=600, cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    assert "holds no built intersection_server or mid_tier_server" in cp.stderr
+    assert "No same-run comparison with the original μSuite was made" in cp.stdout
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["same_run_comparison"] is False
+    assert list(out["systems"]) == ["musku async-dispatch-block/batch"]
+    (rnd,) = out["systems"]["musku async-dispatch-block/batch"]["rounds"]
+    assert rnd["open"]["100"]["ok"] > 0 and rnd["open"]["100"]["errors"] == 0
+    assert rnd["open"]["100"]["cpu_us_per_query"] > 0

@@ -24,6 +24,7 @@ UNDECIDED = "undecided at this noise"
 # two-sided p is 2 * 0.5^n, below 0.05 from n = 6 (the bootstrap interval of a median of 3 or 4
 # rounds is just their range, and would claim more than it knows).
 MIN_ROUNDS = 6
+MAX_ROUNDS_SAID = 1000  # beyond this an extrapolated count means nothing but "far too noisy"
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,9 @@ def describe(r: RoundsRatio, direction: str, bound: float) -> str:
     if v == UNDECIDED:
         need = rounds_to_decide(r, bound)
         text += (
-            f" (about {need} rounds would decide it)"
+            f" (more than {MAX_ROUNDS_SAID} rounds: the noise swamps the difference)"
+            if need is not None and need > MAX_ROUNDS_SAID
+            else f" (about {need} rounds would decide it)"
             if need is not None and need > r.rounds
             else f" (fewer than {MIN_ROUNDS} rounds never decide)"
             if need is not None

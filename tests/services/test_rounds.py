@@ -52,3 +52,10 @@ def test_too_few_rounds_never_decide_however_clear() -> None:
     assert rounds.verdict(r, "<=", 0.5) == rounds.UNDECIDED
     assert rounds.rounds_to_decide(r, 0.5) == rounds.MIN_ROUNDS
     assert "about 6 rounds" in rounds.describe(r, "<=", 0.5)
+
+
+def test_hopeless_noise_is_said_so_not_counted() -> None:
+    r = rounds.median_ratio([0.18, 0.5, 0.93, 0.95, 7.6, 10.9])
+    need = rounds.rounds_to_decide(r, 1.05)
+    assert need is not None and need > rounds.MAX_ROUNDS_SAID
+    assert "noise swamps the difference" in rounds.describe(r, "<=", 1.05)

@@ -21,7 +21,9 @@ ramp, the auto-tuner trained on these measurements, head to head, and a flash cr
    large on a shared VM, cancels), and the p99s of all rounds' requests pooled (the load
    generator's histograms) with a 95 % bootstrap interval for their ratio: with a few hundred
    requests a p99 rests on a handful of them, and two runs of one configuration differ by tens
-   of per cent. (Comparing auto with the least of
+   of per cent. Per load a verdict on "auto within 5 %" from the paired rounds' bootstrap
+   interval (musku.services.rounds): met, NOT met, or "undecided at this noise" with about how
+   many rounds would decide it. (Comparing auto with the least of
    several noisy p99s measured in the same rounds would flatter the statics: the minimum of
    noisy estimates is biased low; it is printed, marked, where it differs.)
 5. Flash crowd: 100 QPS -> the ramp's top for 1 s -> 100 QPS; p99 per phase, auto vs the
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -46,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from musku.errors import MuskuError
+from musku.services import rounds as rounds_mod
 from musku.services import runtime
 from musku.services.latency import Latencies, quantile_ratio
 from musku.tune import train as tr
@@ -233,14 +237,33 @@ def main() -> int:
                         **pooled_ratio(lat[q]["auto"], lat[q][best]),
                         "lowest_measured_static": min(statics_here, key=lambda k: statics_here[k]),
                         "auto_vs_lowest_measured": p99(lat[q]["auto"]) / min(statics_here.values())})  # fmt: skip
+    for s in summary:  # a verdict only where the rounds' interval supports one
+        finite = [x for x in s["paired_ratios"] if math.isfinite(x) and x > 0]
+        if len(finite) == len(s["paired_ratios"]):
+            rr = rounds_mod.median_ratio(finite)
+            s["paired_interval"] = [rr.low, rr.high]
+            s["verdict"] = rounds_mod.verdict(rr, "<=", 1.05)
+            s["rounds_to_decide"] = rounds_mod.rounds_to_decide(rr, 1.05)
+            s["verdict_line"] = rounds_mod.describe(rr, "<=", 1.05)
+        else:
+            s["verdict"] = "NOT met" if s["auto_vs_best"] > 1.05 else rounds_mod.UNDECIDED
+            s["verdict_line"] = f"a round did not serve the load: {s['verdict']}"
     out["summary"] = summary
     low = ramp[0]
     lowest = {}
     for k in (tr.Candidate.of(m, 2).key() for m in DISPATCH_BLOCK):
+        pr = paired(low, k, "auto")
         lowest[k] = {
-            "ratio": statistics.median(paired(low, k, "auto")),
+            "ratio": statistics.median(pr),
             **pooled_ratio(lat[low][k], lat[low]["auto"]),
         }
+        if all(math.isfinite(x) and x > 0 for x in pr):
+            rr = rounds_mod.median_ratio(pr)
+            lowest[k]["verdict"] = rounds_mod.verdict(rr, ">=", 1.3)
+            lowest[k]["verdict_line"] = rounds_mod.describe(rr, ">=", 1.3)
+        else:
+            lowest[k]["verdict"] = rounds_mod.UNDECIDED
+            lowest[k]["verdict_line"] = "a round did not serve the load: " + rounds_mod.UNDECIDED
     out["dispatch_block_vs_auto_at_lowest"] = lowest
     if a.json:
         print(json.dumps(out, indent=2, default=str))
@@ -275,13 +298,20 @@ def main() -> int:
         print(f"{s['qps']:>8g} {s['requests']:>9} {s['auto_vs_best']:>7.2f}  {ci:<24} "
               f"{s['auto_p99_us'] / 1e3:>8.2f} {s['best_p99_us'] / 1e3:>8.2f}  "
               f"{s['offline_best']}")  # fmt: skip
+    print("auto vs the offline-best static per load, paired rounds: median ratio [95 % "
+          "bootstrap interval over rounds], goal <= 1.05x:")  # fmt: skip
+    for s in summary:
+        print(f"  {s['qps']:>8g} QPS: {s['verdict_line']}")
     worst = max(s["auto_vs_best"] for s in summary)
     within = sum(s["auto_vs_best"] <= 1.05 for s in summary)
     resolved = sum(bool(s["ci95"]) and s["ci95"][1] <= 1.05 for s in summary)
-    print(f"goal: auto within 5 % of the best static model at every load (paired): "
-          f"{within}/{len(summary)} loads (worst {worst:.2f}) -> "
-          f"{'met' if within == len(summary) else 'NOT met'}; pooled interval <= 1.05 (beyond "
-          f"sampling error) at {resolved}/{len(summary)}")  # fmt: skip
+    verdicts = [s["verdict"] for s in summary]
+    overall = ("NOT met" if "NOT met" in verdicts else "met" if all(v == "met" for v in verdicts)
+               else rounds_mod.UNDECIDED)  # fmt: skip
+    out["auto_within_5pct"] = overall
+    print(f"goal: auto within 5 % of the best static model at every load: {overall} (from the "
+          f"paired rounds' intervals above; medians within 5 % at {within}/{len(summary)} loads, "
+          f"worst {worst:.2f}; pooled interval <= 1.05 at {resolved}/{len(summary)})")  # fmt: skip
     for s in summary:
         if s["lowest_measured_static"] != s["offline_best"]:
             print(f"  at {s['qps']:g} QPS the lowest pooled head-to-head static was "
@@ -293,8 +323,8 @@ def main() -> int:
             if v["ci95"]
             else ""
         )
-        print(f"at {low:g} QPS, static {k} p99 / auto p99 = {v['ratio']:.2f}x paired{ci} "
-              f"(goal >= 1.3x: {'met' if v['ratio'] >= 1.3 else 'NOT met'})")  # fmt: skip
+        print(f"at {low:g} QPS, static {k} p99 / auto p99 = {v['ratio']:.2f}x paired{ci}: "
+              f"{v['verdict_line']}")  # fmt: skip
     print(f"flash crowd {sched} (QPS:seconds): p99 ms per phase, errors")
     for name, v in flash.items():
         print(f"  {name:<40} {v[0]:>8.2f} {v[1]:>8.2f} {v[2]:>8.2f}   errors {v[3]}")

@@ -18,10 +18,11 @@ Run ``python -m musku.services.datasets --help`` for the command line.
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -447,6 +448,373 @@ def recommend_data(
     write_ratings(train_path, train)
     write_ratings(test_path, test)
     return train_path, test_path
+
+
+# ---- Set Algebra in μSuite's text format -------------------------------------------------------
+#
+# The original μSuite Set Algebra reads posting lists as text, one word a line: ``<word> <doc>
+# <doc> ...`` (doc ids ascending; its leaves merge-intersect them as they are), each leaf its own
+# file holding its shard's documents, and queries as ``<word> <word> ...`` (words are integer
+# ids: it parses them with strtol). musku's leaves read one binary index (MSAIDX01, every shard
+# takes doc % shards == shard) and its load generator the same queries file. The functions below
+# write and read the text format, shard it, convert it exactly to MSAIDX01 and encode the
+# queries as the original's ``UnionRequest`` messages, so both systems serve the same data.
+
+MSAI_MAGIC = b"MSAIDX01"
+_FNV_OFFSET, _FNV_PRIME = 1469598103934665603, 1099511628211
+MUSUITE_UNION_METHOD = "/union_service.UnionService/Union"
+MUSKU_QUERY_METHOD = "/setalgebra.MidTier/Query"
+
+
+def _fnv1a64(data: bytes) -> int:
+    """FNV-1a 64 over ``data`` (the MSAIDX01 trailer; a sequential hash: ~1 s per 4 MB here)."""
+    h, prime, mask = _FNV_OFFSET, _FNV_PRIME, (1 << 64) - 1
+    for b in data:
+        h = ((h ^ b) * prime) & mask
+    return h
+
+
+def read_postings_text(path: Path) -> dict[str, np.ndarray]:
+    """Posting lists in μSuite's text format: word -> ascending unique uint32 doc ids.
+
+    A line is ``<word> <doc> <doc> ...``; blank lines are skipped; a word with no docs is an
+    empty list. InputError (with ``file:line``) on a repeated word, a doc id that is not an
+    integer in [0, 2^32), or docs not strictly ascending (the original would intersect them
+    wrongly)."""
+    import numpy as np
+
+    path = Path(path)
+    out: dict[str, np.ndarray] = {}
+    try:
+        text = path.read_text(encoding="ascii")
+    except (OSError, UnicodeError) as e:
+        raise InputError(f"cannot read posting lists: {e}", where=str(path)) from e
+    for n, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        word, rest = parts[0], parts[1:]
+        where = f"{path}:{n}"
+        if word in out:
+            raise InputError(f"word {word!r} appears twice", where=where)
+        try:
+            docs = np.array([int(x) for x in rest], dtype=np.int64)
+        except (ValueError, OverflowError) as e:
+            raise InputError(f"doc ids must be integers ({e})", where=where) from e
+        if docs.size and (docs.min() < 0 or docs.max() >= 2**32):
+            raise InputError("doc ids must be in [0, 2^32)", where=where)
+        if docs.size > 1 and not (np.diff(docs) > 0).all():
+            raise InputError(f"doc ids of {word!r} are not strictly ascending", where=where)
+        out[word] = docs.astype(np.uint32)
+    return out
+
+
+def write_postings_text(path: Path, postings: Mapping[str, npt.ArrayLike]) -> None:
+    """Write posting lists in μSuite's text format (words in the mapping's order)."""
+    import numpy as np
+
+    with open(path, "w", encoding="ascii") as f:
+        for word, docs in postings.items():
+            if not word or any(c.isspace() for c in word):
+                raise InputError(f"a word must be non-empty without spaces, not {word!r}")
+            arr = np.asarray(docs, dtype=np.int64)
+            f.write(word)
+            if arr.size:
+                f.write(" ")
+                f.write(" ".join(map(str, arr.tolist())))
+            f.write("\n")
+
+
+def shard_postings(
+    postings: Mapping[str, np.ndarray], shard: int, shards: int
+) -> dict[str, np.ndarray]:
+    """The documents of one shard (doc % shards == shard, musku's document sharding); words
+    left with no documents are dropped (the original's leaves then answer an empty result for
+    them, as musku's do for an unknown word)."""
+    if shards < 1 or not 0 <= shard < shards:
+        raise InputError(f"bad shard {shard} of {shards}")
+    out = {}
+    for word, docs in postings.items():
+        mine = docs[docs % shards == shard]
+        if mine.size:
+            out[word] = mine
+    return out
+
+
+def write_msai(
+    path: Path, postings: Mapping[str, npt.ArrayLike], num_docs: int | None = None
+) -> None:
+    """Write musku's Set Algebra index (MSAIDX01: ``u32 num_docs, u32 num_terms``, per term
+    ``u16 len, bytes, u32 count, u32 docs``, then FNV-1a 64 of all before; little-endian).
+    ``num_docs`` defaults to the largest doc id + 1; the docs must be ascending and unique."""
+    import numpy as np
+
+    arrays = {w: np.asarray(d, dtype=np.int64) for w, d in postings.items()}
+    top = max((int(a.max()) + 1 for a in arrays.values() if a.size), default=0)
+    if num_docs is None:
+        num_docs = top
+    if num_docs < top or num_docs >= 2**32:
+        raise InputError(f"num_docs {num_docs} must cover the doc ids (< {top}) and be < 2^32")
+    parts = [MSAI_MAGIC, struct.pack("<II", num_docs, len(arrays))]
+    for word, a in arrays.items():
+        raw = word.encode()
+        if not 0 < len(raw) <= 65535:
+            raise InputError(f"term length out of range: {word!r}")
+        if a.size > 1 and not (np.diff(a) > 0).all():
+            raise InputError(f"doc ids of {word!r} are not strictly ascending")
+        parts += [struct.pack("<H", len(raw)), raw, struct.pack("<I", a.size),
+                  a.astype("<u4").tobytes()]  # fmt: skip
+    body = b"".join(parts)
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_bytes(body + struct.pack("<Q", _fnv1a64(body)))
+    tmp.replace(path)
+
+
+def read_msai(path: Path) -> tuple[int, dict[str, np.ndarray]]:
+    """musku's Set Algebra index: (num_docs, term -> docs); InputError on a bad magic, a
+    checksum mismatch (truncated or corrupt) or malformed contents."""
+    import numpy as np
+
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read index: {e}", where=str(path)) from e
+    if len(data) < 24 or data[:8] != MSAI_MAGIC:
+        raise InputError("not a musku Set Algebra index (bad magic or too short)", where=str(path))
+    (stored,) = struct.unpack_from("<Q", data, len(data) - 8)
+    if stored != _fnv1a64(data[:-8]):
+        raise InputError("truncated or corrupt (checksum mismatch)", where=str(path))
+    num_docs, nterms = struct.unpack_from("<II", data, 8)
+    off, end = 16, len(data) - 8
+    out: dict[str, np.ndarray] = {}
+    try:
+        for _ in range(nterms):
+            (ln,) = struct.unpack_from("<H", data, off)
+            term = data[off + 2 : off + 2 + ln].decode()
+            off += 2 + ln
+            (c,) = struct.unpack_from("<I", data, off)
+            off += 4
+            if off + 4 * c > end:
+                raise InputError(f"postings of {term!r} run past the end", where=str(path))
+            out[term] = np.frombuffer(data, dtype="<u4", count=c, offset=off).astype(np.uint32)
+            off += 4 * c
+    except (struct.error, UnicodeDecodeError) as e:
+        raise InputError(f"corrupt index ({e})", where=str(path)) from e
+    if off != end:
+        raise InputError("corrupt index (trailing bytes)", where=str(path))
+    return num_docs, out
+
+
+def postings_text_to_msai(text: Path, msai: Path, num_docs: int | None = None) -> int:
+    """Convert μSuite's posting-list text exactly to musku's index; returns the term count."""
+    postings = read_postings_text(text)
+    write_msai(msai, postings, num_docs)
+    return len(postings)
+
+
+def read_queries_text(path: Path) -> list[list[str]]:
+    """Queries, one a line, words separated by white space (both systems' format); blank lines
+    are skipped (as musku's load generator skips them)."""
+    try:
+        lines = Path(path).read_text(encoding="ascii").splitlines()
+    except (OSError, UnicodeError) as e:
+        raise InputError(f"cannot read queries: {e}", where=str(path)) from e
+    return [ws for ws in (line.split() for line in lines) if ws]
+
+
+@functools.cache
+def musuite_messages() -> tuple[type, type]:
+    """Message classes for the original μSuite Set Algebra's mid-tier RPC, built from the
+    fields it sends and reads on the wire (``union_service.UnionRequest``: word_ids = 1 packed
+    uint64, request_id = 6; ``UnionResponse``: doc_ids = 1 packed uint64; the other fields are
+    timing and utilisation counters, kept as unknown fields)."""
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    except ImportError as e:
+        raise UnsupportedError(
+            "the protobuf package is not installed (pip install protobuf)"
+        ) from e
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name="musku_musuite_union_wire.proto", package="union_service", syntax="proto3"
+    )
+    fd = descriptor_pb2.FieldDescriptorProto
+    req = fdp.message_type.add(name="UnionRequest")
+    req.field.add(name="word_ids", number=1, type=fd.TYPE_UINT64, label=fd.LABEL_REPEATED)
+    req.field.add(name="request_id", number=6, type=fd.TYPE_UINT64, label=fd.LABEL_OPTIONAL)
+    resp = fdp.message_type.add(name="UnionResponse")
+    resp.field.add(name="doc_ids", number=1, type=fd.TYPE_UINT64, label=fd.LABEL_REPEATED)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return (
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("union_service.UnionRequest")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("union_service.UnionResponse")),
+    )
+
+
+@functools.cache
+def musku_setalgebra_messages() -> tuple[type, type]:
+    """Message classes for musku's Set Algebra mid-tier (``setalgebra.QueryRequest``: id = 1,
+    terms = 2; ``QueryReply``: id = 1, docs = 2 packed uint32; services/setalgebra/proto)."""
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    except ImportError as e:
+        raise UnsupportedError(
+            "the protobuf package is not installed (pip install protobuf)"
+        ) from e
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name="musku_setalgebra_wire.proto", package="setalgebra", syntax="proto3"
+    )
+    fd = descriptor_pb2.FieldDescriptorProto
+    req = fdp.message_type.add(name="QueryRequest")
+    req.field.add(name="id", number=1, type=fd.TYPE_UINT64, label=fd.LABEL_OPTIONAL)
+    req.field.add(name="terms", number=2, type=fd.TYPE_STRING, label=fd.LABEL_REPEATED)
+    rep = fdp.message_type.add(name="QueryReply")
+    rep.field.add(name="id", number=1, type=fd.TYPE_UINT64, label=fd.LABEL_OPTIONAL)
+    rep.field.add(name="docs", number=2, type=fd.TYPE_UINT32, label=fd.LABEL_REPEATED)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return (
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("setalgebra.QueryRequest")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("setalgebra.QueryReply")),
+    )
+
+
+def query_request_bytes(words: list[str], request_id: int = 0) -> bytes:
+    """One query as musku's serialized ``setalgebra.QueryRequest``."""
+    req_cls, _ = musku_setalgebra_messages()
+    out: bytes = req_cls(id=request_id, terms=words).SerializeToString()
+    return out
+
+
+def query_reply_docs(payload: bytes) -> list[int]:
+    """The doc ids of a serialized musku ``setalgebra.QueryReply`` (ascending, unique)."""
+    _, rep_cls = musku_setalgebra_messages()
+    msg = rep_cls()
+    msg.ParseFromString(payload)
+    return list(msg.docs)
+
+
+def union_request_bytes(words: list[str], request_id: int = 0) -> bytes:
+    """One query as the original's serialized ``UnionRequest``; InputError unless every word is
+    an integer id in [0, 2^32) (the original's leaves key words by uint32)."""
+    req_cls, _ = musuite_messages()
+    try:
+        ids = [int(w) for w in words]
+    except ValueError as e:
+        raise InputError(f"the original μSuite needs integer word ids, not {words!r}") from e
+    if not ids or any(not 0 <= i < 2**32 for i in ids):
+        raise InputError(f"a query needs word ids in [0, 2^32), not {words!r}")
+    out: bytes = req_cls(word_ids=ids, request_id=request_id).SerializeToString()
+    return out
+
+
+def write_union_requests(queries: Path, out: Path) -> int:
+    """The queries as a length-prefixed (u32 little-endian) file of serialized ``UnionRequest``
+    messages, what ``musku_loadgen --method /union_service.UnionService/Union --requests FILE``
+    sends; returns the number of requests."""
+    qs = read_queries_text(queries)
+    if not qs:
+        raise InputError("no queries", where=str(queries))
+    with open(out, "wb") as f:
+        for i, words in enumerate(qs):
+            msg = union_request_bytes(words, i)
+            f.write(struct.pack("<I", len(msg)) + msg)
+    return len(qs)
+
+
+def union_response_docs(payload: bytes) -> list[int]:
+    """The doc ids of a serialized ``UnionResponse`` (the original's union: not deduplicated,
+    not sorted)."""
+    _, resp_cls = musuite_messages()
+    msg = resp_cls()
+    msg.ParseFromString(payload)
+    return list(msg.doc_ids)
+
+
+def synthetic_setalgebra(
+    docs: int = 1_000_000,
+    terms: int = 20_000,
+    queries: int = 10_000,
+    *,
+    seed: int = 1,
+    min_terms: int = 2,
+    max_terms: int = 5,
+) -> tuple[dict[str, np.ndarray], list[list[str]]]:
+    """Seeded synthetic Set Algebra data with integer words (the original needs them): word
+    ``r + 1`` (frequency rank r) in max(min_df, 0.1 docs / (r+1)^0.8) uniform documents (as
+    ``setalgebra_gen synth``), queries of ``min_terms``..``max_terms`` distinct words drawn
+    Zipf(1) by rank."""
+    import numpy as np
+
+    if docs < 1 or docs > 2**32 - 1 or terms < 1 or queries < 1:
+        raise InputError("docs must be in [1, 2^32), terms and queries positive")
+    if not 1 <= min_terms <= max_terms or max_terms > terms:
+        raise InputError(f"query length {min_terms}..{max_terms} must fit {terms} terms")
+    rng = np.random.default_rng(seed)
+    min_df = max(1, min(100, docs // 1000 + 1))
+    postings: dict[str, np.ndarray] = {}
+    for r in range(terms):
+        df = int(min(docs, max(min_df, 0.1 * docs / (r + 1) ** 0.8)))
+        postings[str(r + 1)] = np.unique(rng.integers(0, docs, size=df)).astype(np.uint32)
+    w = 1.0 / np.arange(1, terms + 1)
+    w /= w.sum()
+    qs: list[list[str]] = []
+    lengths = rng.integers(min_terms, max_terms + 1, size=queries)
+    for k in lengths.tolist():
+        chosen: list[int] = []
+        while len(chosen) < k:
+            for t in rng.choice(terms, size=2 * k, p=w).tolist():
+                if t not in chosen and len(chosen) < k:
+                    chosen.append(t)
+        qs.append([str(t + 1) for t in chosen])
+    return postings, qs
+
+
+@dataclass(frozen=True)
+class SetAlgebraFiles:
+    """One data set in both systems' formats."""
+
+    postings: Path  # μSuite text, every document
+    shards: list[Path]  # μSuite text, shard k's documents (the original's leaf k reads it)
+    queries: Path  # one query a line (both systems)
+    index: Path  # musku's MSAIDX01, converted from ``postings``
+    union_requests: Path  # the queries as the original's length-prefixed UnionRequests
+
+
+def setalgebra_musuite_data(
+    data_dir: Path,
+    *,
+    docs: int = 1_000_000,
+    terms: int = 20_000,
+    queries: int = 10_000,
+    seed: int = 1,
+    shards: int = 2,
+) -> SetAlgebraFiles:
+    """Generate (once, cached under ``data_dir/setalgebra``) synthetic data in μSuite's text
+    format, its shard files, and its exact conversions for musku (index) and for musku's load
+    generator driving the original (UnionRequests)."""
+    out = Path(data_dir) / "setalgebra" / f"musuite-{docs}-{terms}-{queries}-{seed}"
+    files = SetAlgebraFiles(
+        out / "postings.txt",
+        [out / f"postings.shard{k}of{shards}.txt" for k in range(shards)],
+        out / "queries.txt",
+        out / "index.msai",
+        out / "union_requests.bin",
+    )
+    every = [files.postings, *files.shards, files.queries, files.index, files.union_requests]
+    if all(p.is_file() for p in every):
+        return files
+    out.mkdir(parents=True, exist_ok=True)
+    postings, qs = synthetic_setalgebra(docs, terms, queries, seed=seed)
+    write_postings_text(files.postings, postings)
+    for k, path in enumerate(files.shards):
+        write_postings_text(path, shard_postings(postings, k, shards))
+    files.queries.write_text("".join(" ".join(q) + "\n" for q in qs), encoding="ascii")
+    # the index is converted from the text just written (the exact path a user's files take)
+    postings_text_to_msai(files.postings, files.index, docs)
+    write_union_requests(files.queries, files.union_requests)
+    return files
 
 
 # ---- command line -----------------------------------------------------------------------------

@@ -393,15 +393,19 @@ def run_load(
     spec: LoadSpec,
     *,
     cpus: Sequence[int] | None = None,
+    method: str | None = None,
 ) -> dict[str, Any]:
-    """Drive ``address`` with musku_loadgen; return its JSON result."""
+    """Drive ``address`` with musku_loadgen; return its JSON result. With ``method``
+    (``/package.Service/Method``) ``data`` is a file of length-prefixed serialized requests
+    (``--method M --requests FILE``: any gRPC service, e.g. the original μSuite's)."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tf:
         out = Path(tf.name)
+    what = ["--method", method, "--requests", str(data)] if method else [
+        "--service", service, "--data", str(data)]  # fmt: skip
     argv = [
         str(binary("musku_loadgen")),
         "--target", address,
-        "--service", service,
-        "--data", str(data),
+        *what,
         "--mode", spec.mode,
         "--duration", f"{spec.duration_s:g}",
         "--warmup", f"{spec.warmup_s:g}",

@@ -7,7 +7,6 @@ user-caused error prints one line ``musku: error: ...`` and no traceback. Heavy 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -26,6 +25,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: rich mode shows a `<bool>` placeholder on flags
 )
 db_app = typer.Typer(help="Results database.", no_args_is_help=True)
 sku_app = typer.Typer(help="Soft SKUs in the results database.", no_args_is_help=True)
@@ -83,14 +83,16 @@ _mount_optional("musku.tune.cli", "tune", "Threading auto-tuner: train decision 
 
 
 def _console(stderr: bool = False) -> Any:
-    from rich.console import Console
+    from musku.sweep.progress import make_console
 
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, highlight=False, width=None if stream.isatty() else 160)
+    return make_console(stderr=stderr)
 
 
 def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """Strict JSON: NaN and +-Infinity are written as null (docs/cli.md)."""
+    from musku.report.strict_json import dumps
+
+    sys.stdout.write(dumps(data, indent=2) + "\n")
 
 
 def _open_store(url: str | None) -> Any:
@@ -478,12 +480,12 @@ def sku_diff(
         "knob",
         f"#{first} {skus[0].service}/{skus[0].platform}",
         f"#{second} {skus[1].service}/{skus[1].platform}",
-        "",
+        "same?",
     )
     for r in rows:
         fa = format_value(r["knob"], r["first"]) if r["first"] is not None else "-"
         fb = format_value(r["knob"], r["second"]) if r["second"] is not None else "-"
-        t.add_row(r["knob"], fa, fb, "" if r["same"] else "differs")
+        t.add_row(r["knob"], fa, fb, "same" if r["same"] else "differs")
     _console().print(t)
 
 

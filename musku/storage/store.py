@@ -232,8 +232,9 @@ class Store:
     # ------------------------------------------------------------------ experiments
 
     @_guard
-    def create_experiment(self, experiment: Experiment) -> int:
-        """Record a new experiment (status ``created``); returns its id."""
+    def create_experiment(self, experiment: Experiment, *, mode: str | None = None) -> int:
+        """Record a new experiment (status ``created``); returns its id. ``mode`` overrides
+        the file's sweep mode for runs that are not sweeps (``abtest``)."""
         resolved = {
             "space": {k: list(v) for k, v in experiment.space.items()},
             "stock": experiment.stock.as_dict(),
@@ -261,7 +262,7 @@ class Store:
                 description=experiment.description,
                 service=experiment.service.name,
                 platform=experiment.platform.name,
-                mode=experiment.mode.value,
+                mode=mode or experiment.mode.value,
                 baseline=experiment.baseline,
                 metric=experiment.spec.metric,
                 direction=experiment.spec.direction.value,

@@ -489,6 +489,68 @@ def sku_diff(
     _console().print(t)
 
 
+# ---------------------------------------------------------------------------- report
+
+
+@app.command()
+def report(
+    experiment: Annotated[
+        str | None, typer.Argument(help="Experiment name or id (the latest run of a name).")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="HTML file to write (default report.html); with --format png|svg, the "
+            "directory for the figures (default EXPERIMENT-figures).",
+        ),
+    ] = None,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format", help="html: one self-contained file; png or svg: the figures alone."
+        ),
+    ] = "html",
+    compare: Annotated[
+        tuple[str, str] | None,
+        typer.Option("--compare", metavar="ID1 ID2", help="Two experiments side by side."),
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """The paper's figures of an experiment as one HTML file (no network needed to view it)."""
+    from musku import __version__
+    from musku.report import data as report_data
+    from musku.report.html import FORMATS, check_output, write_figures, write_report
+
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if compare is not None and experiment is not None:
+        raise InputError("give EXPERIMENT or --compare ID1 ID2, not both")
+    refs = list(compare) if compare is not None else [experiment] if experiment else []
+    if not refs:
+        raise InputError("which experiment? `musku report EXPERIMENT` (`musku results` lists them)")
+    if fmt == "html":
+        out = output if output is not None else Path("report.html")
+        check_output(out)
+    store = _open_store(db)
+    try:
+        sides = [report_data.load(store, ref) for ref in refs]
+    finally:
+        store.close()
+    started = time.monotonic()
+    if fmt == "html":
+        write_report(sides, out, version=__version__)
+        typer.echo(
+            f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {time.monotonic() - started:.1f} s)"
+        )
+        return
+    name = "-vs-".join(d.experiment.name for d in sides)
+    out_dir = output if output is not None else Path(f"{name}-figures")
+    paths = write_figures(sides, out_dir, fmt)
+    typer.echo(f"wrote {len(paths)} {fmt} figures to {out_dir}/")
+
+
 # ---------------------------------------------------------------------------- db
 
 

@@ -382,12 +382,49 @@ def results(
     ] = None,
     db: DbOption = None,
     json_out: JsonOption = False,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help="Export the experiment's --table as csv, parquet or json (streamed).",
+        ),
+    ] = None,
+    table: Annotated[
+        str,
+        typer.Option("--table", help="With --format: comparisons, decisions or samples."),
+    ] = "comparisons",
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="With --format: the file (default: standard output)."),
+    ] = None,
 ) -> None:
-    """Experiments, their comparisons and soft SKUs from the results DB."""
+    """Experiments, their comparisons and soft SKUs from the results DB; or, with --format,
+    an experiment's comparisons, decisions or samples as CSV, Parquet or JSON."""
     from musku.sweep.progress import print_comparisons, print_experiments
 
+    if fmt is not None or output is not None:
+        from musku.report import export
+
+        if fmt is None:
+            raise InputError("-o FILE needs --format csv|parquet|json")
+        if fmt not in export.FORMATS:
+            raise InputError(f"--format {fmt!r}: choose one of {', '.join(export.FORMATS)}")
+        if table not in export.TABLES:
+            raise InputError(f"--table {table!r}: choose one of {', '.join(export.TABLES)}")
+        if experiment is None:
+            raise InputError(
+                "--format exports one experiment: `musku results EXPERIMENT --format ...`"
+            )
     store = _open_store(db)
     try:
+        if fmt is not None:
+            from musku.report import export
+            from musku.report.data import find
+
+            rows = export.write(store, find(store, experiment or "").id, table, fmt, output)
+            if output is not None:
+                typer.echo(f"wrote {rows:,} {table} rows to {output}", err=True)
+            return
         if experiment is None:
             exps = store.experiments()
             if json_out:

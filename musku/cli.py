@@ -149,6 +149,14 @@ def sweep(
     seed: Annotated[int | None, typer.Option(help="Override the experiment's seed.")] = None,
     json_out: JsonOption = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No live progress.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Show the planned comparisons, check the hosts (nothing applied) and estimate "
+            "the host time; write nothing.",
+        ),
+    ] = False,
 ) -> None:
     """Sweep the experiment's knobs, compose the soft SKU, validate it, store everything."""
     from musku.experiment import load_experiment
@@ -156,6 +164,9 @@ def sweep(
     from musku.sweep.progress import LiveProgress
 
     experiment = load_experiment(file)
+    if dry_run:
+        _dry_run(experiment, db, json_out)
+        return
     store = _open_store(db)
     started = time.monotonic()
     try:
@@ -179,6 +190,44 @@ def sweep(
     from musku.sweep.progress import print_report
 
     print_report(_console(), report, wall)
+
+
+def _existing_store(url: str | None) -> Any:
+    """The results DB if it exists at this musku's schema, else None; never creates one."""
+    from musku.storage import current_revision, default_url, head_revision, open_store
+
+    url = url or default_url()
+    try:
+        if current_revision(url) != head_revision():
+            return None
+        return open_store(url, create=False)
+    except MuskuError:
+        return None
+
+
+def _dry_run(experiment: Any, db: str | None, json_out: bool) -> None:
+    from musku.errors import HostError
+    from musku.report.dryrun import dry_run
+
+    store = _existing_store(db)
+    try:
+        data = dry_run(experiment, store)
+    finally:
+        if store is not None:
+            store.close()
+    if json_out:
+        _print_json(data)
+    else:
+        from musku.sweep.progress import print_dry_run
+
+        print_dry_run(_console(), data)
+    hosts = data["hosts"]
+    if not hosts["ok"]:
+        bad = [h for h in hosts.get("hosts", []) if not h.get("ok", True)]
+        what = hosts.get("error") or "; ".join(
+            f"{h['name']}: {h.get('error') or 'refused a planned setting'}" for h in bad
+        )
+        raise HostError(f"dry run: host check failed: {what}")
 
 
 @app.command()

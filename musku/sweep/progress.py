@@ -389,3 +389,40 @@ def print_sku(con: Any, s: Any) -> None:
         con.print(f"  {knob:12} {format_value(knob, value)}")
     print_wrapped(con, f"  vs production: {_gain(d.get('vs_production'))}")
     print_wrapped(con, f"  vs stock:      {_gain(d.get('vs_stock'))}")
+
+
+def print_dry_run(con: Any, d: Mapping[str, Any]) -> None:
+    """``musku sweep FILE --dry-run``'s plan, host checks and host-time estimate."""
+    plan, hosts, est = d["plan"], d["hosts"], d["host_time"]
+    print_wrapped(con, f"{d['experiment']}: dry run (nothing applied, nothing written)")
+    print_wrapped(
+        con,
+        f"  {plan['mode']} sweep: {plan['comparisons_planned']} comparisons planned -- "
+        f"{plan['note']}",
+    )
+    for k in plan["knobs"]:
+        settings = ", ".join(format_value(k["knob"], v) for v in k["settings"]) or "-"
+        reboot = " (reboot)" if k["reboot"] else ""
+        base = format_value(k["knob"], k["baseline"]) if k["baseline"] is not None else "-"
+        print_wrapped(
+            con,
+            f"    {k['knob']:12} {k['comparisons']:3} vs {base}{reboot}: {settings}",
+            indent=8,
+        )
+    print_wrapped(con, f"    + {plan['validations']} validation(s) of the soft SKU")
+    status = "OK" if hosts["ok"] else "FAILED"
+    print_wrapped(con, f"  hosts ({hosts['backend']}): {status} {hosts.get('error', '')}")
+    for h in hosts.get("hosts", []):
+        detail = h.get("check") or h.get("error") or ""
+        if "knobs" in h:
+            detail = "; ".join(f"{k}: {v}" for k, v in h["knobs"].items())
+        print_wrapped(
+            con, f"    {h['name']}: {'ok' if h.get('ok', True) else 'FAILED'} {detail}", indent=8
+        )
+    total, bound = est.get("total_s"), est.get("bound_s")
+    guess = f"about {_hours(total)}" if total is not None else "unknown"
+    print_wrapped(
+        con,
+        f"  host time: {guess} (from {est['source']}); at most {_hours(bound)} if every "
+        "comparison ran to the sample cap",
+    )

@@ -97,7 +97,9 @@ def knob_figure(knob: str, sides: Sequence[ReportData]) -> Figure:
                 settings.append(v)
     labels = [format_value(knob, v) for v in settings]
     x_of = {json_key(v): i for i, v in enumerate(settings)}
-    fig = _figure(max(4.2, 0.75 * len(settings) + 2.4), 3.1)
+    w = max(5.0, 0.7 * len(settings) + 3.4)
+    fig = _figure(w, 3.1, layout=None)  # fixed margins: constrained layout draws twice
+    fig.subplots_adjust(left=0.75 / w, right=1 - 2.0 / w, bottom=0.2, top=0.9)
     ax = fig.add_subplot()
     _style(ax)
     metric = first.experiment.metric
@@ -263,7 +265,9 @@ def softsku_figure(sides: Sequence[ReportData]) -> Figure | None:
                 )
     if not rows:
         return None
-    fig = _figure(6.4, 0.55 * len(rows) + 1.3)
+    h = 0.55 * len(rows) + 1.3
+    fig = _figure(6.4, h, layout=None)
+    fig.subplots_adjust(left=0.2, right=0.97, bottom=0.55 / h, top=1 - 0.35 / h)
     ax = fig.add_subplot()
     _style(ax)
     ax.grid(axis="x", color="#e6e6e6", linewidth=0.8)
@@ -321,7 +325,9 @@ def softsku_figure(sides: Sequence[ReportData]) -> Figure | None:
 
 def host_time_figure(sides: Sequence[ReportData]) -> Figure:
     """Host hours per knob (stacked) for each experiment, against the paper's 5-10 h."""
-    fig = _figure(6.4, 0.6 * len(sides) + 1.5)
+    h = 0.6 * len(sides) + 1.5
+    fig = _figure(7.4, h, layout=None)
+    fig.subplots_adjust(left=0.24, right=0.72, bottom=0.55 / h, top=1 - 0.35 / h)
     ax = fig.add_subplot()
     ax.spines[["top", "right"]].set_visible(False)
     lo, hi = PAPER_HOST_HOURS

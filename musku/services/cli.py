@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import os
 import signal
 import sys
@@ -219,7 +218,9 @@ def run(
                 "logs": str(workdir),
             }
             if as_json:
-                typer.echo(json.dumps(info))
+                from musku.report.strict_json import dumps  # NaN/inf -> null
+
+                typer.echo(dumps(info))
             else:
                 typer.echo(
                     f"{service}: mid-tier {info['midtier']}, leaves {', '.join(info['leaves'])}"
@@ -290,7 +291,9 @@ def bench(
         _fail(e)
         return
     if as_json:
-        typer.echo(json.dumps(figures, indent=2))
+        from musku.report.strict_json import dumps  # NaN/inf -> null
+
+        typer.echo(dumps(figures, indent=2))
     else:
         _print_bench(figures)
     unclean = {k: v for k, v in figures["exit_codes"].items() if v != 0}

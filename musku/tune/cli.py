@@ -3,7 +3,6 @@ this host, keep the best per load, write the decision table (JSON) and store it 
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import tempfile
@@ -118,7 +117,9 @@ def train(
                     service, table["host"], platform, config_key, table
                 )
         if as_json:
-            typer.echo(json.dumps({"path": str(path), "db_id": stored, "table": table}, indent=2))
+            from musku.report.strict_json import dumps  # NaN/inf -> null
+
+            typer.echo(dumps({"path": str(path), "db_id": stored, "table": table}, indent=2))
             return
         typer.echo(f"decision table for {service} on {table['host']} ({os.cpu_count()} CPUs):")
         for r in table["rows"]:

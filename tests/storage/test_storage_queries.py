@@ -159,3 +159,22 @@ def test_raw_effect_agrees_with_planted_effects(populated: tuple[Store, Populate
     rows = {r["comparison_id"]: r for r in _run(store, QUERIES / "raw_effect_vs_decision.sql")}
     for cid, result in data.results.items():
         assert rows[cid]["raw_effect"] == pytest.approx(result.estimate, abs=0.01)
+
+
+def test_sample_batches_stream_in_key_order(populated: tuple[Store, Populated]) -> None:
+    """The exports' streaming reader (a server-side cursor on PostgreSQL): bounded batches,
+    every sample of the experiment once, in primary-key order."""
+    store, data = populated
+    exp_id = data.experiments["skylake18"]
+    ids = _ids(store, exp_id)
+    batches = list(
+        store.sample_batches(exp_id, columns=["comparison_id", "seq", "host"], batch_rows=97)
+    )
+    rows = [r for b in batches for r in b]
+    assert max(len(b) for b in batches) == 97 and len(batches) > 3
+    assert rows == sorted(rows) and len(set(rows)) == len(rows)
+    assert {r[0] for r in rows} <= ids
+    assert len(rows) == sum(len(store.samples(c)) for c in ids)
+    one = next(iter(ids))
+    only = [r for b in store.sample_batches(exp_id, comparison_ids=[one]) for r in b]
+    assert len(only) == len(store.samples(one))

@@ -391,7 +391,7 @@ LEGEND = (
     ("line", HOST_COLOURS[0], "host 0"),
     ("line", HOST_COLOURS[1], "host 1"),
     ("box", "#fdd49e", "warm-up (discarded)"),
-    ("box", "#dde6f0", "periods with the roles swapped (crossover)"),
+    ("box", "#dde6f0", "periods with B on host 0 (roles swapped by the crossover)"),
     ("mark", "#d73027", "✕ invalid window (discarded)"),
     ("box", "#9ecae1", "interval, recomputed from the windows"),
     ("line", "#08519c", "estimate"),

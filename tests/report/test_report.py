@@ -100,3 +100,31 @@ def test_experiment_without_comparisons_is_one_line(
     assert proc.returncode == 3
     assert "has no finished comparison yet" in one_error_line(proc)
     assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.slow
+def test_host_bias_and_interval_agree_with_the_tester(web_db: str) -> None:
+    """What the report recomputes from the stored windows matches what the tester said: the
+    host bias in each reason, and the final interval covering the tester's estimate."""
+    import math
+
+    from musku.report import data as report_data
+
+    with open_store(web_db) as store:
+        data = report_data.load(store, "web-skylake")
+    checked = 0
+    for c in data.comparisons:
+        assert c.result is not None
+        s = data.series[c.id]
+        m = re.search(r"host 1 vs host 0 bias ([+-][0-9.]+) %", c.result.reason)
+        if m:
+            bias = report_data.host_bias(s)
+            assert bias is not None
+            assert abs(100 * bias - float(m.group(1))) < 0.2, (c.id, bias, m.group(1))
+            checked += 1
+            ri = report_data.running_interval(s, data.direction, 0.95)
+            assert ri is not None
+            _, est, lo, hi = ri
+            assert lo[-1] <= c.result.estimate <= hi[-1], c.id
+            assert math.isfinite(lo[-1]) and hi[-1] - lo[-1] < hi[0] - lo[0]  # it narrowed
+    assert checked >= 20

@@ -7,6 +7,7 @@ user-caused error prints one line ``musku: error: ...`` and no traceback. Heavy 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -90,9 +91,9 @@ def _console(stderr: bool = False) -> Any:
 
 def _print_json(data: Any) -> None:
     """Strict JSON: NaN and +-Infinity are written as null (docs/cli.md)."""
-    from musku.report.strict_json import dumps
+    from musku.report.strict_json import finite
 
-    sys.stdout.write(dumps(data, indent=2) + "\n")
+    sys.stdout.write(json.dumps(finite(data), indent=2, allow_nan=False) + "\n")
 
 
 def _open_store(url: str | None) -> Any:

@@ -8,6 +8,7 @@ Lists each knob as supported (backend, current value, settings) or the reason wh
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -76,9 +77,10 @@ def probe(
             "details": support.details,
         }
     if as_json:
-        from musku.report.strict_json import dumps
+        from musku.report.strict_json import finite  # NaN/inf -> null
 
-        typer.echo(dumps({"root": str(fs.root), "knobs": rows}, indent=2))
+        out = finite({"root": str(fs.root), "knobs": rows})
+        typer.echo(json.dumps(out, indent=2, allow_nan=False))
         return
     from rich.console import Console
     from rich.table import Table

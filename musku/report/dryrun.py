@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from musku.domain import Configuration, format_value
+from musku.domain import Configuration
 from musku.errors import MuskuError
 
 
@@ -258,7 +258,3 @@ def dry_run(experiment: Any, store: Any = None) -> dict[str, Any]:
         "applied": False,
         "db_rows_written": 0,
     }
-
-
-def describe_setting(knob: str, value: Any) -> str:
-    return format_value(knob, value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import os
 import signal
 import sys
@@ -218,9 +219,9 @@ def run(
                 "logs": str(workdir),
             }
             if as_json:
-                from musku.report.strict_json import dumps  # NaN/inf -> null
+                from musku.report.strict_json import finite  # NaN/inf -> null
 
-                typer.echo(dumps(info))
+                typer.echo(json.dumps(finite(info), allow_nan=False))
             else:
                 typer.echo(
                     f"{service}: mid-tier {info['midtier']}, leaves {', '.join(info['leaves'])}"
@@ -291,9 +292,9 @@ def bench(
         _fail(e)
         return
     if as_json:
-        from musku.report.strict_json import dumps  # NaN/inf -> null
+        from musku.report.strict_json import finite  # NaN/inf -> null
 
-        typer.echo(dumps(figures, indent=2))
+        typer.echo(json.dumps(finite(figures), indent=2, allow_nan=False))
     else:
         _print_bench(figures)
     unclean = {k: v for k, v in figures["exit_codes"].items() if v != 0}

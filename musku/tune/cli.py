@@ -3,6 +3,7 @@ this host, keep the best per load, write the decision table (JSON) and store it 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import tempfile
@@ -117,9 +118,10 @@ def train(
                     service, table["host"], platform, config_key, table
                 )
         if as_json:
-            from musku.report.strict_json import dumps  # NaN/inf -> null
+            from musku.report.strict_json import finite  # NaN/inf -> null
 
-            typer.echo(dumps({"path": str(path), "db_id": stored, "table": table}, indent=2))
+            shown = {"path": str(path), "db_id": stored, "table": table}
+            typer.echo(json.dumps(finite(shown), indent=2, allow_nan=False))
             return
         typer.echo(f"decision table for {service} on {table['host']} ({os.cpu_count()} CPUs):")
         for r in table["rows"]:

@@ -26,6 +26,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: rich mode shows a `<bool>` placeholder on flags
 )
 db_app = typer.Typer(help="Results database.", no_args_is_help=True)
 sku_app = typer.Typer(help="Soft SKUs in the results database.", no_args_is_help=True)
@@ -83,14 +84,16 @@ _mount_optional("musku.tune.cli", "tune", "Threading auto-tuner: train decision 
 
 
 def _console(stderr: bool = False) -> Any:
-    from rich.console import Console
+    from musku.sweep.progress import make_console
 
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, highlight=False, width=None if stream.isatty() else 160)
+    return make_console(stderr=stderr)
 
 
 def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """Strict JSON: NaN and +-Infinity are written as null (docs/cli.md)."""
+    from musku.report.strict_json import finite
+
+    sys.stdout.write(json.dumps(finite(data), indent=2, allow_nan=False) + "\n")
 
 
 def _open_store(url: str | None) -> Any:
@@ -147,6 +150,14 @@ def sweep(
     seed: Annotated[int | None, typer.Option(help="Override the experiment's seed.")] = None,
     json_out: JsonOption = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No live progress.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Show the planned comparisons, check the hosts (nothing applied) and estimate "
+            "the host time; write nothing.",
+        ),
+    ] = False,
 ) -> None:
     """Sweep the experiment's knobs, compose the soft SKU, validate it, store everything."""
     from musku.experiment import load_experiment
@@ -154,6 +165,9 @@ def sweep(
     from musku.sweep.progress import LiveProgress
 
     experiment = load_experiment(file)
+    if dry_run:
+        _dry_run(experiment, db, json_out)
+        return
     store = _open_store(db)
     started = time.monotonic()
     try:
@@ -177,6 +191,44 @@ def sweep(
     from musku.sweep.progress import print_report
 
     print_report(_console(), report, wall)
+
+
+def _existing_store(url: str | None) -> Any:
+    """The results DB if it exists at this musku's schema, else None; never creates one."""
+    from musku.storage import current_revision, default_url, head_revision, open_store
+
+    url = url or default_url()
+    try:
+        if current_revision(url) != head_revision():
+            return None
+        return open_store(url, create=False)
+    except MuskuError:
+        return None
+
+
+def _dry_run(experiment: Any, db: str | None, json_out: bool) -> None:
+    from musku.errors import HostError
+    from musku.report.dryrun import dry_run
+
+    store = _existing_store(db)
+    try:
+        data = dry_run(experiment, store)
+    finally:
+        if store is not None:
+            store.close()
+    if json_out:
+        _print_json(data)
+    else:
+        from musku.sweep.progress import print_dry_run
+
+        print_dry_run(_console(), data)
+    hosts = data["hosts"]
+    if not hosts["ok"]:
+        bad = [h for h in hosts.get("hosts", []) if not h.get("ok", True)]
+        what = hosts.get("error") or "; ".join(
+            f"{h['name']}: {h.get('error') or 'refused a planned setting'}" for h in bad
+        )
+        raise HostError(f"dry run: host check failed: {what}")
 
 
 @app.command()
@@ -380,12 +432,49 @@ def results(
     ] = None,
     db: DbOption = None,
     json_out: JsonOption = False,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help="Export the experiment's --table as csv, parquet or json (streamed).",
+        ),
+    ] = None,
+    table: Annotated[
+        str,
+        typer.Option("--table", help="With --format: comparisons, decisions or samples."),
+    ] = "comparisons",
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="With --format: the file (default: standard output)."),
+    ] = None,
 ) -> None:
-    """Experiments, their comparisons and soft SKUs from the results DB."""
+    """Experiments, their comparisons and soft SKUs from the results DB; or, with --format,
+    an experiment's comparisons, decisions or samples as CSV, Parquet or JSON."""
     from musku.sweep.progress import print_comparisons, print_experiments
 
+    if fmt is not None or output is not None:
+        from musku.report import export
+
+        if fmt is None:
+            raise InputError("-o FILE needs --format csv|parquet|json")
+        if fmt not in export.FORMATS:
+            raise InputError(f"--format {fmt!r}: choose one of {', '.join(export.FORMATS)}")
+        if table not in export.TABLES:
+            raise InputError(f"--table {table!r}: choose one of {', '.join(export.TABLES)}")
+        if experiment is None:
+            raise InputError(
+                "--format exports one experiment: `musku results EXPERIMENT --format ...`"
+            )
     store = _open_store(db)
     try:
+        if fmt is not None:
+            from musku.report import export
+            from musku.report.data import find
+
+            rows = export.write(store, find(store, experiment or "").id, table, fmt, output)
+            if output is not None:
+                typer.echo(f"wrote {rows:,} {table} rows to {output}", err=True)
+            return
         if experiment is None:
             exps = store.experiments()
             if json_out:
@@ -478,13 +567,75 @@ def sku_diff(
         "knob",
         f"#{first} {skus[0].service}/{skus[0].platform}",
         f"#{second} {skus[1].service}/{skus[1].platform}",
-        "",
+        "same?",
     )
     for r in rows:
         fa = format_value(r["knob"], r["first"]) if r["first"] is not None else "-"
         fb = format_value(r["knob"], r["second"]) if r["second"] is not None else "-"
-        t.add_row(r["knob"], fa, fb, "" if r["same"] else "differs")
+        t.add_row(r["knob"], fa, fb, "same" if r["same"] else "differs")
     _console().print(t)
+
+
+# ---------------------------------------------------------------------------- report
+
+
+@app.command()
+def report(
+    experiment: Annotated[
+        str | None, typer.Argument(help="Experiment name or id (the latest run of a name).")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="HTML file to write (default report.html); with --format png|svg, the "
+            "directory for the figures (default EXPERIMENT-figures).",
+        ),
+    ] = None,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format", help="html: one self-contained file; png or svg: the figures alone."
+        ),
+    ] = "html",
+    compare: Annotated[
+        tuple[str, str] | None,
+        typer.Option("--compare", metavar="ID1 ID2", help="Two experiments side by side."),
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """The paper's figures of an experiment as one HTML file (no network needed to view it)."""
+    from musku import __version__
+    from musku.report import data as report_data
+    from musku.report.html import FORMATS, check_output, write_figures, write_report
+
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if compare is not None and experiment is not None:
+        raise InputError("give EXPERIMENT or --compare ID1 ID2, not both")
+    refs = list(compare) if compare is not None else [experiment] if experiment else []
+    if not refs:
+        raise InputError("which experiment? `musku report EXPERIMENT` (`musku results` lists them)")
+    if fmt == "html":
+        out = output if output is not None else Path("report.html")
+        check_output(out)
+    store = _open_store(db)
+    try:
+        sides = [report_data.load(store, ref) for ref in refs]
+    finally:
+        store.close()
+    started = time.monotonic()
+    if fmt == "html":
+        write_report(sides, out, version=__version__)
+        typer.echo(
+            f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {time.monotonic() - started:.1f} s)"
+        )
+        return
+    name = "-vs-".join(d.experiment.name for d in sides)
+    out_dir = output if output is not None else Path(f"{name}-figures")
+    paths = write_figures(sides, out_dir, fmt)
+    typer.echo(f"wrote {len(paths)} {fmt} figures to {out_dir}/")
 
 
 # ---------------------------------------------------------------------------- db

@@ -2,7 +2,9 @@
 -- Answers: "for each knob we swept on a service/platform, which setting won, by how much and
 -- how sure are we?" Only settings the A/B tester judged BETTER than the baseline count; knobs
 -- with no better setting do not appear (keep the baseline there). Effects are relative gains
--- of the primary metric (+0.042 = 4.2 % better), with the confidence interval.
+-- of the primary metric (+0.042 = 4.2 % better), with the confidence interval. Only the knob's
+-- own comparisons against the baseline count (purpose `knob:<knob>`): the sweep's run-offs and
+-- confirmations (`knob:<knob>:runoff`, `knob:<knob>:confirm`) compare settings with each other.
 WITH ranked AS (
     SELECT
         e.service,
@@ -34,6 +36,7 @@ WITH ranked AS (
     JOIN decisions d ON d.comparison_id = c.id
     JOIN configurations cc ON cc.id = c.candidate_id
     WHERE c.purpose LIKE 'knob:%'
+      AND c.purpose NOT LIKE 'knob:%:%'
       AND d.decision = 'better'
 )
 SELECT service, platform, knob, setting, estimate, ci_low, ci_high, samples, experiment,

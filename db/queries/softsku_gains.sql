@@ -1,10 +1,17 @@
 -- Soft SKU gains with confidence intervals, across platforms.
 -- Answers: "what does the newest soft SKU of each service buy on each platform, against the
 -- production configuration and against the stock one?" Gains are in percent of the primary
--- metric; NULL means that validation was not run.
-WITH latest AS (
+-- metric; NULL means that validation was not run. Soft SKUs of failed experiments (a run that
+-- crashed after composing its SKU) do not count.
+WITH kept AS (
+    SELECT s.*
+    FROM v_soft_skus s
+    JOIN experiments e ON e.id = s.experiment_id
+    WHERE e.status <> 'failed'
+),
+latest AS (
     SELECT service, platform, MAX(soft_sku_id) AS soft_sku_id
-    FROM v_soft_skus
+    FROM kept
     GROUP BY service, platform
 )
 SELECT
@@ -21,6 +28,6 @@ SELECT
     100.0 * s.vs_stock_ci_high AS vs_stock_ci_high_pct,
     s.vs_stock_decision,
     s.created_at
-FROM v_soft_skus s
+FROM kept s
 JOIN latest l ON l.soft_sku_id = s.soft_sku_id
 ORDER BY s.service, s.platform;

@@ -620,6 +620,8 @@ class _Comparison:
         th = self.pair.threading()
         roles = {"A": th[0], "B": th[1]} if self.sign > 0 else {"A": th[1], "B": th[0]}
         detail = f"; {self.verdict.detail}" if self.verdict.detail and decision.final else ""
+        if _design(self.pair) == "switchback":
+            reason, detail = _one_host_wording(reason), _one_host_wording(detail)
         return ComparisonResult(
             baseline=self.baseline,
             candidate=self.candidate,
@@ -721,6 +723,33 @@ def _concat(chunks: list[_Chunk]) -> _Chunk:
         {k: np.concatenate([c.guard1[k] for c in chunks]) for k in keys},
         [s for c in chunks for s in c.samples],
     )
+
+
+_ONE_HOST_WORDS = (
+    ("host 1 vs host 0 bias", "arm 1 vs arm 0 bias"),
+    ("decided before crossover", "decided before the arms swapped roles"),
+    (
+        "no crossover: estimate includes the host bias",
+        "one arm order only: estimate includes the arm bias",
+    ),
+    ("host bias", "arm bias"),
+)
+"""Reason wording on a switchback pair: its two "hosts" are two arms (alternating
+sub-windows) of one host, so there is no host bias and no crossover between hosts."""
+
+
+def _design(pair: HostPair) -> str | None:
+    try:
+        design = pair.describe().get("design")
+    except Exception:  # describe() is informational; never fail a comparison over it
+        return None
+    return str(design) if design is not None else None
+
+
+def _one_host_wording(text: str) -> str:
+    for old, new in _ONE_HOST_WORDS:
+        text = text.replace(old, new)
+    return text
 
 
 def _pair_bias_bound(pair: HostPair, rule: DecisionRule) -> None:

@@ -70,7 +70,9 @@ def status(
     except MuskuError as exc:
         raise _fail(exc) from None
     if as_json:
-        typer.echo(json.dumps(st, indent=2, sort_keys=True))
+        from musku.report.strict_json import finite  # NaN/inf -> null
+
+        typer.echo(json.dumps(finite(st), indent=2, sort_keys=True, allow_nan=False))
         return
     lease = st.get("lease_remaining_s")
     typer.echo(f"experiment:  {st['experiment'] or '-'}")

@@ -30,6 +30,8 @@ class Support:
     backend: str = ""  # which mechanism would be used: "cpufreq", "msr", "resctrl", "sysfs", ...
     details: dict[str, object] = field(default_factory=dict)
     settings: tuple[Value, ...] = ()  # settings this host can take, when the probe can tell
+    # a knob taking any integer in [low, high] (SHP's page count) instead of a list
+    settings_range: tuple[int, int] | None = None
     reboot: bool = False  # applying needs a reboot in this mode
 
 

@@ -64,12 +64,23 @@ def probe(
             "reason": support.reason,
             "backend": support.backend,
             "current": current,
-            "settings": list(support.settings),
+            # a list of settings, or null with settings_range [min, max] (SHP's page count)
+            "settings": (
+                list(support.settings)
+                if support.settings or support.settings_range is None
+                else None
+            ),
+            "settings_range": (
+                list(support.settings_range) if support.settings_range is not None else None
+            ),
             "reboot": support.reboot,
             "details": support.details,
         }
     if as_json:
-        typer.echo(json.dumps({"root": str(fs.root), "knobs": rows}, indent=2, default=str))
+        from musku.report.strict_json import finite  # NaN/inf -> null
+
+        out = finite({"root": str(fs.root), "knobs": rows})
+        typer.echo(json.dumps(out, indent=2, allow_nan=False))
         return
     from rich.console import Console
     from rich.table import Table
@@ -79,8 +90,11 @@ def probe(
         table.add_column(col)
     for name, r in rows.items():
         if r["supported"]:
-            settings = r["settings"]
+            settings = r["settings"] or []
             assert isinstance(settings, list)
+            span = r["settings_range"]
+            if isinstance(span, list):
+                settings = [f"{span[0]}..{span[1]}"]
             extra = ", ".join(str(s) for s in settings) or ", ".join(
                 f"{k}={v}"
                 for k, v in dict(r["details"]).items()  # type: ignore[call-overload]

@@ -44,6 +44,7 @@ class ShpKnob(KnobBase):
             True,
             backend="sysfs",
             details={"page_kb": self.page_kb, "max_pages": self.max_pages(), "pool": self.pool},
+            settings_range=(0, self.max_pages()),
         )
 
     def max_pages(self) -> int:

@@ -219,7 +219,9 @@ def run(
                 "logs": str(workdir),
             }
             if as_json:
-                typer.echo(json.dumps(info))
+                from musku.report.strict_json import finite  # NaN/inf -> null
+
+                typer.echo(json.dumps(finite(info), allow_nan=False))
             else:
                 typer.echo(
                     f"{service}: mid-tier {info['midtier']}, leaves {', '.join(info['leaves'])}"
@@ -290,7 +292,9 @@ def bench(
         _fail(e)
         return
     if as_json:
-        typer.echo(json.dumps(figures, indent=2))
+        from musku.report.strict_json import finite  # NaN/inf -> null
+
+        typer.echo(json.dumps(finite(figures), indent=2, allow_nan=False))
     else:
         _print_bench(figures)
     unclean = {k: v for k, v in figures["exit_codes"].items() if v != 0}

@@ -8,7 +8,7 @@ becomes a one-line :class:`~musku.errors.DatabaseError`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from sqlalchemy import func, select, update
@@ -232,8 +232,9 @@ class Store:
     # ------------------------------------------------------------------ experiments
 
     @_guard
-    def create_experiment(self, experiment: Experiment) -> int:
-        """Record a new experiment (status ``created``); returns its id."""
+    def create_experiment(self, experiment: Experiment, *, mode: str | None = None) -> int:
+        """Record a new experiment (status ``created``); returns its id. ``mode`` overrides
+        the file's sweep mode for runs that are not sweeps (``abtest``)."""
         resolved = {
             "space": {k: list(v) for k, v in experiment.space.items()},
             "stock": experiment.stock.as_dict(),
@@ -261,7 +262,7 @@ class Store:
                 description=experiment.description,
                 service=experiment.service.name,
                 platform=experiment.platform.name,
-                mode=experiment.mode.value,
+                mode=mode or experiment.mode.value,
                 baseline=experiment.baseline,
                 metric=experiment.spec.metric,
                 direction=experiment.spec.direction.value,
@@ -621,6 +622,72 @@ class Store:
             self._experiment(s, exp_id)
             recs = self._comparison_records(s, exp_id, finished_only=True)
             return [(r.purpose, r.result) for r in recs if r.result is not None]
+
+    @_guard
+    def experiment_meta(self, exp_id: int) -> dict[str, Any]:
+        """What the report needs beyond the record: ``resolved`` (space, stock, production,
+        statistics...) and ``musku_version`` of the musku that created the row."""
+        with self._session() as s:
+            row = self._experiment(s, exp_id)
+            return {"resolved": dict(row.resolved or {}), "musku_version": row.musku_version}
+
+    def sample_batches(
+        self,
+        exp_id: int,
+        *,
+        comparison_ids: Sequence[int] | None = None,
+        columns: Sequence[str] | None = None,
+        batch_rows: int = 50_000,
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """An experiment's samples (or those of ``comparison_ids``) as lists of at most
+        ``batch_rows`` tuples of ``columns`` (default: every column of ``samples``), in
+        ``(comparison_id, seq, host)`` order -- the primary key's, so nothing is sorted.
+
+        Streams: a server-side cursor on PostgreSQL, the cursor's own fetches on SQLite;
+        memory stays at one batch however many samples there are."""
+        table = SampleRow.__table__
+        names = list(columns) if columns is not None else [c.name for c in table.columns]
+        unknown = [n for n in names if n not in table.c]
+        if unknown:
+            raise DatabaseError(f"sample_batches: no column {', '.join(unknown)} in samples")
+        q = select(*(table.c[n] for n in names))
+        if comparison_ids is not None:
+            q = q.where(table.c.comparison_id.in_(list(comparison_ids)))
+        else:
+            q = q.where(
+                table.c.comparison_id.in_(
+                    select(ComparisonRow.id).where(ComparisonRow.experiment_id == exp_id)
+                )
+            )
+        q = q.order_by(table.c.comparison_id, table.c.seq, table.c.host)
+        try:
+            with self.engine.connect() as conn:
+                result = conn.execution_options(stream_results=True, yield_per=batch_rows).execute(
+                    q
+                )
+                for part in result.partitions(batch_rows):
+                    yield [tuple(r) for r in part]
+        except SQLAlchemyError as exc:
+            raise DatabaseError(f"sample_batches: {first_line(exc)}") from None
+
+    @_guard
+    def decision_rows(self, exp_id: int) -> list[dict[str, Any]]:
+        """One flat row per decision of the experiment (for exports): comparison id and
+        purpose, both configurations' keys, and every ``decisions`` column."""
+        with self._session() as s:
+            self._experiment(s, exp_id)
+            out = []
+            for cmp, dec in s.execute(
+                select(ComparisonRow, DecisionRow)
+                .join(DecisionRow, DecisionRow.comparison_id == ComparisonRow.id)
+                .where(ComparisonRow.experiment_id == exp_id)
+                .order_by(ComparisonRow.id)
+            ).all():
+                row = {c.name: getattr(dec, c.key) for c in DecisionRow.__table__.columns}
+                row["decided_at"] = convert.aware(dec.decided_at)
+                row["purpose"] = cmp.purpose
+                out.append(row)
+            return out
 
     # ------------------------------------------------------------------ soft SKUs
 

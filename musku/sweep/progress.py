@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,6 +36,103 @@ def _hours(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
+PIPED_WIDTH = 160
+"""Width of tables written to a pipe or file when ``COLUMNS`` is not set."""
+
+
+def make_console(*, stderr: bool = False) -> Any:
+    """A rich console for the read commands: a terminal's own width, else ``COLUMNS``, else
+    :data:`PIPED_WIDTH` when the output is piped."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    columns = os.environ.get("COLUMNS", "")
+    tty = stream.isatty()
+    width = None if tty or (columns.isdigit() and int(columns) > 0) else PIPED_WIDTH
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
+_KEEP = "\ue000"  # stands for a space that must not break a line (private use, not whitespace)
+_ATOMIC = re.compile(
+    r"\[[^\[\]\n]*\](?: %)?"  # an interval: [+0.06, +9.50] % or [-0.99 %, -0.01 %]
+    r"|[+-±]?\d[\d,.]*(?: %| h| min| s\b| GHz)"  # a number with its unit: +4.67 %, 8.53 h
+)
+
+
+def wrap_atomic(text: str, width: int, indent: int = 4) -> list[str]:
+    """Greedy word wrap at ``width`` cells that never breaks inside an interval or between a
+    number and its unit; continuation lines are indented by ``indent``. A lone token wider
+    than ``width`` stays whole on its own line (a terminal folds it; nothing is cut)."""
+    from rich.cells import cell_len
+
+    protected = _ATOMIC.sub(lambda m: m.group(0).replace(" ", _KEEP), text)
+    lines: list[str] = []
+    cur, pending = "", ""
+    for tok in re.findall(r"\S+|\s+", protected):
+        if tok.isspace():
+            pending += tok
+            continue
+        if cur.strip() and cell_len(cur + pending + tok) > width:
+            lines.append(cur)
+            cur, pending = " " * indent + tok, ""
+        else:
+            cur, pending = cur + pending + tok, ""
+    if cur or not lines:
+        lines.append(cur)
+    return [line.replace(_KEEP, " ") for line in lines]
+
+
+def print_wrapped(
+    con: Any, text: str, *, indent: int = 4, styles: Mapping[str, str] | None = None
+) -> None:
+    """Print plain ``text`` (no markup) wrapped by :func:`wrap_atomic` at the console's width;
+    ``styles`` colours whole words (e.g. a decision)."""
+    from rich.text import Text
+
+    for line in wrap_atomic(text, max(20, int(con.width)), indent):
+        t = Text(line)
+        for word, style in (styles or {}).items():
+            t.highlight_words([word], style=style)
+        con.print(t, soft_wrap=True)
+
+
+def print_table(con: Any, table: Any) -> None:
+    """Print a rich table when it fits the console without cutting a cell; otherwise one
+    block per row (``column: value`` lines), so nothing is ever truncated."""
+    if _min_width(table) <= con.width:
+        con.print(table)
+        return
+    if table.title:
+        con.print(table.title, markup=False)
+    headers = [str(c.header) for c in table.columns]
+    label = max((len(h) for h in headers), default=0)
+    cells = [list(c.cells) for c in table.columns]
+    for i in range(table.row_count):
+        for j, h in enumerate(headers):
+            value = cells[j][i] if i < len(cells[j]) else ""
+            text = getattr(value, "plain", str(value))
+            prefix = f"{h:>{label}}: "
+            print_wrapped(con, prefix + text.replace("\n", " "), indent=label + 2)
+        if i != table.row_count - 1:
+            con.print()
+
+
+def _min_width(table: Any) -> int:
+    """Cells the table needs so that no cell is cut: per column its longest word (its longest
+    line when the column does not wrap) plus padding, plus the borders."""
+    from rich.cells import cell_len
+
+    total = 1
+    for col in table.columns:
+        texts = [str(col.header), *(getattr(c, "plain", str(c)) for c in col.cells)]
+        widest = 0
+        for text in texts:
+            pieces = text.splitlines() if col.no_wrap else text.split()
+            widest = max([widest, *(cell_len(p) for p in pieces)])
+        total += widest + 2 + 1  # padding, then the column's right border
+    return total
+
+
 def change_text(baseline: Configuration, candidate: Configuration) -> str:
     diff = baseline.diff(candidate)
     if not diff:
@@ -52,19 +152,20 @@ def _field(info: Any, name: str, default: Any = None) -> Any:
 class LiveProgress:
     """Rich live display: current knob and comparison, samples, interval narrowing, decisions."""
 
-    def __init__(self, *, enabled: bool = True) -> None:
+    def __init__(self, *, enabled: bool = True, console: Any = None) -> None:
         self.enabled = enabled
         self._progress: Any = None
         self._task: Any = None
         self._label = ""
-        self.console: Any = None
+        self.console: Any = console  # default: stderr
 
     def __enter__(self) -> LiveProgress:
         if self.enabled:
             from rich.console import Console
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self.console = Console(stderr=True, highlight=False)
+            if self.console is None:
+                self.console = Console(stderr=True, highlight=False)
             self._progress = Progress(
                 SpinnerColumn(),
                 TextColumn("{task.description}"),
@@ -109,11 +210,14 @@ class LiveProgress:
             return
         colour = _COLOURS.get(result.decision, "white")
         origin = " (resumed)" if cached else ""
-        self._progress.console.print(
+        print_wrapped(
+            self._progress.console,
             f"{purpose:>22}  {change_text(result.baseline, result.candidate):40}  "
-            f"[{colour}]{result.decision.value:13}[/] {_pct(result.estimate)} "
+            f"{result.decision.value:13} {_pct(result.estimate)} "
             f"{_interval(result.ci_low, result.ci_high)}  n={result.samples:,}  "
-            f"{_hours(result.host_time_s)}{origin}"
+            f"{_hours(result.host_time_s)}{origin}",
+            indent=24,
+            styles={result.decision.value: colour},
         )
 
     def message(self, text: str) -> None:
@@ -125,11 +229,13 @@ def print_result(con: Any, r: ComparisonResult) -> None:
     colour = _COLOURS.get(r.decision, "white")
     con.print(f"A: {r.baseline}")
     con.print(f"B: {r.candidate}")
-    con.print(
-        f"[{colour}]{r.decision.value}[/]: B vs A {_pct(r.estimate)} {_interval(r.ci_low, r.ci_high)}, "
-        f"{r.samples:,} samples per host, {_hours(r.host_time_s)} host time"
+    print_wrapped(
+        con,
+        f"{r.decision.value}: B vs A {_pct(r.estimate)} {_interval(r.ci_low, r.ci_high)}, "
+        f"{r.samples:,} samples per host, {_hours(r.host_time_s)} host time",
+        styles={r.decision.value: colour},
     )
-    con.print(f"  {r.reason}")
+    print_wrapped(con, f"  {r.reason}")
     if r.threading and any(r.threading.values()):
         con.print(f"  threading: {dict(r.threading)}")
 
@@ -147,7 +253,7 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
         "pruned (guardrails)",
         "skipped",
     ):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col == "gain vs baseline")
     for o in rep.knobs:
         gain = "-"
         for r in o.results:
@@ -169,24 +275,31 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
             pruned,
             ", ".join(format_value(o.knob, v) for v in o.skipped) or "-",  # type: ignore[arg-type]
         )
-    con.print(t)
+    print_table(con, t)
     if rep.sku is not None:
         sku = rep.sku
-        con.print(f"[bold]Soft SKU[/] for {sku.service} on {sku.platform}: {sku.configuration}")
+        print_wrapped(
+            con,
+            f"Soft SKU for {sku.service} on {sku.platform}: {sku.configuration}",
+            styles={"Soft SKU": "bold"},
+        )
         for label, r in (("production", sku.vs_production), ("stock", sku.vs_stock)):
             if r is None:
                 continue
             colour = _COLOURS.get(r.decision, "white")
-            con.print(
-                f"  vs {label:10} [{colour}]{_pct(r.estimate)}[/] {_interval(r.ci_low, r.ci_high)} "
-                f"({r.decision.value}, {r.samples:,} samples)"
+            print_wrapped(
+                con,
+                f"  vs {label:10} {_pct(r.estimate)} {_interval(r.ci_low, r.ci_high)} "
+                f"({r.decision.value}, {r.samples:,} samples)",
+                styles={r.decision.value: colour},
             )
     resumed = rep.comparisons - rep.measured
-    con.print(
+    print_wrapped(
+        con,
         f"{rep.comparisons} comparisons ({rep.measured} measured"
         + (f", {resumed} resumed" if resumed else "")
         + f"), host time {_hours(rep.host_time_s)}, wall time {wall_s:.1f} s"
-        + (f"; experiment id {rep.experiment_id}" if rep.experiment_id is not None else "")
+        + (f"; experiment id {rep.experiment_id}" if rep.experiment_id is not None else ""),
     )
 
 
@@ -196,13 +309,20 @@ def print_experiments(con: Any, exps: Sequence[Any]) -> None:
     t = Table("id", "name", "service", "platform", "mode", "status", "started")
     for e in exps:
         d = e.to_dict()
+        started = d.get("started_at") or d.get("created_at")
         t.add_row(
-            *(
-                str(d.get(k, ""))
-                for k in ("id", "name", "service", "platform", "mode", "status", "started")
-            )
+            *(str(d.get(k, "")) for k in ("id", "name", "service", "platform", "mode", "status")),
+            _when(started),
         )
-    con.print(t)
+    print_table(con, t)
+
+
+def _when(stamp: Any) -> str:
+    """An ISO timestamp as ``YYYY-MM-DD HH:MM`` (UTC), '-' when absent."""
+    if not stamp:
+        return "-"
+    text = str(stamp).replace("T", " ")
+    return text[:16] + (" UTC" if text.endswith("+00:00") else "")
 
 
 def print_comparisons(con: Any, rec: Any, comps: Sequence[Any], skus: Sequence[Any]) -> None:
@@ -214,6 +334,7 @@ def print_comparisons(con: Any, rec: Any, comps: Sequence[Any], skus: Sequence[A
         f"{d.get('mode')}, {d.get('status')}"
     )
     t = Table("id", "purpose", "change", "decision", "estimate", "interval", "samples", "host time")
+    t.columns[5].no_wrap = True
     for c in comps:
         cd = c.to_dict()
         res = cd.get("result") or cd
@@ -230,7 +351,7 @@ def print_comparisons(con: Any, rec: Any, comps: Sequence[Any], skus: Sequence[A
             f"{res.get('samples', 0) or 0:,}",
             _hours(res.get("host_time_s") or 0.0),
         )
-    con.print(t)
+    print_table(con, t)
     for s in skus:
         print_sku(con, s)
 
@@ -239,6 +360,8 @@ def print_skus(con: Any, skus: Sequence[Any]) -> None:
     from rich.table import Table
 
     t = Table("id", "service", "platform", "configuration", "vs production", "vs stock")
+    for col in t.columns[4:]:
+        col.no_wrap = True
     for s in skus:
         d = s.to_dict()
         t.add_row(
@@ -249,7 +372,7 @@ def print_skus(con: Any, skus: Sequence[Any]) -> None:
             _gain(d.get("vs_production")),
             _gain(d.get("vs_stock")),
         )
-    con.print(t)
+    print_table(con, t)
 
 
 def _gain(v: Any) -> str:
@@ -264,5 +387,42 @@ def print_sku(con: Any, s: Any) -> None:
     cfg = d.get("configuration") or {}
     for knob, value in cfg.items():
         con.print(f"  {knob:12} {format_value(knob, value)}")
-    con.print(f"  vs production: {_gain(d.get('vs_production'))}")
-    con.print(f"  vs stock:      {_gain(d.get('vs_stock'))}")
+    print_wrapped(con, f"  vs production: {_gain(d.get('vs_production'))}")
+    print_wrapped(con, f"  vs stock:      {_gain(d.get('vs_stock'))}")
+
+
+def print_dry_run(con: Any, d: Mapping[str, Any]) -> None:
+    """``musku sweep FILE --dry-run``'s plan, host checks and host-time estimate."""
+    plan, hosts, est = d["plan"], d["hosts"], d["host_time"]
+    print_wrapped(con, f"{d['experiment']}: dry run (nothing applied, nothing written)")
+    print_wrapped(
+        con,
+        f"  {plan['mode']} sweep: {plan['comparisons_planned']} comparisons planned -- "
+        f"{plan['note']}",
+    )
+    for k in plan["knobs"]:
+        settings = ", ".join(format_value(k["knob"], v) for v in k["settings"]) or "-"
+        reboot = " (reboot)" if k["reboot"] else ""
+        base = format_value(k["knob"], k["baseline"]) if k["baseline"] is not None else "-"
+        print_wrapped(
+            con,
+            f"    {k['knob']:12} {k['comparisons']:3} vs {base}{reboot}: {settings}",
+            indent=8,
+        )
+    print_wrapped(con, f"    + {plan['validations']} validation(s) of the soft SKU")
+    status = "OK" if hosts["ok"] else "FAILED"
+    print_wrapped(con, f"  hosts ({hosts['backend']}): {status} {hosts.get('error', '')}")
+    for h in hosts.get("hosts", []):
+        detail = h.get("check") or h.get("error") or ""
+        if "knobs" in h:
+            detail = "; ".join(f"{k}: {v}" for k, v in h["knobs"].items())
+        print_wrapped(
+            con, f"    {h['name']}: {'ok' if h.get('ok', True) else 'FAILED'} {detail}", indent=8
+        )
+    total, bound = est.get("total_s"), est.get("bound_s")
+    guess = f"about {_hours(total)}" if total is not None else "unknown"
+    print_wrapped(
+        con,
+        f"  host time: {guess} (from {est['source']}); at most {_hours(bound)} if every "
+        "comparison ran to the sample cap",
+    )

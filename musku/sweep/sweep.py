@@ -31,6 +31,7 @@ def experiment_run(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
     seed: int | None = None,
+    mode: str | None = None,
 ) -> Iterator[Runner]:
     """One run of an experiment on its host pair: the life cycle every command shares.
 
@@ -51,7 +52,7 @@ def experiment_run(
         else:
             if progress is not None and resume:
                 progress.message(f"nothing to resume for {experiment.name}: starting a new run")
-            exp_id = store.create_experiment(experiment)
+            exp_id = store.create_experiment(experiment, mode=mode)
             store.set_status(exp_id, ExperimentStatus.RUNNING)
 
     def mark(status: ExperimentStatus) -> None:
@@ -147,5 +148,7 @@ def run_abtest(
     seed: int | None = None,
 ) -> ComparisonResult:
     """One A/B comparison on the experiment's hosts, recorded as a run of its own."""
-    with experiment_run(experiment, store=store, progress=progress, stop=stop, seed=seed) as runner:
+    with experiment_run(
+        experiment, store=store, progress=progress, stop=stop, seed=seed, mode="abtest"
+    ) as runner:
         return runner.compare("abtest", baseline, candidate)

@@ -118,7 +118,10 @@ def train(
                     service, table["host"], platform, config_key, table
                 )
         if as_json:
-            typer.echo(json.dumps({"path": str(path), "db_id": stored, "table": table}, indent=2))
+            from musku.report.strict_json import finite  # NaN/inf -> null
+
+            shown = {"path": str(path), "db_id": stored, "table": table}
+            typer.echo(json.dumps(finite(shown), indent=2, allow_nan=False))
             return
         typer.echo(f"decision table for {service} on {table['host']} ({os.cpu_count()} CPUs):")
         for r in table["rows"]:

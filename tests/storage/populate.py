@@ -33,6 +33,16 @@ PLAN: dict[str, list[tuple[str, object, Decision, float]]] = {
     ],
 }
 
+# a sweep's run-offs and confirmations (purpose knob:<knob>:<step>): they compare settings with
+# each other, not with the baseline, so best_setting_per_knob.sql must ignore them. Their
+# estimates beat every knob:<knob> row, so a query that counted them would answer wrongly.
+# (platform, purpose, knob, baseline setting, candidate setting, decision, effect)
+STEPS: list[tuple[str, str, str, object, object, Decision, float]] = [
+    ("skylake18", "knob:cdp:runoff", "cdp", "9:2", "6:5", Decision.BETTER, 0.071),
+    ("skylake18", "knob:cdp:confirm", "cdp", "off", "6:5", Decision.BETTER, 0.065),
+    ("broadwell16", "knob:thp:confirm", "thp", "madvise", "never", Decision.BETTER, 0.052),
+]
+
 
 @dataclass
 class Populated:
@@ -41,6 +51,8 @@ class Populated:
     results: dict[int, ComparisonResult] = field(default_factory=dict)
     softskus: dict[str, int] = field(default_factory=dict)
     samples_per_host: int = 0
+    failed_experiment: int = 0  # a crashed run that had saved a soft SKU already
+    failed_softsku: int = 0
 
 
 def _samples(
@@ -113,6 +125,27 @@ def populate(store: Store, experiment: Experiment, *, samples_per_host: int = 60
             out.results[cmp_id] = result
             if decision is Decision.BETTER:  # PLAN lists a knob's best setting first
                 best.setdefault(knob, cand)
+        for plat, purpose, knob, a, b, decision, effect in STEPS:
+            if plat != platform:
+                continue
+            ref, cand = base.with_(knob, a), base.with_(knob, b)
+            cmp_id = store.start_comparison(exp_id, purpose, ref, cand)
+            store.add_samples(cmp_id, _samples(rng, samples_per_host, effect, warmup=5))
+            n = samples_per_host - 5
+            result = ComparisonResult(
+                baseline=ref,
+                candidate=cand,
+                decision=decision,
+                estimate=effect,
+                ci_low=effect - 0.004,
+                ci_high=effect + 0.004,
+                samples=n,
+                host_time_s=60.0 * samples_per_host,
+                reason=f"{decision.value} after {n} windows",
+                method="sequential-t",
+            )
+            store.finish_comparison(cmp_id, result)
+            out.results[cmp_id] = result
         sku_config = base
         for knob, cand in best.items():
             sku_config = sku_config.with_(knob, cand[knob])
@@ -149,7 +182,41 @@ def populate(store: Store, experiment: Experiment, *, samples_per_host: int = 60
         store.save_threading_table(
             "web", f"{platform}-a", platform, sku_config, {"1000": "tp8", "8000": "tmp16"}
         )
+    _failed_run(store, experiment, out, rng)
     return out
+
+
+def _failed_run(
+    store: Store, experiment: Experiment, out: Populated, rng: np.random.Generator
+) -> None:
+    """A newer Skylake run that saved a soft SKU and then failed: softsku_gains.sql must keep
+    reporting the done run's soft SKU."""
+    exp = dataclasses.replace(experiment, name="web-skylake18-crashed")
+    exp_id = store.create_experiment(exp)
+    store.set_status(exp_id, ExperimentStatus.RUNNING)
+    base = exp.production
+    cand = base.with_("thp", "never")
+    cmp_id = store.start_comparison(exp_id, "validate:production", base, cand)
+    store.add_samples(cmp_id, _samples(rng, out.samples_per_host, 0.2, warmup=5))
+    result = ComparisonResult(
+        baseline=base,
+        candidate=cand,
+        decision=Decision.BETTER,
+        estimate=0.2,
+        ci_low=0.19,
+        ci_high=0.21,
+        samples=10,
+        host_time_s=10.0,
+        reason="validated",
+        method="sequential-t",
+    )
+    store.finish_comparison(cmp_id, result)
+    out.results[cmp_id] = result
+    out.failed_softsku = store.save_softsku(
+        exp_id, SoftSku("web", exp.platform.name, cand, vs_production=result)
+    )
+    store.set_status(exp_id, ExperimentStatus.FAILED)
+    out.failed_experiment = exp_id
 
 
 def main(argv: list[str]) -> int:

@@ -16,7 +16,7 @@ from musku.storage import open_store
 from musku.storage.store import Store
 
 from .conftest import BACKENDS, empty_database
-from .populate import PLAN, Populated, populate
+from .populate import PLAN, STEPS, Populated, populate
 
 QUERIES = Path(__file__).resolve().parents[2] / "db" / "queries"
 ALL = sorted(QUERIES.glob("*.sql"))
@@ -77,7 +77,8 @@ def test_best_setting_per_knob(populated: tuple[Store, Populated]) -> None:
                 (platform, knob) not in expected or effect > expected[(platform, knob)][1]
             ):
                 expected[(platform, knob)] = (str(setting), effect)
-    assert set(got) == set(expected)
+    assert set(got) == set(expected)  # no "cdp:runoff" / "cdp:confirm" pseudo-knobs
+    assert {k for _, k in got} <= {k for plan in PLAN.values() for k, *_ in plan}
     for key, (setting, effect) in expected.items():
         assert got[key][0] == setting
         assert got[key][1] == pytest.approx(effect)
@@ -87,6 +88,9 @@ def test_softsku_gains(populated: tuple[Store, Populated]) -> None:
     store, data = populated
     rows = _run(store, QUERIES / "softsku_gains.sql")
     assert {r["platform"]: r["soft_sku_id"] for r in rows} == data.softskus
+    # the crashed run's soft SKU is newer, but its experiment failed: not reported
+    assert data.failed_softsku > data.softskus["skylake18"]
+    assert data.failed_softsku not in {r["soft_sku_id"] for r in rows}
     for r in rows:
         assert r["vs_production_pct"] == pytest.approx(5.0)
         assert r["vs_stock_ci_low_pct"] == pytest.approx(6.0)
@@ -108,7 +112,8 @@ def test_host_time_per_experiment(populated: tuple[Store, Populated]) -> None:
         ids = _ids(store, exp_id)
         mine = [r for cid, r in data.results.items() if cid in ids]
         row = rows[exp_id]
-        assert row["comparisons"] == len(PLAN[platform]) + 2  # + two validations
+        steps = sum(1 for plat, *_ in STEPS if plat == platform)
+        assert row["comparisons"] == len(PLAN[platform]) + steps + 2  # + two validations
         assert row["host_hours"] == pytest.approx(sum(r.host_time_s for r in mine) / 3600)
         assert row["inconclusive"] == sum(
             1 for *_, d, _e in PLAN[platform] if d.value == "inconclusive"
@@ -154,3 +159,22 @@ def test_raw_effect_agrees_with_planted_effects(populated: tuple[Store, Populate
     rows = {r["comparison_id"]: r for r in _run(store, QUERIES / "raw_effect_vs_decision.sql")}
     for cid, result in data.results.items():
         assert rows[cid]["raw_effect"] == pytest.approx(result.estimate, abs=0.01)
+
+
+def test_sample_batches_stream_in_key_order(populated: tuple[Store, Populated]) -> None:
+    """The exports' streaming reader (a server-side cursor on PostgreSQL): bounded batches,
+    every sample of the experiment once, in primary-key order."""
+    store, data = populated
+    exp_id = data.experiments["skylake18"]
+    ids = _ids(store, exp_id)
+    batches = list(
+        store.sample_batches(exp_id, columns=["comparison_id", "seq", "host"], batch_rows=97)
+    )
+    rows = [r for b in batches for r in b]
+    assert max(len(b) for b in batches) == 97 and len(batches) > 3
+    assert rows == sorted(rows) and len(set(rows)) == len(rows)
+    assert {r[0] for r in rows} <= ids
+    assert len(rows) == sum(len(store.samples(c)) for c in ids)
+    one = next(iter(ids))
+    only = [r for b in store.sample_batches(exp_id, comparison_ids=[one]) for r in b]
+    assert len(only) == len(store.samples(one))

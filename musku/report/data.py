@@ -1,0 +1,214 @@
+"""What a report shows, read from the results DB: the experiment, its comparisons (with their
+windows as arrays), its soft SKU. Bad input raises :class:`~musku.errors.InputError` (one line,
+exit 3): an unknown experiment, an experiment with no finished comparison yet."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from musku.domain import Configuration, Decision
+from musku.errors import InputError
+from musku.storage.records import ComparisonRecord, ExperimentRecord, SoftSkuRecord
+
+PAPER_HOST_HOURS = (5.0, 10.0)
+"""Host time of one knob sweep in the SoftSKU paper (Sriraman et al., ISCA 2019): 5-10 h."""
+
+PAPER_GAINS: Mapping[tuple[str, str], tuple[float, float]] = {
+    # (service, platform) -> (soft SKU vs stock, vs production), the paper's Fig. 19
+    ("web", "skylake18"): (0.062, 0.045),
+    ("web", "broadwell16"): (0.072, 0.030),
+    ("ads1", "skylake18"): (0.025, 0.025),
+}
+
+SERIES_COLUMNS = ("comparison_id", "seq", "host", "t", "role", "period", "warmup", "valid", "value")
+
+
+@dataclass
+class Series:
+    """One comparison's windows, host by host: arrays indexed by window (``seq``)."""
+
+    t: np.ndarray  # (n,) seconds, host 0's clock
+    value: np.ndarray  # (2, n) primary metric per host
+    role_b: np.ndarray  # (2, n) bool: the host ran B
+    period: np.ndarray  # (n,)
+    warmup: np.ndarray  # (n,) bool (either host)
+    valid: np.ndarray  # (n,) bool (both hosts)
+
+    @property
+    def size(self) -> int:
+        return int(self.t.size)
+
+
+@dataclass
+class ReportData:
+    experiment: ExperimentRecord
+    meta: Mapping[str, Any]
+    comparisons: list[ComparisonRecord]
+    softskus: list[SoftSkuRecord]
+    series: dict[int, Series] = field(default_factory=dict)
+
+    @property
+    def resolved(self) -> Mapping[str, Any]:
+        return self.meta.get("resolved") or {}
+
+    @property
+    def direction(self) -> float:
+        return -1.0 if self.experiment.direction == "lower" else 1.0
+
+    @property
+    def baseline_config(self) -> Configuration:
+        key = "stock" if self.experiment.baseline == "stock" else "production"
+        return Configuration.of(self.resolved.get(key) or {})
+
+    @property
+    def space(self) -> dict[str, list[Any]]:
+        return {k: list(v) for k, v in (self.resolved.get("space") or {}).items()}
+
+    @property
+    def statistics(self) -> Mapping[str, Any]:
+        return self.resolved.get("statistics") or {}
+
+    @property
+    def sku(self) -> SoftSkuRecord | None:
+        return self.softskus[-1] if self.softskus else None
+
+    @property
+    def host_time_s(self) -> float:
+        return sum(c.result.host_time_s for c in self.comparisons if c.result is not None)
+
+    def knob_comparisons(self, knob: str) -> list[ComparisonRecord]:
+        """The knob's own comparisons against the baseline (purpose ``knob:<knob>``)."""
+        return [c for c in self.comparisons if c.purpose == f"knob:{knob}"]
+
+    def knob_steps(self, knob: str) -> list[ComparisonRecord]:
+        """Run-offs and confirmations of the knob (purpose ``knob:<knob>:<step>``)."""
+        return [c for c in self.comparisons if c.purpose.startswith(f"knob:{knob}:")]
+
+
+def find(store: Any, ref: str) -> ExperimentRecord:
+    rec = store.find_experiment(int(ref) if ref.isdigit() else ref)
+    if rec is None:
+        raise InputError(f"no experiment {ref!r} in the results DB (`musku results` lists them)")
+    return rec  # type: ignore[no-any-return]
+
+
+def load(store: Any, ref: str, *, series: bool = True) -> ReportData:
+    """Everything the report of experiment ``ref`` (name or id) shows."""
+    rec = find(store, ref)
+    comps = store.comparisons(rec.id)
+    if not any(c.result is not None and c.result.decision.final for c in comps):
+        raise InputError(
+            f"experiment {rec.name!r} (id {rec.id}) has no finished comparison yet: nothing to "
+            "report (run or resume its sweep first)"
+        )
+    skus = [s for s in store.softskus() if s.experiment_id == rec.id]
+    data = ReportData(rec, store.experiment_meta(rec.id), comps, skus)
+    if series:
+        data.series = load_series(store, rec.id, [c.id for c in comps if c.result is not None])
+    return data
+
+
+def load_series(store: Any, exp_id: int, comparison_ids: Sequence[int]) -> dict[int, Series]:
+    """Every comparison's windows as :class:`Series`, streamed from the DB in batches."""
+    if not comparison_ids:
+        return {}
+    wanted = set(comparison_ids)
+    cols: dict[int, list[list[tuple[Any, ...]]]] = {}
+    for batch in store.sample_batches(exp_id, columns=SERIES_COLUMNS):
+        for row in batch:
+            if row[0] in wanted:
+                cols.setdefault(int(row[0]), []).append(row)  # type: ignore[arg-type]
+    return {cid: _series(rows) for cid, rows in cols.items()}  # type: ignore[arg-type]
+
+
+def _series(rows: list[tuple[Any, ...]]) -> Series:
+    seqs = sorted({int(r[1]) for r in rows})
+    index = {s: i for i, s in enumerate(seqs)}
+    n = len(seqs)
+    t = np.full(n, np.nan)
+    value = np.full((2, n), np.nan)
+    role_b = np.zeros((2, n), dtype=bool)
+    period = np.zeros(n, dtype=np.int64)
+    warmup = np.zeros(n, dtype=bool)
+    valid = np.ones(n, dtype=bool)
+    for _, seq, host, tt, role, per, warm, ok, val in rows:
+        i, h = index[int(seq)], int(host)
+        if h not in (0, 1):
+            continue
+        if h == 0 or np.isnan(t[i]):
+            t[i] = float(tt)
+        value[h, i] = np.nan if val is None else float(val)
+        role_b[h, i] = role == "B"
+        period[i] = int(per)
+        warmup[i] |= bool(warm)
+        valid[i] &= bool(ok)
+    return Series(t, value, role_b, period, warmup, valid)
+
+
+def running_interval(
+    s: Series, direction: float, confidence: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The effect of B over A and its confidence sequence, recomputed after each batch of the
+    stored windows with the tester's estimator (crossover batch means, host bias removed once
+    both role orders are seen) and boundary: (t, estimate, low, high), relative. The live
+    tester chose its batch size from a pilot, so its looks need not line up exactly."""
+    from musku.abtest import stats
+    from musku.abtest.rules import to_relative
+
+    keep = s.valid & ~s.warmup & np.all(np.isfinite(s.value), axis=0) & np.all(s.value > 0, axis=0)
+    if keep.sum() < 12:
+        return None
+    v0, v1 = s.value[0, keep], s.value[1, keep]
+    b_on_1 = s.role_b[1, keep]
+    # sign-adjusted log-ratio B/A per window; sign +1 when host 0 ran A
+    d = direction * np.where(b_on_1, np.log(v1 / v0), np.log(v0 / v1))
+    sign = np.where(b_on_1, 1.0, -1.0)
+    per, tt = s.period[keep], s.t[keep]
+    rho = max(0.0, stats.ar1_coefficient(d - d.mean()))
+    b = stats.choose_batch_size(rho, target=0.1, maximum=max(5, d.size // 12))
+    out_t, est, lo, hi = [], [], [], []
+    ys: list[float] = []
+    ss: list[float] = []
+    ps: list[int] = []
+    i = 0
+    while i + b <= d.size:
+        sl = slice(i, i + b)
+        if np.unique(per[sl]).size == 1:  # batches stay within a period, as the tester's
+            ys.append(float(d[sl].mean()))
+            ss.append(float(sign[i]))
+            ps.append(int(per[i]))
+            i += b
+        else:
+            i = int(np.flatnonzero(per[i:] != per[i])[0]) + i
+            continue
+        y, sg, pp = np.array(ys), np.array(ss), np.array(ps)
+        e = stats.crossover_estimate(y, sg, pp) or stats.plain_estimate(y, pp)
+        if e is None:
+            continue
+        hw = stats.cs_halfwidth(e.se, e.n_eff, 1.0 - confidence, max(4.0, d.size / b / 2), df=e.df)
+        out_t.append(float(tt[i - 1]))
+        est.append(to_relative(e.mean, direction))
+        lo.append(to_relative(e.mean - hw, direction))
+        hi.append(to_relative(e.mean + hw, direction))
+    if not out_t:
+        return None
+    return np.array(out_t), np.array(est), np.array(lo), np.array(hi)
+
+
+def host_bias(s: Series) -> float | None:
+    """Host 1 over host 0 on the same configuration, relative: half the sum of the two role
+    orders' mean log-ratios (the effect cancels, the bias stays). None before both orders."""
+    keep = s.valid & ~s.warmup & np.all(np.isfinite(s.value), axis=0) & np.all(s.value > 0, axis=0)
+    r = np.log(s.value[1, keep] / s.value[0, keep])
+    b1 = s.role_b[1, keep]
+    if b1.sum() < 2 or (~b1).sum() < 2:
+        return None
+    return float(np.expm1(0.5 * (r[b1].mean() + r[~b1].mean())))
+
+
+def decided(c: ComparisonRecord) -> bool:
+    return c.result is not None and c.result.decision is not Decision.ABORTED

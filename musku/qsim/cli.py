@@ -16,8 +16,12 @@ from musku.errors import InputError
 
 app = typer.Typer(help="Queueing-network simulation of microservice graphs.", no_args_is_help=True)
 
-ModelArg = Annotated[Path, typer.Argument(help="Model file (TOML, docs/qsim.md).", show_default=False)]
-QpsOpt = Annotated[float | None, typer.Option("--qps", help="Open-loop rate (overrides the model).")]
+ModelArg = Annotated[
+    Path, typer.Argument(help="Model file (TOML, docs/qsim.md).", show_default=False)
+]
+QpsOpt = Annotated[
+    float | None, typer.Option("--qps", help="Open-loop rate (overrides the model).")
+]
 DurationOpt = Annotated[
     float | None, typer.Option("--duration", help="Simulated seconds (overrides [run]).")
 ]
@@ -166,7 +170,9 @@ def curve_points(doc: dict[str, Any], rates: list[float]) -> dict[str, Any]:
 @app.command("curve")
 def curve(
     model: ModelArg,
-    qps: Annotated[str, typer.Option("--qps", help="A:B:STEPS open-loop rates.", show_default=False)],
+    qps: Annotated[
+        str, typer.Option("--qps", help="A:B:STEPS open-loop rates.", show_default=False)
+    ],
     duration: DurationOpt = None,
     seed: SeedOpt = None,
     out: OutOpt = None,

@@ -187,7 +187,9 @@ def parse(text: str, path: Path) -> tuple[QsimModel, Positions]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         line = getattr(e, "lineno", None)
-        raise InputError(f"not valid TOML: {e}", where=f"{path}:{line}" if line else str(path)) from None
+        raise InputError(
+            f"not valid TOML: {e}", where=f"{path}:{line}" if line else str(path)
+        ) from None
     pos = Positions(text)
     try:
         model = QsimModel.model_validate(data)
@@ -252,7 +254,9 @@ def normalise(model: QsimModel, pos: Positions, path: Path) -> dict[str, Any]:
         names = s.machines or [model.machines[0].name]
         for mn in names:
             if mn not in machines:
-                raise err(f"service {s.name!r}: unknown machine {mn!r}", ("services", si, "machines"))
+                raise err(
+                    f"service {s.name!r}: unknown machine {mn!r}", ("services", si, "machines")
+                )
         stage_names = [st.name for st in s.stages]
         if len(set(stage_names)) != len(stage_names):
             raise err(f"service {s.name!r}: duplicate stage names", ("services", si, "stages"))
@@ -280,7 +284,11 @@ def normalise(model: QsimModel, pos: Positions, path: Path) -> dict[str, Any]:
                         raise err(
                             f"service {s.name!r} wants {want} cores per instance but machine "
                             f"{m.name!r} has {avail} for services",
-                            ("services", si, "cores_per_instance" if s.cores_per_instance else "threads"),
+                            (
+                                "services",
+                                si,
+                                "cores_per_instance" if s.cores_per_instance else "threads",
+                            ),
                         )
                     cores = []
                     for _ in range(want):
@@ -341,22 +349,21 @@ def normalise(model: QsimModel, pos: Positions, path: Path) -> dict[str, Any]:
 
     eng_paths = [_normalise_path(model, pi, p, services, err) for pi, p in enumerate(model.paths)]
 
-    c = model.client
-    client: dict[str, Any] = {"kind": c.kind, "connections": c.connections}
-    if c.kind == "closed":
-        client.update(users=c.users, think_us=c.think_us)
+    cl = model.client
+    client: dict[str, Any] = {"kind": cl.kind, "connections": cl.connections}
+    if cl.kind == "closed":
+        client.update(users=cl.users, think_us=cl.think_us)
+    elif cl.epochs:
+        last = 0.0
+        for ei, ep in enumerate(cl.epochs):
+            if ep.until_s <= last:
+                raise err("epoch ends must increase", ("client", "epochs", ei))
+            last = ep.until_s
+        client["epochs"] = [{"end_s": ep.until_s, "qps": ep.qps} for ep in cl.epochs]
+        if last < model.run.duration_s:  # the last rate holds to the end
+            client["epochs"].append({"end_s": model.run.duration_s * 2, "qps": cl.epochs[-1].qps})
     else:
-        if c.epochs:
-            last = 0.0
-            for ei, e in enumerate(c.epochs):
-                if e.until_s <= last:
-                    raise err("epoch ends must increase", ("client", "epochs", ei))
-                last = e.until_s
-            client["epochs"] = [{"end_s": e.until_s, "qps": e.qps} for e in c.epochs]
-            if last < model.run.duration_s:  # the last rate holds to the end
-                client["epochs"].append({"end_s": model.run.duration_s * 2, "qps": c.epochs[-1].qps})
-        else:
-            client["epochs"] = [{"end_s": model.run.duration_s * 2, "qps": c.qps}]
+        client["epochs"] = [{"end_s": model.run.duration_s * 2, "qps": cl.qps}]
     r = model.run
     return {
         "seed": r.seed,
@@ -404,11 +411,15 @@ def _normalise_path(
             if not n.children:
                 raise err(f"node {n.name!r}: branch = 'one' without children", (*loc, "branch"))
             if n.child_weights is None or len(n.child_weights) != len(n.children):
-                raise err(f"node {n.name!r}: child_weights needs one weight per child", (*loc, "branch"))
+                raise err(
+                    f"node {n.name!r}: child_weights needs one weight per child", (*loc, "branch")
+                )
             if sum(n.child_weights) <= 0:
                 raise err(f"node {n.name!r}: child_weights sum to zero", (*loc, "child_weights"))
         elif n.child_weights is not None:
-            raise err(f"node {n.name!r}: child_weights needs branch = 'one'", (*loc, "child_weights"))
+            raise err(
+                f"node {n.name!r}: child_weights needs branch = 'one'", (*loc, "child_weights")
+            )
         if n.copies > svc.instances:
             raise err(
                 f"node {n.name!r}: {n.copies} copies need {n.copies} instances of "
@@ -418,7 +429,9 @@ def _normalise_path(
     roots = [i for i in range(len(p.nodes)) if not parents[i]]
     if len(roots) != 1:
         if not roots:
-            raise err(f"path {p.name!r}: no root node (every node has a parent: a cycle)", ("paths", pi))
+            raise err(
+                f"path {p.name!r}: no root node (every node has a parent: a cycle)", ("paths", pi)
+            )
         raise err(
             f"path {p.name!r}: several root nodes ({', '.join(p.nodes[i].name for i in roots)}); "
             "a path is one tree",
@@ -464,17 +477,17 @@ def _normalise_path(
                 ("paths", pi, "nodes", i),
             )
         picks: dict[int, int] = {}
-        for b, ch in need:
-            if picks.setdefault(b, ch) != ch:
+        for b, chosen in need:
+            if picks.setdefault(b, chosen) != chosen:
                 raise err(
                     f"path {p.name!r}: fan-in {n.name!r} can never complete (its parents are "
                     f"exclusive branches of {p.nodes[b].name!r})",
                     ("paths", pi, "nodes", i),
                 )
         cond[i] = frozenset(need)
-        if len(parents[i]) > 1 or any(p.nodes[q].copies > 1 for q in parents[i]):
-            if n.copies > 1:
-                raise err(f"node {n.name!r}: a fan-in cannot have copies", ("paths", pi, "nodes", i))
+        fan_in = len(parents[i]) > 1 or any(p.nodes[q].copies > 1 for q in parents[i])
+        if fan_in and n.copies > 1:
+            raise err(f"node {n.name!r}: a fan-in cannot have copies", ("paths", pi, "nodes", i))
     index = {old: new for new, old in enumerate(order)}
     nodes = []
     for old in order:

@@ -52,7 +52,9 @@ class Positions:
                 loc = (*current, *_split_key(k.group(1)))
                 self.lines.setdefault(loc, no)
                 value = line[k.end() :]
-                depth = max(0, value.count("[") + value.count("{") - value.count("]") - value.count("}"))
+                depth = max(
+                    0, value.count("[") + value.count("{") - value.count("]") - value.count("}")
+                )
 
     def _resolve(
         self, names: Sequence[str], counts: dict[tuple[str | int, ...], int]

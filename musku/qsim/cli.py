@@ -228,13 +228,20 @@ def import_uqsim(
     connections: Annotated[
         int, typer.Option("--connections", help="Client connections (μqSim's numConn argument).")
     ] = 100,
+    client_latency_us: Annotated[
+        float,
+        typer.Option("--client-latency-us", help="Client -> entry hop (μqSim's netLat argument)."),
+    ] = 0.065,
 ) -> None:
     """Convert a μqSim architecture directory into a qsim model file."""
     from musku.qsim.uqsim import convert
 
-    text = convert(directory, qps=qps, connections=connections)
-    out.write_text(text)
+    notes = convert(
+        directory, out, qps=qps, connections=connections, client_latency_us=client_latency_us
+    )
     from musku.qsim.model import load
 
     load(out)  # the converted model must validate
+    for n in notes:
+        typer.echo(f"note: {n}")
     typer.echo(f"wrote {out}")

@@ -49,6 +49,8 @@ class Run(_Strict):
 class Network(_Strict):
     latency_us: NonNegFloat = 0.0  # one hop between machines (and client <-> entry)
     local_latency_us: NonNegFloat = 0.0  # one hop inside a machine
+    client_latency_us: NonNegFloat | None = None  # client -> entry (default: latency_us)
+    reply_latency_us: NonNegFloat | None = None  # last service -> client (default: latency_us)
 
 
 class Machine(_Strict):
@@ -374,11 +376,17 @@ def normalise(model: QsimModel, pos: Positions, path: Path) -> dict[str, Any]:
         "max_live_jobs": r.max_live_jobs,
         "net_latency_us": model.network.latency_us,
         "local_latency_us": model.network.local_latency_us,
+        "client_latency_us": _or(model.network.client_latency_us, model.network.latency_us),
+        "reply_latency_us": _or(model.network.reply_latency_us, model.network.latency_us),
         "machines": [{"name": m.name, "cores": m.cores} for m in model.machines],
         "services": eng_services,
         "paths": eng_paths,
         "client": client,
     }
+
+
+def _or(x: float | None, default: float) -> float:
+    return default if x is None else x
 
 
 def _normalise_path(

@@ -143,6 +143,7 @@ struct Job {
   int pos = 0;   // index into the node's stage list
   int inst = 0;  // global instance index
   int conn = 0;
+  int copy = -1;  // instance offset inherited from a fan-out (copies) ancestor, -1 = none
   double node_arrival = 0;
 };
 
@@ -244,11 +245,12 @@ class Sim {
     std::push_heap(heap_.begin(), heap_.end(), EvLater());
   }
   double Latency(int from_machine, int to_machine) const {
+    if (from_machine < 0) return m_.client_latency_us * 1000.0;
     return (from_machine == to_machine ? m_.local_latency_us : m_.net_latency_us) * 1000.0;
   }
   int Route(Request* r, int service);
   void NewRequest(int user);
-  void Spawn(Request* r, int node, int from_machine, double now);
+  void Spawn(Request* r, int node, int from_machine, double now, int copy);
   void Enqueue(Job* j);
   void QueueChange(StageQ& q, long delta) {
     q.area += static_cast<double>(q.len) * (now_ - std::max(q.last, measure_start_));
@@ -349,10 +351,10 @@ void Sim::NewRequest(int user) {
   ++live_requests_;
   ++issued_;
   if (r->measured) ++issued_measured_;
-  Spawn(r, ps.root, -1, now_);
+  Spawn(r, ps.root, -1, now_, -1);
 }
 
-void Sim::Spawn(Request* r, int node, int from_machine, double now) {
+void Sim::Spawn(Request* r, int node, int from_machine, double now, int copy) {
   const NodeSpec& n = m_.paths[static_cast<size_t>(r->path)].nodes[static_cast<size_t>(node)];
   if (n.join > 1) {
     const size_t slot = static_cast<size_t>(n.join_slot);
@@ -365,7 +367,7 @@ void Sim::Spawn(Request* r, int node, int from_machine, double now) {
     r->join_time[slot] = std::max(r->join_time[slot], t);
     if (++r->join_count[slot] < n.join) return;
     Job* j = job_pool_.Get();
-    *j = Job{r, node, 0, inst, r->conn, 0};
+    *j = Job{r, node, 0, inst, r->conn, -1, 0};
     r->sticky[static_cast<size_t>(n.service)] = inst;
     ++r->tokens;
     ++live_jobs_;
@@ -382,11 +384,17 @@ void Sim::Spawn(Request* r, int node, int from_machine, double now) {
     Push(t, kCopies, node, first, r);
     return;
   }
-  const int sticky = r->sticky[static_cast<size_t>(n.service)];
-  const int inst = (sticky >= 0) ? sticky : Route(r, n.service);
-  r->sticky[static_cast<size_t>(n.service)] = inst;
+  int inst;
+  if (copy >= 0) {  // follows its fan-out copy: the instance at the same offset
+    const int ninst = static_cast<int>(m_.services[static_cast<size_t>(n.service)].instances.size());
+    inst = svc_first_inst_[static_cast<size_t>(n.service)] + copy % ninst;
+  } else {
+    const int sticky = r->sticky[static_cast<size_t>(n.service)];
+    inst = (sticky >= 0) ? sticky : Route(r, n.service);
+    r->sticky[static_cast<size_t>(n.service)] = inst;
+  }
   Job* j = job_pool_.Get();
-  *j = Job{r, node, 0, inst, r->conn, 0};
+  *j = Job{r, node, 0, inst, r->conn, copy, 0};
   ++r->tokens;
   ++live_jobs_;
   Push(now + Latency(from_machine, inst_[static_cast<size_t>(inst)].machine), kJobArrive, 0, 0, j);
@@ -662,12 +670,12 @@ void Sim::FinishNode(Job* j, int tid) {
   (void)tid;
   if (!n.children.empty()) {
     if (n.branch == Branch::kAll) {
-      for (int c : n.children) Spawn(r, c, machine, now_);
+      for (int c : n.children) Spawn(r, c, machine, now_, j->copy);
     } else {
       const double u = rng_branch_.Uniform();
       size_t k = 0;
       while (k + 1 < n.child_cdf.size() && u >= n.child_cdf[k]) ++k;
-      Spawn(r, n.children[k], machine, now_);
+      Spawn(r, n.children[k], machine, now_, j->copy);
     }
   }
   job_pool_.Put(j);
@@ -679,7 +687,7 @@ void Sim::FinishNode(Job* j, int tid) {
 }
 
 void Sim::Complete(Request* r) {
-  const double t = now_ + m_.net_latency_us * 1000.0;
+  const double t = now_ + m_.reply_latency_us * 1000.0;
   if (r->measured) {
     e2e_.Record(static_cast<int64_t>(t - r->start));
     ++completed_measured_;
@@ -799,7 +807,8 @@ nlohmann::json Sim::Run() {
         const int ninst = static_cast<int>(m_.services[static_cast<size_t>(n.service)].instances.size());
         for (int k = 0; k < n.copies; ++k) {
           Job* j = job_pool_.Get();
-          *j = Job{r, ev.a, 0, base + (ev.b + k) % ninst, r->conn, 0};
+          const int off = (ev.b + k) % ninst;
+          *j = Job{r, ev.a, 0, base + off, r->conn, off, 0};
           Enqueue(j);
         }
         break;

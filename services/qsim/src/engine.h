@@ -148,6 +148,8 @@ struct Model {
   uint64_t max_live_jobs = 4000000;
   double net_latency_us = 0;        // between machines
   double local_latency_us = 0;      // same machine
+  double client_latency_us = 0;     // client -> entry service
+  double reply_latency_us = 0;      // last service -> client
   std::vector<MachineSpec> machines;
   std::vector<ServiceSpec> services;
   std::vector<PathSpec> paths;

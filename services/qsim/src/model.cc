@@ -141,6 +141,8 @@ Model ParseModel(const json& j) {
   m.max_live_jobs = static_cast<uint64_t>(Num(j, "max_live_jobs", "model", 4000000, false, 1));
   m.net_latency_us = Num(j, "net_latency_us", "model", 0, false, 0);
   m.local_latency_us = Num(j, "local_latency_us", "model", 0, false, 0);
+  m.client_latency_us = Num(j, "client_latency_us", "model", m.net_latency_us, false, 0);
+  m.reply_latency_us = Num(j, "reply_latency_us", "model", m.net_latency_us, false, 0);
 
   const json& machines = Arr(j, "machines", "model", true);
   if (machines.empty()) Fail("model.machines", "no machines");

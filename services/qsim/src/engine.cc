@@ -147,9 +147,32 @@ struct Job {
   double node_arrival = 0;
 };
 
+// FIFO of jobs on a power-of-two ring (no per-node allocation, unlike std::deque's chunks).
+class Ring {
+ public:
+  bool empty() const { return head_ == tail_; }
+  void push_back(Job* j) {
+    if (tail_ - head_ == buf_.size()) Grow();
+    buf_[tail_++ & (buf_.size() - 1)] = j;
+  }
+  Job* front() const { return buf_[head_ & (buf_.size() - 1)]; }
+  void pop_front() { ++head_; }
+
+ private:
+  void Grow() {
+    std::vector<Job*> nb(buf_.empty() ? 4 : buf_.size() * 2);
+    for (size_t i = head_; i < tail_; ++i) nb[i - head_] = buf_[i & (buf_.size() - 1)];
+    tail_ -= head_;
+    head_ = 0;
+    buf_.swap(nb);
+  }
+  std::vector<Job*> buf_;
+  size_t head_ = 0, tail_ = 0;
+};
+
 struct StageQ {
   QueueKind kind = QueueKind::kFifo;
-  std::deque<Job*> fifo;
+  Ring fifo;
   std::vector<std::deque<Job*>> conns;
   std::deque<int> ready;  // connections with queued jobs, each once
   size_t len = 0, max_len = 0;
@@ -198,37 +221,82 @@ enum EvType : uint8_t { kArrival, kUser, kJobArrive, kCopies, kDone, kWarmup, kW
 
 struct Event {
   double t;
-  uint64_t seq;
-  EvType type;
+  uint64_t key;  // insertion sequence << 8 | type: ties at the same instant run in FIFO order
+  void* p;
   int a;
   int b;
-  void* p;
+  EvType type() const { return static_cast<EvType>(key & 0xff); }
 };
 
-struct EvLater {
-  bool operator()(const Event& x, const Event& y) const {
-    return x.t > y.t || (x.t == y.t && x.seq > y.seq);
+inline bool Before(const Event& x, const Event& y) { return x.t < y.t || (x.t == y.t && x.key < y.key); }
+
+// A 4-ary min-heap on (time, sequence): half the depth of a binary heap, children contiguous.
+class EventHeap {
+ public:
+  bool empty() const { return v_.empty(); }
+  size_t size() const { return v_.size(); }
+  void push(const Event& e) {
+    size_t i = v_.size();
+    v_.push_back(e);
+    while (i > 0) {
+      const size_t parent = (i - 1) / 4;
+      if (!Before(e, v_[parent])) break;
+      v_[i] = v_[parent];
+      i = parent;
+    }
+    v_[i] = e;
   }
+  Event pop() {
+    const Event top = v_[0];
+    const Event last = v_.back();
+    v_.pop_back();
+    const size_t n = v_.size();
+    if (n == 0) return top;
+    size_t i = 0;
+    for (;;) {
+      const size_t c = 4 * i + 1;
+      if (c >= n) break;
+      size_t best = c;
+      const size_t end = std::min(c + 4, n);
+      for (size_t k = c + 1; k < end; ++k)
+        if (Before(v_[k], v_[best])) best = k;
+      if (!Before(v_[best], last)) break;
+      v_[i] = v_[best];
+      i = best;
+    }
+    v_[i] = last;
+    return top;
+  }
+
+ private:
+  std::vector<Event> v_;
 };
 
+// Objects allocated in chunks of 1024 (locality), recycled LIFO (hot in cache).
 template <typename T>
 class Pool {
  public:
   T* Get() {
     if (free_.empty()) {
-      store_.push_back(std::make_unique<T>());
-      return store_.back().get();
+      if (used_ == kChunk || chunks_.empty()) {
+        chunks_.push_back(std::make_unique<T[]>(kChunk));
+        used_ = 0;
+      }
+      ++allocated_;
+      return &chunks_.back()[used_++];
     }
     T* p = free_.back();
     free_.pop_back();
     return p;
   }
   void Put(T* p) { free_.push_back(p); }
-  size_t Allocated() const { return store_.size(); }
+  size_t Allocated() const { return allocated_; }
 
  private:
-  std::vector<std::unique_ptr<T>> store_;
+  static constexpr size_t kChunk = 1024;
+  std::vector<std::unique_ptr<T[]>> chunks_;
   std::vector<T*> free_;
+  size_t used_ = 0, allocated_ = 0;
 };
 
 class Sim {
@@ -241,8 +309,7 @@ class Sim {
   enum : uint64_t { kStreamArrival = 1, kStreamPath = 2, kStreamLb = 3, kStreamBranch = 4, kStreamStage = 1000 };
 
   void Push(double t, EvType type, int a = 0, int b = 0, void* p = nullptr) {
-    heap_.push_back(Event{t, seq_++, type, a, b, p});
-    std::push_heap(heap_.begin(), heap_.end(), EvLater());
+    heap_.push(Event{t, (seq_++ << 8) | type, p, a, b});
   }
   double Latency(int from_machine, int to_machine) const {
     if (from_machine < 0) return m_.client_latency_us * 1000.0;
@@ -276,7 +343,7 @@ class Sim {
   }
 
   const Model& m_;
-  std::vector<Event> heap_;
+  EventHeap heap_;
   uint64_t seq_ = 0;
   double now_ = 0, end_ = 0, warmup_ = 0, measure_start_ = 0;
   bool stopped_ = false, saturated_ = false;
@@ -397,7 +464,12 @@ void Sim::Spawn(Request* r, int node, int from_machine, double now, int copy) {
   *j = Job{r, node, 0, inst, r->conn, copy, 0};
   ++r->tokens;
   ++live_jobs_;
-  Push(now + Latency(from_machine, inst_[static_cast<size_t>(inst)].machine), kJobArrive, 0, 0, j);
+  const double lat = Latency(from_machine, inst_[static_cast<size_t>(inst)].machine);
+  if (lat == 0 && now == now_) {
+    Enqueue(j);  // same instant: no event needed
+  } else {
+    Push(now + lat, kJobArrive, 0, 0, j);
+  }
 }
 
 void Sim::Enqueue(Job* j) {
@@ -764,9 +836,7 @@ nlohmann::json Sim::Run() {
 
   const std::clock_t cpu0 = std::clock();
   while (!heap_.empty() && !stopped_) {
-    std::pop_heap(heap_.begin(), heap_.end(), EvLater());
-    const Event ev = heap_.back();
-    heap_.pop_back();
+    const Event ev = heap_.pop();
     if (ev.t > end_) {
       Stop("duration reached", false);
       break;
@@ -777,7 +847,7 @@ nlohmann::json Sim::Run() {
       mid_seen_ = true;
       live_mid_ = live_requests_;
     }
-    switch (ev.type) {
+    switch (ev.type()) {
       case kArrival: {
         NewRequest(-1);
         // next arrival, piecewise-constant rate (memoryless: resample at an epoch boundary)

@@ -125,6 +125,7 @@ class Node(_Strict):
     branch: Literal["all", "one"] = "all"
     child_weights: list[NonNegFloat] | None = None
     copies: PosInt = 1  # fan-out to this many distinct instances
+    gather: bool = False  # wait for every copy of the parent (a fan-in); else follow each copy
     hold_thread: bool = False  # blocking call: the thread waits for the reply
     release_thread: bool = False  # the reply, run on the thread held earlier
 
@@ -466,6 +467,8 @@ def _normalise_path(
         )
     # which exclusive branch choices each node needs in order to run
     cond: dict[int, frozenset[tuple[int, int]]] = {}
+    mult: dict[int, int] = {}
+    join: dict[int, int] = {}
     for i in order:
         n = p.nodes[i]
         need: set[tuple[int, int]] = set()
@@ -493,23 +496,29 @@ def _normalise_path(
                     ("paths", pi, "nodes", i),
                 )
         cond[i] = frozenset(need)
-        fan_in = len(parents[i]) > 1 or any(p.nodes[q].copies > 1 for q in parents[i])
+        fan_in = len(parents[i]) > 1 or n.gather
         if fan_in and n.copies > 1:
             raise err(f"node {n.name!r}: a fan-in cannot have copies", ("paths", pi, "nodes", i))
+        if n.gather and not parents[i]:
+            raise err(f"node {n.name!r}: gather on the root", ("paths", pi, "nodes", i, "gather"))
+        # how many times the node runs per request: copies multiply down to a fan-in
+        mult[i] = n.copies if fan_in or not parents[i] else n.copies * mult[parents[i][0]]
+        if fan_in:
+            mult[i] = 1
+            join[i] = sum(mult[q] for q in parents[i])
     index = {old: new for new, old in enumerate(order)}
     nodes = []
     for old in order:
         n = p.nodes[old]
         svc = model.services[services[n.service]]
         known = [st.name for st in svc.stages]
-        join = sum(p.nodes[q].copies for q in parents[old])
         doc: dict[str, Any] = {
             "service": services[n.service],
             "stages": [known.index(s) for s in (n.stages or known)],
             "children": [index[names[c]] for c in n.children],
             "branch": n.branch,
             "copies": n.copies,
-            "join": max(1, join),
+            "join": join.get(old, 1),
             "hold_thread": n.hold_thread,
             "release_thread": n.release_thread,
         }

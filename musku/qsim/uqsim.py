@@ -54,7 +54,9 @@ def _ngx_table_us() -> list[float]:
 
 
 def _epoll_table() -> list[tuple[int, float]]:
-    return [(n, float(max(0, round(0.38 * (n - 7) + 3.8)))) for n in range(1, EPOLL_MAX_CONNECTIONS + 1)]
+    return [
+        (n, float(max(0, round(0.38 * (n - 7) + 3.8)))) for n in range(1, EPOLL_MAX_CONNECTIONS + 1)
+    ]
 
 
 def _read(path: Path) -> Any:
@@ -120,7 +122,9 @@ def convert(
     epochs_q = _need(client, "epoch_qps", d / "client.json")
     epochs_t = _need(client, "epoch_end_sec", d / "client.json")
     if len(epochs_q) != len(epochs_t) or not epochs_q:
-        raise InputError("epoch_qps and epoch_end_sec differ in length", where=str(d / "client.json"))
+        raise InputError(
+            "epoch_qps and epoch_end_sec differ in length", where=str(d / "client.json")
+        )
     duration = float(epochs_t[-1])
     out_lines += ["[run]", f"duration_s = {duration:g}", "warmup_s = 0.0", "", "[network]",
                   f"latency_us = {float(graph.get('net_latency', 65000)) / 1000.0:g}",
@@ -137,7 +141,9 @@ def convert(
         ns = _need(m, "net_stack_sched", where)
         irq = len(ns.get("cores", []))
         if sorted(ns.get("cores", [])) != list(range(irq)):
-            notes.append(f"machine {name}: interrupt cores are not 0..{irq - 1}; placed there anyway")
+            notes.append(
+                f"machine {name}: interrupt cores are not 0..{irq - 1}; placed there anyway"
+            )
         net_queues[mid] = int(ns.get("num_queues", irq) or 1)
         out_lines += ["[[machines]]", f"name = {_q(name)}", f"cores = {int(_need(m, 'total_cores', where))}",
                       f"irq_cores = {irq}", "freq_base_ghz = 2.6", ""]  # fmt: skip
@@ -168,11 +174,20 @@ def convert(
         for nid, n in sorted(nodes.items()):
             if nid in folded_into:
                 continue
-            entry: dict[str, Any] = {"id": nid, "node": n, "copies": 1, "service": n["service_name"]}
+            entry: dict[str, Any] = {
+                "id": nid,
+                "node": n,
+                "copies": 1,
+                "service": n["service_name"],
+            }
             parent_children = [c for q in nodes.values() if nid in q["childs"] for c in q["childs"]]
             key = fold_key(n)
             if key is not None and n["service_name"] != "client":
-                sibs = [c for c in dict.fromkeys(parent_children) if c != nid and fold_key(nodes[c]) == key]
+                sibs = [
+                    c
+                    for c in dict.fromkeys(parent_children)
+                    if c != nid and fold_key(nodes[c]) == key
+                ]
                 if sibs:
                     members = [nid, *sibs]
                     fname = str(key[0])
@@ -194,7 +209,9 @@ def convert(
             names = groups.get(e["service"], [e["service"]])
             insts = [i for nm in names for i in inst_of.get(nm, [])]
             if not insts:
-                raise InputError(f"path node uses unknown service {e['service']!r}", where=str(d / "path.json"))
+                raise InputError(
+                    f"path node uses unknown service {e['service']!r}", where=str(d / "path.json")
+                )
             services_used[e["service"]] = {"insts": insts}
 
     side_files: list[str] = []
@@ -240,7 +257,10 @@ def convert(
                     + "".join(f"{v:g}\n" for v in _ngx_table_us())
                 )
                 side_files.append(csv_name)
-                out_lines += ['  queue = "fifo"', f'  time = {{ dist = "empirical", file = {_q(csv_name)} }}']
+                out_lines += [
+                    '  queue = "fifo"',
+                    f'  time = {{ dist = "empirical", file = {_q(csv_name)} }}',
+                ]
             elif st.get("batching"):
                 out_lines += ['  queue = "fifo"', "  batch = 1000000",
                               "  # μqSim: a batching stage takes every queued job for one draw",
@@ -272,7 +292,9 @@ def convert(
             st = net_stages[k]
             out_lines += ["  [[services.stages]]", f"  name = {_q(st['stage_name'])}",
                           f"  time = {_time(st['recv_time_model'], nwhere)}", ""]  # fmt: skip
-    names_net = [net_stages[k]["stage_name"] for k in range(4)]  # send_local, send_remote, recv_local, recv_remote
+    names_net = [
+        net_stages[k]["stage_name"] for k in range(4)
+    ]  # send_local, send_remote, recv_local, recv_remote
 
     # paths
     for pi, (p, out_nodes) in enumerate(zip(paths, path_nodes, strict=True)):
@@ -328,10 +350,145 @@ def convert(
     if qs is not None:
         out_lines.append(f"qps = {qs:g}")
     else:
-        eps = ", ".join(f"{{ until_s = {float(t):g}, qps = {float(q):g} }}" for q, t in zip(epochs_q, epochs_t, strict=True))
+        eps = ", ".join(
+            f"{{ until_s = {float(t):g}, qps = {float(q):g} }}"
+            for q, t in zip(epochs_q, epochs_t, strict=True)
+        )
         out_lines.append(f"epochs = [{eps}]")
     out_lines.append("")
     if notes:
         out_lines = [*out_lines[:2], *(f"# note: {n}" for n in notes), *out_lines[2:]]
     out.write_text("\n".join(out_lines))
     return notes
+
+
+# ---------------------------------------------------------------------------------------------
+# μqSim-format inputs written from our own parameters (for tests and side-by-side benchmarks;
+# no file of μqSim's repository is used).
+
+
+def _stage(sid: int, cp: int, pos: int, name: str, lat_ns: int, kind: str = "expo",
+           scale: float = 0.0, **flags: bool) -> dict[str, Any]:  # fmt: skip
+    st: dict[str, Any] = {
+        "stage_id": sid, "code_path_id": cp, "path_stage_id": pos, "stage_name": name,
+        "scale_factor": scale, "recv_time_model": {"type": kind, "latency": lat_ns},
+    }  # fmt: skip
+    for f in (
+        "socket",
+        "epoll",
+        "chunk",
+        "blocking",
+        "ngx_proc",
+        "critical_section",
+        "batching",
+        "net",
+    ):
+        st[f] = bool(flags.get(f, False))
+    return st
+
+
+def _service(name: str, code_paths: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    return {
+        "service_name": name, "type": "micro_service", "bind_connection": True,
+        "base_freq": 2600, "cur_freq": 2600,
+        "paths": [{"code_path_id": i, "num_stages": len(s), "stages": s} for i, s in enumerate(code_paths)],
+    }  # fmt: skip
+
+
+def _machine(mid: int, cores: int, irq: int) -> dict[str, Any]:
+    return {
+        "machine_id": mid, "name": f"host{mid}", "total_cores": cores,
+        "net_stack_sched": {"type": "LinuxNetStack", "num_queues": irq, "cores": list(range(irq)),
+                            "core_affinity": [{"queue": q, "cores": [q]} for q in range(irq)]},
+    }  # fmt: skip
+
+
+def _instance(name: str, model: str, mid: int, threads: int, first_core: int) -> dict[str, Any]:
+    return {
+        "service_name": name, "service_domain": "", "instance_name": name, "model_name": model,
+        "machine_id": mid,
+        "scheduler": {"type": "CMT", "num_threads": threads,
+                      "cores": list(range(first_core, first_core + threads))},
+    }  # fmt: skip
+
+
+def _node(nid: int, service: str, childs: list[int], code_path: int = 0) -> dict[str, Any]:
+    return {
+        "node_id": nid, "service_name": service, "service_domain": "", "code_path": code_path,
+        "start_stage": 0, "end_stage": -1, "sync": False, "childs": childs,
+    }  # fmt: skip
+
+
+def write_example(
+    directory: Path, kind: str, *, qps: float, duration_s: float, leaves: int = 5
+) -> Path:
+    """Write a μqSim architecture directory: ``2tier`` (a web front end with an epoll loop and
+    a request stage, in front of a cache with a batching poll, a socket read, a lookup and a
+    send) or ``fanout`` (a dispatcher and ``leaves`` leaves of 200 us each, one machine each).
+    Our own parameters; the same shapes as μqSim's own examples."""
+    d = directory
+    (d / "microservice").mkdir(parents=True, exist_ok=True)
+    net = _service("net_stack", [
+        [_stage(0, 0, 0, "tx_local", 1200, net=True)], [_stage(1, 1, 0, "tx_remote", 900, net=True)],
+        [_stage(2, 2, 0, "rx_local", 1200, net=True)], [_stage(3, 3, 0, "rx_remote", 3500, net=True)],
+    ])  # fmt: skip
+    models: dict[str, Any] = {"net_stack": net}
+    if kind == "2tier":
+        models["web"] = _service("web", [[
+            _stage(0, 0, 0, "poll", 1500, scale=0.5, epoll=True, batching=True),
+            _stage(1, 0, 1, "handle", 12000, scale=0.7, net=True),
+        ]])  # fmt: skip
+        models["cache"] = _service("cache", [[
+            _stage(0, 0, 0, "poll", 1200, scale=0.5, batching=True),
+            _stage(1, 0, 1, "read", 1200, scale=0.3, socket=True, batching=True),
+            _stage(2, 0, 2, "lookup", 900, scale=0.4),
+            _stage(3, 0, 3, "reply", 6000, scale=0.3, net=True),
+        ]])  # fmt: skip
+        machines = [_machine(0, 24, 12), _machine(1, 24, 12)]
+        insts = [_instance("web", "web", 0, 6, 12), _instance("cache", "cache", 1, 4, 12)]
+        edges = [{"source": "web", "target": "cache", "biDirectional": True}]
+        nodes = [
+            _node(0, "web", [1]),
+            _node(1, "cache", [2]),
+            _node(2, "web", [3]),
+            _node(3, "client", []),
+        ]
+    elif kind == "fanout":
+        models["dispatch"] = _service(
+            "dispatch", [[_stage(0, 0, 0, "split", 2000, "const", net=True)]]
+        )
+        models["leaf"] = _service("leaf", [[_stage(0, 0, 0, "work", 200000, net=True)]])
+        machines = [_machine(m, 4, 2) for m in range(leaves + 1)]
+        insts = [_instance("dispatch", "dispatch", 0, 2, 2)] + [
+            _instance(f"leaf_{i}", "leaf", i + 1, 1, 2) for i in range(leaves)
+        ]
+        edges = [
+            {"source": "dispatch", "target": f"leaf_{i}", "biDirectional": True}
+            for i in range(leaves)
+        ]
+        nodes = [_node(0, "dispatch", list(range(1, leaves + 1)))] + [
+            _node(i + 1, f"leaf_{i}", [leaves + 1]) for i in range(leaves)
+        ] + [_node(leaves + 1, "client", [])]  # fmt: skip
+    else:
+        raise InputError(f"unknown example {kind!r} (2tier, fanout)")
+    for name, m in models.items():
+        (d / "microservice" / f"{name}.json").write_text(json.dumps(m, indent=1))
+    (d / "machines.json").write_text(json.dumps(machines, indent=1))
+    (d / "graph.json").write_text(
+        json.dumps({"microservices": insts, "edges": edges, "net_latency": 50000}, indent=1)
+    )
+    (d / "path.json").write_text(
+        json.dumps(
+            [{"micro_service_path_id": 0, "entry": 0, "probability": 100, "nodes": nodes}], indent=1
+        )
+    )
+    (d / "client.json").write_text(
+        json.dumps(
+            {
+                "monitor_interval_sec": duration_s * 100,
+                "epoch_qps": [qps],
+                "epoch_end_sec": [duration_s],
+            }
+        )
+    )
+    return d

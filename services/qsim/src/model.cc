@@ -245,23 +245,33 @@ Model ParseModel(const json& j) {
       if (n.join > 1) n.join_slot = ps.join_slots++;
       ps.nodes.push_back(std::move(n));
     }
-    // A join must be fed exactly by its parents' copies (the Python side checks branches).
-    std::vector<long> feed(static_cast<size_t>(nn), 0);
-    for (const NodeSpec& n : ps.nodes)
-      for (int c : n.children) feed[static_cast<size_t>(c)] += n.copies;
+    // How many times each node runs per request (copies multiply along a chain until a join);
+    // a join must be fed exactly that many arrivals, any other node by one parent.
+    std::vector<long> feed(static_cast<size_t>(nn), 0), parents(static_cast<size_t>(nn), 0),
+        mult(static_cast<size_t>(nn), 0);
     for (int k = 0; k < nn; ++k) {
       const NodeSpec& n = ps.nodes[static_cast<size_t>(k)];
+      const std::string wn = w + ".nodes[" + std::to_string(k) + "]";
       if (k == ps.root) {
-        if (feed[static_cast<size_t>(k)] != 0) Fail(w, "the root has parents");
+        if (parents[static_cast<size_t>(k)] != 0) Fail(w, "the root has parents");
         if (n.join != 1) Fail(w, "the root cannot be a join");
-        continue;
+        mult[static_cast<size_t>(k)] = n.copies;
+      } else if (parents[static_cast<size_t>(k)] == 0) {
+        Fail(wn, "unreachable node");
+      } else if (n.join > 1) {
+        if (n.copies > 1) Fail(wn, "a join node cannot have copies");
+        if (feed[static_cast<size_t>(k)] != n.join)
+          Fail(wn + ".join", "waits for " + std::to_string(n.join) + " arrivals but its parents send " +
+                                 std::to_string(feed[static_cast<size_t>(k)]) + ": it can never complete");
+        mult[static_cast<size_t>(k)] = 1;
+      } else {
+        if (parents[static_cast<size_t>(k)] != 1) Fail(wn, "several parents but join = 1");
+        mult[static_cast<size_t>(k)] = feed[static_cast<size_t>(k)] * n.copies;
       }
-      if (feed[static_cast<size_t>(k)] == 0) Fail(w + ".nodes[" + std::to_string(k) + "]", "unreachable node");
-      if (n.join > 1 && n.copies > 1) Fail(w + ".nodes[" + std::to_string(k) + "]", "a join node cannot have copies");
-      if (n.join > 1 && feed[static_cast<size_t>(k)] != n.join)
-        Fail(w + ".nodes[" + std::to_string(k) + "].join",
-             "waits for " + std::to_string(n.join) + " arrivals but its parents send " +
-                 std::to_string(feed[static_cast<size_t>(k)]) + ": it can never complete");
+      for (int c : n.children) {
+        feed[static_cast<size_t>(c)] += mult[static_cast<size_t>(k)];
+        parents[static_cast<size_t>(c)] += 1;
+      }
     }
     m.paths.push_back(std::move(ps));
   }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,7 +190,8 @@ def parse(text: str, path: Path) -> tuple[QsimModel, Positions]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        line = getattr(e, "lineno", None)
+        m = re.search(r"at line (\d+)", str(e))
+        line = int(m.group(1)) if m else None
         raise InputError(
             f"not valid TOML: {e}", where=f"{path}:{line}" if line else str(path)
         ) from None
@@ -444,7 +446,7 @@ def _normalise_path(
         raise err(
             f"path {p.name!r}: several root nodes ({', '.join(p.nodes[i].name for i in roots)}); "
             "a path is one tree",
-            ("paths", pi, "nodes", roots[1]),
+            ("paths", pi, "nodes", roots[1], "name"),
         )
     # topological order from the root (Kahn); what is left is on a cycle
     indeg = {i: len(parents[i]) for i in parents}
@@ -463,7 +465,7 @@ def _normalise_path(
         raise err(
             f"path {p.name!r}: node {p.nodes[bad].name!r} is on a cycle (a path must be a tree "
             "with fan-ins, not a loop)",
-            ("paths", pi, "nodes", bad),
+            ("paths", pi, "nodes", bad, "name"),
         )
     # which exclusive branch choices each node needs in order to run
     cond: dict[int, frozenset[tuple[int, int]]] = {}
@@ -485,7 +487,7 @@ def _normalise_path(
             raise err(
                 f"path {p.name!r}: fan-in {n.name!r} can never complete: one parent runs only "
                 f"when {p.nodes[choice[0]].name!r} picks {p.nodes[choice[1]].name!r}",
-                ("paths", pi, "nodes", i),
+                ("paths", pi, "nodes", i, "name"),
             )
         picks: dict[int, int] = {}
         for b, chosen in need:
@@ -493,12 +495,14 @@ def _normalise_path(
                 raise err(
                     f"path {p.name!r}: fan-in {n.name!r} can never complete (its parents are "
                     f"exclusive branches of {p.nodes[b].name!r})",
-                    ("paths", pi, "nodes", i),
+                    ("paths", pi, "nodes", i, "name"),
                 )
         cond[i] = frozenset(need)
         fan_in = len(parents[i]) > 1 or n.gather
         if fan_in and n.copies > 1:
-            raise err(f"node {n.name!r}: a fan-in cannot have copies", ("paths", pi, "nodes", i))
+            raise err(
+                f"node {n.name!r}: a fan-in cannot have copies", ("paths", pi, "nodes", i, "name")
+            )
         if n.gather and not parents[i]:
             raise err(f"node {n.name!r}: gather on the root", ("paths", pi, "nodes", i, "gather"))
         # how many times the node runs per request: copies multiply down to a fan-in

@@ -125,7 +125,7 @@ class Node(_Strict):
     children: list[str] = []
     branch: Literal["all", "one"] = "all"
     child_weights: list[NonNegFloat] | None = None
-    copies: PosInt = 1  # fan-out to this many distinct instances
+    copies: PosInt = 1  # fan-out: copies spread round-robin over the instances
     gather: bool = False  # wait for every copy of the parent (a fan-in); else follow each copy
     hold_thread: bool = False  # blocking call: the thread waits for the reply
     release_thread: bool = False  # the reply, run on the thread held earlier
@@ -430,12 +430,6 @@ def _normalise_path(
         elif n.child_weights is not None:
             raise err(
                 f"node {n.name!r}: child_weights needs branch = 'one'", (*loc, "child_weights")
-            )
-        if n.copies > svc.instances:
-            raise err(
-                f"node {n.name!r}: {n.copies} copies need {n.copies} instances of "
-                f"{svc.name!r} (it has {svc.instances})",
-                (*loc, "copies"),
             )
     roots = [i for i in range(len(p.nodes)) if not parents[i]]
     if len(roots) != 1:

@@ -309,6 +309,18 @@ def convert(
                 for e in out_nodes:
                     if e["copies"] > 1 and n["service_name"] in groups.get(e["service"], []):
                         rep[nid] = e["id"]
+        has_tx: dict[int, bool] = {}
+        parents_of: dict[int, list[int]] = defaultdict(list)
+        for e in out_nodes:
+            if e["service"] == "client":
+                continue
+            cps_e = {
+                int(c["code_path_id"]): c for c in services_used[e["service"]]["model"]["paths"]
+            }
+            st_e = cps_e.get(int(e["node"]["code_path"]), {"stages": []})["stages"]
+            has_tx[e["id"]] = bool(st_e and st_e[-1].get("net"))
+            for c in dict.fromkeys(rep[int(x)] for x in e["node"]["childs"]):
+                parents_of[c].append(e["id"])
         out_lines += ["[[paths]]", f"name = {_q('path_' + str(p.get('micro_service_path_id', pi)))}",
                       f"weight = {float(p.get('probability', 100)):g}", ""]  # fmt: skip
         for e in out_nodes:
@@ -325,26 +337,38 @@ def convert(
             start = int(n.get("start_stage", 0))
             end = int(n.get("end_stage", -1))
             sts = sts[start:] if end < 0 else sts[start : end + 1]
-            kids = [rep[int(c)] for c in dict.fromkeys(n["childs"])]
-            kids = list(dict.fromkeys(kids))
-            to_client = all(by_id[c]["service"] == "client" for c in kids) if kids else True
-            copies = f"copies = {e['copies']}" if e["copies"] > 1 else None
-            # receive on the service's network stack
+            kids = list(dict.fromkeys(rep[int(c)] for c in n["childs"]))
+            real = [c for c in kids if by_id[c]["service"] != "client"]
+            # μqSim sends one message per child through the sender's network stack: a fan-out's
+            # copies start at the sender's tx node (and the receivers follow them), unless the
+            # sender's last stage does not use the network
+            copies = e["copies"] > 1 and not any(has_tx.get(q) for q in parents_of.get(e["id"], []))
             out_lines += ["  [[paths.nodes]]", f'  name = "rx{e["id"]}"', f"  service = {_q('net_' + e['service'])}",
                           f"  stages = [{_q(names_net[3])}]",
-                          f'  children = ["n{e["id"]}"]'] + ([f"  {copies}"] if copies else []) + [""]  # fmt: skip
-            last_net = bool(sts and sts[-1].get("net"))
-            nxt = [f"rx{c}" for c in kids if by_id[c]["service"] != "client"]
+                          f'  children = ["n{e["id"]}"]'] + ([f"  copies = {e['copies']}"] if copies else [])  # fmt: skip
+            if len(parents_of.get(e["id"], [])) > 1:
+                out_lines.append("  gather = true")
+            out_lines.append("")
             out_lines += ["  [[paths.nodes]]", f'  name = "n{e["id"]}"', f"  service = {_q(e['service'])}",
                           "  stages = [" + ", ".join(_q(s["stage_name"]) for s in sts) + "]"]  # fmt: skip
-            if last_net:
-                out_lines += [f'  children = ["tx{e["id"]}"]', ""]
-                out_lines += ["  [[paths.nodes]]", f'  name = "tx{e["id"]}"', f"  service = {_q('net_' + e['service'])}",
-                              f"  stages = [{_q(names_net[1])}]"]  # fmt: skip
-            if nxt:
-                out_lines += ["  children = [" + ", ".join(_q(x) for x in nxt) + "]"]
-            out_lines.append("")
-            del to_client
+            if not has_tx[e["id"]]:
+                if real:
+                    out_lines += ["  children = [" + ", ".join(_q(f"rx{c}") for c in real) + "]"]
+                out_lines.append("")
+                continue
+            targets = real or [None]
+            out_lines += [
+                "  children = [" + ", ".join(_q(f"tx{e['id']}_{c}") for c in targets) + "]",
+                "",
+            ]
+            for c in targets:
+                out_lines += ["  [[paths.nodes]]", f'  name = "tx{e["id"]}_{c}"',
+                              f"  service = {_q('net_' + e['service'])}", f"  stages = [{_q(names_net[1])}]"]  # fmt: skip
+                if c is not None:
+                    out_lines.append(f'  children = ["rx{c}"]')
+                    if by_id[c]["copies"] > 1:
+                        out_lines.append(f"  copies = {by_id[c]['copies']}")
+                out_lines.append("")
     qs = qps if qps is not None else None
     out_lines += ["[client]", 'kind = "open"', f"connections = {connections}"]
     if qs is not None:

@@ -124,7 +124,6 @@ def test_topological_order_any_listing(tmp_path: Path) -> None:
         ('stages = ["merge"]', 'stages = ["mix"]', 'stages = ["mix"]', "has no stage 'mix'"),
         ('children = ["c"]', 'children = ["a"]', 'name = "a"', "cycle"),
         ('children = ["c"]', 'children = ["z"]', 'children = ["z"]', "unknown child node 'z'"),
-        ("copies = 4", "copies = 5", "copies = 5", "5 copies need 5 instances"),
         ('dist = "exp"', 'dist = "weibull"', 'dist = "weibull"', "'exp', 'const'"),
         ("threads = 2", "threads = 7", "threads = 7", "wants 7 cores"),
         ("gather = true", "gather = true\ncolour = 1", "colour = 1", "Extra inputs"),

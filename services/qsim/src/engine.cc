@@ -877,8 +877,10 @@ nlohmann::json Sim::Run() {
         const int ninst = static_cast<int>(m_.services[static_cast<size_t>(n.service)].instances.size());
         for (int k = 0; k < n.copies; ++k) {
           Job* j = job_pool_.Get();
-          const int off = (ev.b + k) % ninst;
-          *j = Job{r, ev.a, 0, base + off, r->conn, off, 0};
+          // the copy number keeps counting past the instance count, so that a chain that
+          // follows the copies onto a service with more instances still spreads them
+          const int copy = ev.b + k;
+          *j = Job{r, ev.a, 0, base + copy % ninst, r->conn, copy, 0};
           Enqueue(j);
         }
         break;

@@ -87,7 +87,9 @@ def run_timed(argv: list[str], cwd: Path | None = None) -> tuple[str, float, int
         out.seek(0)
         err.seek(0)
         if proc.returncode != 0:
-            raise RuntimeError(f"{argv[0]} failed ({proc.returncode}): {err.read().decode()[-500:]}")
+            raise RuntimeError(
+                f"{argv[0]} failed ({proc.returncode}): {err.read().decode()[-500:]}"
+            )
         return out.read().decode(), ru.ru_utime + ru.ru_stime, ru.ru_maxrss
 
 
@@ -150,7 +152,16 @@ def main() -> int:
             rows.append(("2-tier (imported)", "μqSim", f"{u.get('requests')}",
                          f"{u['requests'] / u['proc_cpu_s']:,.0f}", "-",
                          f"{u.get('mean_us', 0):.1f} / {u.get('p99_us', 0):.1f}"))  # fmt: skip
-            rows.append(("2-tier", "ratio", "", f"{ours_2t / (u['requests'] / u['proc_cpu_s']):.1f}x", "", ""))
+            rows.append(
+                (
+                    "2-tier",
+                    "ratio",
+                    "",
+                    f"{ours_2t / (u['requests'] / u['proc_cpu_s']):.1f}x",
+                    "",
+                    "",
+                )
+            )
         # --- fan-out through network stacks, side by side (few requests: μqSim is slow here)
         nf = a.uqsim_fanout_requests
         fq = 500.0

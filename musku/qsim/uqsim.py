@@ -74,6 +74,10 @@ def _need(d: Any, key: str, where: Path) -> Any:
     return d[key]
 
 
+def _tx(node: int, child: int | None) -> str:
+    return f"tx{node}" if child is None else f"tx{node}_{child}"
+
+
 def _q(s: str) -> str:
     return json.dumps(s)
 
@@ -356,13 +360,13 @@ def convert(
                     out_lines += ["  children = [" + ", ".join(_q(f"rx{c}") for c in real) + "]"]
                 out_lines.append("")
                 continue
-            targets = real or [None]
+            targets: list[int | None] = [*real] if real else [None]
             out_lines += [
-                "  children = [" + ", ".join(_q(f"tx{e['id']}_{c}") for c in targets) + "]",
+                "  children = [" + ", ".join(_q(_tx(e["id"], c)) for c in targets) + "]",
                 "",
             ]
             for c in targets:
-                out_lines += ["  [[paths.nodes]]", f'  name = "tx{e["id"]}_{c}"',
+                out_lines += ["  [[paths.nodes]]", f"  name = {_q(_tx(e['id'], c))}",
                               f"  service = {_q('net_' + e['service'])}", f"  stages = [{_q(names_net[1])}]"]  # fmt: skip
                 if c is not None:
                     out_lines.append(f'  children = ["rx{c}"]')

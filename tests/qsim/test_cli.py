@@ -78,7 +78,7 @@ def test_saturated_run_stops_and_says(engine: str, tmp_path: Path) -> None:
     p = musku("qsim", "run", str(model), "--json")
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
-    assert r["saturated"] and "in flight" in r["stop_reason"]
+    assert r["saturated"] and "backlog" in r["stop_reason"]
     assert r["sim_time_s"] < 10  # stopped long before the 100 s asked for
 
 

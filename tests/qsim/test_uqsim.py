@@ -30,7 +30,17 @@ def test_2tier_rules_become_data(tmp_path: Path) -> None:
     assert read.queue == "socket" and read.time.bytes_per_job == 7
     assert svc["net_web"].irq and [s.name for s in svc["net_web"].stages][1] == "tx_remote"
     nodes = m.model.paths[0].nodes
-    assert [n.name for n in nodes] == ["rx0", "n0", "tx0", "rx1", "n1", "tx1", "rx2", "n2", "tx2"]
+    assert [n.name for n in nodes] == [
+        "rx0",
+        "n0",
+        "tx0_1",
+        "rx1",
+        "n1",
+        "tx1_2",
+        "rx2",
+        "n2",
+        "tx2",
+    ]
     assert m.model.network.latency_us == 50 and m.model.client.epochs is not None
 
 
@@ -41,8 +51,11 @@ def test_fanout_leaves_folded(tmp_path: Path) -> None:
     m = load(out)
     leaf = next(s for s in m.model.services if s.name == "leaf")
     assert leaf.instances == 7 and leaf.machines == [f"host{i}" for i in range(1, 8)]
+    # μqSim sends one message per leaf: the copies start at the dispatcher's network stack
+    tx = next(n for n in m.model.paths[0].nodes if n.name.startswith("tx0_"))
     rx = next(n for n in m.model.paths[0].nodes if n.name == "rx1")
-    assert rx.copies == 7 and m.model.client.qps == 250
+    assert (tx.copies, tx.children, rx.copies) == (7, ["rx1"], 1)
+    assert m.model.client.qps == 250
 
 
 def test_not_a_uqsim_dir(tmp_path: Path) -> None:

@@ -130,6 +130,7 @@ struct Request {
   int conn = 0;
   int user = -1;
   bool measured = false;
+  double done = 0;  // latest time one of its tree's leaves finished
   std::vector<int> join_count;
   std::vector<double> join_time;
   std::vector<int> join_inst;
@@ -210,6 +211,8 @@ struct Instance {
   int waking = 0;          // threads woken but not yet running
   size_t outstanding = 0;  // jobs queued or in service (least-loaded)
   bool defer_wake = false; // a batching stage: a woken thread starts after this instant's events
+  bool lindley = false;    // one FIFO server: departures computed on arrival (Sim::Lindley)
+  double free_at = 0;
 };
 
 struct MachineRt {
@@ -331,8 +334,9 @@ class Sim {
   void StartWork(int tid);
   void Done(int tid);
   void ReleaseCore(int tid);
-  void FinishNode(Job* j, int tid);
+  void FinishNode(Job* j, double t);
   void Complete(Request* r);
+  bool Lindley(Job* j, Instance& in);
   double ServiceTime(const StageSpec& st, const ServiceSpec& sv, size_t n, Rng& rng);
   void Stop(const std::string& why, bool saturated) {
     if (!stopped_) {
@@ -366,6 +370,7 @@ class Sim {
   std::vector<Hist> svc_hist_;
   size_t rr_conn_ = 0;
   uint64_t live_mid_ = 0;
+  double lindley_backlog_ = 0, lindley_backlog_mid_ = 0;  // jobs queued at a Lindley instance
   bool mid_seen_ = false;
 };
 
@@ -410,6 +415,7 @@ void Sim::NewRequest(int user) {
   r->conn = user >= 0 ? user % m_.client.connections
                       : static_cast<int>(rr_conn_++ % static_cast<size_t>(m_.client.connections));
   r->measured = now_ >= warmup_;
+  r->done = now_;
   r->join_count.assign(static_cast<size_t>(ps.join_slots), 0);
   r->join_time.assign(static_cast<size_t>(ps.join_slots), 0.0);
   r->join_inst.assign(static_cast<size_t>(ps.join_slots), -1);
@@ -485,6 +491,10 @@ void Sim::Enqueue(Job* j) {
     t.private_job = j;
     ++in.outstanding;
     MakeRunnable(tid);
+    return;
+  }
+  if (in.lindley) {
+    Lindley(j, in);
     return;
   }
   StageQ& q = in.queues[static_cast<size_t>(n.stages[static_cast<size_t>(j->pos)])];
@@ -691,7 +701,7 @@ void Sim::Done(int tid) {
         hold = true;
         j->req->held[static_cast<size_t>(n.service)] = tid;
       }
-      FinishNode(j, tid);
+      FinishNode(j, now_);
     }
   }
   t.batch.clear();
@@ -734,33 +744,65 @@ void Sim::Done(int tid) {
   in.idle.push_back(tid);
 }
 
-void Sim::FinishNode(Job* j, int tid) {
+// A node finished at time t (now, or later for a Lindley instance, see below).
+void Sim::FinishNode(Job* j, double t) {
   Request* r = j->req;
   const NodeSpec& n = m_.paths[static_cast<size_t>(r->path)].nodes[static_cast<size_t>(j->node)];
-  if (r->measured) svc_hist_[static_cast<size_t>(n.service)].Record(static_cast<int64_t>(now_ - j->node_arrival));
+  if (r->measured) svc_hist_[static_cast<size_t>(n.service)].Record(static_cast<int64_t>(t - j->node_arrival));
   const int machine = inst_[static_cast<size_t>(j->inst)].machine;
-  (void)tid;
   if (!n.children.empty()) {
     if (n.branch == Branch::kAll) {
-      for (int c : n.children) Spawn(r, c, machine, now_, j->copy);
+      for (int c : n.children) Spawn(r, c, machine, t, j->copy);
     } else {
       const double u = rng_branch_.Uniform();
       size_t k = 0;
       while (k + 1 < n.child_cdf.size() && u >= n.child_cdf[k]) ++k;
-      Spawn(r, n.children[k], machine, now_, j->copy);
+      Spawn(r, n.children[k], machine, t, j->copy);
     }
+  } else {
+    r->done = std::max(r->done, t);  // a leaf of the tree: it answers the client
   }
   job_pool_.Put(j);
   --live_jobs_;
-  if (--r->tokens == 0) {
-    // leaves of the tree answer the client: one network hop back
-    Complete(r);
+  if (--r->tokens == 0) Complete(r);
+}
+
+// The fast path for an instance that is one FIFO server (simple execution, one thread, every
+// stage fifo with batch 1, every node on it one stage): the job's departure is known when it
+// arrives (Lindley's recursion, d = max(a, d_prev) + s), so it needs no event of its own.
+// Arrivals reach an instance in time order, so this is exact; the queue-length figures of such
+// an instance come from Little's law (waiting time / window).
+bool Sim::Lindley(Job* j, Instance& in) {
+  const ServiceSpec& sv = m_.services[static_cast<size_t>(in.service)];
+  const NodeSpec& n = m_.paths[static_cast<size_t>(j->req->path)].nodes[static_cast<size_t>(j->node)];
+  const int stage = n.stages[0];
+  const double start = std::max(now_, in.free_at);
+  const double d = ServiceTime(sv.stages[static_cast<size_t>(stage)], sv, 1,
+                               rng_stage_[static_cast<size_t>(in.service)][static_cast<size_t>(stage)]);
+  const double dep = start + d;
+  in.free_at = dep;
+  // the backlog is in free_at, not in live requests: bound it the same way
+  const double mean_ns = std::max(1.0, sv.stages[static_cast<size_t>(stage)].mean_us * 1000.0);
+  const double backlog = (start - now_) / mean_ns;
+  if (backlog > lindley_backlog_) lindley_backlog_ = backlog;
+  if (backlog > static_cast<double>(m_.max_live_requests))
+    Stop("a backlog of more than " + std::to_string(m_.max_live_requests) + " jobs at " + sv.name, true);
+  const double b = std::min(dep, end_) - std::max(start, measure_start_);
+  if (b > 0) threads_[static_cast<size_t>(in.first_thread)].busy_time += b;
+  StageQ& q = in.queues[static_cast<size_t>(stage)];
+  if (now_ >= measure_start_) {
+    q.area += start - now_;
+    if (start > now_ && q.max_len == 0) q.max_len = 1;
   }
+  ++stage_runs_;
+  ++jobs_run_;
+  FinishNode(j, dep);
+  return true;
 }
 
 void Sim::Complete(Request* r) {
-  const double t = now_ + m_.reply_latency_us * 1000.0;
-  if (r->measured) {
+  const double t = r->done + m_.reply_latency_us * 1000.0;
+  if (r->measured && r->done <= end_) {
     e2e_.Record(static_cast<int64_t>(t - r->start));
     ++completed_measured_;
   }
@@ -792,6 +834,17 @@ nlohmann::json Sim::Run() {
   for (size_t i = 0; i < m_.machines.size(); ++i) machines_[i].cores.resize(static_cast<size_t>(m_.machines[i].cores));
   svc_hist_.resize(m_.services.size());
   svc_rr_.assign(m_.services.size(), 0);
+  // which services are single FIFO servers (the Lindley fast path)
+  std::vector<bool> lindley(m_.services.size(), false);
+  for (size_t s = 0; s < m_.services.size(); ++s) {
+    const ServiceSpec& sv = m_.services[s];
+    bool ok = sv.simple && sv.threads == 1 && sv.lb != Lb::kLeastLoaded && !m_.no_fast_path;
+    for (const StageSpec& st : sv.stages) ok = ok && st.queue == QueueKind::kFifo && st.batch == 1;
+    lindley[s] = ok;
+  }
+  for (const PathSpec& p : m_.paths)
+    for (const NodeSpec& n : p.nodes)
+      if (n.stages.size() != 1 || n.hold_thread || n.release_thread) lindley[static_cast<size_t>(n.service)] = false;
   uint64_t stream = kStreamStage;
   for (size_t s = 0; s < m_.services.size(); ++s) {
     const ServiceSpec& sv = m_.services[s];
@@ -805,6 +858,7 @@ nlohmann::json Sim::Run() {
       in.cores = is.cores;
       in.queues.resize(sv.stages.size());
       for (const StageSpec& st : sv.stages) in.defer_wake = in.defer_wake || st.batch > 1;
+      in.lindley = lindley[s];
       for (size_t k = 0; k < sv.stages.size(); ++k) {
         in.queues[k].kind = sv.stages[k].queue;
         if (in.queues[k].kind != QueueKind::kFifo) in.queues[k].conns.resize(static_cast<size_t>(sv.connections));
@@ -846,6 +900,8 @@ nlohmann::json Sim::Run() {
     if (!mid_seen_ && now_ >= warmup_ + (end_ - warmup_) / 2) {
       mid_seen_ = true;
       live_mid_ = live_requests_;
+      lindley_backlog_mid_ = lindley_backlog_;
+      lindley_backlog_ = 0;
     }
     switch (ev.type()) {
       case kArrival: {
@@ -929,6 +985,13 @@ nlohmann::json Sim::Run() {
                    std::to_string(live_requests_) + " at the end";
   }
 
+  if (!saturated_ && !m_.client.closed && mid_seen_ && lindley_backlog_ > 64 &&
+      lindley_backlog_ > 2 * lindley_backlog_mid_ + 16) {
+    saturated_ = true;
+    stop_reason_ = "the backlog grows: up to " + std::to_string(static_cast<long>(lindley_backlog_mid_)) +
+                   " jobs queued in the first half, " + std::to_string(static_cast<long>(lindley_backlog_)) +
+                   " in the second";
+  }
   nlohmann::json out;
   out["saturated"] = saturated_;
   out["stop_reason"] = stop_reason_;

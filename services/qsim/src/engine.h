@@ -146,6 +146,7 @@ struct Model {
   uint64_t max_requests = 0;      // stop after this many completions (0 = no limit)
   uint64_t max_live_requests = 100000;
   uint64_t max_live_jobs = 4000000;
+  bool no_fast_path = false;        // tests: run every instance through the event path
   double net_latency_us = 0;        // between machines
   double local_latency_us = 0;      // same machine
   double client_latency_us = 0;     // client -> entry service

@@ -64,6 +64,15 @@ TEST(ClosedForm, MM1MeanAndP99) {
   EXPECT_NEAR(r["latency"]["p99_us"].get<double>(), w * std::log(100.0), 0.08 * w * std::log(100.0));
   EXPECT_FALSE(r["saturated"].get<bool>());
   EXPECT_NEAR(r["services"]["svc"]["thread_util"].get<double>(), 0.7, 0.02);
+  // the same queue through the event path (no Lindley fast path): the same closed form, and
+  // the fast path needs one event per request (the arrival) instead of two
+  json m = OneStage(Stage("exp", 10), 70000, 3.0);
+  m["no_fast_path"] = true;
+  const json e = Sim(m);
+  EXPECT_NEAR(e["latency"]["mean_us"].get<double>(), w, 0.05 * w);
+  EXPECT_NEAR(e["latency"]["p99_us"].get<double>(), w * std::log(100.0), 0.08 * w * std::log(100.0));
+  EXPECT_NEAR(e["stages"][0]["mean_queue"].get<double>(), r["stages"][0]["mean_queue"].get<double>(), 0.15);
+  EXPECT_LT(r["events"].get<double>() * 1.5, e["events"].get<double>());
 }
 
 // M/M/c (Erlang C), c = 4, rho = 0.75, mean service 10 us, ~600k requests: mean within 4 %.
@@ -147,6 +156,9 @@ TEST(ClosedForm, ForkJoinExpectedMaximum) {
   for (int k = 1; k <= n; ++k) h += 1.0 / k;
   EXPECT_EQ(r["completed"].get<int>(), 20000);
   EXPECT_NEAR(r["latency"]["mean_us"].get<double>(), 10 * h, 0.03 * 10 * h);
+  m["no_fast_path"] = true;
+  const json e = Sim(m);
+  EXPECT_NEAR(e["latency"]["mean_us"].get<double>(), 10 * h, 0.03 * 10 * h);
 }
 
 // A batching stage's amortised cost: K closed-loop users with no think time and a stage that

@@ -111,6 +111,13 @@ int64_t Hist::Percentile(double q) const {
   return max_;
 }
 
+nlohmann::json Hist::Buckets() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < counts_.size(); ++i)
+    if (counts_[i] > 0) out.push_back({static_cast<double>(UpperBound(static_cast<int>(i))) / 1000.0, counts_[i]});
+  return out;
+}
+
 nlohmann::json Hist::Summary() const {
   auto us = [](int64_t ns) { return static_cast<double>(ns) / 1000.0; };
   return {{"count", count_},          {"mean_us", Mean() / 1000.0},
@@ -1009,6 +1016,7 @@ nlohmann::json Sim::Run() {
   out["cpu_s"] = cpu_s;
   out["pool"] = {{"requests", req_pool_.Allocated()}, {"jobs", job_pool_.Allocated()}};
   out["latency"] = e2e_.Summary();
+  out["latency_buckets"] = e2e_.Buckets();
   nlohmann::json svcs = nlohmann::json::object();
   nlohmann::json threads = nlohmann::json::array();
   nlohmann::json stages = nlohmann::json::array();

@@ -53,6 +53,7 @@ class Hist {
   int64_t Max() const { return max_; }
   int64_t Percentile(double q) const;
   nlohmann::json Summary() const;  // {count, mean_us, p50_us, p90_us, p99_us, p999_us, max_us}
+  nlohmann::json Buckets() const;  // non-empty buckets as [upper bound in us, count]
 
  private:
   std::vector<uint64_t> counts_;

@@ -110,7 +110,7 @@ class Service(_Strict):
     cores_per_instance: PosInt | None = None  # default: threads
     context_switch_us: NonNegFloat = 0.0
     connections: PosInt = 1
-    lb: Literal["round_robin", "random", "least_loaded"] = "round_robin"
+    lb: Literal["round_robin", "random", "least_loaded", "connection"] = "round_robin"
     instances: PosInt = 1
     machines: list[str] | None = None  # placement: instance i on machines[i % len]
     irq: bool = False  # runs on its machines' interrupt cores (a network stack)
@@ -254,6 +254,7 @@ def normalise(model: QsimModel, pos: Positions, path: Path) -> dict[str, Any]:
 
     # placement: cores per machine, non-interrupt cores handed out in order (then shared)
     next_core = {m.name: m.irq_cores for m in model.machines}
+    next_irq = {m.name: 0 for m in model.machines}
     eng_services: list[dict[str, Any]] = []
     for si, s in enumerate(model.services):
         names = s.machines or [model.machines[0].name]
@@ -281,8 +282,11 @@ def normalise(model: QsimModel, pos: Positions, path: Path) -> dict[str, Any]:
                             "has irq_cores = 0",
                             ("services", si, "irq"),
                         )
-                    pool = list(range(m.irq_cores))
-                    inst["cores"] = [pool[k % len(pool)] for k in range(min(want, len(pool)))]
+                    cores = []
+                    for _ in range(min(want, m.irq_cores)):
+                        cores.append(next_irq[m.name])
+                        next_irq[m.name] = (next_irq[m.name] + 1) % m.irq_cores
+                    inst["cores"] = sorted(set(cores))
                 else:
                     avail = m.cores - m.irq_cores
                     if want > avail:

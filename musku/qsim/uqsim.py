@@ -232,12 +232,23 @@ def convert(
                 stages.setdefault(int(st["stage_id"]), st)
         info["stages"] = stages
         info["model"] = mdl
+        # μqSim's CMT scheduler gives every thread its own queue and binds a connection to the
+        # thread that first served it (bind_connection): one single-thread instance per thread,
+        # a connection-bound load balancer
+        # (a service with several μqSim instances, a fan-out's leaves, keeps a pool per instance
+        # so that its instances stay one per machine)
+        nthr = int(sched.get("num_threads", 1))
+        bound = bool(mdl.get("bind_connection", True))
+        split = len(insts) == 1
+        info["split"] = split
         out_lines += ["[[services]]", f"name = {_q(sname)}", 'execution = "threads"',
-                      f"threads = {int(sched.get('num_threads', 1))}",
-                      f"cores_per_instance = {max(1, len(sched.get('cores', [])) or 1)}",
-                      f"connections = {connections}", 'lb = "round_robin"',
-                      f"instances = {len(insts)}",
-                      "machines = [" + ", ".join(_q(mach_name[int(i['machine_id'])]) for i in insts) + "]",
+                      f"threads = {1 if split else nthr}",
+                      f"cores_per_instance = {1 if split else max(1, len(sched.get('cores', [])))}",
+                      f"connections = {connections}",
+                      f"lb = {_q('connection' if bound and split else 'round_robin')}",
+                      f"instances = {len(insts) * (nthr if split else 1)}",
+                      "machines = [" + ", ".join(_q(mach_name[int(i['machine_id'])]) for i in insts
+                                                 for _ in range(nthr if split else 1)) + "]",
                       ""]  # fmt: skip
         where = d / "microservice" / f"{first['model_name']}.json"
         for sid in sorted(stages):
@@ -287,10 +298,14 @@ def convert(
     for sname, info in services_used.items():
         insts = info["insts"]
         q = max(net_queues.get(int(i["machine_id"]), 1) for i in insts)
+        # the network stack's queues, one per interrupt core, connections hashed onto them
+        split = bool(info.get("split"))
         out_lines += ["[[services]]", f"name = {_q('net_' + sname)}", "irq = true",
-                      f"threads = {q}", f"connections = {connections}",
-                      f"instances = {len(insts)}",
-                      "machines = [" + ", ".join(_q(mach_name[int(i['machine_id'])]) for i in insts) + "]",
+                      f"threads = {1 if split else q}", f"connections = {connections}",
+                      f"lb = {_q('connection' if split else 'round_robin')}",
+                      f"instances = {len(insts) * (q if split else 1)}",
+                      "machines = [" + ", ".join(_q(mach_name[int(i['machine_id'])]) for i in insts
+                                                 for _ in range(q if split else 1)) + "]",
                       ""]  # fmt: skip
         for k in range(4):
             st = net_stages[k]

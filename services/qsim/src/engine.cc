@@ -316,7 +316,7 @@ class Sim {
 
  private:
   // streams
-  enum : uint64_t { kStreamArrival = 1, kStreamPath = 2, kStreamLb = 3, kStreamBranch = 4, kStreamStage = 1000 };
+  enum : uint64_t { kStreamArrival = 1, kStreamPath = 2, kStreamLb = 3, kStreamBranch = 4, kStreamConn = 5, kStreamStage = 1000 };
 
   void Push(double t, EvType type, int a = 0, int b = 0, void* p = nullptr) {
     heap_.push(Event{t, (seq_++ << 8) | type, p, a, b});
@@ -359,7 +359,7 @@ class Sim {
   double now_ = 0, end_ = 0, warmup_ = 0, measure_start_ = 0;
   bool stopped_ = false, saturated_ = false;
   std::string stop_reason_;
-  Rng rng_arrival_, rng_path_, rng_lb_, rng_branch_;
+  Rng rng_arrival_, rng_path_, rng_lb_, rng_branch_, rng_conn_;
   std::vector<std::vector<Rng>> rng_stage_;  // [service][stage]
   std::vector<std::vector<double>> svc_freq_factor_;
   std::vector<MachineRt> machines_;
@@ -375,7 +375,6 @@ class Sim {
   int epoch_ = 0;
   Hist e2e_;
   std::vector<Hist> svc_hist_;
-  size_t rr_conn_ = 0;
   uint64_t live_mid_ = 0;
   double lindley_backlog_ = 0, lindley_backlog_mid_ = 0;  // jobs queued at a Lindley instance
   bool mid_seen_ = false;
@@ -391,6 +390,8 @@ int Sim::Route(Request* r, int service) {
       return base + static_cast<int>(svc_rr_[static_cast<size_t>(service)]++ % static_cast<size_t>(n));
     case Lb::kRandom:
       return base + static_cast<int>(rng_lb_.Next() % static_cast<uint64_t>(n));
+    case Lb::kConnection:  // a connection is bound to one instance (μqSim's bind_connection)
+      return base + r->conn % n;
     case Lb::kLeastLoaded: {
       int best = base;
       for (int i = 1; i < n; ++i)
@@ -399,7 +400,6 @@ int Sim::Route(Request* r, int service) {
       return best;
     }
   }
-  (void)r;
   return base;
 }
 
@@ -419,8 +419,9 @@ void Sim::NewRequest(int user) {
   r->path = p;
   r->tokens = 0;
   r->user = user;
+  // an open-loop request picks a client connection at random (closed loop: the user's own)
   r->conn = user >= 0 ? user % m_.client.connections
-                      : static_cast<int>(rr_conn_++ % static_cast<size_t>(m_.client.connections));
+                      : static_cast<int>(rng_conn_.Next() % static_cast<uint64_t>(m_.client.connections));
   r->measured = now_ >= warmup_;
   r->done = now_;
   r->join_count.assign(static_cast<size_t>(ps.join_slots), 0);
@@ -600,7 +601,7 @@ double Sim::ServiceTime(const StageSpec& st, const ServiceSpec& sv, size_t n, Rn
     }
   }
   if (st.dvfs_scale > 0) total *= 1.0 - st.dvfs_scale + st.dvfs_scale * sv.freq_ratio;
-  return total * 1000.0;  // ns
+  return total * sv.time_scale * 1000.0;  // ns
 }
 
 void Sim::StartWork(int tid) {
@@ -832,6 +833,7 @@ nlohmann::json Sim::Run() {
   rng_path_ = Rng(DeriveSeed(m_.seed, kStreamPath));
   rng_lb_ = Rng(DeriveSeed(m_.seed, kStreamLb));
   rng_branch_ = Rng(DeriveSeed(m_.seed, kStreamBranch));
+  rng_conn_ = Rng(DeriveSeed(m_.seed, kStreamConn));
   double total = 0;
   for (const PathSpec& p : m_.paths) total += p.weight;
   double acc = 0;

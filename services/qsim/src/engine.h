@@ -66,7 +66,7 @@ class Hist {
 
 enum class QueueKind { kFifo, kEpoll, kSocket };
 enum class Dist { kExp, kConst, kLognormal, kEmpirical };
-enum class Lb { kRoundRobin, kRandom, kLeastLoaded };
+enum class Lb { kRoundRobin, kRandom, kLeastLoaded, kConnection };
 enum class Branch { kAll, kOne };
 
 struct StageSpec {
@@ -96,6 +96,7 @@ struct ServiceSpec {
   int threads = 1;
   double context_switch_us = 0;
   double freq_ratio = 1;     // f_base / f
+  double time_scale = 1;     // every stage time x this (the qsim host backend's uncore factor)
   int connections = 1;
   Lb lb = Lb::kRoundRobin;
   std::vector<StageSpec> stages;

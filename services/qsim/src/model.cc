@@ -169,11 +169,13 @@ Model ParseModel(const json& j) {
     s.threads = Int(sj, "threads", w, 1, false, 1, 1 << 20);
     s.context_switch_us = Num(sj, "context_switch_us", w, 0, false, 0);
     s.freq_ratio = Num(sj, "freq_ratio", w, 1, false, 0, true);
+    s.time_scale = Num(sj, "time_scale", w, 1, false, 0, true);
     s.connections = Int(sj, "connections", w, 1, false, 1, 1 << 20);
     const std::string lb = Str(sj, "lb", w, "round_robin");
     if (lb == "round_robin") s.lb = Lb::kRoundRobin;
     else if (lb == "random") s.lb = Lb::kRandom;
     else if (lb == "least_loaded") s.lb = Lb::kLeastLoaded;
+    else if (lb == "connection") s.lb = Lb::kConnection;
     else Fail(w + ".lb", "unknown load balancer '" + lb + "'");
     const json& st = Arr(sj, "stages", w, true);
     if (st.empty()) Fail(w + ".stages", "a service needs at least one stage");

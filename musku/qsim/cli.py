@@ -143,7 +143,7 @@ def curve_points(doc: dict[str, Any], rates: list[float]) -> dict[str, Any]:
     saturation: dict[str, Any] | None = None
     for qps in rates:
         r = simulate(with_overrides(doc, qps=qps))
-        sat = bool(r["saturated"]) or r["throughput_qps"] < 0.9 * qps
+        sat = bool(r["saturated"]) or r["throughput_qps"] < 0.97 * qps
         points.append(
             {
                 "qps": qps,

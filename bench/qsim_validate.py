@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from musku.qsim.cli import falls_behind
 from musku.qsim.engine import simulate
 from musku.qsim.model import load, with_overrides
 from musku.qsim.uqsim import convert, write_example
@@ -58,7 +59,7 @@ def sweep(kind: str, rates: list[float], duration: float, a: Any, tmp: Path, **k
         for name, v in (("μqSim", u), ("qsim", ours)):
             if sat[name] is None and v["mean_us"] > 5 * base[name]:
                 sat[name] = q
-        flag = r["saturated"] or r["throughput_qps"] < 0.97 * q
+        flag = r["saturated"] or falls_behind(r, q)
         if flag and sat["qsim detector"] is None:
             sat["qsim detector"] = q
         em = (ours["mean_us"] - u["mean_us"]) / u["mean_us"] * 100

@@ -134,6 +134,15 @@ def parse_range(text: str) -> list[float]:
     return [lo + (hi - lo) * i / max(1, steps - 1) for i in range(steps)]
 
 
+def falls_behind(result: dict[str, Any], qps: float) -> bool:
+    """Fewer requests completed than offered, by more than 4 standard deviations of a Poisson
+    count over the window (and at least 1 %): the backlog grows."""
+    import math
+
+    n = max(1.0, qps * result["measured_s"])
+    return bool(result["throughput_qps"] < qps * (1 - max(0.01, 4 / math.sqrt(n))))
+
+
 def curve_points(doc: dict[str, Any], rates: list[float]) -> dict[str, Any]:
     """Run the model at each rate until it saturates; the curve and the saturation point."""
     from musku.qsim.engine import simulate
@@ -143,7 +152,7 @@ def curve_points(doc: dict[str, Any], rates: list[float]) -> dict[str, Any]:
     saturation: dict[str, Any] | None = None
     for qps in rates:
         r = simulate(with_overrides(doc, qps=qps))
-        sat = bool(r["saturated"]) or r["throughput_qps"] < 0.97 * qps
+        sat = bool(r["saturated"]) or falls_behind(r, qps)
         points.append(
             {
                 "qps": qps,
@@ -161,7 +170,7 @@ def curve_points(doc: dict[str, Any], rates: list[float]) -> dict[str, Any]:
                 "max_throughput_qps": max(p["throughput_qps"] for p in points),
                 "reason": r["stop_reason"]
                 if r["saturated"]
-                else f"completed {r['throughput_qps']:.0f} of {qps:.0f} req/s",
+                else f"completed {r['throughput_qps']:.0f} of {qps:.0f} req/s: the backlog grows",
             }
             break
     return {"points": points, "saturation": saturation}

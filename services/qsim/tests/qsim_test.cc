@@ -255,7 +255,9 @@ TEST(Deployment, LoadBalancers) {
     for (const json& t : r["threads"]) {
       total += t["util"].get<double>();
       // least-loaded breaks ties towards the first instance, so only the others are even
-      if (std::string(lb) != "least_loaded") EXPECT_NEAR(t["util"].get<double>(), 0.7, 0.05) << lb;
+      if (std::string(lb) != "least_loaded") {
+        EXPECT_NEAR(t["util"].get<double>(), 0.7, 0.05) << lb;
+      }
     }
     EXPECT_NEAR(total / 4, 0.7, 0.03) << lb;
     if (std::string(lb) == "random") mean_random = r["latency"]["mean_us"].get<double>();

@@ -83,7 +83,7 @@ class Time(_Strict):
             if self.file is None:
                 raise ValueError("an empirical time needs file = 'histogram.csv'")
         elif self.mean_us is None and self.bytes_table is None:
-            raise ValueError(f"a {self.dist} time needs mean_us")
+            raise ValueError(f"a {self.dist!r} time needs mean_us")
         if self.dist == "lognormal" and self.sigma is None:
             raise ValueError("a lognormal time needs sigma")
         if self.bytes_table is not None:

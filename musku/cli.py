@@ -78,6 +78,7 @@ _mount_optional("musku.knobs.cli", "knobs", "Knobs on this host: probe what can 
 _mount_optional("musku.agent.cli", "agent", "The per-host agent daemon.")
 _mount_optional("musku.services.cli", "services", "The μSuite services: build, run, bench.")
 _mount_optional("musku.tune.cli", "tune", "Threading auto-tuner: train decision tables.")
+_mount_optional("musku.qsim.cli", "qsim", "Queueing-network simulation of microservice graphs.")
 
 
 # ---------------------------------------------------------------------------- helpers

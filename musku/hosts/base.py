@@ -90,6 +90,7 @@ BACKENDS: dict[str, str] = {
     "sim": "musku.sim.pair:open_pair",
     "agent": "musku.hosts.agent:open_pair",
     "local": "musku.hosts.local:open_pair",
+    "qsim": "musku.qsim.hosts:open_pair",
 }
 """Backend name -> ``module:factory``. A factory is called as
 ``factory(experiment, seed=...) -> HostPair`` where ``experiment`` is a

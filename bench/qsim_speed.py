@@ -1,0 +1,204 @@
+"""Speed of the qsim engine: simulated requests and events per CPU-second (docs/qsim.md).
+
+Models: a 2-tier service (web front end with an epoll loop -> cache with a batching poll, a
+socket read, a lookup and a send, each machine's network stack explicit) and a fan-out of
+``--leaves`` leaves. Both are written as μqSim architecture directories from our own parameters
+and imported with ``musku qsim import-uqsim``, so with ``--uqsim PATH`` (a μqSim binary built from
+its public source) the *same* input runs through μqSim too, side by side in the same run. A
+third model is the plain fan-out (no network stacks) the issue's "100,000 requests through a
+1,000-leaf fan-out" goal is measured on. CPU time is the child process's user + system time
+(os.wait4), whole process: parsing, set-up and simulation. Memory: the peak RSS of the 2-tier
+model at 1x and 4x the requests (bounded by the live state, it should not grow).
+
+    PYTHONPATH=. python bench/qsim_speed.py [--uqsim /work/peers/uqsim/microsim] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from musku.qsim.engine import binary
+from musku.qsim.model import load, with_overrides
+from musku.qsim.uqsim import convert, write_example
+
+PLAIN_FANOUT = """\
+[run]
+duration_s = 1e6
+warmup_s = 0.01
+max_live_requests = 1000000
+max_live_jobs = 100000000
+
+[network]
+latency_us = 20
+
+[[machines]]
+name = "m"
+cores = 4
+
+[[services]]
+name = "root"
+execution = "simple"
+threads = 64
+  [[services.stages]]
+  name = "fan"
+  time = {{ dist = "const", mean_us = 5 }}
+
+[[services]]
+name = "leaf"
+execution = "simple"
+instances = {leaves}
+  [[services.stages]]
+  name = "work"
+  time = {{ dist = "exp", mean_us = 100 }}
+
+[[paths]]
+  [[paths.nodes]]
+  name = "root"
+  service = "root"
+  children = ["leaf"]
+  [[paths.nodes]]
+  name = "leaf"
+  service = "leaf"
+  copies = {leaves}
+  children = ["join"]
+  [[paths.nodes]]
+  name = "join"
+  service = "root"
+  gather = true
+
+[client]
+qps = 4000
+"""
+
+
+def run_timed(argv: list[str], cwd: Path | None = None) -> tuple[str, float, int]:
+    """stdout, CPU seconds (user + sys) and peak RSS (KiB) of one child (wait4: its own)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=cwd)
+        _, status, ru = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"{argv[0]} failed ({proc.returncode}): {err.read().decode()[-500:]}"
+            )
+        return out.read().decode(), ru.ru_utime + ru.ru_stime, ru.ru_maxrss
+
+
+def ours(doc: dict[str, Any], tmp: Path, name: str) -> dict[str, Any]:
+    f = tmp / f"{name}.json"
+    f.write_text(json.dumps(doc))
+    out, cpu, rss = run_timed([str(binary()), str(f)])
+    r: dict[str, Any] = json.loads(out)
+    r["proc_cpu_s"] = cpu
+    r["rss_kib"] = rss
+    return r
+
+
+def uqsim(path: str, arch: Path, tmp: Path) -> dict[str, Any]:
+    (tmp / "sched_test").mkdir(exist_ok=True)
+    out, cpu, rss = run_timed([path, str(arch), "100", "65", "expo", "0"], cwd=tmp)
+    vals: dict[str, Any] = {"proc_cpu_s": cpu, "rss_kib": rss}
+    for line in out.splitlines():
+        if line.startswith("numTotal"):
+            vals["requests"] = int(line.split("=")[1])
+        if "tail lat" in line:
+            vals["p99_us"] = float(line.split("=")[1].split("ms")[0]) * 1000
+        if "average lat" in line:
+            vals["mean_us"] = float(line.split("=")[1].split("ms")[0]) * 1000
+    return vals
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--uqsim", help="μqSim binary (built from its public source) to compare with")
+    ap.add_argument("--requests", type=int, default=200_000, help="2-tier requests")
+    ap.add_argument("--qps", type=float, default=20_000, help="2-tier load")
+    ap.add_argument("--leaves", type=int, default=1000)
+    ap.add_argument("--fanout-requests", type=int, default=100_000, help="plain fan-out requests")
+    ap.add_argument("--uqsim-fanout-requests", type=int, default=400)
+    ap.add_argument("--quick", action="store_true", help="a tenth of the requests")
+    a = ap.parse_args()
+    if a.quick:
+        a.requests //= 10
+        a.fanout_requests //= 10
+    rows: list[tuple[str, str, str, str, str, str]] = []
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        # --- 2-tier, side by side
+        dur = a.requests / a.qps
+        arch = write_example(tmp / "2tier", "2tier", qps=a.qps, duration_s=dur)
+        convert(arch, tmp / "2tier.toml")
+        doc = load(tmp / "2tier.toml").engine
+        r = ours(doc, tmp, "2tier")
+        n = r["completed"]
+        rows.append(("2-tier (imported)", "qsim", f"{n}", f"{n / r['proc_cpu_s']:,.0f}",
+                     f"{r['events'] / r['proc_cpu_s']:,.0f}",
+                     f"{r['latency']['mean_us']:.1f} / {r['latency']['p99_us']:.1f}"))  # fmt: skip
+        ours_2t = n / r["proc_cpu_s"]
+        rss1 = r["rss_kib"]
+        r4 = ours(with_overrides(doc, duration_s=dur * 4), tmp, "2tier4")
+        rss4 = r4["rss_kib"]
+        if a.uqsim:
+            u = uqsim(a.uqsim, arch, tmp)
+            rows.append(("2-tier (imported)", "μqSim", f"{u.get('requests')}",
+                         f"{u['requests'] / u['proc_cpu_s']:,.0f}", "-",
+                         f"{u.get('mean_us', 0):.1f} / {u.get('p99_us', 0):.1f}"))  # fmt: skip
+            rows.append(
+                (
+                    "2-tier",
+                    "ratio",
+                    "",
+                    f"{ours_2t / (u['requests'] / u['proc_cpu_s']):.1f}x",
+                    "",
+                    "",
+                )
+            )
+        # --- fan-out through network stacks, side by side (few requests: μqSim is slow here)
+        nf = a.uqsim_fanout_requests
+        fq = 500.0
+        arch = write_example(tmp / "fan", "fanout", qps=fq, duration_s=nf / fq, leaves=a.leaves)
+        convert(arch, tmp / "fan.toml")
+        fdoc = load(tmp / "fan.toml").engine
+        rf = ours(fdoc, tmp, "fan")
+        rows.append((f"{a.leaves}-leaf fan-out (imported)", "qsim", f"{rf['completed']}",
+                     f"{rf['completed'] / rf['proc_cpu_s']:,.1f}", f"{rf['events'] / rf['proc_cpu_s']:,.0f}",
+                     f"{rf['latency']['mean_us']:.0f} / {rf['latency']['p99_us']:.0f}"))  # fmt: skip
+        if a.uqsim:
+            u = uqsim(a.uqsim, arch, tmp)
+            rows.append((f"{a.leaves}-leaf fan-out (imported)", "μqSim", f"{u.get('requests')}",
+                         f"{u['requests'] / u['proc_cpu_s']:,.1f}", "-",
+                         f"{u.get('mean_us', 0):.0f} / {u.get('p99_us', 0):.0f}"))  # fmt: skip
+            ratio = (rf["completed"] / rf["proc_cpu_s"]) / (u["requests"] / u["proc_cpu_s"])
+            rows.append((f"{a.leaves}-leaf fan-out", "ratio", "", f"{ratio:.1f}x", "", ""))
+        # --- the plain fan-out goal
+        (tmp / "plain.toml").write_text(PLAIN_FANOUT.format(leaves=a.leaves))
+        pdoc = load(tmp / "plain.toml").engine
+        pdoc["max_requests"] = a.fanout_requests
+        rp = ours(pdoc, tmp, "plain")
+        rows.append((f"{a.leaves}-leaf fan-out (plain)", "qsim", f"{rp['completed']}",
+                     f"{rp['completed'] / rp['proc_cpu_s']:,.0f}", f"{rp['events'] / rp['proc_cpu_s']:,.0f}",
+                     f"{rp['latency']['mean_us']:.0f} / {rp['latency']['p99_us']:.0f}"))  # fmt: skip
+    w = [34, 6, 9, 16, 14, 20]
+    head = ("model", "engine", "requests", "requests/CPU-s", "events/CPU-s", "mean / p99 (us)")
+    print("  ".join(h.ljust(x) for h, x in zip(head, w, strict=True)))
+    for row in rows:
+        print("  ".join(c.ljust(x) for c, x in zip(row, w, strict=True)))
+    print(f"\n{a.fanout_requests} requests through the plain {a.leaves}-leaf fan-out: "
+          f"{rp['proc_cpu_s']:.1f} CPU-s (goal < 10 s)")  # fmt: skip
+    print(f"peak RSS, 2-tier: {rss1 / 1024:.1f} MiB at {n} requests, {rss4 / 1024:.1f} MiB at "
+          f"{r4['completed']} (x{rss4 / rss1:.2f}; bounded by the live state)")  # fmt: skip
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""``musku qsim run | curve | check | import-uqsim`` (docs/qsim.md).
+
+Exit statuses (docs/cli.md): 3 a bad model (with ``file:line``), 4 the engine is not built.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from musku.errors import InputError
+
+app = typer.Typer(help="Queueing-network simulation of microservice graphs.", no_args_is_help=True)
+
+ModelArg = Annotated[
+    Path, typer.Argument(help="Model file (TOML, docs/qsim.md).", show_default=False)
+]
+QpsOpt = Annotated[
+    float | None, typer.Option("--qps", help="Open-loop rate (overrides the model).")
+]
+DurationOpt = Annotated[
+    float | None, typer.Option("--duration", help="Simulated seconds (overrides [run]).")
+]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="Run seed (overrides [run]).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Also write the result as JSON here.")]
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def _us(x: float) -> str:
+    return f"{x / 1000:.2f} ms" if x >= 1000 else f"{x:.1f} us"
+
+
+def _print_run(result: dict[str, Any], title: str) -> None:
+    from rich.table import Table
+
+    con = _console()
+    lat = result["latency"]
+    con.print(
+        f"[bold]{title}[/]: {result['throughput_qps']:.0f} req/s completed "
+        f"(offered {result['offered_qps']:.0f}), {lat['count']} requests measured over "
+        f"{result['measured_s']:.2f} s; end-to-end mean {_us(lat['mean_us'])}, "
+        f"p50 {_us(lat['p50_us'])}, p99 {_us(lat['p99_us'])}, p99.9 {_us(lat['p999_us'])}"
+    )
+    if result["saturated"]:
+        con.print(f"[bold red]SATURATED[/]: {result['stop_reason']}; the run stopped there")
+    t = Table(title="per service (time at the service, from arrival to the node's last stage)")
+    for col in ("service", "requests", "mean", "p50", "p99", "thread util"):
+        t.add_column(col, justify="left" if col == "service" else "right")
+    for name, s in result["services"].items():
+        t.add_row(name, str(s["count"]), _us(s["mean_us"]), _us(s["p50_us"]), _us(s["p99_us"]),
+                  f"{s['thread_util'] * 100:.1f} %")  # fmt: skip
+    con.print(t)
+    q = Table(title="queues (all instances)")
+    for col in ("service", "stage", "mean length", "max length"):
+        q.add_column(col, justify="left" if col in ("service", "stage") else "right")
+    for s in result["stages"]:
+        q.add_row(s["service"], s["stage"], f"{s['mean_queue']:.2f}", str(s["max_queue"]))
+    con.print(q)
+    per_machine: dict[str, list[float]] = {}
+    for c in result["cores"]:
+        per_machine.setdefault(c["machine"], []).append(c["util"])
+    con.print(
+        "cores: "
+        + "; ".join(
+            f"{m} " + " ".join(f"{u * 100:.0f}" for u in us) + " %" for m, us in per_machine.items()
+        )
+    )
+    con.print(
+        f"[dim]{result['events']} events, {result['jobs_run']} jobs in {result['cpu_s']:.2f} CPU-s[/]"
+    )
+
+
+@app.command("check")
+def check(model: ModelArg, json_out: JsonOpt = False) -> None:
+    """Validate a model; print its normalised engine document with --json."""
+    from musku.qsim.model import load
+
+    loaded = load(model)
+    if json_out:
+        sys.stdout.write(json.dumps(loaded.engine, indent=2) + "\n")
+    else:
+        m = loaded.model
+        typer.echo(
+            f"{model}: ok ({len(m.machines)} machines, {len(m.services)} services, "
+            f"{sum(len(p.nodes) for p in m.paths)} path nodes)"
+        )
+
+
+@app.command("run")
+def run(
+    model: ModelArg,
+    qps: QpsOpt = None,
+    duration: DurationOpt = None,
+    seed: SeedOpt = None,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Simulate a model: latency percentiles, throughput, utilisation and queue lengths."""
+    from musku.qsim.engine import simulate
+    from musku.qsim.model import load, with_overrides
+
+    loaded = load(model)
+    doc = with_overrides(loaded.engine, qps=qps, duration_s=duration, seed=seed)
+    result = simulate(doc)
+    result["model"] = str(model)
+    result["seed"] = doc["seed"]
+    if out is not None:
+        out.write_text(json.dumps(result, indent=2) + "\n")
+    if json_out:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    else:
+        _print_run(result, str(model))
+
+
+def parse_range(text: str) -> list[float]:
+    """``A:B:STEPS`` -> STEPS evenly spaced rates from A to B."""
+    try:
+        a, b, n = text.split(":")
+        lo, hi, steps = float(a), float(b), int(n)
+    except ValueError:
+        raise InputError(f"--qps takes A:B:STEPS (e.g. 1000:20000:10), not {text!r}") from None
+    if not (0 < lo <= hi) or steps < 1 or (steps == 1 and lo != hi):
+        raise InputError(f"--qps {text}: need 0 < A <= B and STEPS >= 1 (1 only when A = B)")
+    return [lo + (hi - lo) * i / max(1, steps - 1) for i in range(steps)]
+
+
+def falls_behind(result: dict[str, Any], qps: float) -> bool:
+    """Fewer requests completed than offered, by more than 4 standard deviations of a Poisson
+    count over the window (and at least 1 %): the backlog grows."""
+    import math
+
+    n = max(1.0, qps * result["measured_s"])
+    return bool(result["throughput_qps"] < qps * (1 - max(0.01, 4 / math.sqrt(n))))
+
+
+def curve_points(doc: dict[str, Any], rates: list[float]) -> dict[str, Any]:
+    """Run the model at each rate until it saturates; the curve and the saturation point."""
+    from musku.qsim.engine import simulate
+    from musku.qsim.model import with_overrides
+
+    points = []
+    saturation: dict[str, Any] | None = None
+    for qps in rates:
+        r = simulate(with_overrides(doc, qps=qps))
+        sat = bool(r["saturated"]) or falls_behind(r, qps)
+        points.append(
+            {
+                "qps": qps,
+                "throughput_qps": r["throughput_qps"],
+                "latency": r["latency"],
+                "saturated": sat,
+                "stop_reason": r["stop_reason"],
+            }
+        )
+        if sat:
+            prev = points[-2]["qps"] if len(points) > 1 else None
+            saturation = {
+                "first_saturated_qps": qps,
+                "last_stable_qps": prev,
+                "max_throughput_qps": max(p["throughput_qps"] for p in points),
+                "reason": r["stop_reason"]
+                if r["saturated"]
+                else f"completed {r['throughput_qps']:.0f} of {qps:.0f} req/s: the backlog grows",
+            }
+            break
+    return {"points": points, "saturation": saturation}
+
+
+@app.command("curve")
+def curve(
+    model: ModelArg,
+    qps: Annotated[
+        str, typer.Option("--qps", help="A:B:STEPS open-loop rates.", show_default=False)
+    ],
+    duration: DurationOpt = None,
+    seed: SeedOpt = None,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Load-latency curve; stops at the first saturated rate and says so."""
+    from rich.table import Table
+
+    from musku.qsim.model import load, with_overrides
+
+    rates = parse_range(qps)
+    loaded = load(model)
+    doc = with_overrides(loaded.engine, duration_s=duration, seed=seed)
+    if doc["client"]["kind"] != "open":
+        raise InputError(f"{model}: a load-latency curve needs an open-loop client")
+    res = curve_points(doc, rates)
+    res["model"] = str(model)
+    if out is not None:
+        out.write_text(json.dumps(res, indent=2) + "\n")
+    if json_out:
+        sys.stdout.write(json.dumps(res, indent=2) + "\n")
+        return
+    t = Table(title=f"load-latency curve of {model}")
+    for col in ("offered", "completed", "mean", "p50", "p99", "p99.9", ""):
+        t.add_column(col, justify="right")
+    for p in res["points"]:
+        lat = p["latency"]
+        t.add_row(f"{p['qps']:.0f}", f"{p['throughput_qps']:.0f}", _us(lat["mean_us"]),
+                  _us(lat["p50_us"]), _us(lat["p99_us"]), _us(lat["p999_us"]),
+                  "SATURATED" if p["saturated"] else "")  # fmt: skip
+    con = _console()
+    con.print(t)
+    s = res["saturation"]
+    if s is None:
+        con.print(f"not saturated up to {rates[-1]:.0f} req/s")
+    else:
+        below = f" (stable at {s['last_stable_qps']:.0f})" if s["last_stable_qps"] else ""
+        con.print(
+            f"[bold]saturation[/] at {s['first_saturated_qps']:.0f} req/s offered{below}: "
+            f"{s['reason']}; max completed {s['max_throughput_qps']:.0f} req/s"
+        )
+
+
+@app.command("import-uqsim")
+def import_uqsim(
+    directory: Annotated[
+        Path, typer.Argument(help="μqSim architecture dir (its json/ folder or its parent).")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Model file to write (TOML).")],
+    qps: Annotated[
+        float | None, typer.Option("--qps", help="Open-loop rate (default: client.json's).")
+    ] = None,
+    connections: Annotated[
+        int, typer.Option("--connections", help="Client connections (μqSim's numConn argument).")
+    ] = 100,
+    client_latency_us: Annotated[
+        float,
+        typer.Option("--client-latency-us", help="Client -> entry hop (μqSim's netLat argument)."),
+    ] = 0.065,
+) -> None:
+    """Convert a μqSim architecture directory into a qsim model file."""
+    from musku.qsim.uqsim import convert
+
+    notes = convert(
+        directory, out, qps=qps, connections=connections, client_latency_us=client_latency_us
+    )
+    from musku.qsim.model import load
+
+    load(out)  # the converted model must validate
+    for n in notes:
+        typer.echo(f"note: {n}")
+    typer.echo(f"wrote {out}")

@@ -1,0 +1,45 @@
+// musku_qsim MODEL.json|- : runs a normalised model (written by `musku qsim`) and prints the
+// result document as JSON on stdout. Exit status: 0 ok, 3 malformed model, 1 internal error.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "engine.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: musku_qsim MODEL.json|-\n");
+    return 2;
+  }
+  const std::string path = argv[1];
+  nlohmann::json doc;
+  try {
+    if (path == "-") {
+      doc = nlohmann::json::parse(std::cin);
+    } else {
+      std::ifstream in(path);
+      if (!in) {
+        std::fprintf(stderr, "musku_qsim: error: cannot open %s\n", path.c_str());
+        return 3;
+      }
+      doc = nlohmann::json::parse(in);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    std::fprintf(stderr, "musku_qsim: error: %s: not JSON: %s\n", path.c_str(), e.what());
+    return 3;
+  }
+  try {
+    const musku::qsim::Model model = musku::qsim::ParseModel(doc);
+    const nlohmann::json out = musku::qsim::Simulate(model);
+    std::cout << out.dump() << "\n";
+  } catch (const musku::qsim::ModelError& e) {
+    std::fprintf(stderr, "musku_qsim: error: %s: %s\n", path.c_str(), e.what());
+    return 3;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "musku_qsim: internal error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,329 @@
+// Closed-form checks of every queue and execution kind (docs/qsim.md "Validation"). Each test
+// states its tolerance and the number of requests it simulates; all are seeded, so a failure is
+// reproducible, and the tolerances are several standard errors wide (measured over 20 seeds).
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "engine.h"
+
+namespace q = musku::qsim;
+using nlohmann::json;
+
+namespace {
+
+json Stage(const std::string& dist, double mean_us, json extra = json::object()) {
+  json s = {{"name", "s"}, {"queue", "fifo"}, {"dist", dist}, {"mean_us", mean_us}};
+  for (auto& [k, v] : extra.items()) s[k] = v;
+  return s;
+}
+
+// One machine, one service with one stage, one node; open-loop Poisson client.
+json OneStage(json stage, double qps, double duration_s, int threads = 1, std::string exec = "simple",
+              int cores = 1) {
+  json cl = json::array();
+  for (int i = 0; i < cores; ++i) cl.push_back(i);
+  return {{"seed", 7},
+          {"duration_s", duration_s},
+          {"warmup_s", duration_s * 0.05},
+          {"machines", {{{"name", "m0"}, {"cores", cores}}}},
+          {"services",
+           {{{"name", "svc"},
+             {"execution", exec},
+             {"threads", threads},
+             {"stages", {stage}},
+             {"instances", {{{"machine", 0}, {"cores", cl}}}}}}},
+          {"paths", {{{"nodes", {{{"service", 0}, {"stages", {0}}}}}}}},
+          {"client", {{"kind", "open"}, {"epochs", {{{"end_s", duration_s}, {"qps", qps}}}}}}};
+}
+
+json Sim(const json& model) { return q::Simulate(q::ParseModel(model)); }
+
+double ErlangC(int c, double a) {  // probability of waiting, offered load a = lambda/mu
+  double sum = 0, term = 1;
+  for (int k = 0; k < c; ++k) {
+    if (k > 0) term *= a / k;
+    sum += term;
+  }
+  const double last = term * a / c;  // a^c / c!
+  const double rho = a / c;
+  const double top = last / (1 - rho);
+  return top / (sum + top);
+}
+
+}  // namespace
+
+// M/M/1, rho = 0.7, mean service 10 us: W = 1/(mu - lambda) = 33.3 us, p99 = W ln 100.
+// ~200k requests; mean within 5 %, p99 within 8 %.
+TEST(ClosedForm, MM1MeanAndP99) {
+  const json r = Sim(OneStage(Stage("exp", 10), 70000, 3.0));
+  const double w = 10.0 / (1 - 0.7);
+  EXPECT_GT(r["completed_measured"].get<double>(), 190000);
+  EXPECT_NEAR(r["latency"]["mean_us"].get<double>(), w, 0.05 * w);
+  EXPECT_NEAR(r["latency"]["p99_us"].get<double>(), w * std::log(100.0), 0.08 * w * std::log(100.0));
+  EXPECT_FALSE(r["saturated"].get<bool>());
+  EXPECT_NEAR(r["services"]["svc"]["thread_util"].get<double>(), 0.7, 0.02);
+  // the same queue through the event path (no Lindley fast path): the same closed form, and
+  // the fast path needs one event per request (the arrival) instead of two
+  json m = OneStage(Stage("exp", 10), 70000, 3.0);
+  m["no_fast_path"] = true;
+  const json e = Sim(m);
+  EXPECT_NEAR(e["latency"]["mean_us"].get<double>(), w, 0.05 * w);
+  EXPECT_NEAR(e["latency"]["p99_us"].get<double>(), w * std::log(100.0), 0.08 * w * std::log(100.0));
+  EXPECT_NEAR(e["stages"][0]["mean_queue"].get<double>(), r["stages"][0]["mean_queue"].get<double>(), 0.15);
+  EXPECT_LT(r["events"].get<double>() * 1.5, e["events"].get<double>());
+}
+
+// M/M/c (Erlang C), c = 4, rho = 0.75, mean service 10 us, ~600k requests: mean within 4 %.
+TEST(ClosedForm, MMcErlangC) {
+  const int c = 4;
+  const double mu = 0.1, lambda = 0.75 * c * mu;  // per us
+  const json r = Sim(OneStage(Stage("exp", 10), lambda * 1e6, 2.0, c));
+  const double w = ErlangC(c, lambda / mu) / (c * mu - lambda) + 1 / mu;
+  EXPECT_NEAR(r["latency"]["mean_us"].get<double>(), w, 0.04 * w);
+}
+
+// A pool of 8 threads on 2 cores (no context-switch cost) is an M/M/2 queue: the core
+// scheduler, not the thread count, bounds the service rate. rho = 0.7, ~280k requests, 5 %.
+TEST(ClosedForm, ThreadPoolOnFewerCoresIsMM2) {
+  const double mu = 0.1, lambda = 0.7 * 2 * mu;
+  const json r = Sim(OneStage(Stage("exp", 10), lambda * 1e6, 2.0, 8, "threads", 2));
+  const double w = ErlangC(2, lambda / mu) / (2 * mu - lambda) + 1 / mu;
+  EXPECT_NEAR(r["latency"]["mean_us"].get<double>(), w, 0.05 * w);
+  // pinned: 2 threads each on its own core, random dispatch from one queue: still M/M/2
+  const json p = Sim(OneStage(Stage("exp", 10), lambda * 1e6, 2.0, 2, "pinned", 2));
+  EXPECT_NEAR(p["latency"]["mean_us"].get<double>(), w, 0.05 * w);
+}
+
+// A context-switch cost is paid when a core changes threads: 2 threads on 1 core, const 10 us
+// + 5 us switch; low load (a thread finishing with no waiting work keeps the core's "last
+// thread", so alternating threads pay the switch). Mean service lies in [10, 15] and above 10.
+TEST(Execution, ContextSwitchCostIsPaid) {
+  json m = OneStage(Stage("const", 10), 60000, 1.0, 2, "threads", 1);
+  m["services"][0]["context_switch_us"] = 5;
+  const json r = Sim(m);
+  json m0 = m;
+  m0["services"][0]["context_switch_us"] = 0;
+  const json r0 = Sim(m0);
+  EXPECT_GT(r["latency"]["mean_us"].get<double>(), r0["latency"]["mean_us"].get<double>() + 1.0);
+}
+
+// M/D/1 (Pollaczek-Khinchine), rho = 0.8, const 10 us: W = rho/(2 mu (1 - rho)) + 1/mu = 30 us.
+// ~240k requests, 5 %.
+TEST(ClosedForm, MD1PollaczekKhinchine) {
+  const json r = Sim(OneStage(Stage("const", 10), 80000, 3.0));
+  EXPECT_NEAR(r["latency"]["mean_us"].get<double>(), 30.0, 1.5);
+}
+
+// Lognormal and empirical service times keep their mean (M/G/1 at low load: W ~ E[S]).
+TEST(ClosedForm, MG1PollaczekKhinchineLognormalAndEmpirical) {
+  // lognormal mean 10, sigma 1: E[S^2] = m^2 e^{sigma^2}; W = lambda E[S^2] / (2(1-rho)) + E[S]
+  const double lambda = 0.05, m = 10, es2 = m * m * std::exp(1.0);
+  const double w = lambda * es2 / (2 * (1 - lambda * m)) + m;
+  const json r = Sim(OneStage(Stage("lognormal", m, {{"sigma", 1.0}}), lambda * 1e6, 4.0));
+  EXPECT_NEAR(r["latency"]["mean_us"].get<double>(), w, 0.06 * w);
+  // empirical: 5 us w.p. 0.75, 25 us w.p. 0.25 -> E[S] = 10, E[S^2] = 175
+  json e = Stage("empirical", 10, {{"empirical", {{5, 3}, {25, 1}}}});
+  const double we = lambda * 175 / (2 * (1 - lambda * 10)) + 10;
+  const json re = Sim(OneStage(e, lambda * 1e6, 4.0));
+  EXPECT_NEAR(re["latency"]["mean_us"].get<double>(), we, 0.05 * we);
+}
+
+// Fork-join of N exponential leaves with no queueing (one closed-loop user): the request takes
+// the maximum of N exp(mu): E = H_N / mu. N = 16, 10 us leaves, 20k requests, 3 %.
+TEST(ClosedForm, ForkJoinExpectedMaximum) {
+  const int n = 16;
+  json leaf_inst = json::array();
+  for (int i = 0; i < n; ++i) leaf_inst.push_back({{"machine", 0}});
+  json m = {{"seed", 3},
+            {"duration_s", 100.0},
+            {"max_requests", 20000},
+            {"machines", {{{"name", "m0"}, {"cores", 1}}}},
+            {"services",
+             {{{"name", "root"}, {"execution", "simple"}, {"stages", {Stage("const", 0)}},
+               {"instances", {{{"machine", 0}}}}},
+              {{"name", "leaf"}, {"execution", "simple"}, {"stages", {Stage("exp", 10)}},
+               {"instances", leaf_inst}}}},
+            {"paths",
+             {{{"nodes",
+                {{{"service", 0}, {"stages", {0}}, {"children", {1}}},
+                 {{"service", 1}, {"stages", {0}}, {"copies", n}, {"children", {2}}},
+                 {{"service", 0}, {"stages", {0}}, {"join", n}}}}}}},
+            {"client", {{"kind", "closed"}, {"users", 1}}}};
+  const json r = Sim(m);
+  double h = 0;
+  for (int k = 1; k <= n; ++k) h += 1.0 / k;
+  EXPECT_EQ(r["completed"].get<int>(), 20000);
+  EXPECT_NEAR(r["latency"]["mean_us"].get<double>(), 10 * h, 0.03 * 10 * h);
+  m["no_fast_path"] = true;
+  const json e = Sim(m);
+  EXPECT_NEAR(e["latency"]["mean_us"].get<double>(), 10 * h, 0.03 * 10 * h);
+}
+
+// A batching stage's amortised cost: K closed-loop users with no think time and a stage that
+// takes up to K jobs at a time at B + c n (const): every batch is full, so the throughput is
+// K / (B + c K) exactly. B = 20 us, c = 2 us, K = 8 -> 8 / 36 us = 222,222 req/s; 1 %.
+TEST(ClosedForm, BatchingAmortisedCost) {
+  json st = Stage("const", 22, {{"batch", 8}, {"per_job_us", 2}});
+  json m = OneStage(st, 1, 1.0);
+  m["client"] = {{"kind", "closed"}, {"users", 8}};
+  const json r = Sim(m);
+  EXPECT_NEAR(r["throughput_qps"].get<double>(), 8 / 36e-6, 0.01 * 8 / 36e-6);
+  EXPECT_NEAR(r["latency"]["mean_us"].get<double>(), 36.0, 0.5);
+  EXPECT_NEAR(r["jobs_run"].get<double>() / r["stage_runs"].get<double>(), 8.0, 0.05);
+}
+
+// Closed loop: Little's law N = X (R + Z). 10 users, exp think 100 us, exp 10 us service on one
+// thread; ~1M requests, 1.5 %.
+TEST(ClosedForm, ClosedLoopLittlesLaw) {
+  json m = OneStage(Stage("exp", 10), 1, 10.0);
+  m["client"] = {{"kind", "closed"}, {"users", 10}, {"think_us", 100}};
+  const json r = Sim(m);
+  const double x = r["throughput_qps"].get<double>() / 1e6;  // per us
+  const double rr = r["latency"]["mean_us"].get<double>();
+  EXPECT_NEAR(10.0, x * (rr + 100), 0.15);
+}
+
+// Epoll-like queue: one sub-queue per connection, up to N from each ready one; socket-like: up
+// to N from one connection. Under load both batch; at very low load neither does.
+TEST(Queues, EpollAndSocketBatch) {
+  for (const char* kind : {"epoll", "socket"}) {
+    json st = Stage("const", 5, {{"queue", kind}, {"batch", 4}, {"per_job_us", 1}});
+    json m = OneStage(st, 220000, 0.5);  // above the unbatched capacity (1/6 us)
+    m["services"][0]["connections"] = 2;
+    m["client"]["connections"] = 2;
+    const json r = Sim(m);
+    const double avg = r["jobs_run"].get<double>() / r["stage_runs"].get<double>();
+    EXPECT_GT(avg, 1.2) << kind;
+    EXPECT_LE(avg, std::string(kind) == "socket" ? 4.0 : 32.0) << kind;
+    EXPECT_FALSE(r["saturated"].get<bool>()) << kind;
+    json lo = m;
+    lo["client"]["epochs"][0]["qps"] = 1000;
+    const json rl = Sim(lo);
+    EXPECT_LT(rl["jobs_run"].get<double>() / rl["stage_runs"].get<double>(), 1.05) << kind;
+  }
+}
+
+// DVFS: t (1 - s + s f_base / f); s = 0.5 at half frequency (ratio 2) -> x1.5.
+TEST(Execution, DvfsFactor) {
+  json m = OneStage(Stage("const", 10, {{"dvfs_scale", 0.5}}), 100, 5.0);
+  m["services"][0]["freq_ratio"] = 2.0;
+  const json r = Sim(m);
+  EXPECT_NEAR(r["latency"]["p50_us"].get<double>(), 15.0, 0.3);
+}
+
+// Blocking: a node that holds its thread until the reply releases it. 1 thread, 10 us front +
+// 50 us downstream: throughput is bounded by one request per 60+ us (hold) vs 10 us (no hold).
+TEST(Execution, BlockingThreadIsHeld) {
+  auto model = [](bool hold) {
+    json m = {{"seed", 1},
+              {"duration_s", 100.0},
+              {"max_requests", 5000},
+              {"machines", {{{"name", "m0"}, {"cores", 4}}}},
+              {"services",
+               {{{"name", "front"}, {"threads", 1}, {"stages", {Stage("const", 10)}},
+                 {"instances", {{{"machine", 0}, {"cores", {0}}}}}},
+                {{"name", "back"}, {"execution", "simple"}, {"threads", 64}, {"stages", {Stage("const", 50)}},
+                 {"instances", {{{"machine", 0}}}}}}},
+              {"paths",
+               {{{"nodes",
+                  {{{"service", 0}, {"stages", {0}}, {"children", {1}}, {"hold_thread", hold}},
+                   {{"service", 1}, {"stages", {0}}, {"children", {2}}},
+                   {{"service", 0}, {"stages", {0}}, {"release_thread", hold}}}}}}},
+              {"client", {{"kind", "closed"}, {"users", 16}}}};
+    return Sim(m);
+  };
+  const json held = model(true), unheld = model(false);
+  EXPECT_NEAR(held["throughput_qps"].get<double>(), 1e6 / 70.0, 0.02 * 1e6 / 70.0);
+  EXPECT_NEAR(unheld["throughput_qps"].get<double>(), 1e6 / 20.0, 0.02 * 1e6 / 20.0);
+}
+
+// Load balancers spread requests: 4 instances, each on its own core; all three policies give
+// each instance about a quarter of the thread time, and least-loaded beats random on latency.
+TEST(Deployment, LoadBalancers) {
+  double mean_random = 0, mean_ll = 0;
+  for (const char* lb : {"round_robin", "random", "least_loaded"}) {
+    json m = OneStage(Stage("exp", 10), 280000, 1.0);
+    m["machines"][0]["cores"] = 4;
+    m["services"][0]["lb"] = lb;
+    m["services"][0]["execution"] = "threads";
+    m["services"][0]["instances"] = json::array();
+    for (int i = 0; i < 4; ++i) m["services"][0]["instances"].push_back({{"machine", 0}, {"cores", {i}}});
+    const json r = Sim(m);
+    double total = 0;
+    for (const json& t : r["threads"]) {
+      total += t["util"].get<double>();
+      // least-loaded breaks ties towards the first instance, so only the others are even
+      if (std::string(lb) != "least_loaded") {
+        EXPECT_NEAR(t["util"].get<double>(), 0.7, 0.05) << lb;
+      }
+    }
+    EXPECT_NEAR(total / 4, 0.7, 0.03) << lb;
+    if (std::string(lb) == "random") mean_random = r["latency"]["mean_us"].get<double>();
+    if (std::string(lb) == "least_loaded") mean_ll = r["latency"]["mean_us"].get<double>();
+  }
+  EXPECT_LT(mean_ll, mean_random * 0.8);
+}
+
+// Probabilistic branch: 30 % of requests visit a slow leaf.
+TEST(Paths, ProbabilisticBranch) {
+  json m = {{"seed", 5},
+            {"duration_s", 100.0},
+            {"max_requests", 20000},
+            {"machines", {{{"name", "m0"}, {"cores", 1}}}},
+            {"services",
+             {{{"name", "a"}, {"execution", "simple"}, {"stages", {Stage("const", 1)}}, {"instances", {{{"machine", 0}}}}},
+              {{"name", "fast"}, {"execution", "simple"}, {"stages", {Stage("const", 10)}}, {"instances", {{{"machine", 0}}}}},
+              {{"name", "slow"}, {"execution", "simple"}, {"stages", {Stage("const", 100)}}, {"instances", {{{"machine", 0}}}}}}},
+            {"paths",
+             {{{"nodes",
+                {{{"service", 0}, {"stages", {0}}, {"children", {1, 2}}, {"branch", "one"}, {"child_weights", {0.7, 0.3}}},
+                 {{"service", 1}, {"stages", {0}}},
+                 {{"service", 2}, {"stages", {0}}}}}}}},
+            {"client", {{"kind", "closed"}, {"users", 1}}}};
+  const json r = Sim(m);
+  const double share = r["services"]["slow"]["count"].get<double>() / r["completed_measured"].get<double>();
+  EXPECT_NEAR(share, 0.3, 0.015);
+  EXPECT_NEAR(r["latency"]["mean_us"].get<double>(), 1 + 0.7 * 10 + 0.3 * 100, 1.0);
+}
+
+// The same seed gives the same result; another seed another.
+TEST(Reproducible, SameSeedSameResult) {
+  json m = OneStage(Stage("exp", 10), 50000, 0.5);
+  json a = Sim(m), b = Sim(m);
+  for (json* x : {&a, &b}) x->erase("cpu_s");
+  EXPECT_EQ(a.dump(), b.dump());
+  m["seed"] = 8;
+  json c = Sim(m);
+  c.erase("cpu_s");
+  EXPECT_NE(a.dump(), c.dump());
+}
+
+// Above capacity the run stops and says so, with bounded memory.
+TEST(Saturation, StopsAndSays) {
+  json m = OneStage(Stage("exp", 10), 150000, 100.0);
+  m["max_live_requests"] = 5000;
+  const json r = Sim(m);
+  EXPECT_TRUE(r["saturated"].get<bool>());
+  EXPECT_LT(r["sim_time_s"].get<double>(), 1.0);
+  EXPECT_LE(r["pool"]["requests"].get<double>(), 5001);
+}
+
+TEST(BadInput, RefusedCleanly) {
+  json m = OneStage(Stage("exp", 10), 1000, 1.0);
+  json z = m;
+  z["machines"][0]["cores"] = 0;
+  EXPECT_THROW(q::ParseModel(z), q::ModelError);
+  json neg = m;
+  neg["client"]["epochs"][0]["qps"] = -1;
+  EXPECT_THROW(q::ParseModel(neg), q::ModelError);
+  json join = m;
+  join["paths"][0]["nodes"] = {{{"service", 0}, {"stages", {0}}, {"children", {1}}},
+                               {{"service", 0}, {"stages", {0}}, {"join", 2}}};
+  EXPECT_THROW(q::ParseModel(join), q::ModelError);
+  json cyc = m;
+  cyc["paths"][0]["nodes"] = {{{"service", 0}, {"stages", {0}}, {"children", {0}}}};
+  EXPECT_THROW(q::ParseModel(cyc), q::ModelError);
+  EXPECT_THROW(q::ParseModel(json::array()), q::ModelError);
+}

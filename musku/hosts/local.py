@@ -2,9 +2,10 @@
 
 ``apply((A, B))`` validates both configurations on the host (nothing written) and records them.
 ``window(s)`` runs one A sub-window and one B sub-window in random order: it applies the arm's
-configuration through the agent (journaled, leased, only differing knobs change), discards
-``settle_s`` after the switch, measures ``s`` seconds, and returns ``(sample_A, sample_B)``, so the
-A/B tester works unchanged. ``restore()`` rolls the host back to its baseline.
+configuration through the agent (journaled, leased, only differing knobs change), waits until
+the built-in workload has adapted to it (its stats file says when it last looked at the host;
+on a busy host re-faulting the arena takes seconds), discards ``settle_s``, measures ``s``
+seconds, and returns ``(sample_A, sample_B)``, so the A/B tester works unchanged. ``restore()`` rolls the host back to its baseline.
 
 The host's agent is either the system agent (``socket = "/run/musku/agent.sock"``) or, by default,
 a private agent process started for the run (state in ``state_dir``). The private agent dies
@@ -125,6 +126,8 @@ class LocalSwitchbackPair(HostPair):
         name: str = "",
         children: list[ChildProcess] | None = None,
         cotune: ControllerTables | None = None,
+        workload_stats: Path | None = None,
+        ready_timeout_s: float = 120.0,
     ) -> None:
         import numpy as np
 
@@ -138,6 +141,8 @@ class LocalSwitchbackPair(HostPair):
         self.children = children or []
         self.cotune = cotune
         self.switches = 0
+        self.workload_stats = workload_stats  # the built-in workload's: it says when it adapted
+        self.ready_timeout_s = ready_timeout_s
         self._t0 = time.monotonic()
         self.agent.hello()
 
@@ -189,6 +194,7 @@ class LocalSwitchbackPair(HostPair):
             if not child.alive():
                 raise HostError(f"the {child.name} process exited: {child.tail()}")
         self._switch(arm)
+        self._wait_for_workload(time.time())
         time.sleep(self.settle_s)  # discarded: the switch's transient
         start = time.time()
         time.sleep(seconds)
@@ -196,6 +202,34 @@ class LocalSwitchbackPair(HostPair):
         t0, t1 = start + self.agent.offset, end + self.agent.offset
         rows = self.agent.rows_between(t0, t1, wait_s=max(5.0, 10 * self.agent.sample_interval))
         return self.agent.sample(rows, t0, t1, arm.name, arm.config)
+
+    def _wait_for_workload(self, switched: float) -> None:
+        """Wait until the built-in workload has looked at the host after the switch (and
+        re-mapped its arena if the switch changed THP or the huge page pool): a fixed settle
+        alone is too short on a busy host, where re-faulting the arena takes seconds and a
+        window that starts before it ends holds no data. A workload still not there after
+        ``ready_timeout_s`` is measured anyway (its sample then says what it saw)."""
+        if self.workload_stats is None:
+            return
+        from musku.metrics.service import read_stats
+
+        deadline = time.monotonic() + self.ready_timeout_s
+        while True:
+            data = read_stats(self.workload_stats)
+            arena = data.get("arena") if data else None
+            checked = arena.get("checked") if isinstance(arena, dict) else None
+            if isinstance(checked, int | float) and checked >= switched:
+                return
+            for child in self.children:
+                if not child.alive():
+                    raise HostError(f"the {child.name} process exited: {child.tail()}")
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "the workload had not adapted %.0f s after a switch; measuring anyway",
+                    self.ready_timeout_s,
+                )
+                return
+            time.sleep(0.02)
 
     def window(self, seconds: float) -> tuple[Sample, Sample]:
         if seconds <= 0:
@@ -352,6 +386,7 @@ def open_pair(experiment: Experiment, seed: int = 0) -> LocalSwitchbackPair:
             name=experiment.name,
             children=children,
             cotune=tables,
+            workload_stats=stats if workload == "builtin" else None,
         )
     except BaseException:
         for child in reversed(children):

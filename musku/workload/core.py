@@ -73,6 +73,7 @@ class Workload:
         self.counts = [0] * len(BOUNDS_US)
         self.state: tuple[str, int] = ("", -1)
         self.rebuilds = 0
+        self.checked = 0.0  # wall clock just before the last look at the host's state
         self.stop = False
 
     # host state --------------------------------------------------------------------
@@ -142,6 +143,9 @@ class Workload:
                 "hugetlb_mib": sum(len(r.map) for r in self.regions if r.hugetlb) // 2**20,
                 "thp": self.state[0],
                 "rebuilds": self.rebuilds,
+                # the arena matches the host as it was at this time (or later): a controller
+                # that switched the host at time T waits for checked >= T before measuring
+                "checked": self.checked,
             },
         }
         tmp = self.o.stats_file.with_name(self.o.stats_file.name + ".tmp")
@@ -150,6 +154,7 @@ class Workload:
 
     def run(self) -> None:
         self.o.stats_file.parent.mkdir(parents=True, exist_ok=True)
+        self.checked = time.time()
         self.rebuild()
         start = time.monotonic()
         next_stats = next_watch = start
@@ -170,8 +175,13 @@ class Workload:
                 next_stats = now + self.o.stats_interval_s
             if now >= next_watch:
                 next_watch = now + self.o.watch_interval_s
-                if self.host_state() != self.state:
+                checked = time.time()
+                rebuilt = self.host_state() != self.state
+                if rebuilt:
                     self.rebuild()
+                self.checked = checked
+                if rebuilt:  # say so at once: a controller may be waiting for it
+                    self.write_stats()
             if self.o.duration_s and now - start >= self.o.duration_s:
                 break
         self.write_stats()

@@ -3,6 +3,7 @@ an arena rebuilt when the host's THP mode changes (fake host tree for the mode).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from musku.hostfs import HostFS
 from musku.metrics import load_sampler
 from musku.workload import Workload, WorkloadOptions
 from tests.agent.helpers import THP, fake_host, fs_of
+from tests.timing import wait_for
 
 
 def test_workload_reports_and_follows_thp(tmp_path: Path) -> None:
@@ -26,21 +28,28 @@ def test_workload_reports_and_follows_thp(tmp_path: Path) -> None:
     t = threading.Thread(target=w.run)
     t.start()
     try:
-        deadline = time.monotonic() + 10
-        while not stats.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(stats.exists, 10, what="the first stats file")
         s = load_sampler("service", HostFS(tmp_path), stats_file=str(stats))
         s.start()
-        time.sleep(0.3)
-        m = s.sample()
+        # the first reading that advanced (0.1 s apart idle; later when the machine is busy)
+        m = wait_for(s.sample, 5, poll=0.3, what="the stats file to advance")
+        assert isinstance(m, dict)
         assert m["ops"] > 1e5 and m["qps"] > 10  # real work: >100k random reads per second
         assert 0 < m["p50_ms"] <= m["p99_ms"] < 1000
         assert w.rebuilds == 1 and w.state[0] == "madvise"
+        switched = time.time()
         fs_of(host).write_text(THP, "never")
-        deadline = time.monotonic() + 5
-        while w.rebuilds < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: w.rebuilds >= 2, 5, what="the arena rebuilt")
         assert w.rebuilds == 2 and w.state[0] == "never"
+
+        # and it says so in its stats file (a switchback controller waits for this)
+        def rebuilt() -> dict | None:
+            arena = json.loads(stats.read_text())["arena"]
+            return arena if arena["rebuilds"] >= 2 else None
+
+        arena = wait_for(rebuilt, 5, what="the stats file to show the rebuild")
+        assert isinstance(arena, dict) and arena["thp"] == "never" and arena["rebuilds"] == 2
+        assert arena["checked"] >= switched
     finally:
         w.stop = True
         t.join()

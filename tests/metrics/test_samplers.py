@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from musku.hostfs import HostFS
 from musku.metrics import SAMPLERS, load_sampler
 from musku.metrics.rapl import POWERCAP
 from musku.metrics.service import quantile_from_hist
+from tests.timing import scaled
 
 
 def _stats(path: Path, t: float, requests: int, ops: int, counts: list[int], pid: int = 7) -> None:
@@ -111,30 +113,42 @@ def test_perf_sampler_reports_which_events_it_uses() -> None:
         assert "mips" not in m and m["ctx_switches_per_s"] > 0
 
 
+def _busy_share(
+    start: Callable[[], None], sample: Callable[[], dict[str, float]], *, tick: float = 0.0
+) -> tuple[float, float, dict[str, float]]:
+    """Spin this thread for 0.15 s of CPU time between a sampler's start and sample, and bound
+    the share of a CPU the sampler must report with this process's own CPU clock: at least the
+    CPU spun over the longest the sampler's interval can be, at most all CPU used over the
+    shortest. Independent of how busy the machine is (a busy machine just spins longer)."""
+    c0, w0 = time.process_time(), time.monotonic()
+    start()
+    w1, c1 = time.monotonic(), time.process_time()
+    deadline = w1 + scaled(5.0)
+    while time.process_time() - c1 < 0.15 and time.monotonic() < deadline:
+        pass
+    c2, w2 = time.process_time(), time.monotonic()
+    m = sample()
+    w3, c3 = time.monotonic(), time.process_time()
+    assert c2 - c1 >= 0.15, "this process got no CPU for the whole deadline"
+    return 0.95 * (c2 - c1 - tick) / (w3 - w0), 1.05 * (c3 - c0 + tick) / (w2 - w1), m
+
+
 def test_perf_pid_scope_counts_this_process_cpu_time() -> None:
     s = load_sampler("perf", HostFS("/"), scope="pid", pid=os.getpid(), events="software")
     if not s.probe().supported:
         pytest.skip(s.probe().reason)
-    s.start()
-    end = time.monotonic() + 0.3
-    x = 0
-    while time.monotonic() < end:
-        x += 1
-    m = s.sample()
+    lo, hi, m = _busy_share(s.start, s.sample)
     s.close()
-    assert 0.3 < m["cpu_busy"] <= 1.05  # one busy thread (shared machine: at least 30 %)
+    assert lo <= m["cpu_busy"] <= hi and m["cpu_busy"] <= 1.05, (lo, m["cpu_busy"], hi)
 
 
 def test_psutil_sampler(tmp_path: Path) -> None:
     assert not load_sampler("psutil", HostFS(tmp_path)).probe().supported  # fake root
     s = load_sampler("psutil", HostFS("/"), pid=os.getpid())
     assert s.probe().supported
-    s.start()
-    end = time.monotonic() + 0.2
-    while time.monotonic() < end:
-        pass
-    m = s.sample()
-    assert 0 < m["host_cpu_util"] <= 1 and m["proc_cpu"] > 0.2 and m["proc_rss_mib"] > 1
+    lo, hi, m = _busy_share(s.start, s.sample, tick=0.01)  # psutil: clock-tick resolution
+    assert 0 < m["host_cpu_util"] <= 1 and m["proc_rss_mib"] > 1
+    assert lo <= m["proc_cpu"] <= hi, (lo, m["proc_cpu"], hi)
 
 
 def test_registry() -> None:

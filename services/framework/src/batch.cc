@@ -313,6 +313,10 @@ void BatchTransport::Send(int leaf, uint64_t method, const google::protobuf::Mes
   item->set_id(id);
   item->set_method(method);
   request.SerializeToString(item->mutable_payload());
+  if (deadline != Clock::time_point::max()) {
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+    item->set_timeout_us(static_cast<uint64_t>(std::max<int64_t>(1, left.count())));
+  }
   l.pending.emplace(id, done);
   l.expiry.emplace_back(deadline, id);
   if (l.live == nullptr)
@@ -480,13 +484,21 @@ class BatchStreamCall final : public CallBase {
 void BatchJob::Run(Exec&) {
   Batch out;
   Engine* e = owner_->engine;
+  // The wall-clock time the message was read: each call's deadline is its time left from then.
+  const auto read_at = Clock::now() - std::chrono::nanoseconds(MonotonicNs() - arrival_ns);
   for (auto& item : *in_.mutable_items()) {
     auto* r = out.add_items();
     r->set_id(item.id());
     grpc::Status st;
-    if (const BatchHandler* h = e->FindBatchHandler(item.method()))
+    if (const BatchHandler* h = e->FindBatchHandler(item.method())) {
+      // (a year at most: a peer's huge value must not overflow the clock)
+      constexpr uint64_t kMaxUs = 365ull * 24 * 3600 * 1000000;
+      DeadlineScope scope(item.timeout_us() == 0
+                              ? Clock::time_point::max()
+                              : read_at + std::chrono::microseconds(
+                                              std::min(item.timeout_us(), kMaxUs)));
       st = (*h)(item.payload(), r->mutable_payload());
-    else
+    } else
       st = grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no such leaf method");
     if (!st.ok()) {
       r->clear_payload();

@@ -25,6 +25,25 @@ int64_t MonotonicNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+namespace {
+thread_local std::chrono::system_clock::time_point call_deadline =
+    std::chrono::system_clock::time_point::max();
+}  // namespace
+
+DeadlineScope::DeadlineScope(std::chrono::system_clock::time_point deadline)
+    : saved_(call_deadline) {
+  call_deadline = deadline;
+}
+DeadlineScope::~DeadlineScope() { call_deadline = saved_; }
+
+}  // namespace musku::detail
+
+namespace musku {
+std::chrono::system_clock::time_point CallDeadline() { return detail::call_deadline; }
+}  // namespace musku
+
+namespace musku::detail {
+
 // ------------------------------------------------------------------------------------------
 // Load estimator
 

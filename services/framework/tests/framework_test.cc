@@ -1,7 +1,11 @@
 // Framework tests: every model answers, run-time switching loses/duplicates nothing, control
 // validation, leaf failures, decision tables, the load estimator, command line parsing.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -28,6 +32,12 @@ class Echo final : public musku::LeafHandler<fwtest::EchoRequest, fwtest::EchoRe
     if (q.sleep_us()) std::this_thread::sleep_for(std::chrono::microseconds(q.sleep_us()));
     r->set_id(q.id());
     r->set_leaf(static_cast<uint32_t>(id_));
+    const auto deadline = musku::CallDeadline();
+    if (deadline != std::chrono::system_clock::time_point::max())
+      r->set_deadline_left_us(static_cast<uint64_t>(std::max<int64_t>(
+          1, std::chrono::duration_cast<std::chrono::microseconds>(
+                 deadline - std::chrono::system_clock::now())
+                 .count())));
     return grpc::Status::OK;
   }
 
@@ -53,12 +63,15 @@ class Fan final
                         std::vector<musku::LeafReply<fwtest::EchoReply>>& replies,
                         fwtest::QueryReply* r) override {
     uint32_t n = 0;
+    uint64_t left = UINT64_MAX;
     for (auto& x : replies) {
       if (!x.status.ok()) return x.status;
       if (x.reply.id() != q.id() || static_cast<int>(x.reply.leaf()) != x.leaf)
         return {grpc::StatusCode::INTERNAL, "leaf reply mixed up"};
       ++n;
+      left = std::min<uint64_t>(left, x.reply.deadline_left_us());
     }
+    if (n > 0) r->set_deadline_left_us(left);
     r->set_id(q.id());
     r->set_leaves_answered(n);
     return grpc::Status::OK;
@@ -450,6 +463,115 @@ TEST_P(Transports, ProcessErrorAndLeafDownAndSlowLeafGiveStatusNotHang) {
   auto seen = Drive(mid.addr(), 50, 4, &errors, 1);
   EXPECT_EQ(errors.load(), 0);
   for (int c : seen) EXPECT_EQ(c, 1);
+}
+
+// A TCP forwarder that holds each new connection's bytes back for `hold` before relaying them
+// both ways: a leaf on a host too busy to answer the HTTP/2 handshake at once.
+class SlowStartProxy {
+ public:
+  SlowStartProxy(int target_port, std::chrono::milliseconds hold)
+      : target_port_(target_port), hold_(hold) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(fd_, 16) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      ADD_FAILURE() << "proxy: cannot listen";
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] { AcceptLoop(); });
+  }
+  ~SlowStartProxy() {
+    stop_ = true;
+    shutdown(fd_, SHUT_RDWR);  // wakes accept()
+    acceptor_.join();
+    for (auto& t : relays_) t.join();
+    close(fd_);
+  }
+  std::string addr() const { return "127.0.0.1:" + std::to_string(port_); }
+  int connections() const { return connections_.load(); }
+
+ private:
+  void AcceptLoop() {
+    for (;;) {
+      const int c = accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      ++connections_;
+      relays_.emplace_back([this, c] { Relay(c); });
+    }
+  }
+  void Relay(int client) {
+    const int up = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(target_port_));
+    if (connect(up, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      std::this_thread::sleep_for(hold_);
+      pollfd p[2] = {{client, POLLIN, 0}, {up, POLLIN, 0}};
+      char buf[16384];
+      while (!stop_.load()) {
+        if (poll(p, 2, 20) <= 0) continue;
+        bool closed = false;
+        for (int i = 0; i < 2 && !closed; ++i) {
+          if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+          const ssize_t n = read(p[i].fd, buf, sizeof buf);
+          closed = n <= 0 || write(p[1 - i].fd, buf, static_cast<size_t>(n)) != n;
+        }
+        if (closed) break;
+      }
+    }
+    close(up);
+    close(client);
+  }
+
+  int fd_ = -1, port_ = 0, target_port_;
+  std::chrono::milliseconds hold_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{0};
+  std::thread acceptor_;
+  std::vector<std::thread> relays_;  // only the acceptor adds, the destructor joins after it
+};
+
+// A leaf that takes 300 ms to complete the connection handshake (a busy host) is waited for:
+// its calls succeed within their deadline. With the connect timeout at 100 ms every attempt
+// timed out, the channel sat in TRANSIENT_FAILURE, and every call (a batch stream's start too)
+// failed at once with UNAVAILABLE: the "leaf stream broken" flake of a loaded CI machine.
+TEST_P(Transports, ALeafSlowToCompleteTheHandshakeIsWaitedForNotFailed) {
+  LeafProc l0(0);
+  SlowStartProxy slow(l0.server.port(), 300ms);
+  auto o = Opts("fan", "async-inline-block", GetParam());
+  o.leaf_timeout_ms = 10000;
+  MidProc mid({slow.addr()}, o);
+  std::atomic<int> errors{0};
+  auto seen = Drive(mid.addr(), 50, 8, &errors, 1);
+  EXPECT_EQ(errors.load(), 0);
+  for (int c : seen) EXPECT_EQ(c, 1);
+  EXPECT_EQ(slow.connections(), 1) << "the mid-tier gave up on a connection and retried";
+}
+
+// Leaf handlers see their caller's deadline (musku::CallDeadline) over both transports, so a
+// leaf can bound its own backend waits by it; a call without a deadline shows none.
+TEST_P(Transports, LeafHandlersSeeTheCallersDeadline) {
+  LeafProc l0(0);
+  auto o = Opts("fan", "sync-inline-block", GetParam());
+  o.leaf_timeout_ms = 3000;
+  MidProc mid({l0.addr()}, o);
+  auto stub = fwtest::FanMid::NewStub(Chan(mid.addr()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 20s);
+  fwtest::QueryRequest q;
+  fwtest::QueryReply r;
+  ASSERT_TRUE(stub->Query(&ctx, q, &r).ok());
+  EXPECT_GT(r.deadline_left_us(), 0u) << "the leaf saw no deadline";
+  EXPECT_LE(r.deadline_left_us(), 3000000u) << "not the mid-tier's --leaf-timeout-ms";
+  auto leaf = fwtest::EchoLeaf::NewStub(Chan(l0.addr()));
+  grpc::ClientContext direct;  // no deadline
+  fwtest::EchoRequest eq;
+  fwtest::EchoReply er;
+  ASSERT_TRUE(leaf->Echo(&direct, eq, &er).ok());
+  EXPECT_EQ(er.deadline_left_us(), 0u);
 }
 
 // The batch transport carries many calls per message under load, reconnects after a leaf

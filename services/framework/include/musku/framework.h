@@ -325,6 +325,8 @@ namespace detail {
 
 class Engine;
 class CallBase;
+class AdminService;      // Health, Stats, Get/SetThreading (admin.cc)
+class BatchLeafService;  // musku.LeafBatch, the batch transport's leaf end (batch_leaf.cc)
 
 struct Tag {
   enum Kind : uint8_t { kNew, kFinish, kLeaf, kRead, kWrite };
@@ -383,7 +385,6 @@ LeafTransport LeafTransportOf(Engine* e);
 int ResponderCount(Engine* e);  // response threads in use now
 // A leaf method as the batch stream calls it: parse, Handle, serialize.
 using BatchHandler = std::function<grpc::Status(const std::string& request, std::string* reply)>;
-void RegisterBatchHandler(Engine* e, uint64_t key, BatchHandler fn);
 // Picks the CQ an async fan-out of `n` leaf calls completes on: a response thread's, or (no
 // response threads) the server CQ `call` arrived on, so its poller takes the replies too.
 grpc::CompletionQueue* PickResponderCq(Engine* e, CallBase* call, int n);
@@ -674,9 +675,9 @@ class Server {
   void RegisterService(grpc::Service* svc);
   void RegisterBatchHandler(uint64_t key, detail::BatchHandler fn);
   void AddCallFactory(std::function<std::unique_ptr<detail::CallBase>()> factory);
-  struct AdminParts;
-  std::unique_ptr<AdminParts> admin_;
   std::unique_ptr<detail::Engine> engine_;
+  std::unique_ptr<detail::AdminService> admin_;
+  std::unique_ptr<detail::BatchLeafService> batch_;
 };
 
 }  // namespace musku

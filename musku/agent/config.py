@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,16 +143,9 @@ def parse_config(
 
 
 def load_config(path: str | Path) -> AgentConfig:
+    from musku.inputfiles import parse_toml, read_text
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such file", where=str(p)) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", where=str(p)) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"malformed TOML: {exc}", where=str(p)) from None
+    data = parse_toml(read_text(p), str(p))
     cfg = parse_config(data, where=str(p), base=p.parent.resolve())
     return AgentConfig(**{**cfg.__dict__, "path": p.resolve()})

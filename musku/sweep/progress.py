@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich.markup import escape
+
 from musku.domain import ComparisonResult, Configuration, Decision, format_value
 
 _COLOURS = {
@@ -85,7 +87,7 @@ class LiveProgress:
     ) -> None:
         if self._progress is None:
             return
-        self._label = f"{purpose}: {change_text(baseline, candidate)}"
+        self._label = escape(f"{purpose}: {change_text(baseline, candidate)}")
         if self._task is None:
             self._task = self._progress.add_task(self._label, total=None)
         else:
@@ -110,7 +112,7 @@ class LiveProgress:
         colour = _COLOURS.get(result.decision, "white")
         origin = " (resumed)" if cached else ""
         self._progress.console.print(
-            f"{purpose:>22}  {change_text(result.baseline, result.candidate):40}  "
+            f"{escape(f'{purpose:>22}  {change_text(result.baseline, result.candidate):40}')}  "
             f"[{colour}]{result.decision.value:13}[/] {_pct(result.estimate)} "
             f"{_interval(result.ci_low, result.ci_high)}  n={result.samples:,}  "
             f"{_hours(result.host_time_s)}{origin}"
@@ -118,26 +120,26 @@ class LiveProgress:
 
     def message(self, text: str) -> None:
         if self._progress is not None:
-            self._progress.console.print(text)
+            self._progress.console.print(escape(text))
 
 
 def print_result(con: Any, r: ComparisonResult) -> None:
     colour = _COLOURS.get(r.decision, "white")
-    con.print(f"A: {r.baseline}")
-    con.print(f"B: {r.candidate}")
+    con.print(escape(f"A: {r.baseline}"))
+    con.print(escape(f"B: {r.candidate}"))
     con.print(
         f"[{colour}]{r.decision.value}[/]: B vs A {_pct(r.estimate)} {_interval(r.ci_low, r.ci_high)}, "
         f"{r.samples:,} samples per host, {_hours(r.host_time_s)} host time"
     )
-    con.print(f"  {r.reason}")
+    con.print(escape(f"  {r.reason}"))
     if r.threading and any(r.threading.values()):
-        con.print(f"  threading: {dict(r.threading)}")
+        con.print(escape(f"  threading: {dict(r.threading)}"))
 
 
 def print_report(con: Any, rep: Any, wall_s: float) -> None:
     from rich.table import Table
 
-    t = Table(title=f"{rep.experiment}: {rep.mode} sweep", title_justify="left")
+    t = Table(title=escape(f"{rep.experiment}: {rep.mode} sweep"), title_justify="left")
     for col in (
         "knob",
         "baseline",
@@ -162,17 +164,19 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
         pruned = ", ".join(format_value(o.knob, v) for v in o.pruned) or "-"  # type: ignore[arg-type]
         t.add_row(
             o.knob,
-            format_value(o.knob, o.baseline_value),  # type: ignore[arg-type]
-            format_value(o.knob, o.best_value),  # type: ignore[arg-type]
+            escape(format_value(o.knob, o.baseline_value)),  # type: ignore[arg-type]
+            escape(format_value(o.knob, o.best_value)),  # type: ignore[arg-type]
             gain,
             str(len(o.results)),
-            pruned,
-            ", ".join(format_value(o.knob, v) for v in o.skipped) or "-",  # type: ignore[arg-type]
+            escape(pruned),
+            escape(", ".join(format_value(o.knob, v) for v in o.skipped) or "-"),  # type: ignore[arg-type]
         )
     con.print(t)
     if rep.sku is not None:
         sku = rep.sku
-        con.print(f"[bold]Soft SKU[/] for {sku.service} on {sku.platform}: {sku.configuration}")
+        con.print(
+            f"[bold]Soft SKU[/] for {escape(f'{sku.service} on {sku.platform}: {sku.configuration}')}"
+        )
         for label, r in (("production", sku.vs_production), ("stock", sku.vs_stock)):
             if r is None:
                 continue
@@ -198,7 +202,7 @@ def print_experiments(con: Any, exps: Sequence[Any]) -> None:
         d = e.to_dict()
         t.add_row(
             *(
-                str(d.get(k, ""))
+                escape(str(d.get(k, "")))
                 for k in ("id", "name", "service", "platform", "mode", "status", "started")
             )
         )
@@ -210,8 +214,8 @@ def print_comparisons(con: Any, rec: Any, comps: Sequence[Any], skus: Sequence[A
 
     d = rec.to_dict()
     con.print(
-        f"[bold]{d.get('name')}[/] (id {d.get('id')}): {d.get('service')} on {d.get('platform')}, "
-        f"{d.get('mode')}, {d.get('status')}"
+        f"[bold]{escape(str(d.get('name')))}[/] (id {d.get('id')}): "
+        + escape(f"{d.get('service')} on {d.get('platform')}, {d.get('mode')}, {d.get('status')}")
     )
     t = Table("id", "purpose", "change", "decision", "estimate", "interval", "samples", "host time")
     for c in comps:
@@ -222,8 +226,8 @@ def print_comparisons(con: Any, rec: Any, comps: Sequence[Any], skus: Sequence[A
         cand = Configuration.of(cd.get("candidate") or {})
         t.add_row(
             str(cd.get("id", "")),
-            str(cd.get("purpose", "")),
-            change_text(base, cand),
+            escape(str(cd.get("purpose", ""))),
+            escape(change_text(base, cand)),
             str(res.get("decision", cd.get("status", ""))),
             _pct(est) if est is not None else "-",
             _interval(lo, hi) if lo is not None and hi is not None else "-",
@@ -243,9 +247,9 @@ def print_skus(con: Any, skus: Sequence[Any]) -> None:
         d = s.to_dict()
         t.add_row(
             str(d.get("id", "")),
-            str(d.get("service", "")),
-            str(d.get("platform", "")),
-            str(Configuration.of(d.get("configuration") or {})),
+            escape(str(d.get("service", ""))),
+            escape(str(d.get("platform", ""))),
+            escape(str(Configuration.of(d.get("configuration") or {}))),
             _gain(d.get("vs_production")),
             _gain(d.get("vs_stock")),
         )
@@ -260,9 +264,12 @@ def _gain(v: Any) -> str:
 
 def print_sku(con: Any, s: Any) -> None:
     d = s.to_dict()
-    con.print(f"[bold]Soft SKU {d.get('id', '')}[/]: {d.get('service')} on {d.get('platform')}")
+    con.print(
+        f"[bold]Soft SKU {d.get('id', '')}[/]: "
+        + escape(f"{d.get('service')} on {d.get('platform')}")
+    )
     cfg = d.get("configuration") or {}
     for knob, value in cfg.items():
-        con.print(f"  {knob:12} {format_value(knob, value)}")
+        con.print(escape(f"  {knob:12} {format_value(knob, value)}"))
     con.print(f"  vs production: {_gain(d.get('vs_production'))}")
     con.print(f"  vs stock:      {_gain(d.get('vs_stock'))}")

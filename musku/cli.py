@@ -288,9 +288,10 @@ def check(
     """Validate an experiment file and summarise what a sweep would do."""
     import math
 
-    from musku.experiment import load_experiment
+    from musku.experiment import check_host_files, load_experiment
 
     exp = load_experiment(file)
+    check_host_files(exp)  # what the sweep reads before its hosts open (the sim model)
     data = {
         "experiment": exp.name,
         "service": exp.service.name,

@@ -559,6 +559,8 @@ def _check_host_options(src: _Source, backend: str, options: Mapping[str, Any]) 
     allowed = _HOST_OPTIONS.get(backend)
     if allowed is None:
         return
+    if backend == "sim" and not isinstance(options.get("model"), str):
+        raise src.error("[hosts] backend 'sim' needs model = \"path/to/model.toml\"", "hosts")
     for key, value in options.items():
         if key not in allowed:
             raise src.error(
@@ -600,25 +602,31 @@ def _check_host_options(src: _Source, backend: str, options: Mapping[str, Any]) 
             )
         if not isinstance(options.get("madvise", False), bool):
             raise src.error("[hosts] madvise must be true or false", "madvise", "hosts")
-    elif backend == "sim" and not isinstance(options.get("model"), str):
-        raise src.error("[hosts] backend 'sim' needs model = \"path/to/model.toml\"", "hosts")
 
 
-def _check_sim_model(src: _Source, exp: Experiment) -> None:
-    """The sim backend's model file, loaded and checked against the experiment as the
-    backend's factory does (a file read, nothing simulated)."""
+def check_host_files(exp: Experiment) -> None:
+    """What the backend's factory reads before it opens a host, read and checked the same
+    way, without opening one: for ``sim``, the model file against the experiment. ``musku
+    check`` calls this, so that it refuses what ``musku sweep`` would (nothing is simulated
+    or written)."""
+    if exp.hosts.backend != "sim":
+        return
     from musku.sim.model import SimModel
 
+    where = str(exp.path)
     model = SimModel.load(exp.resolve(str(exp.hosts.options["model"])), space=exp.space)
     for cfg in (exp.stock, exp.production):
         for knob, value in cfg.settings:
             if model.knobs.get(knob) and value not in model.knobs[knob].throughput:
-                raise src.error(f"model {model.source} does not model the experiment's "
-                                f"{knob}={value!r}")  # fmt: skip
+                raise InputError(
+                    f"model {model.source} does not model the experiment's {knob}={value!r}",
+                    where=where,
+                )
     if exp.cotune is not None and model.threading is None:
-        raise src.error(
+        raise InputError(
             f"[threading] cotune = true, but the sim model {model.source} has no [threading] "
-            "section (which threading serves each configuration best)"
+            "section (which threading serves each configuration best)",
+            where=where,
         )
 
 
@@ -807,10 +815,15 @@ def load_experiment(path: str | Path) -> Experiment:
     checks = [
         ("confidence", 0.5 < stats.confidence < 1.0, "must be between 0.5 and 1 (exclusive)"),
         ("min_effect", 0.0 < stats.min_effect < 0.5, "must be a relative effect in (0, 0.5)"),
-        ("warmup_s", 0.0 <= stats.warmup_s <= 86400.0, "must be in 0..86400 (a day)"),
+        ("warmup_s", stats.warmup_s >= 0.0, "must be >= 0"),
+        ("sample_interval_s", stats.sample_interval_s > 0.0, "must be > 0"),
+        ("sample_cap", stats.sample_cap >= 10, "must be >= 10"),
+        ("seed", stats.seed >= 0, "must be >= 0"),
+        # upper limits: an infinite warm-up or interval would never end a window
+        ("warmup_s", stats.warmup_s <= 86400.0, "must be at most 86400 (a day)"),
         ("sample_interval_s", 1e-3 <= stats.sample_interval_s <= 3600.0, "must be in 0.001..3600"),
-        ("sample_cap", 10 <= stats.sample_cap <= 10_000_000, "must be in 10..10000000"),
-        ("seed", 0 <= stats.seed <= MAX_SEED, f"must be in 0..{MAX_SEED}"),
+        ("sample_cap", stats.sample_cap <= 10_000_000, "must be at most 10000000"),
+        ("seed", stats.seed <= MAX_SEED, f"must be at most {MAX_SEED}"),
     ]
     for key, ok, why in checks:
         if not ok:
@@ -830,9 +843,8 @@ def load_experiment(path: str | Path) -> Experiment:
     hosts = HostsSpec(
         backend=backend, options={k: v for k, v in hosts_tbl.items() if k != "backend"}
     )
-    _check_host_options(src, backend, hosts.options)
-
     threading = _threading(src, service.name, backend, hosts.options.get("hosts"))
+    _check_host_options(src, backend, hosts.options)
 
     reboot_knobs = platform.reboot_knobs if service.tolerates_reboot else frozenset()
     spec = ComparisonSpec(
@@ -861,6 +873,4 @@ def load_experiment(path: str | Path) -> Experiment:
         threading=threading,
     )
     _check_exhaustive(experiment)
-    if backend == "sim":
-        _check_sim_model(src, experiment)
     return experiment

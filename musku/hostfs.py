@@ -12,6 +12,11 @@ offset = register on ``/dev/cpu/N/msr``, only for the registers and bits of an a
 read-modify-write of the intended bits. Regular files (the bootloader configuration) are replaced
 atomically (temp file + fsync + rename) after a backup copy is written.
 
+Every path is resolved with its symbolic links confined to the root (:meth:`HostFS.resolve`,
+like ``openat2(RESOLVE_IN_ROOT)``: an absolute link target starts at the root, ``..`` stops
+there), and the final open uses ``O_NOFOLLOW``: a link in a fake or chroot root never leads out
+of it. Reads are capped at :data:`MAX_READ_BYTES`.
+
 Test fakes subclass :class:`HostFS` and override the primitives (:meth:`HostFS.write_bytes`,
 :meth:`HostFS.mkdir`, :meth:`HostFS.rmdir`) to enforce the kernel's rules at this interface.
 """

@@ -154,6 +154,7 @@ def sweep(
     from musku.sweep.progress import LiveProgress
 
     experiment = load_experiment(file)
+    _check_seed(seed)
     store = _open_store(db)
     started = time.monotonic()
     try:
@@ -206,6 +207,7 @@ def abtest(
     from musku.sweep.report import result_dict
 
     experiment = load_experiment(file)
+    _check_seed(seed)
     base = _parse_baseline(experiment, baseline)
     cand = _apply_overrides(experiment, base, candidate)
     store = _open_store(db)
@@ -222,6 +224,14 @@ def abtest(
     from musku.sweep.progress import print_result
 
     print_result(_console(), result)
+
+
+def _check_seed(seed: int | None) -> None:
+    """``--seed`` within the experiment file's limits (0..2**63-1)."""
+    from musku.experiment import MAX_SEED
+
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise InputError(f"--seed must be in 0..{MAX_SEED}, not {seed}")
 
 
 def _parse_pairs(text: list[str]) -> dict[str, str]:

@@ -254,3 +254,11 @@ def test_agent_config_is_capped(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="nested deeper"):
         load_config(p)
     assert sys.getrecursionlimit() >= 1000  # unchanged: the limit is musku's, not Python's
+
+
+def test_a_negative_seed_on_the_command_line_is_bad_input(work: Path) -> None:
+    path = _exp(work, BASE)
+    db = work / "r.db"
+    proc = musku("sweep", str(path), "--db", f"sqlite:///{db}", "--seed", "-1")
+    assert proc.returncode == 3 and "--seed must be in 0.." in one_error_line(proc)
+    assert not db.exists()

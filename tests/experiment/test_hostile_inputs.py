@@ -262,3 +262,22 @@ def test_a_negative_seed_on_the_command_line_is_bad_input(work: Path) -> None:
     proc = musku("sweep", str(path), "--db", f"sqlite:///{db}", "--seed", "-1")
     assert proc.returncode == 3 and "--seed must be in 0.." in one_error_line(proc)
     assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        ("allowed_uids = [true]", "allowed_uids"),
+        ("allowed_uids = [4294967295]", "allowed_uids"),
+        ('tcp_listen = "h:99999"\ntoken_file = "t"', "tcp_listen must be 'host:port'"),
+        ('tcp_listen = "h:' + "9" * 5000 + '"\ntoken_file = "t"', "tcp_listen must be"),
+        ('state_dir = "a\\u0000b"', "state_dir must be a path"),
+        ("spool_max_rows = 9223372036854775807", "spool_max_rows must be at most"),
+        ("sample_interval_s = nan", "sample_interval_s must be between"),
+    ],
+)
+def test_bad_agent_configs_are_one_clean_error(tmp_path: Path, line: str, needle: str) -> None:
+    p = tmp_path / "agent.toml"
+    p.write_text(f"[agent]\n{line}\n")
+    with pytest.raises(InputError, match=needle):
+        load_config(p)

@@ -149,12 +149,13 @@ def sweep(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No live progress.")] = False,
 ) -> None:
     """Sweep the experiment's knobs, compose the soft SKU, validate it, store everything."""
-    from musku.experiment import load_experiment
+    from musku.experiment import check_host_files, load_experiment
     from musku.sweep import run_sweep
     from musku.sweep.progress import LiveProgress
 
     experiment = load_experiment(file)
     _check_seed(seed)
+    check_host_files(experiment)  # a refusal writes nothing: not even a failed run
     store = _open_store(db)
     started = time.monotonic()
     try:

@@ -634,10 +634,10 @@ def _check_exhaustive(exp: Experiment) -> None:
     """An exhaustive sweep over :data:`~musku.sweep.strategies.EXHAUSTIVE_LIMIT`
     configurations is refused here, by ``check`` and ``sweep`` alike, before anything is
     recorded (the strategy repeats the check for experiments built in code)."""
-    from musku.sweep.strategies import EXHAUSTIVE_LIMIT
-
     if exp.mode is not SweepMode.EXHAUSTIVE:
         return
+    from musku.sweep.strategies import EXHAUSTIVE_LIMIT
+
     size = math.prod(len(exp.space[k]) for k in exp.service.knobs)
     if size > EXHAUSTIVE_LIMIT:
         raise InputError(

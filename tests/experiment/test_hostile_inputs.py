@@ -281,3 +281,14 @@ def test_bad_agent_configs_are_one_clean_error(tmp_path: Path, line: str, needle
     p.write_text(f"[agent]\n{line}\n")
     with pytest.raises(InputError, match=needle):
         load_config(p)
+
+
+def test_a_sweep_refused_for_its_model_writes_nothing(work: Path) -> None:
+    path = _exp(work, BASE.replace('model = "toy-model.toml"', 'model = "absent.toml"'))
+    db = work / "r.db"
+    check = musku("check", str(path))
+    sweep = musku("sweep", str(path), "--db", f"sqlite:///{db}")
+    assert check.returncode == sweep.returncode == 3
+    assert one_error_line(check) == one_error_line(sweep)
+    assert "absent.toml: no such file" in one_error_line(sweep)
+    assert not db.exists()

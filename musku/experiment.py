@@ -583,9 +583,11 @@ def _check_host_options(src: _Source, backend: str, options: Mapping[str, Any]) 
         from musku.hosts.agent import _host_options
 
         try:
-            _host_options(options)
+            names = [h.name for h in _host_options(options)]
         except InputError as exc:
             raise src.error(exc.message, "hosts", "hosts") from None
+        if any(len(n) > 255 for n in names):  # hosts.name is a VARCHAR(255)
+            raise src.error("[hosts] a host name is longer than 255 characters", "hosts", "hosts")
         cmd = options.get("remote_command", ["musku"])
         if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) and c for c in cmd):
             raise src.error("[hosts] remote_command must be a list of strings", "remote_command",

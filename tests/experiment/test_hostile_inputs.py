@@ -94,6 +94,8 @@ def test_unknown_agent_host_options_are_refused_without_connecting(work: Path) -
         load_experiment(_exp(work, two + 'model = "x"\n'))
     with pytest.raises(InputError, match=r"ssh_port"):
         load_experiment(_exp(work, two + 'ssh_port = "22"\n'))
+    with pytest.raises(InputError, match="longer than 255"):
+        load_experiment(_exp(work, two.replace('"a"', '"' + "a" * 256 + '"')))
 
 
 CATALOGS = [
@@ -163,7 +165,7 @@ def test_line_lookup_is_linear_on_a_pathological_line(work: Path) -> None:
     text = BASE.replace("description", "d") + f'\n[service.x]\nnote = """\n{line}\n"""\n'
     with pytest.raises(InputError, match="unknown key 'x'"):
         load_experiment(_exp(work, text.replace("uses_shp = true", "uses_shp = true")))
-    assert time.perf_counter() - started < 0.5 * slowdown()
+    assert time.perf_counter() - started < 1.0 * slowdown()  # the regex: minutes
     assert _line_of('[a]\nk = 1\n[ b ]\n"k" = 2\n', "k", "b") == 4
 
 

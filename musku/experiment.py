@@ -574,7 +574,7 @@ def _check_host_options(src: _Source, backend: str, options: Mapping[str, Any]) 
             if not _finite(value) or not lo <= value <= hi:
                 raise src.error(f"[hosts] {key} must be a number in [{lo:g}, {hi:g}]", key, "hosts")
         if key in _HOST_PATHS and (
-            not isinstance(value, str) or not value or len(value) > MAX_PATH_CHARS
+            not isinstance(value, str) or not value or len(value) > MAX_PATH_CHARS or "\0" in value
         ):
             raise src.error(
                 f"[hosts] {key} must be a file name of 1..{MAX_PATH_CHARS} characters", key, "hosts"

@@ -131,6 +131,8 @@ def read_text(path: str | Path, *, limit: int = MAX_FILE_BYTES) -> str:
     where = str(path)
     if len(where) > MAX_PATH_CHARS:
         raise InputError(f"file name longer than {MAX_PATH_CHARS} characters", where=where[:80])
+    if "\0" in where:
+        raise InputError("cannot read: the file name holds a NUL character", where=repr(where))
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)

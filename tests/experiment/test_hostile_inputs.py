@@ -203,6 +203,10 @@ def test_names_the_kernel_refuses_are_input_errors(work: Path) -> None:
         one_error_line(proc)
     with pytest.raises(InputError, match="file name too long"):
         read_text(work / (long + ".toml"))
+    with pytest.raises(InputError, match="NUL"):
+        read_text(work / "a\0b.toml")
+    proc = musku("check", str(_exp(work, BASE.replace("toy-model.toml", "nul\\u0000byte"))))
+    assert proc.returncode == 3 and "model must be a file name" in one_error_line(proc)
 
 
 def test_exhaustive_over_the_limit_check_refuses_and_sweep_writes_nothing(work: Path) -> None:

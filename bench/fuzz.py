@@ -10,7 +10,8 @@ experiment's hosts are then opened as ``musku sweep`` opens them (check must not
 sweep refuses). Catalogs, simulator models and agent configurations go through their loaders.
 
 Printed per kind: accepted / clean errors per exit status / internal errors (goal 0) / over
-budget (goal 0) / check-accepted-but-sweep-refused (goal 0). Budgets: 2 s per document
+budget (goal 0: a document over budget is timed once more, and counts if it is over twice) /
+check-accepted-but-sweep-refused (goal 0). Budgets: 2 s per document
 (tests/experiment/generators.BUDGET_S), 400 MiB peak RSS for the process.
 
     PYTHONPATH=. python bench/fuzz.py [-n 5000] [--seed 0] [--other 1000] [--agent 5000]
@@ -70,10 +71,14 @@ def fuzz_kind(kind: str, n: int, seed: int, work: Workdir) -> dict[str, Any]:
     over: list[str] = []
     parity: list[str] = []
     worst = 0.0
+    slow_once = 0
     started = time.perf_counter()
     for i in range(n):
         text = draw(rng, base)
         outcome, status, seconds, message = check_document(kind, text, work)
+        if seconds > BUDGET_S:  # once more: a busy machine stalls a process for seconds
+            slow_once += 1
+            seconds = min(seconds, check_document(kind, text, work)[2])
         worst = max(worst, seconds)
         if seconds > BUDGET_S:
             over.append(f"#{i} {seconds:.2f} s {message[:120]}")
@@ -94,6 +99,7 @@ def fuzz_kind(kind: str, n: int, seed: int, work: Workdir) -> dict[str, Any]:
         "clean": dict(sorted(clean.items())),
         "internal": internal,
         "over_budget": over,
+        "over_budget_first_try": slow_once,
         "check_ok_sweep_refused": parity,
         "worst_s": worst,
         "seconds": time.perf_counter() - started,
@@ -133,7 +139,8 @@ def main() -> int:
                 f"{kind:13} {r['documents']:6} documents in {r['seconds']:6.1f} s: "
                 f"accepted {r['accepted']}, clean errors {sum(r['clean'].values())} ({clean}), "
                 f"internal errors {len(r['internal'])} (goal 0), "
-                f"over budget {len(r['over_budget'])} (goal 0), "
+                f"over budget {len(r['over_budget'])} (goal 0; "
+                f"{r['over_budget_first_try']} over at the first try), "
                 f"check OK but sweep refused {len(r['check_ok_sweep_refused'])} (goal 0); "
                 f"slowest {r['worst_s'] * 1000:.0f} ms"
             )

@@ -161,11 +161,13 @@ def sweep(
     ] = False,
 ) -> None:
     """Sweep the experiment's knobs, compose the soft SKU, validate it, store everything."""
-    from musku.experiment import load_experiment
+    from musku.experiment import check_host_files, load_experiment
     from musku.sweep import run_sweep
     from musku.sweep.progress import LiveProgress
 
     experiment = load_experiment(file)
+    _check_seed(seed)
+    check_host_files(experiment)  # a refusal writes nothing: not even a failed run
     if dry_run:
         _dry_run(experiment, db, json_out)
         return
@@ -259,6 +261,7 @@ def abtest(
     from musku.sweep.report import result_dict
 
     experiment = load_experiment(file)
+    _check_seed(seed)
     base = _parse_baseline(experiment, baseline)
     cand = _apply_overrides(experiment, base, candidate)
     store = _open_store(db)
@@ -275,6 +278,14 @@ def abtest(
     from musku.sweep.progress import print_result
 
     print_result(_console(), result)
+
+
+def _check_seed(seed: int | None) -> None:
+    """``--seed`` within the experiment file's limits (0..2**63-1)."""
+    from musku.experiment import MAX_SEED
+
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise InputError(f"--seed must be in 0..{MAX_SEED}, not {seed}")
 
 
 def _parse_pairs(text: list[str]) -> dict[str, str]:
@@ -341,9 +352,10 @@ def check(
     """Validate an experiment file and summarise what a sweep would do."""
     import math
 
-    from musku.experiment import load_experiment
+    from musku.experiment import check_host_files, load_experiment
 
     exp = load_experiment(file)
+    check_host_files(exp)  # what the sweep reads before its hosts open (the sim model)
     data = {
         "experiment": exp.name,
         "service": exp.service.name,
@@ -373,16 +385,25 @@ def check(
     if json_out:
         _print_json(data)
         return
+    from rich.markup import escape  # every user string: a name like "x[/bold]" is text
+
     con = _console()
     con.print(
-        f"[bold]{exp.name}[/]: {exp.service.name} on {exp.platform.name}, {exp.mode.value} sweep, "
-        f"{exp.hosts.backend} hosts -- OK"
+        f"[bold]{escape(exp.name)}[/]: "
+        + escape(
+            f"{exp.service.name} on {exp.platform.name}, {exp.mode.value} sweep, "
+            f"{exp.hosts.backend} hosts -- OK"
+        )
     )
     for knob, values in exp.space.items():
-        con.print(f"  {knob:12} {len(values):3} settings  production={exp.production.get(knob)}")
+        con.print(
+            escape(f"  {knob:12} {len(values):3} settings  production={exp.production.get(knob)}")
+        )
     con.print(
-        f"  metric {exp.spec.metric} ({exp.spec.direction.value} is better); guardrails: "
-        f"{', '.join(str(g) for g in exp.spec.guardrails) or 'none'}"
+        escape(
+            f"  metric {exp.spec.metric} ({exp.spec.direction.value} is better); guardrails: "
+            f"{', '.join(str(g) for g in exp.spec.guardrails) or 'none'}"
+        )
     )
     if ct is not None:
         n = len(ct.loads) * len(ct.candidates())
@@ -416,12 +437,15 @@ def platforms(json_out: JsonOption = False) -> None:
             ]
         )
         return
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table("platform", "vendor", "cores", "LLC ways", "knobs", "description")
     for p in rows:
         t.add_row(
-            p.name, p.vendor, str(p.cores), str(p.llc_ways), ", ".join(p.settings), p.description
+            *(escape(x) for x in (p.name, p.vendor, str(p.cores), str(p.llc_ways))),
+            ", ".join(p.settings),
+            escape(p.description),
         )
     _console().print(t)
 
@@ -562,18 +586,19 @@ def sku_diff(
     if json_out:
         _print_json({"first": first, "second": second, "knobs": rows})
         return
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(
         "knob",
-        f"#{first} {skus[0].service}/{skus[0].platform}",
-        f"#{second} {skus[1].service}/{skus[1].platform}",
+        escape(f"#{first} {skus[0].service}/{skus[0].platform}"),
+        escape(f"#{second} {skus[1].service}/{skus[1].platform}"),
         "same?",
     )
     for r in rows:
         fa = format_value(r["knob"], r["first"]) if r["first"] is not None else "-"
         fb = format_value(r["knob"], r["second"]) if r["second"] is not None else "-"
-        t.add_row(r["knob"], fa, fb, "same" if r["same"] else "differs")
+        t.add_row(r["knob"], escape(fa), escape(fb), "same" if r["same"] else "differs")
     _console().print(t)
 
 

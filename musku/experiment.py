@@ -6,8 +6,7 @@ Every problem is an :class:`~musku.errors.InputError` naming the file and, where
 
 from __future__ import annotations
 
-import re
-import tomllib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,14 @@ from musku.domain import (
     format_value,
 )
 from musku.errors import InputError
+from musku.inputfiles import (
+    MAX_LABEL_CHARS,
+    MAX_NAME_CHARS,
+    MAX_PATH_CHARS,
+    parse_toml,
+    read_text,
+    safe_exists,
+)
 from musku.tune.cotune import DEFAULT_LOADS, DEFAULT_WORKERS, MIDTIER_KEYS, MODELS, CotuneSpec
 
 
@@ -108,20 +115,41 @@ class Experiment:
 # --------------------------------------------------------------------------- loading helpers
 
 
+def _header_name(stripped: str) -> str | None:
+    """The table name of a ``[table]`` or ``[[table]]`` header line, else None. A plain scan:
+    a regular expression here backtracked cubically on a line of ``[`` and spaces."""
+    if not stripped.startswith("["):
+        return None
+    inner = stripped[2:] if stripped.startswith("[[") else stripped[1:]
+    end = inner.find("]")
+    name = inner[:end].strip() if end > 0 else ""
+    return name or None
+
+
+def _is_key_line(stripped: str, key: str) -> bool:
+    """Whether ``stripped`` starts ``key =`` or ``"key" =``."""
+    rest = stripped[1:] if stripped.startswith('"') else stripped
+    if not rest.startswith(key):
+        return False
+    rest = rest[len(key) :]
+    rest = rest[1:] if rest.startswith('"') else rest
+    return rest.lstrip().startswith("=")
+
+
 def _line_of(text: str, key: str, table: str | None = None) -> int | None:
-    """Best-effort line number of ``key = ...`` (inside ``[table]`` when given)."""
+    """Best-effort line number of ``key = ...`` (inside ``[table]`` when given), in time
+    linear in the size of the text (tomllib keeps no positions)."""
     in_table = table is None
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
-        header = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", stripped)
-        if header:
+        name = _header_name(stripped)
+        if name is not None:
             if table is not None:
-                in_table = header.group(1) == table
-            name = header.group(1)
+                in_table = name == table
             if table is None and (key == name or name.endswith("." + key)):
                 return number
             continue
-        if in_table and re.match(rf"^\"?{re.escape(key)}\"?\s*=", stripped):
+        if in_table and _is_key_line(stripped, key):
             return number
     return None
 
@@ -131,20 +159,8 @@ class _Source:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        try:
-            self.text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise InputError("no such file", where=str(path)) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"cannot read: {exc}", where=str(path)) from None
-        try:
-            self.data = tomllib.loads(self.text)
-        except tomllib.TOMLDecodeError as exc:
-            msg = str(exc)
-            m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
-            where = f"{path}:{m.group(1)}" if m else str(path)
-            msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg)
-            raise InputError(f"malformed TOML: {msg}", where=where) from None
+        self.text = read_text(path)
+        self.data = parse_toml(self.text, str(path))
 
     def error(self, message: str, key: str | None = None, table: str | None = None) -> InputError:
         line = _line_of(self.text, key, table) if key else None
@@ -187,6 +203,63 @@ def _check_keys(src: _Source, table: str, data: Mapping[str, Any], allowed: set[
             )
 
 
+MAX_CORES = 4096
+"""Most cores a catalog may declare."""
+
+MAX_LLC_WAYS = 64
+"""Most LLC ways a catalog may declare (a resctrl capacity bitmask is at most 64 bits)."""
+
+MAX_SHP = 1 << 24
+"""Most static huge pages a setting may reserve."""
+
+MAX_GHZ = 10.0
+"""Highest core or uncore frequency setting, GHz."""
+
+MAX_SEED = (1 << 63) - 1
+"""Seeds are in 0..2**63-1 (they seed numpy's SeedSequence and are stored as BIGINT)."""
+
+
+def _finite(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def _label(src: _Source, table: str, key: str, value: str, limit: int) -> str:
+    if not value.strip():
+        raise src.error(f"[{table}] {key} must not be empty", key, table)
+    if len(value) > limit:
+        raise src.error(
+            f"[{table}] {key} is {len(value):,} characters long (the limit is {limit})", key, table
+        )
+    return value
+
+
+def _canonical(knob: str, value: object, *, cores: int, ways: int) -> Value:
+    """A setting in canonical form, refusing what a host cannot take: a frequency that is not
+    a finite number of GHz in (0, 10], a core count outside 1..cores, a CDP split with
+    non-ASCII digits or that does not add up to the LLC's ways, a negative huge page count.
+    Raises ValueError/TypeError like :func:`canonical_value`."""
+    if knob == "cdp" and isinstance(value, str) and value != "off":
+        data, sep, code = value.partition(":")
+        if not (sep and data.isascii() and code.isascii() and data.isdigit() and code.isdigit()):
+            raise ValueError(f"cdp takes 'off' or 'DATA:CODE' ways such as '6:5', not {value!r}")
+        if len(data) > 3 or len(code) > 3 or int(data) < 1 or int(code) < 1:
+            raise ValueError(f"cdp {value!r}: data and code each need 1 or more ways")
+        if ways and int(data) + int(code) != ways:
+            raise ValueError(f"cdp {value!r} does not split the LLC's {ways} ways")
+    freq = knob in ("core_freq", "uncore_freq")
+    if freq and isinstance(value, str) and value != "turbo" and not value.isascii():
+        raise ValueError(f"{knob} takes a frequency in GHz, not {value!r}")
+    v = canonical_value(knob, value)
+    if knob in ("core_freq", "uncore_freq") and not isinstance(v, str):
+        if not (math.isfinite(v) and 0.0 < v <= MAX_GHZ):
+            raise ValueError(f"{knob} {value!r} is not a frequency in (0, {MAX_GHZ:g}] GHz")
+    elif knob == "core_count" and not 1 <= int(v) <= cores:
+        raise ValueError(f"core_count {value!r} is not in 1..{cores} (the platform's cores)")
+    elif knob == "shp" and not 0 <= int(v) <= MAX_SHP:
+        raise ValueError(f"shp {value!r} is not in 0..{MAX_SHP}")
+    return v
+
+
 # --------------------------------------------------------------------------- catalogs
 
 
@@ -218,11 +291,13 @@ def _cdp_splits(ways: int) -> tuple[str, ...]:
 def load_platform(name_or_path: str | Path) -> Platform:
     """Load a catalog by name (``skylake18``) or by path to a TOML file."""
     candidate = Path(name_or_path)
-    path: Path | None = candidate if candidate.suffix == ".toml" and candidate.exists() else None
+    path: Path | None = (
+        candidate if candidate.suffix == ".toml" and safe_exists(candidate) else None
+    )
     if path is None:
         for d in catalog_dirs():
             p = d / f"{name_or_path}.toml"
-            if p.exists():
+            if safe_exists(p):
                 path = p
                 break
         if path is None:
@@ -230,12 +305,14 @@ def load_platform(name_or_path: str | Path) -> Platform:
             raise InputError(f"unknown platform {str(name_or_path)!r} (known: {known})")
     src = _Source(path)
     plat = src.table("platform")
-    name = src.get("platform", "name", str)
+    name = _label(src, "platform", "name", src.get("platform", "name", str), MAX_LABEL_CHARS)
     vendor = src.get("platform", "vendor", str, "other")
     cores = src.get("platform", "cores", int)
     ways = src.get("platform", "llc_ways", int, 0)
-    if cores < 1:
-        raise src.error("[platform] cores must be >= 1", "cores", "platform")
+    if not 1 <= cores <= MAX_CORES:
+        raise src.error(f"[platform] cores must be in 1..{MAX_CORES}", "cores", "platform")
+    if not 0 <= ways <= MAX_LLC_WAYS:
+        raise src.error(f"[platform] llc_ways must be in 0..{MAX_LLC_WAYS}", "llc_ways", "platform")
     knob_tables = src.table("knobs")
     settings: dict[str, tuple[Value, ...]] = {}
     reboot: set[str] = set()
@@ -247,14 +324,22 @@ def load_platform(name_or_path: str | Path) -> Platform:
             raise src.error(f"[{table}] must be a table", knob)
         _check_keys(src, table, spec, {"settings", "reboot", "description", "ways"})
         raw = spec.get("settings")
+        n = spec.get("ways", ways)
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_LLC_WAYS:
+            raise src.error(
+                f"[{table}] ways must be an integer in 2..{MAX_LLC_WAYS}", "ways", table
+            )
+        if not isinstance(spec.get("reboot", False), bool):
+            raise src.error(f"[{table}] reboot must be true or false", "reboot", table)
         if raw == "splits" or (raw is None and knob == "cdp"):
-            n = int(spec.get("ways", ways))
+            if knob != "cdp":
+                raise src.error(f'[{table}] settings = "splits" is for cdp only', "settings", table)
             if n < 2:
                 raise src.error("cdp needs llc_ways >= 2", knob)
             values: tuple[Value, ...] = _cdp_splits(n)
         elif isinstance(raw, list) and raw:
             try:
-                values = tuple(canonical_value(knob, v) for v in raw)
+                values = tuple(_canonical(knob, v, cores=cores, ways=n) for v in raw)
             except (TypeError, ValueError) as exc:
                 raise src.error(f"[{table}] {exc}", "settings", table) from None
         else:
@@ -298,7 +383,7 @@ def _configuration(
                 f"[{table}] knob '{knob}' is not in the platform's catalog", knob, table
             )
         try:
-            v = canonical_value(knob, value)
+            v = _canonical(knob, value, cores=MAX_CORES, ways=0)
         except (TypeError, ValueError) as exc:
             raise src.error(f"[{table}] {exc}", knob, table) from None
         if v not in allowed[knob]:
@@ -369,9 +454,7 @@ def _threading(
     def num_list(key: str, default: tuple[Any, ...], kind: type) -> tuple[Any, ...]:
         raw = src.get("threading", key, list, list(default))
         for v in raw:
-            ok = not isinstance(v, bool) and (
-                isinstance(v, int | float) if kind is float else isinstance(v, int)
-            )
+            ok = _finite(v) if kind is float else not isinstance(v, bool) and isinstance(v, int)
             if not ok:
                 what = "numbers" if kind is float else "integers"
                 raise src.error(f"[threading] {key} must be a list of {what}, not {v!r}", key,
@@ -389,6 +472,9 @@ def _threading(
                 "threading",
             )
     num = (int, float)
+    for key in ("duration_s", "warmup_s"):
+        if not _finite(src.get("threading", key, num, 0.0)):
+            raise src.error(f"[threading] {key} must be a finite number", key, "threading")
     spec = CotuneSpec(
         service=name,
         loads=loads,
@@ -428,6 +514,141 @@ def _threading(
     return ThreadingSection(cotune=cotune, spec=spec)
 
 
+_HOST_OPTIONS = {
+    "sim": {"model", "host_bias", "noise_scale"},
+    "agent": {
+        "hosts",
+        "ssh_user",
+        "ssh_port",
+        "remote_command",
+        "identity_file",
+        "known_hosts",
+        "connect_timeout_s",
+        "lease_s",
+    },
+    "local": {
+        "settle_s",
+        "lease_s",
+        "socket",
+        "state_dir",
+        "workload",
+        "stats_file",
+        "arena_mib",
+        "madvise",
+        "agent_sample_interval_s",
+    },
+}
+"""Each built-in backend's ``[hosts]`` options (a ``module:factory`` backend checks its own)."""
+
+_HOST_NUMBERS = {
+    # key: (lowest, highest) of a finite number
+    "host_bias": (-0.5, 0.5),
+    "noise_scale": (0.0, 100.0),
+    "connect_timeout_s": (0.1, 600.0),
+    "lease_s": (1.0, 3600.0),
+    "settle_s": (0.0, 600.0),
+    "agent_sample_interval_s": (0.01, 10.0),
+    "arena_mib": (8, 1 << 20),
+}
+_HOST_PATHS = {"model", "identity_file", "known_hosts", "socket", "state_dir", "stats_file"}
+
+
+def _check_host_options(src: _Source, backend: str, options: Mapping[str, Any]) -> None:
+    """A built-in backend's options, checked as its factory would, without opening a host,
+    so that ``musku check`` refuses what ``musku sweep`` would."""
+    allowed = _HOST_OPTIONS.get(backend)
+    if allowed is None:
+        return
+    if backend == "sim" and not isinstance(options.get("model"), str):
+        raise src.error("[hosts] backend 'sim' needs model = \"path/to/model.toml\"", "hosts")
+    for key, value in options.items():
+        if key not in allowed:
+            raise src.error(
+                f"[hosts] unknown option '{key}' for the {backend} backend "
+                f"(allowed: backend, {', '.join(sorted(allowed))})",
+                key,
+                "hosts",
+            )
+        if key in _HOST_NUMBERS:
+            lo, hi = _HOST_NUMBERS[key]
+            if not _finite(value) or not lo <= value <= hi:
+                raise src.error(f"[hosts] {key} must be a number in [{lo:g}, {hi:g}]", key, "hosts")
+        if key in _HOST_PATHS and (
+            not isinstance(value, str) or not value or len(value) > MAX_PATH_CHARS or "\0" in value
+        ):
+            raise src.error(
+                f"[hosts] {key} must be a file name of 1..{MAX_PATH_CHARS} characters", key, "hosts"
+            )
+    if backend == "agent":
+        from musku.hosts.agent import _host_options
+
+        try:
+            names = [h.name for h in _host_options(options)]
+        except InputError as exc:
+            raise src.error(exc.message, "hosts", "hosts") from None
+        if any(len(n) > 255 for n in names):  # hosts.name is a VARCHAR(255)
+            raise src.error("[hosts] a host name is longer than 255 characters", "hosts", "hosts")
+        cmd = options.get("remote_command", ["musku"])
+        if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) and c for c in cmd):
+            raise src.error("[hosts] remote_command must be a list of strings", "remote_command",
+                            "hosts")  # fmt: skip
+        for key in ("ssh_user",):
+            if key in options and not isinstance(options[key], str):
+                raise src.error(f"[hosts] {key} must be a string", key, "hosts")
+    elif backend == "local":
+        if options.get("workload", "builtin") not in ("builtin", "none"):
+            raise src.error(
+                "[hosts] workload must be 'builtin' or 'none' (a service already running)",
+                "workload",
+                "hosts",
+            )
+        if not isinstance(options.get("madvise", False), bool):
+            raise src.error("[hosts] madvise must be true or false", "madvise", "hosts")
+
+
+def check_host_files(exp: Experiment) -> None:
+    """What the backend's factory reads before it opens a host, read and checked the same
+    way, without opening one: for ``sim``, the model file against the experiment. ``musku
+    check`` calls this, so that it refuses what ``musku sweep`` would (nothing is simulated
+    or written)."""
+    if exp.hosts.backend != "sim":
+        return
+    from musku.sim.model import SimModel
+
+    where = str(exp.path)
+    model = SimModel.load(exp.resolve(str(exp.hosts.options["model"])), space=exp.space)
+    for cfg in (exp.stock, exp.production):
+        for knob, value in cfg.settings:
+            if model.knobs.get(knob) and value not in model.knobs[knob].throughput:
+                raise InputError(
+                    f"model {model.source} does not model the experiment's {knob}={value!r}",
+                    where=where,
+                )
+    if exp.cotune is not None and model.threading is None:
+        raise InputError(
+            f"[threading] cotune = true, but the sim model {model.source} has no [threading] "
+            "section (which threading serves each configuration best)",
+            where=where,
+        )
+
+
+def _check_exhaustive(exp: Experiment) -> None:
+    """An exhaustive sweep over :data:`~musku.sweep.strategies.EXHAUSTIVE_LIMIT`
+    configurations is refused here, by ``check`` and ``sweep`` alike, before anything is
+    recorded (the strategy repeats the check for experiments built in code)."""
+    if exp.mode is not SweepMode.EXHAUSTIVE:
+        return
+    from musku.sweep.strategies import EXHAUSTIVE_LIMIT
+
+    size = math.prod(len(exp.space[k]) for k in exp.service.knobs)
+    if size > EXHAUSTIVE_LIMIT:
+        raise InputError(
+            f"exhaustive sweep of {exp.name} would compare {size:,} configurations "
+            f'(limit {EXHAUSTIVE_LIMIT}): narrow [platform.settings] or use mode = "search"',
+            where=str(exp.path),
+        )
+
+
 def load_experiment(path: str | Path) -> Experiment:
     """Parse and validate an experiment file. Raises InputError with file:line."""
     src = _Source(Path(path))
@@ -436,7 +657,8 @@ def load_experiment(path: str | Path) -> Experiment:
         if key not in _TOP:
             raise src.error(f"unknown table [{key}] (allowed: {', '.join(sorted(_TOP))})", key)
 
-    name = src.get("experiment", "name", str)
+    _check_keys(src, "experiment", src.table("experiment"), {"name", "description"})
+    name = _label(src, "experiment", "name", src.get("experiment", "name", str), MAX_NAME_CHARS)
     description = src.get("experiment", "description", str, "")
 
     # platform
@@ -469,7 +691,7 @@ def load_experiment(path: str | Path) -> Experiment:
     if not uses_shp and "shp" in svc_knobs:
         svc_knobs = [k for k in svc_knobs if k != "shp"]
     service = Service(
-        name=src.get("service", "name", str),
+        name=_label(src, "service", "name", src.get("service", "name", str), MAX_LABEL_CHARS),
         knobs=tuple(k for k in KNOBS if k in svc_knobs),
         tolerates_reboot=src.get("service", "tolerates_reboot", bool, True),
         uses_shp=uses_shp,
@@ -540,7 +762,7 @@ def load_experiment(path: str | Path) -> Experiment:
     # metric
     met = src.table("metric", required=False)
     _check_keys(src, "metric", met, {"primary", "direction"})
-    primary = src.get("metric", "primary", str, "mips")
+    primary = _label(src, "metric", "primary", src.get("metric", "primary", str, "mips"), 100)
     default_dir = (
         "lower" if primary.endswith(("_ms", "_us", "_w")) or primary.startswith("p9") else "higher"
     )
@@ -571,6 +793,8 @@ def load_experiment(path: str | Path) -> Experiment:
         limit = g.get("max", g.get("min"))
         if isinstance(limit, bool) or not isinstance(limit, int | float):
             raise src.error(f"[[guardrails]] {metric}: limit must be a number", "guardrails")
+        if not math.isfinite(limit):
+            raise src.error(f"[[guardrails]] {metric}: limit must be a finite number", "guardrails")
         guardrails.append(Guardrail(metric, "<=" if "max" in g else ">=", float(limit)))
 
     # statistics
@@ -596,6 +820,12 @@ def load_experiment(path: str | Path) -> Experiment:
         ("warmup_s", stats.warmup_s >= 0.0, "must be >= 0"),
         ("sample_interval_s", stats.sample_interval_s > 0.0, "must be > 0"),
         ("sample_cap", stats.sample_cap >= 10, "must be >= 10"),
+        ("seed", stats.seed >= 0, "must be >= 0"),
+        # upper limits: an infinite warm-up or interval would never end a window
+        ("warmup_s", stats.warmup_s <= 86400.0, "must be at most 86400 (a day)"),
+        ("sample_interval_s", 1e-3 <= stats.sample_interval_s <= 3600.0, "must be in 0.001..3600"),
+        ("sample_cap", stats.sample_cap <= 10_000_000, "must be at most 10000000"),
+        ("seed", stats.seed <= MAX_SEED, f"must be at most {MAX_SEED}"),
     ]
     for key, ok, why in checks:
         if not ok:
@@ -615,8 +845,8 @@ def load_experiment(path: str | Path) -> Experiment:
     hosts = HostsSpec(
         backend=backend, options={k: v for k, v in hosts_tbl.items() if k != "backend"}
     )
-
     threading = _threading(src, service.name, backend, hosts.options.get("hosts"))
+    _check_host_options(src, backend, hosts.options)
 
     reboot_knobs = platform.reboot_knobs if service.tolerates_reboot else frozenset()
     spec = ComparisonSpec(
@@ -626,7 +856,7 @@ def load_experiment(path: str | Path) -> Experiment:
         stats=stats,
         reboot_knobs=frozenset(reboot_knobs),
     )
-    return Experiment(
+    experiment = Experiment(
         name=name,
         description=description,
         path=src.path.resolve(),
@@ -644,3 +874,5 @@ def load_experiment(path: str | Path) -> Experiment:
         scan=scan,
         threading=threading,
     )
+    _check_exhaustive(experiment)
+    return experiment

@@ -12,6 +12,11 @@ offset = register on ``/dev/cpu/N/msr``, only for the registers and bits of an a
 read-modify-write of the intended bits. Regular files (the bootloader configuration) are replaced
 atomically (temp file + fsync + rename) after a backup copy is written.
 
+Every path is resolved with its symbolic links confined to the root (:meth:`HostFS.resolve`,
+like ``openat2(RESOLVE_IN_ROOT)``: an absolute link target starts at the root, ``..`` stops
+there), and the final open uses ``O_NOFOLLOW``: a link in a fake or chroot root never leads out
+of it. Reads are capped at :data:`MAX_READ_BYTES`.
+
 Test fakes subclass :class:`HostFS` and override the primitives (:meth:`HostFS.write_bytes`,
 :meth:`HostFS.mkdir`, :meth:`HostFS.rmdir`) to enforce the kernel's rules at this interface.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import struct
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -51,6 +57,12 @@ GRUB_DEFAULT = "/etc/default/grub"
 GRUB_DEFAULT_D = "/etc/default/grub.d"  # *.cfg snippets sourced after GRUB_DEFAULT
 
 BACKUP_SUFFIX = ".musku.bak"
+
+MAX_SYMLINKS = 40
+"""Most symbolic links followed resolving one host path (the kernel's own limit)."""
+
+MAX_READ_BYTES = 64 << 20
+"""Largest host file HostFS reads (kernel attributes are a page; /proc/cpuinfo well under 1 MiB)."""
 
 
 def cpu_dir(cpu: int) -> str:
@@ -156,6 +168,8 @@ def format_cpulist(cpus: Iterable[int]) -> str:
 
 # --- HostFS ----------------------------------------------------------------------------------
 
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+
 
 class HostFS:
     """Root-relative access to a host's kernel interfaces."""
@@ -189,21 +203,76 @@ class HostFS:
             raise InputError(f"host path must not contain '..': {path!r}")
         return self.root.joinpath(*p.parts[1:])
 
+    def resolve(self, path: str, *, follow: bool = True) -> Path:
+        """The real path of a host path with every symbolic link resolved *inside the root*,
+        as the kernel's ``openat2(RESOLVE_IN_ROOT)`` does: an absolute link target starts
+        again at the root, and ``..`` never climbs above it. So a link under a fake or
+        chroot root can never lead out of it (on the real host, root ``/``, this is the
+        ordinary resolution). With ``follow=False`` the last component is not followed
+        (for lstat-like questions, mkdir, rmdir). What is returned holds no symbolic link
+        (but its last component with ``follow=False``); the final open also uses
+        ``O_NOFOLLOW``, so a link swapped in meanwhile is refused, not followed."""
+        self.host(path)  # absolute, no '..'
+        todo = [part for part in reversed(PurePosixPath(path).parts[1:])]
+        done: list[str] = []
+        links = 0
+        missing = False
+        while todo:
+            name = todo.pop()
+            if name in ("", "."):
+                continue
+            if name == "..":
+                if done:
+                    done.pop()
+                continue
+            if missing or (not todo and not follow):
+                done.append(name)
+                continue
+            real = self.root.joinpath(*done, name)
+            try:
+                st = os.lstat(real)
+            except OSError:
+                missing = True  # the rest is taken as written: opening it will fail
+                done.append(name)
+                continue
+            if not stat.S_ISLNK(st.st_mode):
+                done.append(name)
+                continue
+            links += 1
+            if links > MAX_SYMLINKS:
+                raise HostFSError(
+                    f"cannot resolve {path}: more than {MAX_SYMLINKS} symbolic links",
+                    path=path,
+                    err=errno.ELOOP,
+                )
+            try:
+                target = os.readlink(real)
+            except OSError as exc:
+                raise self._error("resolve", path, exc) from None
+            if target.startswith("/"):
+                done = []  # an absolute target starts again at the host root
+            todo.extend(reversed(PurePosixPath(target).parts[1 if target.startswith("/") else 0 :]))
+        return self.root.joinpath(*done)
+
     def exists(self, path: str) -> bool:
-        return self.host(path).exists()
+        return self.resolve(path).exists()
 
     def is_dir(self, path: str) -> bool:
-        return self.host(path).is_dir()
+        return self.resolve(path).is_dir()
 
     def is_file(self, path: str) -> bool:
-        return self.host(path).is_file()
+        return self.resolve(path).is_file()
 
     def is_symlink(self, path: str) -> bool:
-        return self.host(path).is_symlink()
+        return self.resolve(path, follow=False).is_symlink()
 
     def listdir(self, path: str) -> list[str]:
         try:
-            return sorted(os.listdir(self.host(path)))
+            fd = os.open(self.resolve(path), os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
+            try:
+                return sorted(os.listdir(fd))
+            finally:
+                os.close(fd)
         except OSError as exc:
             raise self._error("list", path, exc) from None
 
@@ -211,10 +280,14 @@ class HostFS:
 
     def read_bytes(self, path: str) -> bytes:
         try:
-            with open(self.host(path), "rb") as f:
-                return f.read()
+            fd = os.open(self.resolve(path), os.O_RDONLY | _NOFOLLOW)
+            with os.fdopen(fd, "rb") as f:
+                data = f.read(MAX_READ_BYTES + 1)
         except OSError as exc:
             raise self._error("read", path, exc) from None
+        if len(data) > MAX_READ_BYTES:
+            raise HostFSError(f"{path}: larger than {MAX_READ_BYTES >> 20} MiB", path=path)
+        return data
 
     def read_text(self, path: str) -> str:
         return self.read_bytes(path).decode("utf-8", errors="replace")
@@ -235,9 +308,9 @@ class HostFS:
     def write_bytes(self, path: str, data: bytes) -> None:
         """One write of ``data`` to an existing attribute/file (no create, truncates files)."""
         self._writable(path)
-        real = self.host(path)
+        real = self.resolve(path)
         try:
-            fd = os.open(real, os.O_WRONLY | os.O_TRUNC)
+            fd = os.open(real, os.O_WRONLY | os.O_TRUNC | _NOFOLLOW)
         except OSError as exc:
             raise self._error("open for writing", path, exc) from None
         try:
@@ -255,14 +328,14 @@ class HostFS:
     def mkdir(self, path: str) -> None:
         self._writable(path)
         try:
-            os.mkdir(self.host(path))
+            os.mkdir(self.resolve(path, follow=False))
         except OSError as exc:
             raise self._error("mkdir", path, exc) from None
 
     def rmdir(self, path: str) -> None:
         self._writable(path)
         try:
-            os.rmdir(self.host(path))
+            os.rmdir(self.resolve(path, follow=False))
         except OSError as exc:
             raise self._error("rmdir", path, exc) from None
 
@@ -273,7 +346,7 @@ class HostFS:
         (also atomically); returns the backup's host path.
         """
         self._writable(path)
-        real = self.host(path)
+        real = self.resolve(path, follow=False)
         if real.is_symlink():
             raise HostFSError(
                 f"{path} is a symbolic link (managed elsewhere?): musku will not replace it",
@@ -285,7 +358,8 @@ class HostFS:
         backup_path: str | None = None
         if backup:
             backup_path = path + BACKUP_SUFFIX
-            self._replace(self.host(backup_path), real.read_bytes(), real.stat().st_mode)
+            self._replace(real.with_name(real.name + BACKUP_SUFFIX), real.read_bytes(),
+                          real.stat().st_mode)  # fmt: skip
         self._replace(real, data, real.stat().st_mode)
         return backup_path
 
@@ -338,7 +412,7 @@ class HostFS:
         self._msr_rule(reg)
         path = msr_path(cpu)
         try:
-            fd = os.open(self.host(path), os.O_RDONLY)
+            fd = os.open(self.resolve(path), os.O_RDONLY | _NOFOLLOW)
         except FileNotFoundError:
             raise MsrUnavailable(f"{path} is missing (load the msr module: modprobe msr)") from None
         except OSError as exc:
@@ -381,7 +455,7 @@ class HostFS:
             return old
         path = msr_path(cpu)
         try:
-            fd = os.open(self.host(path), os.O_WRONLY)
+            fd = os.open(self.resolve(path), os.O_WRONLY | _NOFOLLOW)
         except OSError as exc:
             raise self._error("open for writing", path, exc) from None
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,13 +84,15 @@ def parse_config(
 
     def path(key: str, default: str) -> Path:
         v = agent.get(key, default)
-        if not isinstance(v, str) or not v:
+        if not isinstance(v, str) or not v or "\0" in v or len(v) > 4096:
             raise InputError(f"[agent] {key} must be a path", where=where)
         p = Path(v)
         return p if p.is_absolute() or base is None else base / p
 
     uids = agent.get("allowed_uids", [0])
-    if not isinstance(uids, list) or not all(isinstance(u, int) and u >= 0 for u in uids):
+    if not isinstance(uids, list) or not all(
+        isinstance(u, int) and not isinstance(u, bool) and 0 <= u < 2**32 - 1 for u in uids
+    ):
         raise InputError("[agent] allowed_uids must be a list of uids", where=where)
     tcp = agent.get("tcp_listen", "")
     token = agent.get("token_file")
@@ -102,7 +103,8 @@ def parse_config(
         )
     for key in ("tcp_listen", "prometheus_listen"):
         v = agent.get(key, "")
-        if v and (not isinstance(v, str) or not v.rpartition(":")[2].isdigit()):
+        port = v.rpartition(":")[2] if isinstance(v, str) else ""
+        if v and not (port.isascii() and port.isdigit() and len(port) <= 5 and int(port) < 65536):
             raise InputError(f"[agent] {key} must be 'host:port', not {v!r}", where=where)
     level = agent.get("log_level", "info")
     if level not in ("debug", "info", "warning", "error"):
@@ -120,6 +122,8 @@ def parse_config(
     rows = agent.get("spool_max_rows", 1_000_000)
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 100:
         raise InputError("[agent] spool_max_rows must be an integer >= 100", where=where)
+    if rows > 10**9:
+        raise InputError("[agent] spool_max_rows must be at most 1000000000", where=where)
     return AgentConfig(
         root=root,
         state_dir=path("state_dir", DEFAULT_STATE_DIR),
@@ -144,16 +148,9 @@ def parse_config(
 
 
 def load_config(path: str | Path) -> AgentConfig:
+    from musku.inputfiles import parse_toml, read_text
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such file", where=str(p)) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", where=str(p)) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"malformed TOML: {exc}", where=str(p)) from None
+    data = parse_toml(read_text(p), str(p))
     cfg = parse_config(data, where=str(p), base=p.parent.resolve())
     return AgentConfig(**{**cfg.__dict__, "path": p.resolve()})

@@ -137,8 +137,27 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
+READ_ONLY = "musku_read_only"
+"""Execution option marking a connection whose transactions only read (see :func:`reader`)."""
+
+
+def reader(engine: Engine) -> Engine:
+    """The same engine (same pool) for transactions that only read: on SQLite they begin
+    deferred, so readers never queue behind a writer (WAL lets them read beside it)."""
+    return engine.execution_options(**{READ_ONLY: True})
+
+
 def _sqlite_begin(conn: Any) -> None:
-    conn.exec_driver_sql("BEGIN")
+    # A deferred BEGIN takes the write lock only at the first write; if another connection
+    # holds it then, SQLite answers "database is locked" at once, without waiting for the busy
+    # timeout (waiting could deadlock two read-then-write transactions), and in WAL mode a
+    # snapshot older than the last commit can never be upgraded at all. So every transaction
+    # that may write takes the write lock up front (BEGIN IMMEDIATE), where the busy timeout
+    # applies: concurrent sweeps on one file queue for a few milliseconds instead of failing.
+    if conn.get_execution_options().get(READ_ONLY):
+        conn.exec_driver_sql("BEGIN")
+    else:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def first_line(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ from musku import __version__
 from musku.domain import ComparisonResult, Configuration, ExperimentStatus, SoftSku
 from musku.errors import DatabaseError
 from musku.storage import convert
-from musku.storage.engine import connect_error, display, first_line, make_engine
+from musku.storage.engine import connect_error, display, first_line, make_engine, reader
 from musku.storage.migrate import (
     check,
     head_revision,
@@ -108,7 +108,7 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     engine = make_engine(url)
     hint = display(engine.url) if explicit else None
     try:
-        with engine.begin() as conn:
+        with reader(engine).begin() as conn:
             rev = revision_of(conn)
         if rev != head_revision():
             # new, older, newer or foreign: decide under the lock, so that of several musku
@@ -142,6 +142,8 @@ class Store:
         self.engine = engine
         self.dialect = engine.dialect.name
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._reader_engine = reader(engine)
+        self._readers = sessionmaker(self._reader_engine, expire_on_commit=False)
         self._config_ids: dict[str, int] = {}
         self._cmp_meta: dict[int, tuple[str, dict[str, int]]] = {}
 
@@ -161,7 +163,12 @@ class Store:
     # ------------------------------------------------------------------ helpers
 
     def _session(self) -> Session:
+        """A session for a write transaction (``with self._session() as s, s.begin():``)."""
         return self._sessions()
+
+    def _reader(self) -> Session:
+        """A session that only reads (on SQLite its transaction begins deferred)."""
+        return self._readers()
 
     def _config_id(self, session: Session, config: Configuration) -> int:
         key = config.key()
@@ -280,7 +287,7 @@ class Store:
     @_guard
     def find_experiment(self, name_or_id: str | int) -> ExperimentRecord | None:
         """The latest experiment of that name, else the experiment with that id."""
-        with self._session() as s:
+        with self._reader() as s:
             row = None
             if isinstance(name_or_id, str):
                 row = s.scalars(
@@ -299,12 +306,12 @@ class Store:
 
     @_guard
     def experiment(self, exp_id: int) -> ExperimentRecord:
-        with self._session() as s:
+        with self._reader() as s:
             return self._experiment_record(s, self._experiment(s, exp_id))
 
     @_guard
     def experiments(self) -> list[ExperimentRecord]:
-        with self._session() as s:
+        with self._reader() as s:
             rows = s.scalars(select(ExperimentRow).order_by(ExperimentRow.id)).all()
             hosts: dict[int, list[HostRow]] = {}
             for h in s.scalars(select(HostRow).order_by(HostRow.experiment_id, HostRow.idx)):
@@ -437,7 +444,7 @@ class Store:
     def _meta(self, cmp_id: int) -> tuple[str, dict[str, int]]:
         meta = self._cmp_meta.get(cmp_id)
         if meta is None:
-            with self._session() as s:
+            with self._reader() as s:
                 cmp = self._comparison(s, cmp_id)
                 if cmp.status != ComparisonStatus.RUNNING.value:
                     raise DatabaseError(f"comparison {cmp_id} is {cmp.status}; it takes no samples")
@@ -490,7 +497,7 @@ class Store:
     def samples(self, cmp_id: int) -> list[dict[str, Any]]:
         """A comparison's samples in ``(host, seq)`` order, shaped like ``add_samples`` rows
         (plus ``value``, the experiment's primary metric)."""
-        with self.engine.connect() as conn:
+        with self._reader_engine.connect() as conn:
             result = conn.execute(
                 select(SampleRow.__table__)
                 .where(SampleRow.comparison_id == cmp_id)
@@ -610,7 +617,7 @@ class Store:
     @_guard
     def comparisons(self, exp_id: int) -> list[ComparisonRecord]:
         """Every comparison of an experiment, oldest first, with decisions and sample counts."""
-        with self._session() as s:
+        with self._reader() as s:
             self._experiment(s, exp_id)
             return self._comparison_records(s, exp_id, finished_only=False)
 
@@ -618,7 +625,7 @@ class Store:
     def completed(self, exp_id: int) -> list[tuple[str, ComparisonResult]]:
         """(purpose, result) of every finished, non-aborted comparison, oldest first: what a
         resumed sweep does not need to measure again."""
-        with self._session() as s:
+        with self._reader() as s:
             self._experiment(s, exp_id)
             recs = self._comparison_records(s, exp_id, finished_only=True)
             return [(r.purpose, r.result) for r in recs if r.result is not None]
@@ -821,12 +828,12 @@ class Store:
             q = q.where(SoftSkuRow.service == service)
         if platform is not None:
             q = q.where(SoftSkuRow.platform == platform)
-        with self._session() as s:
+        with self._reader() as s:
             return self._softsku_records(s, s.scalars(q).all())
 
     @_guard
     def softsku(self, sku_id: int) -> SoftSkuRecord | None:
-        with self._session() as s:
+        with self._reader() as s:
             row = s.get(SoftSkuRow, sku_id)
             return self._softsku_records(s, [row])[0] if row is not None else None
 
@@ -863,7 +870,7 @@ class Store:
         """The newest threading table for exactly this service, host, platform and
         configuration; None if none was trained."""
         key = config_key.key() if isinstance(config_key, Configuration) else config_key
-        with self._session() as s:
+        with self._reader() as s:
             row = s.scalars(
                 select(ThreadingTableRow)
                 .where(
@@ -886,7 +893,7 @@ class Store:
             q = q.where(ThreadingTableRow.service == service)
         if platform is not None:
             q = q.where(ThreadingTableRow.platform == platform)
-        with self._session() as s:
+        with self._reader() as s:
             out = []
             for r in s.scalars(q):
                 created = convert.aware(r.created_at)
@@ -936,7 +943,7 @@ def current_revision(url: str | None = None) -> str | None:
         return None  # do not create an empty file just by looking
     engine = make_engine(url)
     try:
-        with engine.connect() as conn:
+        with reader(engine).connect() as conn:
             return revision_of(conn)
     except SQLAlchemyError as exc:
         raise connect_error(engine, exc) from None

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich.markup import escape
+
 from musku.domain import ComparisonResult, Configuration, Decision, format_value
 
 _COLOURS = {
@@ -102,6 +104,8 @@ def print_table(con: Any, table: Any) -> None:
     if _min_width(table) <= con.width:
         con.print(table)
         return
+    from rich.text import Text
+
     if table.title:
         con.print(table.title, markup=False)
     headers = [str(c.header) for c in table.columns]
@@ -110,7 +114,8 @@ def print_table(con: Any, table: Any) -> None:
     for i in range(table.row_count):
         for j, h in enumerate(headers):
             value = cells[j][i] if i < len(cells[j]) else ""
-            text = getattr(value, "plain", str(value))
+            # a str cell is rich markup (user strings in it are escaped): print what it shows
+            text = value.plain if hasattr(value, "plain") else Text.from_markup(str(value)).plain
             prefix = f"{h:>{label}}: "
             print_wrapped(con, prefix + text.replace("\n", " "), indent=label + 2)
         if i != table.row_count - 1:
@@ -186,7 +191,7 @@ class LiveProgress:
     ) -> None:
         if self._progress is None:
             return
-        self._label = f"{purpose}: {change_text(baseline, candidate)}"
+        self._label = escape(f"{purpose}: {change_text(baseline, candidate)}")
         if self._task is None:
             self._task = self._progress.add_task(self._label, total=None)
         else:
@@ -222,13 +227,13 @@ class LiveProgress:
 
     def message(self, text: str) -> None:
         if self._progress is not None:
-            self._progress.console.print(text)
+            self._progress.console.print(escape(text))
 
 
 def print_result(con: Any, r: ComparisonResult) -> None:
     colour = _COLOURS.get(r.decision, "white")
-    con.print(f"A: {r.baseline}")
-    con.print(f"B: {r.candidate}")
+    con.print(escape(f"A: {r.baseline}"))
+    con.print(escape(f"B: {r.candidate}"))
     print_wrapped(
         con,
         f"{r.decision.value}: B vs A {_pct(r.estimate)} {_interval(r.ci_low, r.ci_high)}, "
@@ -237,13 +242,13 @@ def print_result(con: Any, r: ComparisonResult) -> None:
     )
     print_wrapped(con, f"  {r.reason}")
     if r.threading and any(r.threading.values()):
-        con.print(f"  threading: {dict(r.threading)}")
+        con.print(escape(f"  threading: {dict(r.threading)}"))
 
 
 def print_report(con: Any, rep: Any, wall_s: float) -> None:
     from rich.table import Table
 
-    t = Table(title=f"{rep.experiment}: {rep.mode} sweep", title_justify="left")
+    t = Table(title=escape(f"{rep.experiment}: {rep.mode} sweep"), title_justify="left")
     for col in (
         "knob",
         "baseline",
@@ -268,12 +273,12 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
         pruned = ", ".join(format_value(o.knob, v) for v in o.pruned) or "-"  # type: ignore[arg-type]
         t.add_row(
             o.knob,
-            format_value(o.knob, o.baseline_value),  # type: ignore[arg-type]
-            format_value(o.knob, o.best_value),  # type: ignore[arg-type]
+            escape(format_value(o.knob, o.baseline_value)),  # type: ignore[arg-type]
+            escape(format_value(o.knob, o.best_value)),  # type: ignore[arg-type]
             gain,
             str(len(o.results)),
-            pruned,
-            ", ".join(format_value(o.knob, v) for v in o.skipped) or "-",  # type: ignore[arg-type]
+            escape(pruned),
+            escape(", ".join(format_value(o.knob, v) for v in o.skipped) or "-"),  # type: ignore[arg-type]
         )
     print_table(con, t)
     if rep.sku is not None:
@@ -311,7 +316,10 @@ def print_experiments(con: Any, exps: Sequence[Any]) -> None:
         d = e.to_dict()
         started = d.get("started_at") or d.get("created_at")
         t.add_row(
-            *(str(d.get(k, "")) for k in ("id", "name", "service", "platform", "mode", "status")),
+            *(
+                escape(str(d.get(k, "")))
+                for k in ("id", "name", "service", "platform", "mode", "status")
+            ),
             _when(started),
         )
     print_table(con, t)
@@ -330,8 +338,8 @@ def print_comparisons(con: Any, rec: Any, comps: Sequence[Any], skus: Sequence[A
 
     d = rec.to_dict()
     con.print(
-        f"[bold]{d.get('name')}[/] (id {d.get('id')}): {d.get('service')} on {d.get('platform')}, "
-        f"{d.get('mode')}, {d.get('status')}"
+        f"[bold]{escape(str(d.get('name')))}[/] (id {d.get('id')}): "
+        + escape(f"{d.get('service')} on {d.get('platform')}, {d.get('mode')}, {d.get('status')}")
     )
     t = Table("id", "purpose", "change", "decision", "estimate", "interval", "samples", "host time")
     t.columns[5].no_wrap = True
@@ -343,8 +351,8 @@ def print_comparisons(con: Any, rec: Any, comps: Sequence[Any], skus: Sequence[A
         cand = Configuration.of(cd.get("candidate") or {})
         t.add_row(
             str(cd.get("id", "")),
-            str(cd.get("purpose", "")),
-            change_text(base, cand),
+            escape(str(cd.get("purpose", ""))),
+            escape(change_text(base, cand)),
             str(res.get("decision", cd.get("status", ""))),
             _pct(est) if est is not None else "-",
             _interval(lo, hi) if lo is not None and hi is not None else "-",
@@ -366,9 +374,9 @@ def print_skus(con: Any, skus: Sequence[Any]) -> None:
         d = s.to_dict()
         t.add_row(
             str(d.get("id", "")),
-            str(d.get("service", "")),
-            str(d.get("platform", "")),
-            str(Configuration.of(d.get("configuration") or {})),
+            escape(str(d.get("service", ""))),
+            escape(str(d.get("platform", ""))),
+            escape(str(Configuration.of(d.get("configuration") or {}))),
             _gain(d.get("vs_production")),
             _gain(d.get("vs_stock")),
         )
@@ -383,10 +391,13 @@ def _gain(v: Any) -> str:
 
 def print_sku(con: Any, s: Any) -> None:
     d = s.to_dict()
-    con.print(f"[bold]Soft SKU {d.get('id', '')}[/]: {d.get('service')} on {d.get('platform')}")
+    con.print(
+        f"[bold]Soft SKU {d.get('id', '')}[/]: "
+        + escape(f"{d.get('service')} on {d.get('platform')}")
+    )
     cfg = d.get("configuration") or {}
     for knob, value in cfg.items():
-        con.print(f"  {knob:12} {format_value(knob, value)}")
+        con.print(escape(f"  {knob:12} {format_value(knob, value)}"))
     print_wrapped(con, f"  vs production: {_gain(d.get('vs_production'))}")
     print_wrapped(con, f"  vs stock:      {_gain(d.get('vs_stock'))}")
 

@@ -14,6 +14,7 @@ from musku.hostfs import (
     IA32_MISC_ENABLE,
     MSR_MISC_FEATURE_CONTROL,
     MSR_UNCORE_RATIO_LIMIT,
+    THP_DIR,
     HostFS,
     HostFSError,
     MsrNotAllowed,
@@ -164,3 +165,78 @@ def test_host_facts(tmp_path: Path) -> None:
     assert fs.cpu_vendor() == "amd"
     assert fs.online_cpus() == [0, 1, 2, 3]
     assert fs.meminfo()["MemTotal"] == 1024 * 1024
+
+
+# --- symbolic links stay inside the host root (issue 18) -------------------------------------
+
+
+THP_ENABLED = THP_DIR + "/enabled"
+
+
+def _escape_setup(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A host root, and outside it a file and a directory a link may try to reach."""
+    root = tmp_path / "root"
+    outside = tmp_path / "outside"
+    (outside / "transparent_hugepage").mkdir(parents=True)
+    secret = outside / "transparent_hugepage" / "enabled"
+    secret.write_text("outside\n")
+    (root / "sys/kernel/mm").mkdir(parents=True)
+    return root, outside, secret
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_a_file_link_out_of_the_root_is_not_followed(tmp_path: Path, relative: bool) -> None:
+    root, outside, secret = _escape_setup(tmp_path)
+    thp = root / "sys/kernel/mm/transparent_hugepage"
+    thp.mkdir()
+    target = os.path.relpath(secret, thp) if relative else str(secret)
+    (thp / "enabled").symlink_to(target)
+    assert (thp / "enabled").read_text() == "outside\n"  # the plain OS follows it out
+    fs = HostFS(root)
+    assert not fs.exists(THP_ENABLED)
+    with pytest.raises(HostFSError, match="No such file"):
+        fs.read_value(THP_ENABLED)
+    with pytest.raises(HostFSError):
+        fs.write_text(THP_ENABLED, "never")
+    assert secret.read_text() == "outside\n"
+
+
+def test_a_directory_link_out_of_the_root_is_not_followed(tmp_path: Path) -> None:
+    root, outside, secret = _escape_setup(tmp_path)
+    (root / "sys/kernel/mm/transparent_hugepage").symlink_to(outside / "transparent_hugepage")
+    fs = HostFS(root)
+    with pytest.raises(HostFSError):
+        fs.read_value(THP_ENABLED)
+    with pytest.raises(HostFSError):
+        fs.write_text(THP_ENABLED, "never")
+    with pytest.raises(HostFSError):
+        fs.listdir("/sys/kernel/mm/transparent_hugepage")
+    with pytest.raises(HostFSError):
+        fs.mkdir("/sys/kernel/mm/transparent_hugepage/new")
+    with pytest.raises(HostFSError):
+        fs.atomic_replace("/sys/kernel/mm/transparent_hugepage/enabled", b"x")
+    assert secret.read_text() == "outside\n"
+    assert sorted(p.name for p in (outside / "transparent_hugepage").iterdir()) == ["enabled"]
+
+
+def test_links_inside_the_root_resolve_within_it(tmp_path: Path) -> None:
+    """Real sysfs is full of links (cpuN/cpufreq -> ../cpufreq/policyN): they still work,
+    and an absolute target means the host's path, i.e. under the root."""
+    root = tmp_path / "root"
+    policy = root / "sys/devices/system/cpu/cpufreq/policy0"
+    policy.mkdir(parents=True)
+    (policy / "scaling_max_freq").write_text("2200000\n")
+    cpu0 = root / "sys/devices/system/cpu/cpu0"
+    cpu0.mkdir()
+    (cpu0 / "cpufreq").symlink_to("../cpufreq/policy0")
+    (root / "etc").mkdir()
+    (root / "etc/freq").symlink_to("/sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq")
+    (root / "etc/loop").symlink_to("/etc/loop")
+    fs = HostFS(root)
+    assert fs.read_int("/sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq") == 2200000
+    assert fs.read_int("/etc/freq") == 2200000
+    fs.write_text("/etc/freq", "1600000")
+    assert (policy / "scaling_max_freq").read_text() == "1600000"
+    assert fs.is_symlink("/etc/freq") and not fs.is_symlink("/etc")
+    with pytest.raises(HostFSError, match="symbolic links"):
+        fs.read_value("/etc/loop")

@@ -97,9 +97,9 @@ def test_real_hosts_need_the_midtier_admin_address(tmp_path: Path) -> None:
     ok = write(tmp_path, 'cotune = true\nadmin_port_file = "/run/sa/midtier.port"\n', base)
     assert load_experiment(ok).cotune.admin_port_file == "/run/sa/midtier.port"  # type: ignore[union-attr]
     # or each agent host names its own mid-tier in [hosts] (both must)
-    one = 'hosts = [{name = "a", midtier_admin = "10.0.0.1:50051"}, "b"]'
-    both = 'hosts = [{name = "a", midtier_admin = "10.0.0.1:50051"}, ' \
-           '{name = "b", midtier_admin_port_file = "/run/sa/mid.port"}]'  # fmt: skip
+    one = 'hosts = [{name = "a", host = "a", midtier_admin = "10.0.0.1:50051"}, "b"]'
+    both = 'hosts = [{name = "a", host = "a", midtier_admin = "10.0.0.1:50051"}, ' \
+           '{name = "b", host = "b", midtier_admin_port_file = "/run/sa/mid.port"}]'  # fmt: skip
     with pytest.raises(InputError, match="needs admin"):
         load_experiment(write(tmp_path, "cotune = true\n", base.replace('hosts = ["a", "b"]', one)))
     per_host = write(tmp_path, "cotune = true\n", base.replace('hosts = ["a", "b"]', both))

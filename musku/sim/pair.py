@@ -564,8 +564,8 @@ class SimPair(HostPair):
             f_tp, f_p99 = self._factors[h]
             bias = float(self._bias[h])
             warm = 1.0
-            for start, amp, tau in self._warm[h]:
-                warm -= amp * math.exp(-max(tm - start, 0.0) / tau)
+            for t_w, a_w, tau_w in self._warm[h]:
+                warm -= a_w * math.exp(-max(tm - t_w, 0.0) / tau_w)
             warm = max(warm, 0.05)
             xh = x[h]
             outlier = 1.0

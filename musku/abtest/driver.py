@@ -65,8 +65,10 @@ from musku.hosts.base import HostPair
 FloatArray = NDArray[np.float64]
 WindowRow = dict[str, Any]
 
-PROBE_MIN = 60  # windows searched for the end of the transient after the minimum warm-up
+PROBE_MIN = 180  # windows searched for the end of the transient after the minimum warm-up
 TRANSIENT_CAP_S = 3600.0  # a transient still going after this long: INCONCLUSIVE
+TRANSIENT_EPS = 0.1  # a transient has ended where it is below this x min_effect
+TRANSIENT_T = 2.0  # a fitted transient counts beyond this many standard errors
 SWAP_OVERHEAD = 3.0  # period length / swap cost (k: periods >= k x the measured transient)
 BATCH_CORRELATION = 0.05  # target correlation of neighbouring batch means
 MIN_BATCHES_IN_CAP = 12  # the batch size never exceeds cap / this (else no decision fits)
@@ -421,11 +423,16 @@ class _Comparison:
                     self._emit(_concat(chunks), True)
                 raise
             probe = _concat(chunks)
-            ratio = stats.detect_warmup(self._log_ratio(probe))
-            hosts = [stats.detect_warmup(x) for x in self._host_series(probe)]
-            own = [h.discard for h in hosts] or [ratio.discard, ratio.discard]
-            discard = max([ratio.discard, *own])
-            if not (ratio.extend or any(h.extend for h in hosts)):
+            hosts = self._host_series(probe)
+            found = [self._transient_end(self._log_ratio(probe), fit=False)]
+            found += [self._transient_end(x, fit=True) for x in hosts]
+            ends = [f[0] for f in found]
+            own = ends[1:] or [ends[0], ends[0]]
+            discard = max(ends)
+            # go on while a transient may outlast the probe, or its end is not yet in it
+            # with room for steady data after it
+            longer = any(f[1] for f in found) or discard > len(probe.samples) // 2
+            if not longer:
                 break
             if self.pair.now() - t_start >= TRANSIENT_CAP_S:
                 self._emit(probe, True)
@@ -456,6 +463,19 @@ class _Comparison:
             self.pair.now() - t_start - self.interval * float(np.count_nonzero(~warm & probe.valid))
         )
         return probe.select(~warm & probe.valid)
+
+    def _transient_end(self, x: FloatArray, *, fit: bool) -> tuple[int, bool]:
+        """(points of ``x`` still transient, whether to look further) from MSER-5 with its
+        changepoint and trend tests and, with ``fit`` (a host's own series per offered
+        request, where the live load divides out), from the fitted exponential transient: its
+        end is where it falls below a tenth of the minimum effect. Not on the log-ratio,
+        where a host-specific response to a slowly changing load looks like a transient."""
+        v = stats.detect_warmup(x)
+        if not fit:
+            return v.discard, v.extend
+        eps = TRANSIENT_EPS * math.log1p(self.spec.stats.min_effect)
+        f = stats.fit_transient(x, eps=eps, threshold=TRANSIENT_T)
+        return max(v.discard, f.end), v.extend or f.at_limit
 
     def _pilot(self, steady: _Chunk) -> None:
         """Batch size, period length and the rule's tuning from the first steady windows."""

@@ -226,6 +226,60 @@ def detect_warmup(x: FloatArray, *, threshold: float = 3.0, batch: int = 5) -> W
     return WarmupVerdict(discard, extend, shift_t, trend_t)
 
 
+@dataclass(frozen=True)
+class TransientFit:
+    """An exponential transient ``x(t) = c + a exp(-t / tau)`` fitted to a series."""
+
+    amplitude: float  # a (log scale; the sign says which way the series settles)
+    tau: float  # time constant, in points
+    t_stat: float  # a over its AR(1)-corrected standard error
+    end: int  # points after which |a| exp(-t / tau) < eps (0: no significant transient)
+    at_limit: bool  # tau at the search limit: the probe is too short to see the end
+
+
+def fit_transient(
+    x: FloatArray, *, eps: float, threshold: float = 2.0, taus: FloatArray | None = None
+) -> TransientFit:
+    """Least-squares fit of ``c + a exp(-t / tau)`` to ``x`` over a geometric grid of ``tau``
+    (2 points to the series' length; linear least squares in (c, a) for each), and the
+    point where the fitted transient falls below ``eps``. A transient counts only when its
+    amplitude is ``threshold`` AR(1)-corrected standard errors away from 0. Hypothesis
+    tests alone (MSER, changepoint) cannot see the long small tail of a slow transient that
+    still biases an estimate by a fraction of a percent; the fitted curve can."""
+    x = np.asarray(x, dtype=float)
+    n = x.size
+    if n < 20:
+        return TransientFit(0.0, 0.0, 0.0, 0, False)
+    t = np.arange(n, dtype=float)
+    grid = taus if taus is not None else np.geomspace(2.0, float(n), 40)
+    xc = x - x.mean()
+    best = (math.inf, 0.0, 0.0, 0.0)
+    for tau in grid:
+        e = np.exp(-t / tau)
+        ec = e - e.mean()
+        see = float(ec @ ec)
+        if see <= 1e-12:
+            continue
+        a = float(ec @ xc) / see
+        r = xc - a * ec
+        sse = float(r @ r)
+        if sse < best[0]:
+            best = (sse, float(tau), a, see)
+    sse, tau, a, see = best
+    if not math.isfinite(sse) or tau == 0.0:
+        return TransientFit(0.0, 0.0, 0.0, 0, False)
+    e = np.exp(-t / tau)
+    resid = xc - a * (e - e.mean())
+    rho = max(0.0, ar1_coefficient(resid))
+    se = math.sqrt(sse / (n - 3) * long_run_variance_factor(rho) / see)
+    t_stat = a / se if se > 0 else 0.0
+    at_limit = tau >= float(grid[-2])
+    if abs(t_stat) < threshold or abs(a) <= eps:
+        return TransientFit(a, tau, t_stat, 0, False)
+    end = int(math.ceil(tau * math.log(abs(a) / eps)))
+    return TransientFit(a, tau, t_stat, end, at_limit)
+
+
 def _trend_t(y: FloatArray) -> float:
     """t statistic of the OLS slope of ``y`` on time, residual variance AR(1)-corrected."""
     n = y.size

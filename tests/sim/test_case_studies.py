@@ -210,4 +210,5 @@ def test_noise_is_paper_like_and_the_measured_effect_is_the_true_one() -> None:
     pair.windows(1.0, 300)  # warm-up
     arr = pair.arrays(1.0, 20_000)
     est = np.exp(np.mean(np.log(arr.mips[:, 1] / arr.mips[:, 0])) - np.log1p(pair.host_bias)) - 1
-    assert est == pytest.approx(model.true_effect(exp.production, soft), abs=0.004)
+    # (0.6 %: the hosts' slow wander, sd 0.2 % with tau 1 h, does not average out in 5.5 h)
+    assert est == pytest.approx(model.true_effect(exp.production, soft), abs=0.006)

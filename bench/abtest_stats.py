@@ -56,9 +56,11 @@ class Cond:
 
 CONDITIONS: list[Cond] = [
     Cond("shipped model (web-skylake18)"),
-    Cond("shipped model, load fully shared (old)", load={"host_correlation": 1.0,
-         "sensitivity_spread": 0.0, "share_sigma": 0.0}, noise={"wander_sd": 0.0,
-         "innovation_df": 0.0}),  # fmt: skip
+    Cond(
+        "shipped model, load fully shared (old)",
+        load={"host_correlation": 1.0, "sensitivity_spread": 0.0, "share_sigma": 0.0},
+        noise={"wander_sd": 0.0, "innovation_df": 0.0},
+    ),  # fmt: skip
     Cond("host bias 1 %, uncalibrated", host_bias=0.01),
     Cond("host bias 1 %, calibrated", host_bias=0.01, calibrated=True),
     Cond("host bias 2 %, uncalibrated", host_bias=0.02),
@@ -159,7 +161,13 @@ def _run(task: Task) -> Outcome:
         b = pair.host_bias
         memory = PairMemory(
             calibration=PairCalibration(
-                key_, hw, "mips", b, b - CAL_HALF_WIDTH, b + CAL_HALF_WIDTH, 3000,
+                key_,
+                hw,
+                "mips",
+                b,
+                b - CAL_HALF_WIDTH,
+                b + CAL_HALF_WIDTH,
+                3000,
                 datetime.now(UTC),
             ),  # fmt: skip
             hardware=hw,

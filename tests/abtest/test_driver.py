@@ -6,11 +6,10 @@ import math
 import re
 from collections import Counter
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-
-from datetime import UTC, datetime, timedelta
 
 from musku.abtest import Progress, run_comparison
 from musku.abtest.calibration import PairCalibration, PairMemory, pair_identity

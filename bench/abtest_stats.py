@@ -257,12 +257,12 @@ def report(conds: list[Cond], outs: list[Outcome]) -> bool:
         print("| host load correlation | cs median samples | cs A/A FP | welch median samples "
               "| welch A/A FP | welch / cs samples | cs without CUPED median | CUPED gain |")  # fmt: skip
         print("|---|---|---|---|---|---|---|---|")
-        for c in PAIRING:
-            cs = _stats(pairing.get(f"corr {c:g} cs", []))
-            w = _stats(pairing.get(f"corr {c:g} welch", []))
-            nc = _stats(pairing.get(f"corr {c:g} cs-nocuped", []))
+        for rho in PAIRING:
+            cs = _stats(pairing.get(f"corr {rho:g} cs", []))
+            w = _stats(pairing.get(f"corr {rho:g} welch", []))
+            nc = _stats(pairing.get(f"corr {rho:g} cs-nocuped", []))
             print(
-                f"| {c:g} | {cs['median']:,.0f} | {cs['fp']} | {w['median']:,.0f} | {w['fp']} | "
+                f"| {rho:g} | {cs['median']:,.0f} | {cs['fp']} | {w['median']:,.0f} | {w['fp']} | "
                 f"{w['median'] / cs['median']:.2f} | {nc['median']:,.0f} | "
                 f"{nc['median'] / cs['median']:.2f}x |"
             )

@@ -97,19 +97,27 @@ class PairMemory:
     now: datetime | None = None
     transients: MutableMapping[str, float] = field(default_factory=dict)
     on_breach: Callable[[str], None] | None = None
-    warnings: list[str] = field(default_factory=list)
 
-    def early_bound(self) -> float | None:
-        """The calibrated bias bound when early decisions are allowed, else None (with the
-        reason in ``warnings``)."""
+    def early_bound(self) -> tuple[float | None, str]:
+        """(the calibrated bias bound when early decisions are allowed else None, a warning
+        when a calibration exists but is not usable)."""
         cal = self.calibration
         if cal is None:
-            return None
+            return None, ""
         ok, why = cal.usable(self.hardware, now=self.now, max_age_s=self.max_age_s)
         if not ok:
-            self.warnings.append(f"{why}: early decisions off")
-            return None
-        return cal.bound
+            return None, f"{why}: early decisions off"
+        return cal.bound, ""
+
+    def breach(self, note: str) -> None:
+        """A comparison's bias estimate breached the bound: no early decisions on this pair
+        until it is calibrated again (and the store is told, through ``on_breach``)."""
+        if self.calibration is not None and not self.calibration.needs_recalibration:
+            from dataclasses import replace
+
+            self.calibration = replace(self.calibration, needs_recalibration=True, note=note)
+        if self.on_breach is not None:
+            self.on_breach(note)
 
     def check_bound(self) -> float:
         """The bias bound every crossover comparison is checked against."""
@@ -157,3 +165,74 @@ def calibrate_pair(
         taken_at=datetime.now(UTC),
     )
     return cal, result
+
+
+def memory_for(pair: Any, store: Any | None, *, max_age_s: float | None = None) -> PairMemory:
+    """The :class:`PairMemory` of ``pair``: its newest calibration and its per-configuration
+    transients from ``store`` (a breach marks the calibration there), or an in-memory one
+    shared by the comparisons of one run without a store. ``max_age_s`` defaults to
+    ``$MUSKU_CALIBRATION_MAX_AGE_H`` hours, else :data:`DEFAULT_MAX_AGE_S`."""
+    import os
+
+    if max_age_s is None:
+        env = os.environ.get("MUSKU_CALIBRATION_MAX_AGE_H", "")
+        try:
+            max_age_s = float(env) * 3600.0 if env else DEFAULT_MAX_AGE_S
+        except ValueError:
+            from musku.errors import InputError
+
+            raise InputError(
+                f"MUSKU_CALIBRATION_MAX_AGE_H = {env!r} must be a number of hours"
+            ) from None
+    key, hw = pair_identity(pair.describe())
+    if store is None:
+        return PairMemory(hardware=hw, max_age_s=max_age_s)
+
+    def breach(note: str) -> None:
+        store.mark_recalibration(key, note)
+
+    return PairMemory(
+        calibration=store.calibration(key),
+        hardware=hw,
+        max_age_s=max_age_s,
+        transients=store.transients(key, hw),
+        on_breach=breach,
+    )
+
+
+def calibrate_experiment(
+    experiment: Any,
+    store: Any | None,
+    *,
+    seed: int | None = None,
+    precision: float = 0.0025,
+    should_stop: Callable[[], bool] | None = None,
+) -> tuple[PairCalibration | None, Any]:
+    """``musku pair calibrate``: open the experiment's pair, run the A/A on its baseline
+    configuration, store the calibration (when one could be measured), put the hosts back."""
+    from musku.sweep.sweep import open_pair
+
+    pair = open_pair(experiment, seed=seed)
+    try:
+        if store is not None:
+            pair.use_store(store)
+        cal, result = calibrate_pair(
+            pair,
+            experiment.baseline_config,
+            experiment.spec,
+            precision=precision,
+            seed=seed,
+            should_stop=should_stop,
+        )
+        if cal is not None and store is not None:
+            cal = replace_id(cal, store.save_calibration(cal))
+        pair.restore()
+        return cal, result
+    finally:
+        pair.close()
+
+
+def replace_id(cal: PairCalibration, id_: int) -> PairCalibration:
+    from dataclasses import replace
+
+    return replace(cal, id=id_)

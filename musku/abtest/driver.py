@@ -729,8 +729,7 @@ class _Comparison:
                 f"±{bound * 100:.2f} %: pair marked for recalibration, early decisions off"
             )
             self.notes.append(self.bias_note)
-            if self.memory.on_breach is not None:
-                self.memory.on_breach(self.bias_note)
+            self.memory.breach(self.bias_note)
 
     def _look(self) -> tuple[Decision, str] | None:
         self.verdict = self.rule.look(self._evidence())
@@ -794,7 +793,7 @@ class _Comparison:
         th = self.pair.threading()
         roles = {"A": th[0], "B": th[1]} if self.sign > 0 else {"A": th[1], "B": th[0]}
         detail = f"; {self.verdict.detail}" if self.verdict.detail and decision.final else ""
-        for note in self.memory.warnings + self.notes:
+        for note in self.notes:
             detail += f"; {note}"
         return ComparisonResult(
             baseline=self.baseline,
@@ -899,13 +898,13 @@ def _concat(chunks: list[_Chunk]) -> _Chunk:
     )
 
 
-def _early_gate(pair: HostPair, rule: DecisionRule, memory: PairMemory) -> None:
+def _early_gate(pair: HostPair, rule: DecisionRule, memory: PairMemory) -> str:
     """Early (pre-crossover) decisions only within a usable calibrated bound: the larger of
     the calibration's bound and any bound given explicitly (rule options, or the pair's
     ``describe()["max_host_bias"]``); without a usable calibration the early path is off
-    and the crossover sequence gets all of alpha."""
+    and the crossover sequence gets all of alpha. Returns a warning ("" when none)."""
     if not hasattr(rule, "max_host_bias") or not getattr(rule, "early", False):
-        return
+        return ""
     given: float | None = (
         float(rule.max_host_bias) if getattr(rule, "max_host_bias_given", False) else None  # type: ignore[attr-defined]
     )
@@ -920,11 +919,12 @@ def _early_gate(pair: HostPair, rule: DecisionRule, memory: PairMemory) -> None:
                     f"the host pair's max_host_bias = {bound!r} is invalid: must be in [0, 0.5)"
                 )
             given = float(bound)
-    calibrated = memory.early_bound()
+    calibrated, warning = memory.early_bound()
     if calibrated is None:
         rule.early = False  # type: ignore[attr-defined]
-        return
+        return warning
     rule.max_host_bias = max(calibrated, given or 0.0)  # type: ignore[attr-defined]
+    return ""
 
 
 def run_comparison(
@@ -956,7 +956,10 @@ def run_comparison(
         rule, seed=spec.stats.seed if seed is None else seed, **dict(rule_options or {})
     )
     memory = memory if memory is not None else PairMemory()
-    _early_gate(pair, rule_obj, memory)
-    return _Comparison(
+    warning = _early_gate(pair, rule_obj, memory)
+    cmp = _Comparison(
         pair, baseline, candidate, spec, rule_obj, on_window, on_progress, should_stop, memory
-    ).run()
+    )
+    if warning:
+        cmp.notes.append(warning)
+    return cmp.run()

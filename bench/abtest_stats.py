@@ -309,7 +309,11 @@ def main(argv: list[str] | None = None) -> int:
         outs = [_run(t) for t in tasks]
     else:
         with mp.get_context("fork").Pool(workers, _init, (conds,)) as pool:
-            outs = list(pool.imap_unordered(_run, tasks, chunksize=4))
+            outs = []
+            for o in pool.imap_unordered(_run, tasks, chunksize=4):
+                outs.append(o)
+                if len(outs) % 500 == 0:
+                    print(f"  {len(outs)} done, {time.perf_counter() - t0:.0f} s", flush=True)
     wall = time.perf_counter() - t0
     ok = report(conds, outs)
     print(f"\nwall time {wall:.0f} s on {workers} worker(s)")

@@ -478,8 +478,17 @@ class _Comparison:
         return max(v.discard, f.end), v.extend or f.at_limit
 
     def _pilot(self, steady: _Chunk) -> None:
-        """Batch size, period length and the rule's tuning from the first steady windows."""
+        """Batch size, period length and the rule's tuning from the first steady windows
+        (CUPED-adjusted with the pilot's own coefficient when the hosts report the covariate:
+        the rule is tuned to the variance it will see)."""
         d = self._log_ratio(steady)
+        if self.cov_metric is not None and steady.c0 is not None and steady.c1 is not None:
+            v = steady.valid
+            c = self.sign * (np.log(steady.c1[v]) - np.log(steady.c0[v]))
+            cc = c - c.mean()
+            sxx = float(cc @ cc)
+            if d.size >= 20 and sxx > 1e-12 * d.size:
+                d = d - (float(cc @ (d - d.mean())) / sxx) * c
         if self.rule.fixed_batch is not None:
             self.b = int(self.rule.fixed_batch)
             rho = stats.ar1_coefficient(d) if d.size >= 4 else 0.0
@@ -710,7 +719,7 @@ class _Comparison:
         """The comparison's own host-bias estimate against the bound in use: a confidence
         sequence over the looks that lies wholly beyond it marks the pair for recalibration
         (once per comparison) and keeps the early path off."""
-        if self.bias_note or not self.rule.crossover:
+        if self.bias_note or not self.rule.crossover or not getattr(self.rule, "check_bias", 0):
             return
         interval = getattr(self.rule, "bias_interval", None)
         if not callable(interval):

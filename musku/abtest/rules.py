@@ -152,6 +152,7 @@ class ConfidenceSequenceRule(DecisionRule):
     before ``min_batches`` batches (and ``min_per_order`` of each role order)."""
 
     name = "cs"
+    check_bias = True  # the driver holds each comparison's bias estimate to the bound
 
     def __init__(
         self,
@@ -360,6 +361,7 @@ class CalibrationRule(ConfidenceSequenceRule):
     sequence is within ``precision`` (relative) of its estimate, after ``min_batches``."""
 
     name = "calibrate"
+    check_bias = False  # it measures the bias; there is no bound to hold it to yet
 
     def __init__(self, *, seed: int | None = None, precision: float = 0.0025) -> None:
         super().__init__(seed=seed, early=False, covariate=COVARIATE)

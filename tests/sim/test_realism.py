@@ -131,18 +131,49 @@ def test_windows_and_window_agree_with_the_new_noise() -> None:
 @pytest.mark.parametrize(
     ("old", "new", "fragment", "line_has"),
     [
-        ("[noise]\nar_phi = 0.6", "[noise]\nar_phi = 0.6\ninnovation_df = 1.5", "innovation_df", "innovation_df"),
-        ("[noise]\nar_phi = 0.6", "[noise]\nar_phi = 0.6\nwander_sd = 0.7", "wander_sd", "wander_sd"),
-        ("diurnal_amplitude = 0.1", "diurnal_amplitude = 0.1\nhost_correlation = 1.2",
-         "host_correlation", "host_correlation"),  # fmt: skip
-        ("diurnal_amplitude = 0.1", "diurnal_amplitude = 0.1\nsensitivity_spread = -0.1",
-         "sensitivity_spread", "sensitivity_spread"),  # fmt: skip
-        ("[timing]", "[noise.warmup]\nstart = \"tepid\"\n\n[timing]", "start", "start"),
-        ("[knobs.thp.p99]", "[knobs.thp.warmup]\nmadvise = { amplitude = 1.5, tau_s = 10 }\n\n"
-         "[knobs.thp.p99]", "amplitude", "madvise"),  # fmt: skip
-        ("[knobs.thp.p99]", "[knobs.thp.warmup]\nnever = { amplitude = 0.1, tau_s = 10 }\n\n"
-         "[knobs.thp.p99]", "no throughput", "never"),  # fmt: skip
-        ("why = \"overlap\"", "why = \"overlap\"\nwarmup = { amplitude = 0.1 }", "tau_s", "[[interactions]]"),
+        (
+            "[noise]\nar_phi = 0.6",
+            "[noise]\nar_phi = 0.6\ninnovation_df = 1.5",
+            "innovation_df",
+            "innovation_df",
+        ),
+        (
+            "[noise]\nar_phi = 0.6",
+            "[noise]\nar_phi = 0.6\nwander_sd = 0.7",
+            "wander_sd",
+            "wander_sd",
+        ),
+        (
+            "diurnal_amplitude = 0.1",
+            "diurnal_amplitude = 0.1\nhost_correlation = 1.2",
+            "host_correlation",
+            "host_correlation",
+        ),  # fmt: skip
+        (
+            "diurnal_amplitude = 0.1",
+            "diurnal_amplitude = 0.1\nsensitivity_spread = -0.1",
+            "sensitivity_spread",
+            "sensitivity_spread",
+        ),  # fmt: skip
+        ("[timing]", '[noise.warmup]\nstart = "tepid"\n\n[timing]', "start", "start"),
+        (
+            "[knobs.thp.p99]",
+            "[knobs.thp.warmup]\nmadvise = { amplitude = 1.5, tau_s = 10 }\n\n[knobs.thp.p99]",
+            "amplitude",
+            "madvise",
+        ),  # fmt: skip
+        (
+            "[knobs.thp.p99]",
+            "[knobs.thp.warmup]\nnever = { amplitude = 0.1, tau_s = 10 }\n\n[knobs.thp.p99]",
+            "no throughput",
+            "never",
+        ),  # fmt: skip
+        (
+            'why = "overlap"',
+            'why = "overlap"\nwarmup = { amplitude = 0.1 }',
+            "tau_s",
+            "[[interactions]]",
+        ),
     ],
 )
 def test_out_of_range_parameters_are_one_file_line_error(

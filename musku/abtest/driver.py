@@ -456,7 +456,13 @@ class _Comparison:
         base_s = min_n * self.interval
         for h, cfg in enumerate(cfgs):
             k = own[h] if probe.c0 is not None else discard
-            got = base_s + self.interval * (int(valid_idx[k]) if k < valid_idx.size else cut)
+            if k > 0:
+                got = base_s + self.interval * (int(valid_idx[k]) if k < valid_idx.size else cut)
+            else:
+                # nothing left after the blind minimum: the transient may be shorter than what
+                # was discarded; remember half of it (at least the spec's warm-up), so a length
+                # that is no longer seen fades instead of ratcheting up
+                got = max(self.warm_n * self.interval, 0.5 * self._known_transient(cfg))
             key = cfg.key()
             self.transients[key] = max(self.transients.get(key, 0.0), got)
         self.warm_s.append(
@@ -787,14 +793,10 @@ class _Comparison:
             outcome = (Decision.ABORTED, f"stopped on request after {self.d.n:,} samples")
         except _Transient as exc:
             outcome = (Decision.INCONCLUSIVE, str(exc))
-        # what was measured about the pair goes back to its memory (the DB when stored)
+        # what was measured about the pair goes back to its memory (the DB when stored:
+        # there the median of the newest three counts, so one spurious detection fades)
         for key, secs in self.transients.items():
-            try:
-                old = float(self.memory.transients.get(key, 0.0))
-            except (TypeError, ValueError):
-                old = 0.0
-            if secs > old:
-                self.memory.transients[key] = secs
+            self.memory.transients[key] = secs
         decision, reason = outcome
         if not self.cov_seen and hasattr(self.rule, "covariate"):
             self.rule.covariate = None  # the hosts did not report it: say so in the method

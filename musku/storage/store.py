@@ -899,8 +899,9 @@ class Store:
 
     @_guard
     def transient(self, pair: str, hardware: str, config_key: str) -> float | None:
-        """The warm-up transient (s) remembered for a configuration on a pair: the longest of
-        its three newest measurements (None: never measured)."""
+        """The warm-up transient (s) remembered for a configuration on a pair: the median of
+        its three newest measurements, so one spurious long detection does not stick (None:
+        never measured)."""
         with self._session() as s:
             vals = s.scalars(
                 select(ConfigTransientRow.seconds)
@@ -912,7 +913,7 @@ class Store:
                 .order_by(ConfigTransientRow.id.desc())
                 .limit(3)
             ).all()
-            return max(vals) if vals else None
+            return float(sorted(vals)[len(vals) // 2]) if vals else None
 
     def transients(self, pair: str, hardware: str) -> StoredTransients:
         """A mapping config key -> transient seconds backed by this store (for
@@ -940,7 +941,7 @@ class StoredTransients(MutableMapping[str, float]):
         self._cache[key] = float(value)
 
     def __delitem__(self, key: str) -> None:
-        raise TypeError("measured transients are kept (the newest three count)")
+        raise TypeError("measured transients are kept (the median of the newest three counts)")
 
     def __iter__(self) -> Iterator[str]:
         return iter(dict(self._cache))

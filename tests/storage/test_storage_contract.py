@@ -376,11 +376,15 @@ def test_pair_calibrations(store: Store) -> None:
 
 
 def test_config_transients(store: Store) -> None:
-    """Per-configuration warm-up transients: the longest of the three newest measurements."""
+    """Per-configuration warm-up transients: the median of the three newest measurements."""
     assert store.transient("p", "hw", "cfg") is None
-    for secs in (900.0, 120.0, 150.0, 130.0):
-        store.save_transient("p", "hw", "cfg", secs)
-    assert store.transient("p", "hw", "cfg") == 150.0  # 900 s has aged out
+    store.save_transient("p", "hw", "cfg", 120.0)
+    assert store.transient("p", "hw", "cfg") == 120.0
+    store.save_transient("p", "hw", "cfg", 900.0)  # one spurious long one
+    store.save_transient("p", "hw", "cfg", 150.0)
+    assert store.transient("p", "hw", "cfg") == 150.0
+    store.save_transient("p", "hw", "cfg", 130.0)
+    assert store.transient("p", "hw", "cfg") == 150.0  # 900, 150, 130
     assert store.transient("p", "other-hw", "cfg") is None
     mem = store.transients("p", "hw")
     assert mem.get("cfg") == 150.0 and mem.get("new") is None

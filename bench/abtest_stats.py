@@ -1,36 +1,26 @@
 #!/usr/bin/env python3
-"""Statistical quality and cost of musku's sequential A/B tester, on the simulator.
+"""Statistical robustness of musku's sequential A/B tester, on the simulator.
 
-Runs, in one go and on the same simulated set-ups (musku.sim.SimPair, host bias 0.3 %):
+One table, one row per condition (the simulator wrong in one way real hosts are), each with:
+runs; A/A (or null) false positives, rate and Clopper-Pearson 95 % interval; power for a true
++1.00 % effect with the sign right; coverage of the 95 % intervals at the stop (null and +1 %
+runs); median samples per host to the decision for +1 %. Targets: false positives <= 5 %,
+coverage >= 94 %, power >= 90 % (printed as PASS/FAIL per row).
 
-- A/A: the same configuration on both roles, continuously monitored (a look after every
-  batch): false-positive rate (BETTER or WORSE) with its Clopper-Pearson 95 % interval, for
-  musku (``cs``), the paper's method (``welch``: unpaired Welch t-test at 95 % checked after
-  every batch, no crossover, cap 30,000) and a paired test without crossover
-  (``naive-paired``, fooled by the host bias);
-- power: a true +1 % effect (prefetch l2hw_dcu -> all_on in the model, set to exactly 1 %):
-  fraction of correct BETTER decisions;
-- efficiency: median samples per host to a decision for the 1 % effect, musku vs the paper's
-  method in the same run;
-- coverage: fraction of musku's intervals (A/A and 1 % runs) that contain the true effect;
-- cost: Python seconds per comparison.
+The set-up: ``experiments/sim/web-skylake18.toml`` (the shipped model, with its realistic
+partly shared load, wander, heavy tails and warm start), the candidate the prefetcher step
+l2hw_dcu -> all_on set to exactly +1.00 % (or to 0 for the null runs of conditions whose
+candidate differs from the baseline); min_effect 0.5 %, warmup_s 60, 95 %, cap 30,000.
+"Calibrated" rows give the pair a fresh calibration of its true bias +-0.25 % (what
+``musku pair calibrate`` measures at its default precision), which enables the early path.
 
-Noise set-ups from the paper-calibrated model file (experiments/sim/web-skylake18.toml):
+Second table: samples and A/A rates of musku's paired test (``cs``) next to the paper-style
+unpaired Welch test (``welch``) at host load correlation 0, 0.5, 0.9 and 0.99, in the same run;
+third: the CUPED gain (median samples with and without the covariate adjustment).
 
-- paper-like: the file's noise (per-host AR(1) phi 0.6, sigma 2.5 %; diurnal +-15 %, hourly
-  +8 % bursts, outliers, warm-up transient) plus per-second live-load fluctuation common to
-  both hosts (``--load-jitter``, default 25 %: the request-mix swings a production server sees
-  second to second behind a shared load balancer; the paired log-ratio cancels it, an
-  unpaired test cannot). In this regime the paper's unpaired test needs thousands of samples
-  for a 1 % effect, as the paper's 30,000-sample cap suggests.
-- a sweep of the efficiency over other jitter levels (``--sweep``, default the file's own
-  0.5 % and 10 %), so the dependence on this one assumption is printed next to the target.
-
-Targets (printed as PASS/FAIL): A/A FPR <= 5 %, power >= 90 %, musku's median samples
-<= 1/5 of the paper method's, coverage >= 94 %.
-
-    python bench/abtest_stats.py                 # default: 500 A/A + 200 power, 2 workers
-    python bench/abtest_stats.py --aa 100 --power 50 --workers 1
+    python bench/abtest_stats.py                # full: 300 null + 100 power runs per row
+    python bench/abtest_stats.py --runs 100     # null runs per row (power: runs / 3)
+    python bench/abtest_stats.py --quick        # smoke test: a few runs of a few rows
 """
 
 from __future__ import annotations
@@ -41,19 +31,69 @@ import statistics
 import sys
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_FILE = ROOT / "experiments" / "sim" / "web-skylake18.toml"
+CAL_HALF_WIDTH = 0.0025
+
+
+@dataclass(frozen=True)
+class Cond:
+    name: str
+    noise: dict[str, Any] = field(default_factory=dict)  # [noise] overrides
+    load: dict[str, Any] = field(default_factory=dict)  # [noise.load] overrides
+    warmup: tuple[float, float] | None = None  # candidate's extra (amplitude, tau_s)
+    host_bias: float | None = None
+    calibrated: bool = False
+    null_differs: bool = False  # the null candidate is another configuration (same speed)
+    rule: str = "cs"
+    options: tuple[tuple[str, Any], ...] = ()
+    table: str = "main"
+
+
+CONDITIONS: list[Cond] = [
+    Cond("shipped model (web-skylake18)"),
+    Cond(
+        "shipped model, load fully shared (old)",
+        load={"host_correlation": 1.0, "sensitivity_spread": 0.0, "share_sigma": 0.0},
+        noise={"wander_sd": 0.0, "innovation_df": 0.0},
+    ),  # fmt: skip
+    Cond("host bias 1 %, uncalibrated", host_bias=0.01),
+    Cond("host bias 1 %, calibrated", host_bias=0.01, calibrated=True),
+    Cond("host bias 2 %, uncalibrated", host_bias=0.02),
+    Cond("host bias 2 %, calibrated", host_bias=0.02, calibrated=True),
+    Cond("host bias 3 %, uncalibrated", host_bias=0.03),
+    Cond("host bias 3 %, calibrated", host_bias=0.03, calibrated=True),
+    Cond("candidate warm-up +5 % tau 120 s", warmup=(0.05, 120.0), null_differs=True),
+    Cond("candidate warm-up +10 % tau 300 s", warmup=(0.10, 300.0), null_differs=True),
+    Cond("AR phi 0.9", noise={"ar_phi": 0.9}),
+    Cond("wander sd 1 %", noise={"wander_sd": 0.01}),
+    Cond("Student-t(3) innovations", noise={"innovation_df": 3.0}),
+    Cond("host load correlation 0.5", load={"host_correlation": 0.5}),
+    Cond("host load correlation 0.9", load={"host_correlation": 0.9}),
+]
+
+PAIRING = [0.0, 0.5, 0.9, 0.99]
+
+
+def pairing_conds() -> list[Cond]:
+    out = []
+    for c in PAIRING:
+        for rule in ("cs", "welch"):
+            out.append(Cond(f"corr {c:g} {rule}", load={"host_correlation": c}, rule=rule,
+                            table="pairing"))  # fmt: skip
+        out.append(Cond(f"corr {c:g} cs-nocuped", load={"host_correlation": c},
+                        options=(("covariate", None),), table="cuped"))  # fmt: skip
+    return out
 
 
 @dataclass(frozen=True)
 class Task:
-    scenario: float  # common per-second load jitter of the model
-    kind: str  # "aa" | "power"
-    rule: str
+    cond: int
+    kind: str  # "null" | "power"
     seed: int
 
 
@@ -65,58 +105,78 @@ class Outcome:
     ci_low: float
     ci_high: float
     samples: int
-    host_time_s: float
-    cpu_s: float
     truth: float
+    cpu_s: float
 
 
 _STATE: dict[str, Any] = {}
 
 
-def _model_dict(load_jitter: float | None) -> dict[str, Any]:
-    data = tomllib.loads(MODEL_FILE.read_text())
-    # candidate for the power runs: make the prefetcher step exactly +1 %
-    data["knobs"]["prefetch"]["throughput"]["l2hw_dcu"] = 1.0 / 1.01
-    if load_jitter is not None:
-        data.setdefault("noise", {}).setdefault("load", {})["jitter_sigma"] = load_jitter
-    return data
-
-
-def _init(jitters: list[float]) -> None:
-    from musku.domain import ComparisonSpec, StatsSettings
+def _model(cond: Cond, power: bool) -> Any:
     from musku.sim import SimModel
 
-    models = {
-        j: SimModel.from_dict(_model_dict(j), source=f"web-skylake18, load jitter {j}")
-        for j in jitters
-    }
-    ref = next(iter(models.values())).reference_config
-    assert ref is not None
-    base = ref.with_("prefetch", "l2hw_dcu")
-    _STATE.update(
-        models=models,
-        base=base,
-        cand=base.with_("prefetch", "all_on"),
-        spec=ComparisonSpec(
-            metric="mips",
-            stats=StatsSettings(
-                confidence=0.95, min_effect=0.005, warmup_s=60.0, sample_cap=30_000
-            ),
-        ),
+    data = tomllib.loads(MODEL_FILE.read_text())
+    knobs = data["knobs"]["prefetch"]
+    knobs["throughput"]["l2hw_dcu"] = 1.0 / 1.01 if power else 1.0
+    if cond.warmup is not None:
+        amp, tau = cond.warmup
+        knobs["warmup"] = {"all_on": {"amplitude": amp, "tau_s": tau}}
+    noise = data.setdefault("noise", {})
+    noise.update(cond.noise)
+    noise.setdefault("load", {}).update(cond.load)
+    return SimModel.from_dict(data, source=f"{MODEL_FILE.name}: {cond.name}")
+
+
+def _init(conds: list[Cond]) -> None:
+    from musku.domain import ComparisonSpec, StatsSettings
+
+    _STATE["conds"] = conds
+    _STATE["models"] = {}
+    _STATE["spec"] = ComparisonSpec(
+        metric="mips",
+        stats=StatsSettings(confidence=0.95, min_effect=0.005, warmup_s=60.0, sample_cap=30_000),
     )
 
 
 def _run(task: Task) -> Outcome:
+    from datetime import UTC, datetime
+
     from musku.abtest import run_comparison
+    from musku.abtest.calibration import PairCalibration, PairMemory, pair_identity
     from musku.sim import SimPair
 
-    model = _STATE["models"][task.scenario]
-    base = _STATE["base"]
-    cand = base if task.kind == "aa" else _STATE["cand"]
-    pair = SimPair(model, seed=task.seed, host_bias=0.003, initial=(base, base))
+    cond: Cond = _STATE["conds"][task.cond]
+    power = task.kind == "power"
+    key = (task.cond, power)
+    if key not in _STATE["models"]:
+        _STATE["models"][key] = _model(cond, power)
+    model = _STATE["models"][key]
+    assert model.reference_config is not None
+    base = model.reference_config.with_("prefetch", "l2hw_dcu")
+    cand = base.with_("prefetch", "all_on") if power or cond.null_differs else base
+    pair = SimPair(model, seed=task.seed, host_bias=cond.host_bias, initial=(base, base))
+    memory = PairMemory()
+    if cond.calibrated:
+        key_, hw = pair_identity(pair.describe())
+        b = pair.host_bias
+        memory = PairMemory(
+            calibration=PairCalibration(
+                key_,
+                hw,
+                "mips",
+                b,
+                b - CAL_HALF_WIDTH,
+                b + CAL_HALF_WIDTH,
+                3000,
+                datetime.now(UTC),
+            ),  # fmt: skip
+            hardware=hw,
+        )
     t0 = time.process_time()
-    r = run_comparison(pair, base, cand, _STATE["spec"], seed=task.seed, rule=task.rule)
-    cpu = time.process_time() - t0
+    r = run_comparison(
+        pair, base, cand, _STATE["spec"], seed=task.seed, rule=cond.rule,
+        rule_options=dict(cond.options), memory=memory,
+    )  # fmt: skip
     return Outcome(
         task,
         r.decision.value,
@@ -124,9 +184,8 @@ def _run(task: Task) -> Outcome:
         r.ci_low,
         r.ci_high,
         r.samples,
-        r.host_time_s,
-        cpu,
         model.true_effect(base, cand, "mips"),
+        time.process_time() - t0,
     )
 
 
@@ -139,208 +198,125 @@ def clopper_pearson(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
     return lo, hi
 
 
-def _rate(k: int, n: int) -> str:
+def _fp(runs: list[Outcome]) -> tuple[int, int, str]:
+    k = sum(o.decision in ("better", "worse") for o in runs)
+    n = len(runs)
+    if not n:
+        return 0, 0, "-"
     lo, hi = clopper_pearson(k, n)
-    return f"{k}/{n} = {100 * k / n:5.2f} %  (95 % CI {100 * lo:.2f}-{100 * hi:.2f} %)"
+    return k, n, f"{100 * k / n:5.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]"
 
 
-def _check(label: str, ok: bool) -> str:
-    return f"  [{'PASS' if ok else 'FAIL'}] {label}"
+def _stats(runs: list[Outcome]) -> dict[str, Any]:
+    null = [o for o in runs if o.task.kind == "null"]
+    pw = [o for o in runs if o.task.kind == "power"]
+    k, n, fp = _fp(null)
+    good = sum(o.decision == "better" for o in pw)
+    cov_runs = [o for o in runs if o.decision != "aborted"]
+    cov = sum(o.ci_low <= o.truth <= o.ci_high for o in cov_runs)
+    return {
+        "null_n": n,
+        "fp_k": k,
+        "fp": fp,
+        "power_n": len(pw),
+        "power": good / len(pw) if pw else float("nan"),
+        "coverage": cov / len(cov_runs) if cov_runs else float("nan"),
+        "median": statistics.median(o.samples for o in pw) if pw else float("nan"),
+        "null_median": statistics.median(o.samples for o in null) if null else float("nan"),
+        "cpu": statistics.median(o.cpu_s for o in runs) if runs else float("nan"),
+    }
 
 
-def _sel(outs: list[Outcome], jitter: float, kind: str, rule: str) -> list[Outcome]:
-    return [
-        o for o in outs if o.task.scenario == jitter and o.task.kind == kind and o.task.rule == rule
-    ]
-
-
-def _decisions(runs: list[Outcome]) -> dict[str, int]:
-    return {d: sum(o.decision == d for o in runs) for d in sorted({o.decision for o in runs})}
-
-
-def report(outs: list[Outcome], jitter: float) -> bool:
-    """The full figure set for the paper-like set-up; True when every target holds."""
+def report(conds: list[Cond], outs: list[Outcome]) -> bool:
+    by: dict[int, list[Outcome]] = {}
+    for o in outs:
+        by.setdefault(o.task.cond, []).append(o)
     ok = True
-    lines: list[str] = []
-    print(
-        f"\n=== paper-like noise: model file's noise + {100 * jitter:g} % "
-        "per-second common load jitter"
-    )
-    print("A/A (same configuration both roles), continuous monitoring, host bias 0.3 %:")
-    for rule in ("cs", "welch", "naive-paired"):
-        runs = _sel(outs, jitter, "aa", rule)
-        if not runs:
+    print("\n| condition | null runs | false positives [CP 95 %] | +1 % runs | power (sign right) "
+          "| coverage | median samples (+1 %) | targets |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for i, c in enumerate(conds):
+        if c.table != "main" or i not in by:
             continue
-        fp = sum(o.decision in ("better", "worse") for o in runs)
-        med = statistics.median(o.samples for o in runs)
-        name = {"cs": "musku", "welch": "paper method", "naive-paired": "paired, no crossover"}[
-            rule
+        s = _stats(by[i])
+        checks = [
+            s["fp_k"] <= 0.05 * s["null_n"],
+            s["power"] >= 0.90,
+            s["coverage"] >= 0.94,
         ]
+        ok &= all(checks)
+        flag = "PASS" if all(checks) else "FAIL (" + ", ".join(
+            w for w, g in zip(("FP", "power", "coverage"), checks, strict=True) if not g) + ")"  # fmt: skip
         print(
-            f"  {name:21s} false positives {_rate(fp, len(runs))}; "
-            f"median samples {med:,.0f}; {_decisions(runs)}"
+            f"| {c.name} | {s['null_n']} | {s['fp']} | {s['power_n']} | "
+            f"{100 * s['power']:.1f} % | {100 * s['coverage']:.1f} % | {s['median']:,.0f} | {flag} |"
         )
-        if rule == "cs":
-            aa_ok = fp / len(runs) <= 0.05
-            ok &= aa_ok
-            lines.append(
-                _check(f"musku A/A false-positive rate {100 * fp / len(runs):.2f} % <= 5 %", aa_ok)
+    pairing = {c.name: by.get(i, []) for i, c in enumerate(conds) if c.table != "main"}
+    if any(pairing.values()):
+        print("\nPaired (musku cs) vs paper-style unpaired Welch, same runs, +1 % effect:")
+        print("| host load correlation | cs median samples | cs A/A FP | welch median samples "
+              "| welch A/A FP | welch / cs samples | cs without CUPED median | CUPED gain |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|")
+        for rho in PAIRING:
+            cs = _stats(pairing.get(f"corr {rho:g} cs", []))
+            w = _stats(pairing.get(f"corr {rho:g} welch", []))
+            nc = _stats(pairing.get(f"corr {rho:g} cs-nocuped", []))
+            print(
+                f"| {rho:g} | {cs['median']:,.0f} | {cs['fp']} | {w['median']:,.0f} | {w['fp']} | "
+                f"{w['median'] / cs['median']:.2f} | {nc['median']:,.0f} | "
+                f"{nc['median'] / cs['median']:.2f}x |"
             )
-    pw_cs, pw_w = _sel(outs, jitter, "power", "cs"), _sel(outs, jitter, "power", "welch")
-    truth = pw_cs[0].truth if pw_cs else float("nan")
-    print(f"true effect {100 * truth:+.2f} % (model.true_effect), sample cap 30,000:")
-    meds: dict[str, float] = {}
-    for rule, runs in (("cs", pw_cs), ("welch", pw_w)):
-        if not runs:
-            continue
-        good = sum(o.decision == "better" for o in runs)
-        srt = sorted(o.samples for o in runs)
-        meds[rule] = statistics.median(srt)
-        hours = statistics.median(o.host_time_s for o in runs) / 3600
-        name = "musku" if rule == "cs" else "paper method"
-        print(
-            f"  {name:21s} correct (BETTER) {_rate(good, len(runs))}; "
-            f"samples median {meds[rule]:,.0f}, p90 {srt[int(0.9 * (len(srt) - 1))]:,}; "
-            f"host time median {hours:.2f} h; {_decisions(runs)}"
-        )
-        if rule == "cs":
-            g = good / len(runs) >= 0.90
-            ok &= g
-            lines.append(_check(f"musku power {100 * good / len(runs):.1f} % >= 90 %", g))
-    if "cs" in meds and "welch" in meds:
-        ratio = meds["cs"] / meds["welch"]
-        g = ratio <= 0.2
-        ok &= g
-        print(
-            f"efficiency: musku {meds['cs']:,.0f} vs paper method {meds['welch']:,.0f} "
-            f"median samples = 1/{1 / ratio:.1f}"
-        )
-        lines.append(_check(f"musku median samples {ratio:.3f} x the paper method's <= 1/5", g))
-    cov_runs = [o for o in _sel(outs, jitter, "aa", "cs") + pw_cs if o.decision != "aborted"]
-    if cov_runs:
-        cov = sum(o.ci_low <= o.truth <= o.ci_high for o in cov_runs)
-        print(
-            "coverage of musku's 95 % intervals at the stop (A/A + 1 % runs): "
-            f"{_rate(cov, len(cov_runs))}"
-        )
-        g = cov / len(cov_runs) >= 0.94
-        ok &= g
-        lines.append(_check(f"coverage {100 * cov / len(cov_runs):.2f} % >= 94 %", g))
-    cs_all = [o for o in outs if o.task.scenario == jitter and o.task.rule == "cs"]
-    if cs_all:
-        cpu = sorted(o.cpu_s for o in cs_all)
-        print(
-            f"musku Python time per comparison: median {1000 * statistics.median(cpu):.0f} ms, "
-            f"p95 {1000 * cpu[int(0.95 * (len(cpu) - 1))]:.0f} ms, max {1000 * cpu[-1]:.0f} ms"
-        )
-    print("\n".join(lines))
     return ok
-
-
-def report_sweep(outs: list[Outcome], jitters: list[float]) -> None:
-    """How each method's samples to a decision (1 % effect) depend on the common load."""
-    print("\n=== efficiency vs common per-second load jitter (1 % effect)")
-    print(
-        f"  {'jitter':>7s} {'musku median':>13s} {'paper median':>13s} {'ratio':>7s}"
-        f" {'paper A/A FPR':>14s}"
-    )
-    for j in jitters:
-        cs = _sel(outs, j, "power", "cs")
-        w = _sel(outs, j, "power", "welch")
-        aa = _sel(outs, j, "aa", "welch")
-        if not cs or not w:
-            continue
-        mc = statistics.median(o.samples for o in cs)
-        mw = statistics.median(o.samples for o in w)
-        fpr = (
-            f"{100 * sum(o.decision in ('better', 'worse') for o in aa) / len(aa):.1f} %"
-            if aa
-            else "-"
-        )
-        print(f"  {100 * j:6.1f}% {mc:13,.0f} {mw:13,.0f} {mc / mw:7.3f} {fpr:>14s}")
-    print(
-        "  (musku's paired log-ratio cancels the common load, the unpaired test pays for it;\n"
-        "   where the paper method is quick it is also fooled by the 0.3 % host bias)"
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--aa", type=int, default=500, help="A/A comparisons of musku (default 500)")
-    ap.add_argument(
-        "--power", type=int, default=200, help="1 %% effect comparisons per rule (default 200)"
-    )
-    ap.add_argument(
-        "--aa-paper", type=int, default=100, help="A/A runs of the paper method (to the cap: slow)"
-    )
-    ap.add_argument(
-        "--naive", type=int, default=100, help="A/A runs of the no-crossover paired rule"
-    )
+    ap.add_argument("--runs", type=int, default=300, help="null runs per condition (300)")
+    ap.add_argument("--power-runs", type=int, default=None, help="+1 %% runs (runs / 3)")
+    ap.add_argument("--pairing-runs", type=int, default=40, help="runs per pairing-table cell")
+    ap.add_argument("--quick", action="store_true", help="smoke test: few runs, few rows")
+    ap.add_argument("--only", default="", help="run only conditions whose name has this text")
     ap.add_argument("--workers", type=int, default=2, help="processes (at most 2)")
-    ap.add_argument(
-        "--load-jitter",
-        type=float,
-        default=0.25,
-        help="paper-like common load jitter (the case-study model files use 0.25 too)",
-    )
-    ap.add_argument(
-        "--sweep",
-        default="0.005,0.1",
-        help="extra load-jitter levels for the efficiency table ('' = none)",
-    )
-    ap.add_argument(
-        "--sweep-runs",
-        type=int,
-        default=50,
-        help="1 %% effect runs per rule, and paper-method A/A runs, per sweep level",
-    )
     ap.add_argument("--seed", type=int, default=1000, help="first seed")
     args = ap.parse_args(argv)
-    if (
-        min(args.aa, args.power, args.workers) < 1
-        or min(args.aa_paper, args.naive, args.sweep_runs) < 0
-    ):
-        ap.error("--aa/--power/--workers must be >= 1, --aa-paper/--naive/--sweep-runs >= 0")
-    try:
-        sweep = [float(x) for x in args.sweep.split(",") if x.strip()]
-    except ValueError:
-        ap.error("--sweep takes comma-separated numbers")
-    if not all(0 <= j < 0.5 for j in [args.load_jitter, *sweep]):
-        ap.error("load jitter must be in [0, 0.5)")
-    workers = min(2, args.workers)
-    main_j = args.load_jitter
-    jitters = [main_j] + [j for j in sweep if j != main_j]
+    if args.runs < 1 or args.workers < 1 or args.pairing_runs < 0:
+        ap.error("--runs and --workers must be >= 1, --pairing-runs >= 0")
+    conds = CONDITIONS + pairing_conds()
+    runs, power_runs, pruns = args.runs, args.power_runs, args.pairing_runs
+    if args.quick:
+        conds = [CONDITIONS[0], CONDITIONS[4], CONDITIONS[8]]
+        runs, power_runs, pruns = min(runs, 6), 3, 0
+    if args.only:
+        conds = [c for c in conds if args.only in c.name]
+    if power_runs is None:
+        power_runs = max(1, runs // 3)
     tasks: list[Task] = []
-    for i in range(args.aa):
-        tasks.append(Task(main_j, "aa", "cs", args.seed + i))
-    for i in range(args.aa_paper):
-        tasks.append(Task(main_j, "aa", "welch", args.seed + i))
-    for i in range(args.naive):
-        tasks.append(Task(main_j, "aa", "naive-paired", args.seed + i))
-    for i in range(args.power):
-        s = args.seed + 100_000 + i
-        tasks += [Task(main_j, "power", "cs", s), Task(main_j, "power", "welch", s)]
-    for j in jitters[1:]:
-        for i in range(args.sweep_runs):
-            s = args.seed + 100_000 + i
-            tasks += [Task(j, "power", "cs", s), Task(j, "power", "welch", s)]
-            tasks.append(Task(j, "aa", "welch", args.seed + i))
-    # longest first (the paper method's A/A runs go to the cap) for an even finish
-    tasks.sort(key=lambda t: (t.rule != "welch", t.kind != "aa"))
-    t0 = time.perf_counter()
+    for i, c in enumerate(conds):
+        if c.table == "main":
+            tasks += [Task(i, "null", args.seed + j) for j in range(runs)]
+            tasks += [Task(i, "power", args.seed + 100_000 + j) for j in range(power_runs)]
+        else:
+            tasks += [Task(i, "power", args.seed + 100_000 + j) for j in range(pruns)]
+            if c.rule == "welch" or c.options == ():
+                tasks += [Task(i, "null", args.seed + j) for j in range(pruns)]
+    # the slow ones first (welch A/A runs go to the cap) for an even finish
+    tasks.sort(key=lambda t: conds[t.cond].rule != "welch")
+    workers = min(2, args.workers)
     print(f"{len(tasks)} comparisons on {workers} worker(s)...", flush=True)
+    t0 = time.perf_counter()
     if workers == 1:
-        _init(jitters)
+        _init(conds)
         outs = [_run(t) for t in tasks]
     else:
-        ctx = mp.get_context("fork")
-        with ctx.Pool(workers, initializer=_init, initargs=(jitters,)) as pool:
-            outs = list(pool.imap_unordered(_run, tasks, chunksize=4))
+        with mp.get_context("fork").Pool(workers, _init, (conds,)) as pool:
+            outs = []
+            for o in pool.imap_unordered(_run, tasks, chunksize=4):
+                outs.append(o)
+                if len(outs) % 500 == 0:
+                    print(f"  {len(outs)} done, {time.perf_counter() - t0:.0f} s", flush=True)
     wall = time.perf_counter() - t0
-    ok = report(outs, main_j)
-    if len(jitters) > 1:
-        report_sweep(outs, jitters)
-    print(f"\nwall time {wall:.0f} s")
+    ok = report(conds, outs)
+    print(f"\nwall time {wall:.0f} s on {workers} worker(s)")
     return 0 if ok else 1
 
 

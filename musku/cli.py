@@ -288,6 +288,52 @@ def _check_seed(seed: int | None) -> None:
         raise InputError(f"--seed must be in 0..{MAX_SEED}, not {seed}")
 
 
+pair_app = typer.Typer(help="The host pair: calibration of its bias.", no_args_is_help=True)
+app.add_typer(pair_app, name="pair")
+
+
+@pair_app.command("calibrate")
+def pair_calibrate(
+    file: Annotated[Path, typer.Argument(help="Experiment file (TOML): hosts, metric.")],
+    db: DbOption = None,
+    seed: Annotated[int | None, typer.Option(help="Override the experiment's seed.")] = None,
+    precision: Annotated[
+        float, typer.Option(help="Stop when the bias is known to +- this (relative).")
+    ] = 0.0025,
+    json_out: JsonOption = False,
+) -> None:
+    """Measure the pair's host bias (an A/A on the baseline) and store it in the results DB."""
+    from rich.markup import escape
+
+    from musku.abtest.calibration import calibrate_experiment
+    from musku.errors import HostError, InputError
+    from musku.experiment import check_host_files, load_experiment
+
+    if not 0.0 < precision < 0.5:
+        raise InputError(f"--precision {precision!r} must be in (0, 0.5)")
+    experiment = load_experiment(file)
+    _check_seed(seed)
+    check_host_files(experiment)
+    store = _open_store(db)
+    try:
+        with _StopFlag() as stop:
+            cal, result = calibrate_experiment(
+                experiment, store, seed=seed, precision=precision, should_stop=stop.is_set
+            )
+    finally:
+        store.close()
+    if cal is None:
+        raise HostError(f"pair calibration measured no bias: {result.reason}")
+    if json_out:
+        _print_json({**cal.__dict__, "bound": cal.bound, "reason": result.reason})
+        return
+    _console().print(
+        f"pair {escape(str(cal.pair))}: host 1 vs host 0 bias {_pct(cal.bias)} "
+        f"{_interval(cal.ci_low, cal.ci_high)}, bound ±{cal.bound * 100:.2f} %, "
+        f"{cal.samples:,} samples, {_hours(result.host_time_s)} of host time; stored (id {cal.id})"
+    )
+
+
 def _parse_pairs(text: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in text:

@@ -48,6 +48,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from musku.abtest import stats
+from musku.abtest.calibration import PairMemory
 from musku.abtest.rules import DecisionRule, Evidence, RuleSetup, Verdict, make_rule, pct
 from musku.domain import (
     ComparisonResult,
@@ -64,11 +65,13 @@ from musku.hosts.base import HostPair
 FloatArray = NDArray[np.float64]
 WindowRow = dict[str, Any]
 
-PROBE_MIN = 60  # windows searched for the end of the transient after the minimum warm-up
-PROBE_ROUNDS = 3  # extra probes when the transient outlasts the first one
-SWAP_OVERHEAD = 3.0  # period length / swap cost
+PROBE_MIN = 180  # windows searched for the end of the transient after the minimum warm-up
+TRANSIENT_CAP_S = 3600.0  # a transient still going after this long: INCONCLUSIVE
+TRANSIENT_EPS = 0.1  # a transient has ended where it is below this x min_effect
+TRANSIENT_T = 2.0  # a fitted transient counts beyond this many standard errors
+SWAP_OVERHEAD = 3.0  # period length / swap cost (k: periods >= k x the measured transient)
 BATCH_CORRELATION = 0.05  # target correlation of neighbouring batch means
-BATCH_RHO_MARGIN = 1.0  # AR(1) coefficient upper bound: estimate + margin / sqrt(n)
+MIN_BATCHES_IN_CAP = 12  # the batch size never exceeds cap / this (else no decision fits)
 MEASURE_PIECE_S = 60.0  # host seconds measured per pair.windows() call, at most
 MAX_INVALID_FRACTION = 0.5  # of a period's windows, beyond which the hosts are not measurable
 
@@ -90,6 +93,10 @@ class Progress:
 
 class _Stop(Exception):
     """Internal: should_stop() said stop."""
+
+
+class _Transient(Exception):
+    """Internal: a warm-up transient did not end within the cap."""
 
 
 def validate_spec(spec: ComparisonSpec) -> None:
@@ -176,6 +183,8 @@ class _Chunk:
     guard0: dict[str, FloatArray]  # guardrail metric -> host 0 values
     guard1: dict[str, FloatArray]
     samples: list[tuple[Sample, Sample]]
+    c0: FloatArray | None = None  # covariate (offered load), host 0; None: not reported
+    c1: FloatArray | None = None
 
     def select(self, mask: NDArray[np.bool_]) -> _Chunk:
         idx = np.flatnonzero(mask)
@@ -186,6 +195,8 @@ class _Chunk:
             {k: v[idx] for k, v in self.guard0.items()},
             {k: v[idx] for k, v in self.guard1.items()},
             [self.samples[i] for i in idx],
+            None if self.c0 is None else self.c0[idx],
+            None if self.c1 is None else self.c1[idx],
         )
 
 
@@ -200,8 +211,18 @@ class _Comparison:
         on_window: Callable[[list[WindowRow]], None] | None,
         on_progress: Callable[[Progress], None] | None,
         should_stop: Callable[[], bool] | None,
+        memory: PairMemory | None = None,
     ) -> None:
         self.pair = pair
+        self.memory = memory if memory is not None else PairMemory()
+        self.cov_metric: str | None = getattr(rule, "covariate", None) if rule.crossover else None
+        self.c = _Buffer()  # covariate log-ratio B vs A per steady window
+        self.cov_seen = False
+        self.d_used = _Buffer()  # the (adjusted) log-ratios batched, per closed window
+        self.theta = 0.0
+        self.transients: dict[str, float] = {}  # config key -> transient measured here (s)
+        self.bias_note = ""
+        self.notes: list[str] = []
         self.baseline = baseline
         self.candidate = candidate
         self.spec = spec
@@ -277,6 +298,11 @@ class _Comparison:
         ok = np.empty(n, dtype=bool)
         g0 = {m: np.empty(n) for m in self.guard_metrics}
         g1 = {m: np.empty(n) for m in self.guard_metrics}
+        cm = self.cov_metric
+        c0 = c1 = None
+        if cm is not None and n and cm in samples[0][0].metrics and cm in samples[0][1].metrics:
+            c0 = np.array([s0.metrics.get(cm, math.nan) for s0, _ in samples], dtype=float)
+            c1 = np.array([s1.metrics.get(cm, math.nan) for _, s1 in samples], dtype=float)
         for i, (s0, s1) in enumerate(samples):
             try:
                 m0[i] = s0.metrics[metric]
@@ -294,7 +320,11 @@ class _Comparison:
             ok &= np.isfinite(m0) & np.isfinite(m1) & (m0 > 0) & (m1 > 0)
             for m in self.guard_metrics:
                 ok &= np.isfinite(g0[m]) & np.isfinite(g1[m])
-        return _Chunk(m0, m1, ok, g0, g1, samples)
+            if c0 is not None and c1 is not None:
+                good = np.isfinite(c0) & np.isfinite(c1) & (c0 > 0) & (c1 > 0)
+                c0 = np.where(good, c0, 1.0)
+                c1 = np.where(good, c1, 1.0)
+        return _Chunk(m0, m1, ok, g0, g1, samples, c0, c1)
 
     def _emit(self, chunk: _Chunk, warmup: NDArray[np.bool_] | bool) -> None:
         if self.on_window is None:
@@ -337,19 +367,55 @@ class _Comparison:
         secs = float(self.pair.apply(configs))
         self.apply_s.append(secs)
 
+    def _roles(self) -> tuple[Configuration, Configuration]:
+        """The configurations of host 0 and host 1 in the current period."""
+        if self.sign > 0:
+            return self.baseline, self.candidate
+        return self.candidate, self.baseline
+
+    def _known_transient(self, cfg: Configuration) -> float:
+        """Longest transient (s) remembered for ``cfg``: this comparison's or the pair's."""
+        key = cfg.key()
+        try:
+            remembered = float(self.memory.transients.get(key, 0.0))
+        except (TypeError, ValueError):
+            remembered = 0.0
+        return max(self.transients.get(key, 0.0), remembered)
+
+    def _host_series(self, probe: _Chunk) -> list[FloatArray]:
+        """Each host's own log series per offered request over the valid windows of
+        ``probe`` when the hosts report the covariate (the live load divides out); none
+        without it (a host's raw series follows the live load: its swings and bursts would
+        pass for transients)."""
+        v = probe.valid
+        if probe.c0 is None or probe.c1 is None:
+            return []
+        return [
+            np.log(probe.m0[v]) - np.log(probe.c0[v]),
+            np.log(probe.m1[v]) - np.log(probe.c1[v]),
+        ]
+
     def _warmup(self) -> _Chunk:
-        """Minimum warm-up, then the data-driven end of the transient. Returns the valid
-        steady windows measured while looking for it."""
+        """Minimum warm-up (the spec's, or longer: what was measured before for the
+        configurations now applied), then the data-driven end of the transient, searched on
+        the log-ratio and on each host's own series (a transient both hosts share cancels in
+        the ratio but not in the hosts' own series). The probe doubles while the transient
+        lasts, up to :data:`TRANSIENT_CAP_S`. Returns the valid steady windows measured while
+        looking for it."""
         t_start = self.pair.now()
-        if self.warm_n:
-            self._emit(self._measure(self.warm_n), True)
+        cfgs = self._roles()
+        known = max(self._known_transient(c) for c in cfgs)
+        min_n = max(self.warm_n, int(math.ceil(known / self.interval - 1e-9)))
+        if min_n:
+            self._emit(self._measure(min_n), True)
         if not self.rule.detect_warmup:
             self.warm_s.append(self.pair.now() - t_start)
             return self._columns([])
         probe_n = max(PROBE_MIN, self.warm_n, 2 * (self.b or 0))
         chunks: list[_Chunk] = []
-        verdict = stats.WarmupVerdict(0, False, 0.0, 0.0)
-        for _ in range(1 + PROBE_ROUNDS):
+        discard = 0
+        own = [0, 0]
+        while True:
             try:
                 chunks.append(self._measure(probe_n))
             except _Stop:
@@ -357,28 +423,78 @@ class _Comparison:
                     self._emit(_concat(chunks), True)
                 raise
             probe = _concat(chunks)
-            verdict = stats.detect_warmup(self._log_ratio(probe))
-            if not verdict.extend:
+            hosts = self._host_series(probe)
+            found = [self._transient_end(self._log_ratio(probe), fit=False)]
+            found += [self._transient_end(x, fit=True) for x in hosts]
+            ends = [f[0] for f in found]
+            own = ends[1:] or [ends[0], ends[0]]
+            discard = max(ends)
+            # go on while a transient may outlast the probe, or its end is not yet in it
+            # with room for steady data after it
+            longer = any(f[1] for f in found) or discard > len(probe.samples) // 2
+            if not longer:
                 break
+            if self.pair.now() - t_start >= TRANSIENT_CAP_S:
+                self._emit(probe, True)
+                self.warm_s.append(self.pair.now() - t_start)
+                raise _Transient(
+                    f"the warm-up transient after applying {cfgs[0].key()} / {cfgs[1].key()} "
+                    f"did not end within {TRANSIENT_CAP_S:.0f} s: no decision"
+                )
+            # double the probe, within the cap
+            left = int((TRANSIENT_CAP_S - (self.pair.now() - t_start)) / self.interval)
+            probe_n = max(1, min(len(probe.samples), left))
         probe = _concat(chunks)
         # map the discard count (valid windows) to the measured windows
         valid_idx = np.flatnonzero(probe.valid)
-        cut = (
-            int(valid_idx[verdict.discard])
-            if verdict.discard < valid_idx.size
-            else len(probe.samples)
-        )
+        cut = int(valid_idx[discard]) if discard < valid_idx.size else len(probe.samples)
         warm = np.zeros(len(probe.samples), dtype=bool)
         warm[:cut] = True
         self._emit(probe, warm)
+        # remember each configuration's transient: its host's own series when the load
+        # divides out (covariate), else what the ratio needed
+        base_s = min_n * self.interval
+        for h, cfg in enumerate(cfgs):
+            k = own[h] if probe.c0 is not None else discard
+            if k > 0:
+                got = base_s + self.interval * (int(valid_idx[k]) if k < valid_idx.size else cut)
+            else:
+                # nothing left after the blind minimum: the transient may be shorter than what
+                # was discarded; remember half of it (at least the spec's warm-up), so a length
+                # that is no longer seen fades instead of ratcheting up
+                got = max(self.warm_n * self.interval, 0.5 * self._known_transient(cfg))
+            key = cfg.key()
+            self.transients[key] = max(self.transients.get(key, 0.0), got)
         self.warm_s.append(
             self.pair.now() - t_start - self.interval * float(np.count_nonzero(~warm & probe.valid))
         )
         return probe.select(~warm & probe.valid)
 
+    def _transient_end(self, x: FloatArray, *, fit: bool) -> tuple[int, bool]:
+        """(points of ``x`` still transient, whether to look further) from MSER-5 with its
+        changepoint and trend tests and, with ``fit`` (a host's own series per offered
+        request, where the live load divides out), from the fitted exponential transient: its
+        end is where it falls below a tenth of the minimum effect. Not on the log-ratio,
+        where a host-specific response to a slowly changing load looks like a transient."""
+        v = stats.detect_warmup(x)
+        if not fit:
+            return v.discard, v.extend
+        eps = TRANSIENT_EPS * math.log1p(self.spec.stats.min_effect)
+        f = stats.fit_transient(x, eps=eps, threshold=TRANSIENT_T)
+        return max(v.discard, f.end), v.extend or f.at_limit
+
     def _pilot(self, steady: _Chunk) -> None:
-        """Batch size, period length and the rule's tuning from the first steady windows."""
+        """Batch size, period length and the rule's tuning from the first steady windows
+        (CUPED-adjusted with the pilot's own coefficient when the hosts report the covariate:
+        the rule is tuned to the variance it will see)."""
         d = self._log_ratio(steady)
+        if self.cov_metric is not None and steady.c0 is not None and steady.c1 is not None:
+            v = steady.valid
+            c = self.sign * (np.log(steady.c1[v]) - np.log(steady.c0[v]))
+            cc = c - c.mean()
+            sxx = float(cc @ cc)
+            if d.size >= 20 and sxx > 1e-12 * d.size:
+                d = d - (float(cc @ (d - d.mean())) / sxx) * c
         if self.rule.fixed_batch is not None:
             self.b = int(self.rule.fixed_batch)
             rho = stats.ar1_coefficient(d) if d.size >= 4 else 0.0
@@ -386,8 +502,9 @@ class _Comparison:
             # from the detrended pilot: a weak transient left in it (only the changed host
             # warms up in period 0) would pass for autocorrelation and inflate the batches;
             # later re-estimates (period starts, all steady windows) can still grow them
-            rho = stats.ar1_coefficient(_detrend(d)) if d.size >= 4 else 0.5
-            self.b = self._batch_size(rho, d.size)
+            dd = _detrend(d) if d.size >= 4 else d
+            rho = stats.ar1_coefficient(dd) if d.size >= 4 else 0.5
+            self.b = self._batch_size(dd)
         sd = float(d.std(ddof=1)) if d.size >= 4 else math.nan
         self.rule.start(
             RuleSetup(
@@ -401,32 +518,31 @@ class _Comparison:
         )
         self.period_len = self._period_length()
 
-    def _batch_size(self, rho: float, n: int) -> int:
-        """Batch size for an AR(1) coefficient estimated from ``n`` windows (upper bound)."""
-        rho_up = min(0.99, rho + (BATCH_RHO_MARGIN / math.sqrt(n) if n else 0.5))
-        return stats.choose_batch_size(
-            rho_up, target=BATCH_CORRELATION, maximum=max(5, self.cap // 20)
+    def _batch_size(self, x: FloatArray) -> int:
+        """Batch size for the window series ``x`` (:func:`musku.abtest.stats.batch_size_for`);
+        at most a twelfth of the cap, so a decision still fits in it."""
+        b, bw = stats.batch_size_for(
+            x, target=BATCH_CORRELATION, maximum=max(5, self.cap // MIN_BATCHES_IN_CAP)
         )
+        self.window_bandwidth = bw
+        return b
 
     def _rebatch(self) -> None:
-        """Re-estimate the autocorrelation from all steady windows so far (within periods)
-        and, when it calls for longer batches, rebuild the batch means with them. Only at
-        a period start (every batch closed); batches never shrink."""
+        """Re-choose the batch size from all steady windows so far (their autocorrelation
+        within periods) and, when it changes, rebuild the batch means with it. Only at a
+        period start (every batch closed)."""
         assert self.b is not None
-        if self.rule.fixed_batch is not None or self.d.n < 4:
+        if self.rule.fixed_batch is not None or self.d_used.n < 8:
             return
-        d = self.d.view()
-        per = self.win_period.view()
+        d = self.d_used.view()
+        per = self.win_period.view()[: d.size]
         resid = d.copy()
         starts = np.flatnonzero(np.r_[True, per[1:] != per[:-1]])
         ends = np.r_[starts[1:], d.size]
         for s, e in zip(starts, ends, strict=True):
             resid[s:e] -= d[s:e].mean()
-        same = per[1:] == per[:-1]
-        denom = float(resid @ resid)
-        rho = float((resid[1:] * resid[:-1])[same].sum()) / denom if denom > 0 else 0.0
-        b = self._batch_size(rho, d.size)
-        if b <= self.b:
+        b = self._batch_size(resid)
+        if b == self.b:
             return
         self.b = b
         self.batch_d.clear()
@@ -501,6 +617,13 @@ class _Comparison:
         self.log_a.extend(la)
         self.log_b.extend(lb)
         self.d.extend(self.dir * (lb - la))
+        if chunk.c0 is not None and chunk.c1 is not None:
+            self.cov_seen = True
+            c_a = chunk.c0[v] if self.sign > 0 else chunk.c1[v]
+            c_b = chunk.c1[v] if self.sign > 0 else chunk.c0[v]
+            self.c.extend(np.log(c_b) - np.log(c_a))
+        else:
+            self.c.extend(np.zeros(la.size))
         self.win_period.extend(np.full(la.size, float(self.period)))
         for m in self.guard_metrics:
             g = chunk.guard1[m][v] if self.sign > 0 else chunk.guard0[m][v]
@@ -511,9 +634,16 @@ class _Comparison:
         assert self.b is not None
         closed = 0
         d = self.d.view()
+        c = self.c.view()
         while self.d.n - self.batch_start >= self.b:
             sl = slice(self.batch_start, self.batch_start + self.b)
-            self.batch_d.append(float(d[sl].mean()))
+            if self.cov_metric is not None:
+                # CUPED: the coefficient from the windows before this batch only (predictable),
+                # so the adjusted increments stay a martingale difference sequence
+                self.theta = self._cuped_theta(self.batch_start)
+            adj = d[sl] - self.theta * c[sl]
+            self.d_used.extend(adj)
+            self.batch_d.append(float(adj.mean()))
             self.batch_sign.append(self.sign)
             self.batch_period.append(self.period)
             for m in self.guard_metrics:
@@ -521,6 +651,26 @@ class _Comparison:
             self.batch_start += self.b
             closed += 1
         return closed
+
+    def _cuped_theta(self, upto: int) -> float:
+        """Regression coefficient of the log-ratio on the covariate's log-ratio over the
+        first ``upto`` steady windows, both centred within periods (role order and host
+        differences drop out); 0 with too little data or no covariate variation."""
+        if upto < 20:
+            return 0.0
+        d = self.d.view()[:upto]
+        c = self.c.view()[:upto]
+        per = self.win_period.view()[:upto]
+        dc, cc = d.copy(), c.copy()
+        starts = np.flatnonzero(np.r_[True, per[1:] != per[:-1]])
+        ends = np.r_[starts[1:], upto]
+        for s, e in zip(starts, ends, strict=True):
+            dc[s:e] -= d[s:e].mean()
+            cc[s:e] -= c[s:e].mean()
+        sxx = float(cc @ cc)
+        if sxx <= 1e-12 * upto:
+            return 0.0
+        return float(cc @ dc) / sxx
 
     def _evidence(self) -> Evidence:
         return Evidence(
@@ -571,8 +721,34 @@ class _Comparison:
             )
         )
 
+    def _check_bias(self) -> None:
+        """The comparison's own host-bias estimate against the bound in use: a confidence
+        sequence over the looks that lies wholly beyond it marks the pair for recalibration
+        (once per comparison) and keeps the early path off."""
+        if self.bias_note or not self.rule.crossover or not getattr(self.rule, "check_bias", 0):
+            return
+        interval = getattr(self.rule, "bias_interval", None)
+        if not callable(interval):
+            return
+        got = interval(self.alpha)
+        if got is None:
+            return
+        _, lo, hi = got
+        bound = self.memory.check_bound()
+        # relative host 1 vs host 0 bias in the metric itself
+        rel = sorted(math.expm1(self.dir * x) for x in (lo, hi))
+        if rel[0] > bound or rel[1] < -bound:
+            self.bias_note = (
+                f"host bias interval [{pct(rel[0])}, {pct(rel[1])}] lies beyond the "
+                f"{'calibrated' if self.memory.calibration else 'default'} bound "
+                f"±{bound * 100:.2f} %: pair marked for recalibration, early decisions off"
+            )
+            self.notes.append(self.bias_note)
+            self.memory.breach(self.bias_note)
+
     def _look(self) -> tuple[Decision, str] | None:
         self.verdict = self.rule.look(self._evidence())
+        self._check_bias()
         v = self.verdict
         n = self.d.n
         interval = f"interval [{pct(v.ci_low)}, {pct(v.ci_high)}]"
@@ -615,11 +791,21 @@ class _Comparison:
             outcome = self._loop()
         except _Stop:
             outcome = (Decision.ABORTED, f"stopped on request after {self.d.n:,} samples")
+        except _Transient as exc:
+            outcome = (Decision.INCONCLUSIVE, str(exc))
+        # what was measured about the pair goes back to its memory (the DB when stored:
+        # there the median of the newest three counts, so one spurious detection fades)
+        for key, secs in self.transients.items():
+            self.memory.transients[key] = secs
         decision, reason = outcome
+        if not self.cov_seen and hasattr(self.rule, "covariate"):
+            self.rule.covariate = None  # the hosts did not report it: say so in the method
         self._progress(decision)
         th = self.pair.threading()
         roles = {"A": th[0], "B": th[1]} if self.sign > 0 else {"A": th[1], "B": th[0]}
         detail = f"; {self.verdict.detail}" if self.verdict.detail and decision.final else ""
+        for note in self.notes:
+            detail += f"; {note}"
         if _design(self.pair) == "switchback":
             reason, detail = _one_host_wording(reason), _one_host_wording(detail)
         return ComparisonResult(
@@ -752,22 +938,33 @@ def _one_host_wording(text: str) -> str:
     return text
 
 
-def _pair_bias_bound(pair: HostPair, rule: DecisionRule) -> None:
-    """The pair's own bound on its host bias (``describe()["max_host_bias"]``) for a rule
-    with an early, pre-crossover path, unless ``rule_options`` gave one explicitly."""
-    if not hasattr(rule, "max_host_bias") or getattr(rule, "max_host_bias_given", False):
-        return
-    try:
-        bound = pair.describe().get("max_host_bias")
-    except Exception:  # describe() is informational; never fail a comparison over it
-        return
-    if bound is None:
-        return
-    if not _num(bound) or not 0.0 <= float(bound) < 0.5:
-        raise InputError(
-            f"the host pair's max_host_bias = {bound!r} is invalid: must be in [0, 0.5)"
-        )
-    rule.max_host_bias = float(bound)  # type: ignore[attr-defined]
+def _early_gate(pair: HostPair, rule: DecisionRule, memory: PairMemory) -> str:
+    """Early (pre-crossover) decisions only within a usable calibrated bound: the larger of
+    the calibration's bound and any bound given explicitly (rule options, or the pair's
+    ``describe()["max_host_bias"]``); without a usable calibration the early path is off
+    and the crossover sequence gets all of alpha. Returns a warning ("" when none)."""
+    if not hasattr(rule, "max_host_bias") or not getattr(rule, "early", False):
+        return ""
+    given: float | None = (
+        float(rule.max_host_bias) if getattr(rule, "max_host_bias_given", False) else None  # type: ignore[attr-defined]
+    )
+    if given is None:
+        try:
+            bound = pair.describe().get("max_host_bias")
+        except Exception:  # describe() is informational; never fail a comparison over it
+            bound = None
+        if bound is not None:
+            if not _num(bound) or not 0.0 <= float(bound) < 0.5:
+                raise InputError(
+                    f"the host pair's max_host_bias = {bound!r} is invalid: must be in [0, 0.5)"
+                )
+            given = float(bound)
+    calibrated, warning = memory.early_bound()
+    if calibrated is None:
+        rule.early = False  # type: ignore[attr-defined]
+        return warning
+    rule.max_host_bias = max(calibrated, given or 0.0)  # type: ignore[attr-defined]
+    return ""
 
 
 def run_comparison(
@@ -782,6 +979,7 @@ def run_comparison(
     seed: int | None = None,
     rule: str | DecisionRule = "cs",
     rule_options: Mapping[str, Any] | None = None,
+    memory: PairMemory | None = None,
 ) -> ComparisonResult:
     """Run one sequential A/B comparison of ``candidate`` (role B) against ``baseline``
     (role A) on ``pair`` and return what it found.
@@ -797,7 +995,11 @@ def run_comparison(
     rule_obj = make_rule(
         rule, seed=spec.stats.seed if seed is None else seed, **dict(rule_options or {})
     )
-    _pair_bias_bound(pair, rule_obj)
-    return _Comparison(
-        pair, baseline, candidate, spec, rule_obj, on_window, on_progress, should_stop
-    ).run()
+    memory = memory if memory is not None else PairMemory()
+    warning = _early_gate(pair, rule_obj, memory)
+    cmp = _Comparison(
+        pair, baseline, candidate, spec, rule_obj, on_window, on_progress, should_stop, memory
+    )
+    if warning:
+        cmp.notes.append(warning)
+    return cmp.run()

@@ -35,6 +35,11 @@ from musku.errors import InputError
 
 FloatArray = NDArray[np.float64]
 
+COVARIATE = "offered_qps"
+"""Per-host metric the knobs do not change, used for the CUPED-style regression adjustment of
+the log-ratios when both hosts report it (the request rate the load balancer offers each host).
+``rule_options={"covariate": None}`` turns the adjustment off."""
+
 MAX_HOST_BIAS = 0.01
 """Default bound on the relative bias between the two "identical" hosts of a pair (1 %): the
 early decision before the first crossover swap is only taken when the interval, widened by
@@ -147,6 +152,7 @@ class ConfidenceSequenceRule(DecisionRule):
     before ``min_batches`` batches (and ``min_per_order`` of each role order)."""
 
     name = "cs"
+    check_bias = True  # the driver holds each comparison's bias estimate to the bound
 
     def __init__(
         self,
@@ -158,8 +164,21 @@ class ConfidenceSequenceRule(DecisionRule):
         max_host_bias: float | None = None,
         early_min_batches: int = 6,
         early: bool = True,
+        early_alpha_share: float = 0.2,
+        covariate: str | None = COVARIATE,
     ) -> None:
         super().__init__(seed=seed)
+        if not (isinstance(early_alpha_share, int | float) and 0.0 < early_alpha_share < 1.0):
+            raise InputError(
+                f"cs rule: early_alpha_share = {early_alpha_share!r} must be in (0, 1)"
+            )
+        if covariate is not None and not isinstance(covariate, str):
+            raise InputError(f"cs rule: covariate = {covariate!r} must be a metric name")
+        self.early_alpha_share = float(early_alpha_share)
+        self.covariate = covariate or None
+        self.last_batch_size = 0
+        self.last_bandwidth = 0.0
+        self.last_estimate: stats.CrossoverEstimate | None = None
         self.crossover = crossover
         self.min_batches = min_batches
         self.min_per_order = min_per_order
@@ -197,9 +216,21 @@ class ConfidenceSequenceRule(DecisionRule):
         """Intrinsic time (in batches of ``batch_size``) where the sequence is tightest."""
         return max(float(self.min_batches), self.n_opt_windows / batch_size)
 
+    def alpha_crossover(self) -> float:
+        """The crossover sequence's share of alpha: all of it without the early path, else
+        what the early sequence leaves (a fixed split: together they spend at most alpha)."""
+        assert self.setup is not None
+        a = self.setup.alpha
+        return a * (1.0 - self.early_alpha_share) if self.early else a
+
+    def alpha_early(self) -> float:
+        assert self.setup is not None
+        return self.setup.alpha * self.early_alpha_share
+
     def look(self, ev: Evidence) -> Verdict:
         assert self.setup is not None, "start() first"
         setup = self.setup
+        self.last_batch_size = ev.batch_size
         if self.crossover:
             est = stats.crossover_estimate(ev.batch_d, ev.batch_sign, ev.batch_period)
         else:
@@ -211,8 +242,10 @@ class ConfidenceSequenceRule(DecisionRule):
         if est is None:
             mean = float(np.mean(ev.batch_d)) if ev.batch_d.size else math.nan
             return Verdict.undecided(to_relative(mean, rel) if math.isfinite(mean) else math.nan)
+        self.last_estimate = est
+        self.last_bandwidth = est.bandwidth
         hw = stats.cs_halfwidth(
-            est.se, est.n_eff, setup.alpha, self.n_opt(ev.batch_size), df=est.df
+            est.se, est.n_eff, self.alpha_crossover(), self.n_opt(ev.batch_size), df=est.df
         )
         lo, hi = est.mean - hw, est.mean + hw
         v_est, v_lo, v_hi = to_relative(est.mean, rel), to_relative(lo, rel), to_relative(hi, rel)
@@ -241,8 +274,9 @@ class ConfidenceSequenceRule(DecisionRule):
         est = stats.plain_estimate(ev.batch_d, ev.batch_period)
         if est is None:
             return None
+        self.last_bandwidth = est.bandwidth
         hw = stats.cs_halfwidth(
-            est.se, est.n_eff, self.setup.alpha, self.n_opt(ev.batch_size), df=est.df
+            est.se, est.n_eff, self.alpha_early(), self.n_opt(ev.batch_size), df=est.df
         )
         return est.mean, hw, math.log1p(self.max_host_bias), float(ev.batch_d.size)
 
@@ -287,19 +321,68 @@ class ConfidenceSequenceRule(DecisionRule):
         hw = stats.cs_halfwidth(
             est.se * math.sqrt(n / max_batches),
             float(max_batches),
-            self.setup.alpha,
+            self.alpha_early(),
             self.n_opt(ev.batch_size),
             df=max_batches - 1,
         )
         return abs(est.mean) - math.log1p(self.max_host_bias) > hw
 
+    def bias_interval(self, alpha: float = 0.05) -> tuple[float, float, float] | None:
+        """(bias, low, high) on the log scale (``dir * log(host 1 / host 0)``) from the latest
+        crossover estimate, with a confidence sequence (valid over the looks) at ``alpha``."""
+        est = self.last_estimate
+        if est is None or not math.isfinite(est.bias_se):
+            return None
+        hw = stats.cs_halfwidth(
+            est.bias_se, est.n_eff, alpha, self.n_opt(self.last_batch_size or 1), df=est.df
+        )
+        return est.bias, est.bias - hw, est.bias + hw
+
     def method(self) -> str:
         design = "crossover-abba" if self.crossover else "no-crossover"
-        b = self.setup.batch_size if self.setup else 0
-        return (
-            f"{self.name}: asymptotic confidence sequence, {design}, batch means b={b}, "
-            "warm-up mser5"
+        b = self.last_batch_size or (self.setup.batch_size if self.setup else 0)
+        alpha = (
+            f"alpha split early {self.early_alpha_share:g} / crossover "
+            f"{1 - self.early_alpha_share:g}"
+            if self.early
+            else "no early path"
         )
+        cov = f", CUPED on {self.covariate}" if self.covariate else ""
+        return (
+            f"{self.name}: asymptotic confidence sequence, {design}, batch means b={b} (final), "
+            f"Bartlett HAC bandwidth {self.last_bandwidth:.2f} (Newey-West 1994), {alpha}"
+            f"{cov}, warm-up mser5 per host"
+        )
+
+
+class CalibrationRule(ConfidenceSequenceRule):
+    """A/A pair calibration (:func:`musku.abtest.calibration.calibrate_pair`): crossover, no
+    early path, no effect decision; stops (NO_DIFFERENCE) once the host bias's confidence
+    sequence is within ``precision`` (relative) of its estimate, after ``min_batches``."""
+
+    name = "calibrate"
+    check_bias = False  # it measures the bias; there is no bound to hold it to yet
+
+    def __init__(self, *, seed: int | None = None, precision: float = 0.0025) -> None:
+        super().__init__(seed=seed, early=False, covariate=COVARIATE)
+        if not (isinstance(precision, int | float) and 0.0 < precision < 0.5):
+            raise InputError(f"calibrate: precision = {precision!r} must be in (0, 0.5)")
+        self.precision = float(precision)
+
+    def look(self, ev: Evidence) -> Verdict:
+        v = super().look(ev)
+        got = self.bias_interval(self.setup.alpha if self.setup else 0.05)
+        est = self.last_estimate
+        if got is None or est is None:
+            return Verdict(None, v.estimate, v.ci_low, v.ci_high)
+        bias, lo, hi = got
+        enough = est.n_plus + est.n_minus >= self.min_batches and (
+            min(est.n_plus, est.n_minus) >= self.min_per_order
+        )
+        detail = f"host 1 vs host 0 bias {pct(math.expm1(bias * ev.direction))}"
+        if enough and (hi - lo) / 2 <= math.log1p(self.precision):
+            return Verdict(Decision.NO_DIFFERENCE, v.estimate, v.ci_low, v.ci_high, detail)
+        return Verdict(None, v.estimate, v.ci_low, v.ci_high, detail)
 
 
 class NaivePairedRule(ConfidenceSequenceRule):
@@ -370,6 +453,7 @@ RULES: dict[str, str] = {
     "cs": "musku.abtest.rules:ConfidenceSequenceRule",
     "naive-paired": "musku.abtest.rules:NaivePairedRule",
     "welch": "musku.abtest.rules:PaperWelchRule",
+    "calibrate": "musku.abtest.rules:CalibrationRule",
 }
 """Decision rule name -> ``module:Class``; any ``module:Class`` naming a
 :class:`DecisionRule` subclass works too."""

@@ -70,6 +70,88 @@ def choose_batch_size(
     return int(min(b, maximum))
 
 
+def autocovariances(x: FloatArray, lags: int) -> FloatArray:
+    """Sample autocovariances ``g[j] = sum_t x_t x_{t-j} / n`` of ``x`` (demeaned), j = 0..lags
+    (statsmodels' ``acovf(x, nlag=lags)``, without its import cost)."""
+    x = np.asarray(x, dtype=float)
+    n = x.size
+    c = x - x.mean()
+    lags = max(0, min(int(lags), n - 1))
+    return np.array([float(c[j:] @ c[: n - j]) / n for j in range(lags + 1)])
+
+
+def nw_bandwidth(x: FloatArray) -> float:
+    """Newey-West (1994) data-driven bandwidth of the Bartlett kernel for the long-run
+    variance of ``x``: ``1.1447 (s1 / s0)^(2/3) n^(1/3)`` from the autocovariances up to lag
+    ``4 (n / 100)^(2/9)``; at most ``n / 2``. 0 for series too short (< 8) or constant."""
+    x = np.asarray(x, dtype=float)
+    n = x.size
+    if n < 8:
+        return 0.0
+    lags = max(1, min(int(4.0 * (n / 100.0) ** (2.0 / 9.0)), n - 2))
+    g = autocovariances(x, lags)
+    j = np.arange(1, lags + 1)
+    s0 = g[0] + 2.0 * float(g[1:].sum())
+    s1 = 2.0 * float((j * g[1:]).sum())
+    if s0 <= 0.0 or g[0] <= 0.0:
+        return 0.0
+    gamma = 1.1447 * abs(s1 / s0) ** (2.0 / 3.0)
+    return float(min(gamma * n ** (1.0 / 3.0), n / 2.0))
+
+
+def hac_lrv(x: FloatArray, bandwidth: float) -> float:
+    """Bartlett-kernel (Newey-West) long-run variance of ``x`` (demeaned) with ``L =
+    floor(bandwidth)`` lags, weights ``1 - j / (L + 1)``: statsmodels' ``cov_hac`` with
+    ``nlags=L`` on a mean. Never below the plain variance (a negative weighted sum of
+    autocovariances carries no information a variance bound could use)."""
+    lags = int(math.floor(max(0.0, bandwidth)))
+    g = autocovariances(x, lags)
+    if g.size == 0:
+        return 0.0
+    w = 1.0 - np.arange(1, g.size) / (lags + 1.0)
+    return float(max(g[0], g[0] + 2.0 * float(w @ g[1:])))
+
+
+def integrated_autocorrelation(x: FloatArray) -> tuple[float, float]:
+    """(integrated autocorrelation time, bandwidth) of ``x``: its HAC long-run variance over
+    its variance, with the Newey-West data-driven bandwidth (1.0 for white noise)."""
+    x = np.asarray(x, dtype=float)
+    if x.size < 8:
+        return 1.0, 0.0
+    g0 = float(autocovariances(x, 0)[0])
+    if g0 <= 0.0:
+        return 1.0, 0.0
+    bw = nw_bandwidth(x)
+    return hac_lrv(x, bw) / g0, bw
+
+
+def batch_size_for(
+    x: FloatArray, *, target: float = 0.05, maximum: int = 100_000
+) -> tuple[int, float]:
+    """(batch size, bandwidth) for the window series ``x``: the smallest batch whose
+    neighbouring means correlate at most ``target`` for the AR(1) with the same integrated
+    autocorrelation time, estimated as the larger of the HAC one (Newey-West bandwidth) and
+    the lag-1 AR(1) one ``(1 + rho) / (1 - rho)`` (the truncated HAC sum is biased low on
+    short strongly autocorrelated series, the lag-1 one misses longer memory). No upper-bound
+    margin: a short pilot's noisy estimate is corrected by the re-estimates at every period
+    and, in between, by the HAC variance over the batch means."""
+    x = np.asarray(x, dtype=float)
+    if x.size < 8:
+        return choose_batch_size(0.5, target=target, maximum=maximum), 0.0
+    iact, bw = integrated_autocorrelation(x)
+    rho = max(0.0, ar1_coefficient(x))
+    phi = max(ar1_equivalent(iact), min(rho, 0.995))
+    return choose_batch_size(phi, target=target, maximum=maximum), bw
+
+
+def ar1_equivalent(iact: float) -> float:
+    """The AR(1) coefficient with integrated autocorrelation time ``iact``
+    (``(1 + phi) / (1 - phi) = iact``), in [0, 0.995]."""
+    if not math.isfinite(iact) or iact <= 1.0:
+        return 0.0
+    return float(min(0.995, (iact - 1.0) / (iact + 1.0)))
+
+
 def long_run_variance_factor(rho: float) -> float:
     """Variance inflation of a mean of AR(1) points: (1 + rho) / (1 - rho), rho clamped >= 0."""
     rho = min(0.99, max(0.0, rho))
@@ -144,6 +226,60 @@ def detect_warmup(x: FloatArray, *, threshold: float = 3.0, batch: int = 5) -> W
     return WarmupVerdict(discard, extend, shift_t, trend_t)
 
 
+@dataclass(frozen=True)
+class TransientFit:
+    """An exponential transient ``x(t) = c + a exp(-t / tau)`` fitted to a series."""
+
+    amplitude: float  # a (log scale; the sign says which way the series settles)
+    tau: float  # time constant, in points
+    t_stat: float  # a over its AR(1)-corrected standard error
+    end: int  # points after which |a| exp(-t / tau) < eps (0: no significant transient)
+    at_limit: bool  # tau at the search limit: the probe is too short to see the end
+
+
+def fit_transient(
+    x: FloatArray, *, eps: float, threshold: float = 2.0, taus: FloatArray | None = None
+) -> TransientFit:
+    """Least-squares fit of ``c + a exp(-t / tau)`` to ``x`` over a geometric grid of ``tau``
+    (2 points to the series' length; linear least squares in (c, a) for each), and the
+    point where the fitted transient falls below ``eps``. A transient counts only when its
+    amplitude is ``threshold`` AR(1)-corrected standard errors away from 0. Hypothesis
+    tests alone (MSER, changepoint) cannot see the long small tail of a slow transient that
+    still biases an estimate by a fraction of a percent; the fitted curve can."""
+    x = np.asarray(x, dtype=float)
+    n = x.size
+    if n < 20:
+        return TransientFit(0.0, 0.0, 0.0, 0, False)
+    t = np.arange(n, dtype=float)
+    grid = taus if taus is not None else np.geomspace(2.0, float(n), 40)
+    xc = x - x.mean()
+    best = (math.inf, 0.0, 0.0, 0.0)
+    for tau in grid:
+        e = np.exp(-t / tau)
+        ec = e - e.mean()
+        see = float(ec @ ec)
+        if see <= 1e-12:
+            continue
+        a = float(ec @ xc) / see
+        r = xc - a * ec
+        sse = float(r @ r)
+        if sse < best[0]:
+            best = (sse, float(tau), a, see)
+    sse, tau, a, see = best
+    if not math.isfinite(sse) or tau == 0.0:
+        return TransientFit(0.0, 0.0, 0.0, 0, False)
+    e = np.exp(-t / tau)
+    resid = xc - a * (e - e.mean())
+    rho = max(0.0, ar1_coefficient(resid))
+    se = math.sqrt(sse / (n - 3) * long_run_variance_factor(rho) / see)
+    t_stat = a / se if se > 0 else 0.0
+    at_limit = tau >= float(grid[-2])
+    if abs(t_stat) < threshold or abs(a) <= eps:
+        return TransientFit(a, tau, t_stat, 0, False)
+    end = int(math.ceil(tau * math.log(abs(a) / eps)))
+    return TransientFit(a, tau, t_stat, end, at_limit)
+
+
 def _trend_t(y: FloatArray) -> float:
     """t statistic of the OLS slope of ``y`` on time, residual variance AR(1)-corrected."""
     n = y.size
@@ -177,6 +313,8 @@ class CrossoverEstimate:
     n_plus: int
     n_minus: int
     df: int
+    bandwidth: float = 1.0  # Bartlett HAC bandwidth over the batch means (lags)
+    bias_se: float = math.nan  # standard error of ``bias``
 
 
 def crossover_estimate(
@@ -187,9 +325,10 @@ def crossover_estimate(
     ``sign[j]`` is +1 when host 0 ran A during batch ``j`` and -1 when the roles were swapped;
     the host bias ``delta`` enters as ``y = mu + sign * delta + noise``, so the OLS fit of that
     model (the mean of the two role orders' means) removes it. The variance of the batch
-    means is the pooled residual variance plus a Bartlett lag-1 term over neighbouring batches
-    of the same period, never less than the plain variance. Returns ``None`` until both role
-    orders have at least two batches."""
+    means is the Bartlett (Newey-West) HAC long-run variance of the residuals over the whole
+    sequence, periods included (a slow per-host wander correlates batches across them), with
+    the Newey-West data-driven bandwidth, at least one lag, never less than the plain
+    variance. Returns ``None`` until both role orders have at least two batches."""
     y = np.asarray(y, dtype=float)
     s = np.asarray(sign, dtype=float)
     plus = s > 0
@@ -201,11 +340,9 @@ def crossover_estimate(
     m_minus = float(y[~plus].mean())
     resid = np.where(plus, y - m_plus, y - m_minus)
     df = y.size - 2
-    gamma0 = float(resid @ resid) / df
-    per = np.asarray(period)
-    same = per[1:] == per[:-1]
-    gamma1 = float((resid[1:] * resid[:-1])[same].sum()) / df
-    lrv = max(gamma0, gamma0 + gamma1)  # Bartlett weight 1/2 on both lags +-1
+    bw = max(1.0, nw_bandwidth(resid))
+    # autocovariances divide by n; the residual variance has df = n - 2
+    lrv = hac_lrv(resid, bw) * y.size / df
     var = 0.25 * lrv * (1.0 / n_plus + 1.0 / n_minus)
     return CrossoverEstimate(
         mean=0.5 * (m_plus + m_minus),
@@ -215,6 +352,8 @@ def crossover_estimate(
         n_plus=n_plus,
         n_minus=n_minus,
         df=df,
+        bandwidth=bw,
+        bias_se=math.sqrt(var),
     )
 
 
@@ -227,11 +366,8 @@ def plain_estimate(
         return None
     resid = y - y.mean()
     df = y.size - 1
-    gamma0 = float(resid @ resid) / df
-    per = np.asarray(period)
-    same = per[1:] == per[:-1]
-    gamma1 = float((resid[1:] * resid[:-1])[same].sum()) / df
-    lrv = max(gamma0, gamma0 + gamma1)
+    bw = max(1.0, nw_bandwidth(resid))
+    lrv = hac_lrv(resid, bw) * y.size / df
     return CrossoverEstimate(
         mean=float(y.mean()),
         se=math.sqrt(lrv / y.size),
@@ -240,6 +376,7 @@ def plain_estimate(
         n_plus=int(y.size),
         n_minus=0,
         df=df,
+        bandwidth=bw,
     )
 
 

@@ -29,11 +29,12 @@ METRICS: dict[str, Direction] = {
     "p99_ms": Direction.LOWER,
     "qos_violation_rate": Direction.LOWER,
     "power_w": Direction.LOWER,
+    "offered_qps": Direction.HIGHER,
 }
 """Metrics a simulated host reports, with the direction in which each is better."""
 
 _TOP = {"model", "reference", "knobs", "interactions", "noise", "timing", "threading"}
-_KNOB_KEYS = {"throughput", "p99", "qos", "power", "description"}
+_KNOB_KEYS = {"throughput", "p99", "qos", "power", "warmup", "description"}
 _REF_KEYS = {"mips", "qps", "p99_ms", "power_w", "qos_violation_rate", "config"}
 
 
@@ -47,6 +48,12 @@ class LoadModel:
     burst_rate_per_h: float = 1.0  # Poisson rate of load bursts
     burst_amplitude: float = 0.08  # mean burst height (fraction of the mean load)
     burst_duration_s: float = 300.0  # exponential decay time constant of a burst
+    # partly shared load: the per-tick jitter of host h is
+    # jitter_sigma * (sqrt(c) z_common + sqrt(1 - c) z_h), c = host_correlation
+    host_correlation: float = 1.0  # correlation of the two hosts' per-tick load jitter
+    sensitivity_spread: float = 0.0  # host slopes on the load: 1 - spread/2 and 1 + spread/2
+    share_sigma: float = 0.0  # stationary sd of each host's own routing-share wobble
+    share_tau_s: float = 600.0  # its AR(1) time constant
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,25 @@ class NoiseModel:
     power_load_gain: float = 0.3  # power *= 1 + gain * (load - 1)
     warmup_amplitude: float = 0.05  # relative throughput loss right after a change
     warmup_tau_s: float = 40.0  # its exponential decay time constant
+    start_warm: bool = False  # hosts start warm (True) or cold, warming up from t = 0
+    innovation_df: float = 0.0  # Student-t df of the AR(1) innovations (0: Gaussian)
+    wander_sd: float = 0.0  # stationary sd of a slow per-host log-throughput wander
+    wander_tau_s: float = 3600.0  # its AR(1) time constant (long: a slow drift)
     load: LoadModel = field(default_factory=LoadModel)
+
+    @property
+    def shared_load(self) -> bool:
+        """Whether the load is identical on both hosts (the original model)."""
+        ld = self.load
+        return ld.host_correlation >= 1.0 and ld.sensitivity_spread == 0 and ld.share_sigma == 0
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """An extra warm-up transient: relative loss ``amplitude`` decaying with ``tau_s``."""
+
+    amplitude: float
+    tau_s: float
 
 
 @dataclass(frozen=True)
@@ -82,6 +107,7 @@ class Interaction:
     throughput: float
     p99: float
     why: str = ""
+    warmup: Warmup | None = None  # extra transient when a change makes this hold
 
     def holds(self, settings: Mapping[str, Value]) -> bool:
         for knob, (negated, values) in self.when.items():
@@ -147,6 +173,7 @@ class KnobResponse:
     p99: Mapping[Value, float]
     qos: Mapping[Value, float]
     power: Mapping[Value, float]
+    warmup: Mapping[Value, Warmup] = field(default_factory=dict)
 
     @property
     def settings(self) -> tuple[Value, ...]:
@@ -519,6 +546,7 @@ class SimModel:
                 p99=tables["p99"],
                 qos=tables["qos"],
                 power=tables["power"],
+                warmup=_knob_warmups(src, knob, spec.get("warmup", {}), tables["throughput"]),
             )
 
         # [reference.config]
@@ -571,8 +599,8 @@ class SimModel:
             if not isinstance(item, dict):
                 raise ierr("must be a table")
             for key in item:
-                if key not in {"when", "throughput", "p99", "why"}:
-                    raise ierr(f"unknown key '{key}' (allowed: p99, throughput, when, why)")
+                if key not in {"when", "throughput", "p99", "why", "warmup"}:
+                    raise ierr(f"unknown key '{key}' (allowed: p99, throughput, warmup, when, why)")
             when = _conditions(src, item.get("when"), knobs, ierr)
             if "throughput" not in item:
                 raise ierr("needs throughput = <multiplier>")
@@ -587,7 +615,13 @@ class SimModel:
             why = item.get("why", "")
             if not isinstance(why, str):
                 raise ierr("why must be text")
-            interactions.append(Interaction(when, float(mult), float(p99), why))
+            warm: Warmup | None = None
+            if "warmup" in item:
+                try:
+                    warm = _warmup_entry(src, item["warmup"], "warmup", "interactions")
+                except InputError as exc:
+                    raise ierr(exc.message) from None
+            interactions.append(Interaction(when, float(mult), float(p99), why, warm))
 
         noise = cls._parse_noise(src)
         timing = cls._parse_timing(src)
@@ -631,6 +665,13 @@ class SimModel:
             "power_sigma": (d.power_sigma, lambda v: 0 <= v < 1, "must be in [0, 1)"),
             "p99_load_gain": (d.p99_load_gain, lambda v: v >= 0, "must be >= 0"),
             "power_load_gain": (d.power_load_gain, lambda v: v >= 0, "must be >= 0"),
+            "innovation_df": (
+                d.innovation_df,
+                lambda v: v == 0 or 2 < v <= 1000,
+                "must be 0 (Gaussian) or in (2, 1000]",
+            ),
+            "wander_sd": (d.wander_sd, lambda v: 0 <= v < 0.5, "must be in [0, 0.5)"),
+            "wander_tau_s": (d.wander_tau_s, lambda v: v > 0, "must be > 0"),
         }
         sub_load = tbl.get("load", {})
         sub_warm = tbl.get("warmup", {})
@@ -654,17 +695,33 @@ class SimModel:
             ),
             "burst_amplitude": (ld.burst_amplitude, lambda v: 0 <= v < 2, "must be in [0, 2)"),
             "burst_duration_s": (ld.burst_duration_s, lambda v: v > 0, "must be > 0"),
+            "host_correlation": (ld.host_correlation, lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+            "sensitivity_spread": (
+                ld.sensitivity_spread,
+                lambda v: 0 <= v < 1,
+                "must be in [0, 1)",
+            ),
+            "share_sigma": (ld.share_sigma, lambda v: 0 <= v < 0.5, "must be in [0, 0.5)"),
+            "share_tau_s": (ld.share_tau_s, lambda v: v > 0, "must be > 0"),
         }
         load_values = _read_numbers(src, "noise.load", sub_load, load_fields)
         warm_fields = {
             "amplitude": (d.warmup_amplitude, lambda v: 0 <= v < 1, "must be in [0, 1)"),
             "tau_s": (d.warmup_tau_s, lambda v: v > 0, "must be > 0"),
         }
-        warm = _read_numbers(src, "noise.warmup", sub_warm, warm_fields)
+        start = sub_warm.get("start", "cold")
+        if start not in ("cold", "warm"):
+            raise src.error(
+                f"[noise.warmup] start must be 'cold' or 'warm', not {start!r}",
+                "start",
+                "noise.warmup",
+            )
+        warm = _read_numbers(src, "noise.warmup", sub_warm, warm_fields, skip={"start"})
         return NoiseModel(
             **values,
             warmup_amplitude=warm["amplitude"],
             warmup_tau_s=warm["tau_s"],
+            start_warm=start == "warm",
             load=LoadModel(**load_values),
         )
 
@@ -732,6 +789,26 @@ class SimModel:
             self._cache[config] = result
         return result
 
+    def warmups(self, old: Configuration, new: Configuration) -> list[Warmup]:
+        """The transients a host goes through when it changes from ``old`` to ``new``: the
+        default ``[noise.warmup]`` one, plus the extra one of every changed knob whose new
+        setting has a ``[knobs.<knob>.warmup]`` entry, plus that of every interaction with a
+        ``warmup`` that holds at ``new`` and whose knobs the change touched."""
+        n = self.noise
+        out = [Warmup(n.warmup_amplitude, n.warmup_tau_s)] if n.warmup_amplitude > 0 else []
+        a, b = self.full_settings(old), self.full_settings(new)
+        changed = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+        for knob in sorted(changed):
+            resp = self.knobs.get(knob)
+            w = resp.warmup.get(b[knob]) if resp is not None and knob in b else None
+            if w is not None and w.amplitude > 0:
+                out.append(w)
+        for inter in self.interactions:
+            w = inter.warmup
+            if w is not None and w.amplitude > 0 and changed & set(inter.when) and inter.holds(b):
+                out.append(w)
+        return out
+
     def full_settings(self, config: Configuration) -> dict[str, Value]:
         """``config`` with the knobs it leaves out at the reference configuration's values."""
         settings = dict(config.settings)
@@ -773,6 +850,8 @@ class SimModel:
             return p.qos
         if name == "power_w":
             return ref["power_w"] * p.power
+        if name == "offered_qps":  # the load balancer's share: no knob changes it
+            return ref["qps"]
         raise InputError(f"unknown metric {name!r} (sim metrics: {', '.join(METRICS)})")
 
     def true_effect(self, a: Configuration, b: Configuration, metric: str = "mips") -> float:
@@ -800,6 +879,51 @@ class SimModel:
             if eff > best_eff + 1e-12:
                 best, best_eff = s, eff
         return best
+
+
+def _warmup_entry(src: _Source, raw: object, key: str, table: str) -> Warmup:
+    """``{ amplitude = 0.05, tau_s = 120.0 }``: an extra warm-up transient."""
+    if not isinstance(raw, dict):
+        raise src.error(
+            f"[{table}] {key} must be {{ amplitude = <loss>, tau_s = <seconds> }}", key, table
+        )
+    for k in raw:
+        if k not in ("amplitude", "tau_s"):
+            raise src.error(
+                f"[{table}] {key}: unknown key '{k}' (allowed: amplitude, tau_s)", key, table
+            )
+    if "amplitude" not in raw or "tau_s" not in raw:
+        raise src.error(f"[{table}] {key} needs amplitude and tau_s", key, table)
+    amp = _number(src, raw["amplitude"], f"[{table}] {key} amplitude", key, table)
+    tau = _number(src, raw["tau_s"], f"[{table}] {key} tau_s", key, table)
+    if not 0.0 <= amp < 1.0:
+        raise src.error(
+            f"[{table}] {key} amplitude must be in [0, 1), not {raw['amplitude']!r}", key, table
+        )
+    if not 0.0 < tau <= 86_400.0:
+        raise src.error(
+            f"[{table}] {key} tau_s must be in (0, 86400], not {raw['tau_s']!r}", key, table
+        )
+    return Warmup(amp, tau)
+
+
+def _knob_warmups(
+    src: _Source, knob: str, raw: object, settings: Mapping[Value, float]
+) -> dict[Value, Warmup]:
+    """``[knobs.<knob>.warmup]``: setting = { amplitude, tau_s }, an extra transient on a host
+    whose change puts the knob at that setting."""
+    table = f"knobs.{knob}.warmup"
+    if not isinstance(raw, dict):
+        raise src.error(f"[{table}] must be a table of setting = {{ ... }}", "warmup", table)
+    out: dict[Value, Warmup] = {}
+    for key, entry in raw.items():
+        setting = _setting(src, knob, key, key, table)
+        if setting not in settings:
+            raise src.error(
+                f"[{table}] {key!r} has no throughput in [knobs.{knob}.throughput]", key, table
+            )
+        out[setting] = _warmup_entry(src, entry, key, table)
+    return out
 
 
 def _read_numbers(
@@ -832,6 +956,7 @@ __all__ = [
     "LoadModel",
     "Timing",
     "Interaction",
+    "Warmup",
     "ThreadingResponse",
     "ThreadingRule",
 ]

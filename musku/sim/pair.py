@@ -78,6 +78,7 @@ class WindowArrays:
     p99_ms: np.ndarray
     qos_violation_rate: np.ndarray
     power_w: np.ndarray
+    offered_qps: np.ndarray  # the request rate the load balancer sends each host
 
     def metric(self, name: str) -> np.ndarray:
         value = getattr(self, name, None)
@@ -101,6 +102,7 @@ class SimPair(HostPair):
         cotune: CotuneSpec | None = None,
         trainer: Trainer | None = None,
         table_dir: str | Path | None = None,
+        start_warm: bool | None = None,
     ) -> None:
         if not noise_scale >= 0.0 or not math.isfinite(noise_scale):
             raise InputError(f"noise_scale must be >= 0, not {noise_scale!r}")
@@ -125,8 +127,12 @@ class SimPair(HostPair):
         )
         self._initial = initial
         self._t = 0.0
-        # cold start: both hosts begin warming up at t = 0
-        self._warm_start = np.zeros(2)
+        # warm-up transients per host: (start, amplitude, tau); a cold start begins the
+        # model's default transient at t = 0 on both hosts, a warm start has none
+        self.start_warm = n.start_warm if start_warm is None else bool(start_warm)
+        self._warm: list[list[tuple[float, float, float]]] = [[], []]
+        if not self.start_warm and n.warmup_amplitude > 0:
+            self._warm = [[(0.0, n.warmup_amplitude, n.warmup_tau_s)] for _ in range(2)]
         self._points = [model.point(initial[0]), model.point(initial[1])]
         ss = np.random.SeedSequence([self.seed, 0x5155])
         host_ss, load_ss, out_ss, met_ss, gap_ss, phase_ss = ss.spawn(6)
@@ -141,6 +147,19 @@ class SimPair(HostPair):
         sigma = n.ar_sigma * self.noise_scale
         # stationary start
         self._x = self._rng_gap.standard_normal(2) * sigma
+        # streams of the newer noise sources (spawned after the original six, so a model
+        # without them draws exactly the numbers it always did)
+        own_ss, wander_ss, share_ss = ss.spawn(3)
+        self._rng_own = np.random.default_rng(own_ss)
+        self._rng_wander = np.random.default_rng(wander_ss)
+        self._rng_share = np.random.default_rng(share_ss)
+        lm = n.load
+        self._slope = np.array(
+            [1.0 - 0.5 * lm.sensitivity_spread, 1.0 + 0.5 * lm.sensitivity_spread]
+        )
+        self._w = self._rng_wander.standard_normal(2) * (n.wander_sd * self.noise_scale)
+        self._share = self._rng_share.standard_normal(2) * (lm.share_sigma * self.noise_scale)
+        self._simple = n.shared_load and n.innovation_df == 0 and n.wander_sd == 0
         self.applies = 0
         self.reboots = 0
         self._setup_threading(model, names, initial, cotune, trainer, table_dir)
@@ -272,9 +291,14 @@ class SimPair(HostPair):
         old = [h.configuration() for h in self.hosts]
         for h, cfg in enumerate(new):
             if costs[h] > 0:
+                start = t0 + costs[h]
+                # a change restarts the transient: what the old configuration had left of
+                # its own is replaced by the new one's (cold caches, remapped heap, ...)
+                self._warm[h] = [
+                    (start, w.amplitude, w.tau_s) for w in self.model.warmups(old[h], cfg)
+                ]
                 self.hosts[h]._config = cfg
                 self._points[h] = self.model.point(cfg)
-                self._warm_start[h] = t0 + costs[h]
             if self.midtiers is not None:
                 self.midtiers[h].config = self.hosts[h].configuration()
         try:
@@ -302,7 +326,8 @@ class SimPair(HostPair):
     def window(self, seconds: float) -> tuple[Sample, Sample]:
         n = self.model.noise
         if (
-            isinstance(seconds, int | float)
+            self._simple
+            and isinstance(seconds, int | float)
             and 0 < seconds <= n.tick_s * (1 + 1e-9)
             and math.isfinite(seconds)
         ):
@@ -314,7 +339,8 @@ class SimPair(HostPair):
         the :class:`Sample` objects (use :meth:`arrays` directly where that matters)."""
         arr = self.arrays(seconds, count)
         rows = np.stack(
-            (arr.mips, arr.qps, arr.p99_ms, arr.qos_violation_rate, arr.power_w), axis=-1
+            (arr.mips, arr.qps, arr.p99_ms, arr.qos_violation_rate, arr.power_w, arr.offered_qps),
+            axis=-1,
         ).tolist()
         duration = float(seconds)
         base_a = {"host": self.hosts[0].name, "t": 0.0, "duration": duration}
@@ -326,7 +352,7 @@ class SimPair(HostPair):
         setd = object.__setattr__
         out: list[tuple[Sample, Sample]] = []
         append = out.append
-        for t, ((a0, a1, a2, a3, a4), (b0, b1, b2, b3, b4)) in zip(
+        for t, ((a0, a1, a2, a3, a4, a5), (b0, b1, b2, b3, b4, b5)) in zip(
             arr.t.tolist(), rows, strict=True
         ):
             a = new(Sample)
@@ -338,6 +364,7 @@ class SimPair(HostPair):
                 "p99_ms": a2,
                 "qos_violation_rate": a3,
                 "power_w": a4,
+                "offered_qps": a5,
             }
             setd(a, "__dict__", da)
             b = new(Sample)
@@ -349,6 +376,7 @@ class SimPair(HostPair):
                 "p99_ms": b2,
                 "qos_violation_rate": b3,
                 "power_w": b4,
+                "offered_qps": b5,
             }
             setd(b, "__dict__", db)
             append((a, b))
@@ -393,24 +421,42 @@ class SimPair(HostPair):
         t0 = self._t
         # sub-step midpoints
         ts = t0 + (np.arange(m) + 0.5) * dt
-        load = self._load(ts, self._rng_load.standard_normal(m))
+        z_load = self._rng_load.standard_normal(m)
+        if n.shared_load:
+            load = self._load(ts, z_load)[:, None]  # (m, 1): the same on both hosts
+        else:
+            load = self._host_loads(ts, z_load, dt)  # (m, 2)
         # AR(1) per host on the sub-step grid
         sigma = n.ar_sigma * self.noise_scale
         phi = n.ar_phi ** (dt / n.tick_s)
-        e = self._rng_host.standard_normal((m, 2)) * (sigma * math.sqrt(1.0 - phi * phi))
+        if n.innovation_df > 0:
+            df = n.innovation_df
+            innov = self._rng_host.standard_t(df, (m, 2)) * math.sqrt((df - 2.0) / df)
+        else:
+            innov = self._rng_host.standard_normal((m, 2))
+        e = innov * (sigma * math.sqrt(1.0 - phi * phi))
         if m:
             x, _ = lfilter([1.0], [1.0, -phi], e, axis=0, zi=(phi * self._x)[None, :])
             self._x = x[-1].copy()
         else:
             x = e
-        # warm-up transient per host
-        age = ts[:, None] - self._warm_start[None, :]
-        warm = 1.0 - n.warmup_amplitude * np.exp(-np.maximum(age, 0.0) / n.warmup_tau_s)
-        lw = load[:, None] * warm
+        if n.wander_sd > 0 and m:
+            w, self._w = self._ar_path(self._rng_wander, self._w, m, dt, n.wander_sd,
+                                       n.wander_tau_s)  # fmt: skip
+            x = x + w
+        # warm-up transients per host
+        warm = np.ones((m, 2))
+        for h in (0, 1):
+            comps = [c for c in self._warm[h] if ts.size == 0 or ts[0] - c[0] < 50.0 * c[2]]
+            self._warm[h] = comps
+            for start, amp, tau in comps:
+                warm[:, h] -= amp * np.exp(-np.maximum(ts - start, 0.0) / tau)
+        warm = np.maximum(warm, 0.05)
+        lw = load * warm
         if k > 1:
             f_mips = (lw * np.exp(x)).reshape(count, k, 2).mean(axis=1)
             f_qps = (lw * np.exp(0.5 * x)).reshape(count, k, 2).mean(axis=1)
-            load_w = load.reshape(count, k).mean(axis=1)
+            load_w = load.reshape(count, k, -1).mean(axis=1)
             warm_w = warm.reshape(count, k, 2).mean(axis=1)
             x_w = x.reshape(count, k, 2).mean(axis=1)
         else:
@@ -431,7 +477,7 @@ class SimPair(HostPair):
         mips = ref["mips"] * tp * f_mips * outlier
         qps = ref["qps"] * tp * f_qps
         p99_nom = ref["p99_ms"] * np.array([pts[0].p99 * fp0, pts[1].p99 * fp1]) / self._bias
-        load_gain = 1.0 + n.p99_load_gain * (load_w[:, None] - 1.0)
+        load_gain = 1.0 + n.p99_load_gain * (load_w - 1.0)
         p99_noise = np.exp(-0.5 * x_w + n.p99_sigma * self.noise_scale * z[:, :, 0])
         p99_rel = np.maximum(load_gain, 0.05) * p99_noise / warm_w / np.sqrt(outlier)
         p99 = p99_nom * p99_rel
@@ -439,12 +485,46 @@ class SimPair(HostPair):
         power_nom = ref["power_w"] * np.array([pts[0].power, pts[1].power])
         power = (
             power_nom
-            * np.maximum(1.0 + n.power_load_gain * (load_w[:, None] - 1.0), 0.05)
+            * np.maximum(1.0 + n.power_load_gain * (load_w - 1.0), 0.05)
             * np.exp(n.power_sigma * self.noise_scale * z[:, :, 1])
         )
+        offered = ref["qps"] * np.broadcast_to(load_w, (count, 2))
         ends = t0 + seconds * np.arange(1, count + 1)
         self._t = t0 + seconds * count
-        return WindowArrays(ends, seconds, mips, qps, p99, qos, power)
+        return WindowArrays(ends, seconds, mips, qps, p99, qos, power, offered)
+
+    @staticmethod
+    def _ar_path(
+        rng: np.random.Generator, state: np.ndarray, m: int, dt: float, sd: float, tau: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``m`` sub-steps of a stationary AR(1) per host with std ``sd`` and time constant
+        ``tau`` (coefficient ``exp(-dt / tau)``), continuing from ``state``."""
+        rho = math.exp(-dt / tau)
+        e = rng.standard_normal((m, 2)) * (sd * math.sqrt(1.0 - rho * rho))
+        path, _ = lfilter([1.0], [1.0, -rho], e, axis=0, zi=(rho * state)[None, :])
+        return path, path[-1].copy()
+
+    def _host_loads(self, ts: np.ndarray, z_common: np.ndarray, dt: float) -> np.ndarray:
+        """Per-host load (m, 2) when the load is only partly shared: the common diurnal
+        swing and bursts, each host's own slope on them (``sensitivity_spread``), per-tick
+        jitter correlated ``host_correlation`` between the hosts, and each host's own
+        slowly wobbling routing share (``share_sigma``, ``share_tau_s``)."""
+        lm = self.model.noise.load
+        scale = self.noise_scale
+        m = ts.size
+        dev = self._load(ts, np.zeros(m), floor=False) - 1.0  # diurnal + bursts
+        c = lm.host_correlation
+        z_own = self._rng_own.standard_normal((m, 2))
+        jitter = (scale * lm.jitter_sigma) * (
+            math.sqrt(c) * z_common[:, None] + math.sqrt(1.0 - c) * z_own
+        )
+        load = 1.0 + self._slope[None, :] * (dev[:, None] + jitter)
+        if lm.share_sigma > 0 and m:
+            share, self._share = self._ar_path(
+                self._rng_share, self._share, m, dt, lm.share_sigma * scale, lm.share_tau_s
+            )
+            load = load + share
+        return np.maximum(load, 0.05)
 
     def point(self, h: int) -> Point:
         """Noiseless response of host ``h``'s current configuration."""
@@ -483,8 +563,10 @@ class SimPair(HostPair):
             pt = self._points[h]
             f_tp, f_p99 = self._factors[h]
             bias = float(self._bias[h])
-            age = max(tm - float(self._warm_start[h]), 0.0)
-            warm = 1.0 - n.warmup_amplitude * math.exp(-age / n.warmup_tau_s)
+            warm = 1.0
+            for t_w, a_w, tau_w in self._warm[h]:
+                warm -= a_w * math.exp(-max(tm - t_w, 0.0) / tau_w)
+            warm = max(warm, 0.05)
             xh = x[h]
             outlier = 1.0
             if scale and u[h][0] < n.outlier_prob * min(1.0, scale):
@@ -518,12 +600,13 @@ class SimPair(HostPair):
                         "p99_ms": p99,
                         "qos_violation_rate": qos,
                         "power_w": power,
+                        "offered_qps": ref["qps"] * load,
                     },
                 )
             )
         return out[0], out[1]
 
-    def _load(self, ts: np.ndarray, z: np.ndarray) -> np.ndarray:
+    def _load(self, ts: np.ndarray, z: np.ndarray, floor: bool = True) -> np.ndarray:
         lm = self.model.noise.load
         scale = self.noise_scale
         load = 1.0 + scale * lm.diurnal_amplitude * np.sin(
@@ -537,7 +620,7 @@ class SimPair(HostPair):
                 age = ts[:, None] - start[None, :]
                 contrib = np.where(age >= 0, np.exp(-np.maximum(age, 0) / lm.burst_duration_s), 0.0)
                 load = load + scale * (contrib @ amp)
-        return np.maximum(load, 0.05)
+        return np.maximum(load, 0.05) if floor else load
 
     def _bursts_between(self, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
         """Burst start times and heights in [lo, hi]; a pure function of the seed and time."""
@@ -570,6 +653,15 @@ class SimPair(HostPair):
         self._x = rho * self._x + math.sqrt(max(0.0, 1.0 - rho * rho)) * sigma * (
             self._rng_gap.standard_normal(2)
         )
+        for attr, rng, sd, tau in (
+            ("_w", self._rng_wander, n.wander_sd, n.wander_tau_s),
+            ("_share", self._rng_share, n.load.share_sigma, n.load.share_tau_s),
+        ):
+            if sd > 0:
+                r = math.exp(-seconds / tau)
+                state = getattr(self, attr)
+                noise = rng.standard_normal(2) * (sd * self.noise_scale * math.sqrt(1.0 - r * r))
+                setattr(self, attr, r * state + noise)
         self._t += seconds
 
 

@@ -5,11 +5,19 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from musku.domain import ComparisonResult, Configuration, Decision
 from musku.errors import DatabaseError
-from musku.storage.models import SAMPLE_METRIC_COLUMNS, ConfigurationRow, DecisionRow
+from musku.storage.models import (
+    SAMPLE_METRIC_COLUMNS,
+    ConfigurationRow,
+    DecisionRow,
+    PairCalibrationRow,
+)
+
+if TYPE_CHECKING:
+    from musku.abtest.calibration import PairCalibration
 
 SAMPLE_COLUMNS: tuple[str, ...] = (
     "comparison_id",
@@ -225,3 +233,39 @@ def sample_dict(row: Mapping[Any, Any]) -> dict[str, Any]:
         "value": None if row["value"] is None else float(row["value"]),
         "metrics": metrics,
     }
+
+
+def calibration_columns(cal: PairCalibration) -> dict[str, Any]:
+    """A ``pair_calibrations`` row from a :class:`PairCalibration`."""
+    return {
+        "pair": cal.pair,
+        "hardware": cal.hardware,
+        "metric": cal.metric,
+        "bias": float(cal.bias),
+        "ci_low": float(cal.ci_low),
+        "ci_high": float(cal.ci_high),
+        "samples": int(cal.samples),
+        "taken_at": cal.taken_at,
+        "needs_recalibration": bool(cal.needs_recalibration),
+        "note": cal.note,
+    }
+
+
+def calibration_from_row(row: PairCalibrationRow) -> PairCalibration:
+    from musku.abtest.calibration import PairCalibration  # lazy: storage does not need abtest
+
+    taken = aware(row.taken_at)
+    assert taken is not None
+    return PairCalibration(
+        pair=row.pair,
+        hardware=row.hardware,
+        metric=row.metric,
+        bias=row.bias,
+        ci_low=row.ci_low,
+        ci_high=row.ci_high,
+        samples=row.samples,
+        taken_at=taken,
+        needs_recalibration=bool(row.needs_recalibration),
+        note=row.note or "",
+        id=row.id,
+    )

@@ -222,4 +222,36 @@ class ThreadingTableRow(Base):
     created_at: Mapped[datetime] = mapped_column(TS)
 
 
+class PairCalibrationRow(Base):
+    """A host pair's measured bias (``musku pair calibrate``): revision 0003."""
+
+    __tablename__ = "pair_calibrations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    pair: Mapped[str] = mapped_column(String(255), index=True)
+    hardware: Mapped[str] = mapped_column(Text)
+    metric: Mapped[str] = mapped_column(String(100))
+    bias: Mapped[float] = mapped_column(Float)
+    ci_low: Mapped[float] = mapped_column(Float)
+    ci_high: Mapped[float] = mapped_column(Float)
+    samples: Mapped[int] = mapped_column(Integer)
+    taken_at: Mapped[datetime] = mapped_column(TS)
+    needs_recalibration: Mapped[bool] = mapped_column(Boolean, default=False)
+    note: Mapped[str] = mapped_column(Text, default="")
+
+
+class ConfigTransientRow(Base):
+    """A warm-up transient measured for one configuration on one pair: revision 0003."""
+
+    __tablename__ = "config_transients"
+    __table_args__ = (Index("ix_config_transients_lookup", "pair", "hardware", "config_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    pair: Mapped[str] = mapped_column(String(255))
+    hardware: Mapped[str] = mapped_column(Text)
+    config_key: Mapped[str] = mapped_column(Text)
+    seconds: Mapped[float] = mapped_column(Float)
+    measured_at: Mapped[datetime] = mapped_column(TS)
+
+
 metadata = Base.metadata

@@ -113,6 +113,10 @@ class Runner:
         self.results: list[tuple[str, ComparisonResult]] = []
         self.measured = 0
         self._counter = 0
+        from musku.abtest.calibration import memory_for
+
+        # the pair's calibration and remembered warm-up transients (issue 19)
+        self.memory = memory_for(pair, store if experiment_id is not None else None)
         if store is not None and experiment_id is not None:
             for purpose, result in store.completed(experiment_id):
                 key = (purpose, result.baseline.key(), result.candidate.key())
@@ -153,6 +157,7 @@ class Runner:
             on_progress=self.progress.comparison_progress,
             should_stop=self.stop.is_set,
             seed=self.seed * 100_003 + self._counter,
+            memory=self.memory,
         )
         if self.store is not None and cmp_id is not None:
             self.store.finish_comparison(cmp_id, result)

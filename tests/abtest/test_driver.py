@@ -6,11 +6,13 @@ import math
 import re
 from collections import Counter
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from musku.abtest import Progress, run_comparison
+from musku.abtest.calibration import PairCalibration, PairMemory, pair_identity
 from musku.abtest.rules import ConfidenceSequenceRule
 from musku.domain import (
     ComparisonSpec,
@@ -65,10 +67,8 @@ def test_three_stop_reasons(effect: float, decision: Decision) -> None:
 def test_crossover_cancels_host_bias_that_fools_a_naive_paired_test() -> None:
     """Host 1 is 2 % faster than host 0 on the same configuration. Paired without crossover,
     the bias reads as a 2 % effect; with crossover it cancels. (The pair's bias bound must cover
-    the 2 %: the early, pre-crossover path trusts it; see the next test.)"""
-    crossed = run_comparison(
-        FakePair(seed=2, bias=0.02), A, A, SPEC, seed=2, rule_options={"max_host_bias": 0.03}
-    )
+    the 2 %, else there is no early path: see the next test.)"""
+    crossed = run_comparison(FakePair(seed=2, bias=0.02), A, A, SPEC, seed=2)
     naive = run_comparison(FakePair(seed=2, bias=0.02), A, A, SPEC, seed=2, rule="naive-paired")
     assert naive.decision is Decision.BETTER
     assert naive.estimate == pytest.approx(0.02, abs=0.004)
@@ -79,16 +79,53 @@ def test_crossover_cancels_host_bias_that_fools_a_naive_paired_test() -> None:
     assert m and float(m.group(1)) == pytest.approx(2.0, abs=0.2)
 
 
-def test_early_path_trusts_the_host_bias_bound() -> None:
-    """The documented assumption: a host bias beyond the bound (2 % > the default 1 %) is
-    not caught before the crossover; the early path then reads part of it as an effect.
-    Declaring the bound (rule_options or the pair's describe()) restores the crossover."""
-    trusting = run_comparison(FakePair(seed=2, bias=0.02), A, A, SPEC, seed=2)
-    assert trusting.decision is Decision.BETTER and "before crossover" in trusting.reason
-    declared = run_comparison(
-        FakePair(seed=2, bias=0.02), A, A, SPEC, seed=2, rule_options={"max_host_bias": 0.03}
-    )
+def calibrated(pair: FakePair, bound: float, **kw: Any) -> PairMemory:
+    """A PairMemory holding a fresh calibration of ``pair`` with |bias| <= ``bound``."""
+    key, hw = pair_identity(pair.describe())
+    cal = PairCalibration(key, hw, "mips", 0.0, -bound, bound, 2000, datetime.now(UTC), **kw)
+    return PairMemory(calibration=cal, hardware=hw)
+
+
+def test_no_early_decision_without_a_calibration() -> None:
+    """Issue 19: the early path used to trust an unchecked 1 % bound and read a 2 % host bias
+    as an effect. Without a calibration there is no early decision; the crossover removes
+    the bias, and its estimate beyond the default bound marks the pair for recalibration."""
+    breaches: list[str] = []
+    memory = PairMemory(on_breach=breaches.append)
+    r = run_comparison(FakePair(seed=2, bias=0.02), A, A, SPEC, seed=2, memory=memory)
+    assert r.decision is Decision.NO_DIFFERENCE
+    assert "before crossover" not in r.reason
+    assert "no early path" in r.method
+    assert len(breaches) == 1 and "recalibration" in breaches[0]
+    assert "marked for recalibration" in r.reason
+    # a calibration that covers the 2 %: no breach
+    pair = FakePair(seed=2, bias=0.02)
+    mem = calibrated(pair, 0.03)
+    mem.on_breach = breaches.append
+    declared = run_comparison(pair, A, A, SPEC, seed=2, memory=mem)
     assert declared.decision is Decision.NO_DIFFERENCE
+    assert len(breaches) == 1
+
+
+@pytest.mark.parametrize("why", ["old", "hardware", "flagged"])
+def test_unusable_calibration_is_warned_and_turns_the_early_path_off(why: str) -> None:
+    pair = FakePair(freq_level(0.1), seed=20)
+    mem = calibrated(pair, 0.01)
+    assert mem.calibration is not None
+    if why == "old":
+        mem.max_age_s = 3600.0
+        mem.now = datetime.now(UTC) + timedelta(hours=2)
+    elif why == "hardware":
+        mem.hardware = '{"platform": "other"}'
+    else:
+        mem.calibration = replace(mem.calibration, needs_recalibration=True, note="breach")
+    r = run_comparison(pair, A, B, SPEC, seed=20, memory=mem)
+    assert r.decision is Decision.BETTER
+    assert "before crossover" not in r.reason
+    assert "early decisions off" in r.reason
+    assert {"old": "h old", "hardware": "other hardware", "flagged": "recalibration"}[why] in (
+        r.reason
+    )
 
 
 def test_crossover_holds_up_against_a_bias_drifting_with_the_slow_load() -> None:
@@ -106,9 +143,7 @@ def test_crossover_holds_up_against_a_bias_drifting_with_the_slow_load() -> None
             "load_period_s": 3600.0,
             "sigma": 0.01,
         }
-        # the bias swings by up to +-3.5 % here: declare it, or the early (pre-crossover)
-        # path, which assumes |bias| <= 1 % by default, may read it as an effect
-        r = run_comparison(FakePair(**kw), A, A, SPEC, seed=s, rule_options={"max_host_bias": 0.05})
+        r = run_comparison(FakePair(**kw), A, A, SPEC, seed=s)
         assert abs(r.estimate) < 0.002 and r.ci_low <= 0 <= r.ci_high
         crossed[r.decision] += 1
         naive[run_comparison(FakePair(**kw), A, A, SPEC, seed=s, rule="naive-paired").decision] += 1
@@ -442,7 +477,7 @@ class BoundedPair(FakePair):
 def test_large_effect_decides_before_the_first_swap(effect: float, decision: Decision) -> None:
     rows, sink = collect()
     pair = FakePair(freq_level(effect), seed=20)
-    r = run_comparison(pair, A, B, SPEC, seed=20, on_window=sink)
+    r = run_comparison(pair, A, B, SPEC, seed=20, on_window=sink, memory=calibrated(pair, 0.01))
     assert r.decision is decision
     assert r.reason.startswith("decided before crossover: interval [")
     assert "even allowing ±1.00 % host bias" in r.reason
@@ -454,19 +489,29 @@ def test_large_effect_decides_before_the_first_swap(effect: float, decision: Dec
 
 
 def test_host_bias_bound_from_the_pair_and_from_rule_options() -> None:
-    # the pair says its hosts may differ by 20 %: a 10 % effect needs the crossover
+    # the pair says its hosts may differ by 20 %: a 10 % effect needs the crossover (the
+    # larger of the calibrated and the stated bound is used)
     rows, sink = collect()
     pair = BoundedPair(freq_level(0.1), seed=21, max_host_bias=0.2)
-    r = run_comparison(pair, A, B, SPEC, seed=21, on_window=sink)
+    r = run_comparison(pair, A, B, SPEC, seed=21, on_window=sink, memory=calibrated(pair, 0.01))
     assert r.decision is Decision.BETTER
     assert "before crossover" not in r.reason
     assert {x["period"] for x in rows} >= {0, 1}
-    # explicit rule options win over the pair's statement
+    # explicit rule options replace the pair's statement
     pair = BoundedPair(freq_level(0.1), seed=21, max_host_bias=0.2)
-    r = run_comparison(pair, A, B, SPEC, seed=21, rule_options={"max_host_bias": 0.02})
+    r = run_comparison(
+        pair,
+        A,
+        B,
+        SPEC,
+        seed=21,
+        rule_options={"max_host_bias": 0.02},
+        memory=calibrated(pair, 0.01),
+    )
     assert "even allowing ±2.00 % host bias" in r.reason
     with pytest.raises(InputError, match="max_host_bias"):
-        run_comparison(BoundedPair(seed=21, max_host_bias=0.7), A, B, SPEC, seed=21)
+        p = BoundedPair(seed=21, max_host_bias=0.7)
+        run_comparison(p, A, B, SPEC, seed=21, memory=calibrated(p, 0.01))
 
 
 def test_small_effect_still_uses_the_crossover() -> None:

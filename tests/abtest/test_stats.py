@@ -126,9 +126,10 @@ def test_small_sample_correction_at_the_boundary_level() -> None:
     assert widths[-1] == pytest.approx(r)
 
 
-def test_crossover_standard_error_equals_statsmodels_hac_panel() -> None:
-    """The batch-means variance is Newey-West (Bartlett, lag 1) within periods: the same
-    number statsmodels gives for OLS y ~ 1 + sign with cov_type='hac-panel'."""
+def test_crossover_standard_error_equals_statsmodels_hac() -> None:
+    """The batch-means variance is Newey-West (Bartlett) over the whole sequence with the
+    data-driven bandwidth: the same number statsmodels gives for OLS y ~ 1 + sign with
+    cov_type='HAC' at that many lags (small-sample corrected)."""
     import statsmodels.api as sm
 
     rng = np.random.default_rng(7)
@@ -137,9 +138,38 @@ def test_crossover_standard_error_equals_statsmodels_hac_panel() -> None:
     y = 0.01 + 0.02 * sign + 0.01 * lfilter([1.0], [1.0, -0.4], rng.standard_normal(240))
     est = stats.crossover_estimate(y, sign, period)
     assert est is not None
+    assert est.bandwidth >= 1.0
     fit = sm.OLS(y, sm.add_constant(sign.astype(float))).fit(
-        cov_type="hac-panel", cov_kwds={"groups": period, "maxlags": 1}
+        cov_type="HAC", cov_kwds={"maxlags": int(est.bandwidth), "use_correction": True}
     )
     assert est.mean == pytest.approx(fit.params[0], rel=1e-12)
     assert est.bias == pytest.approx(fit.params[1], rel=1e-12)
     assert est.se == pytest.approx(fit.bse[0], rel=1e-6)
+
+
+def test_autocovariances_equal_statsmodels_acovf() -> None:
+    from statsmodels.tsa.stattools import acovf
+
+    x = ar1(500, 0.7, 11)
+    assert stats.autocovariances(x, 10) == pytest.approx(acovf(x, nlag=10, fft=False))
+
+
+@pytest.mark.parametrize("phi", [0.0, 0.6, 0.9])
+def test_integrated_autocorrelation_recovers_ar1(phi: float) -> None:
+    """The HAC estimate of the integrated autocorrelation time (1 + phi) / (1 - phi): close
+    for a long series (Bartlett truncation biases it a little low at phi 0.9)."""
+    iact, bw = stats.integrated_autocorrelation(ar1(50_000, phi, 5))
+    truth = (1 + phi) / (1 - phi)
+    assert iact == pytest.approx(truth, rel=0.15)
+    assert stats.ar1_equivalent(iact) == pytest.approx(phi, abs=0.03)
+    assert (bw < 5) if phi == 0.0 else (bw > 5)
+
+
+def test_batch_size_from_short_series_is_not_clamped_to_huge() -> None:
+    """At phi 0.9 the pilot-sized estimate gives batches of tens to a few hundred windows, not
+    the old upper-bound clamp (1,175 windows, forcing 14,100 samples)."""
+    sizes = [stats.batch_size_for(ar1(120, 0.9, seed))[0] for seed in range(40)]
+    assert max(sizes) < 600
+    assert np.median(sizes) > 40
+    # white noise: the minimum
+    assert stats.batch_size_for(ar1(120, 0.0, 1))[0] <= 8

@@ -194,15 +194,21 @@ def test_noise_is_paper_like_and_the_measured_effect_is_the_true_one() -> None:
     model = pair.model
     soft = exp.production.merged(Configuration.of(BEST["web-skylake"]))
     pair.windows(1.0, 300)
-    # per-host, per-window noise of a few percent with AR(1) phi in 0.5-0.7 (A/A, same config)
-    x = np.log(pair.arrays(1.0, 6000).mips)
+    # per-host, per-window noise of a few percent with AR(1) phi in 0.5-0.7 (A/A, same config),
+    # per offered request (the hosts' own share of the live load divides out)
+    arr0 = pair.arrays(1.0, 6000)
+    x = np.log(arr0.mips) - np.log(arr0.offered_qps)
     ratio = x[:, 1] - x[:, 0]
     assert 0.02 < np.std(ratio) / np.sqrt(2) < 0.05
     assert 0.5 <= acf(ratio, nlags=1, fft=True)[1] <= 0.7
+    # the load is only partly shared: the raw ratio carries each host's own share of it
+    raw = np.log(arr0.mips[:, 1]) - np.log(arr0.mips[:, 0])
+    assert np.std(raw) > 1.2 * np.std(ratio)
     # the A/B ratio, corrected for the host bias, estimates the true effect
     assert isinstance(pair, SimPair)
     pair.apply((exp.production, soft))
     pair.windows(1.0, 300)  # warm-up
     arr = pair.arrays(1.0, 20_000)
     est = np.exp(np.mean(np.log(arr.mips[:, 1] / arr.mips[:, 0])) - np.log1p(pair.host_bias)) - 1
-    assert est == pytest.approx(model.true_effect(exp.production, soft), abs=0.004)
+    # (0.6 %: the hosts' slow wander, sd 0.2 % with tau 1 h, does not average out in 5.5 h)
+    assert est == pytest.approx(model.true_effect(exp.production, soft), abs=0.006)

@@ -62,7 +62,14 @@ def test_registered_backend_and_interface() -> None:
     assert pair.reboot_knobs == exp.spec.reboot_knobs == frozenset({"core_count"})
     a, b = pair.window(1.0)
     assert isinstance(a, Sample) and a.host == "sim-a" and b.host == "sim-b"
-    assert set(a.metrics) == {"mips", "qps", "p99_ms", "qos_violation_rate", "power_w"}
+    assert set(a.metrics) == {
+        "mips",
+        "qps",
+        "p99_ms",
+        "qos_violation_rate",
+        "power_w",
+        "offered_qps",
+    }
     assert a.t == b.t == pair.now() == 1.0 and a.duration == 1.0 and a.valid
     assert pair.describe()["model"] == "web-skylake18"
 

@@ -345,3 +345,48 @@ def test_one_validation_comparison_serves_both_when_stock_is_production(
     assert len(store.completed(exp)) == 1
     rec = store.softsku(sku_id)
     assert rec is not None and rec.sku.vs_stock == result and rec.sku.vs_production == result
+
+
+def test_pair_calibrations(store: Store) -> None:
+    """Issue 19: a pair's calibration is stored with its interval, hardware and time; the
+    newest one is in force; a breach marks it for recalibration."""
+    from datetime import UTC, datetime
+
+    from musku.abtest.calibration import PairCalibration
+
+    assert store.calibration("sim-a+sim-b") is None
+    assert store.mark_recalibration("sim-a+sim-b", "breach") is False
+    taken = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+    old = PairCalibration("sim-a+sim-b", '{"platform": "x"}', "mips", 0.01, 0.008, 0.012, 900,
+                          taken)  # fmt: skip
+    store.save_calibration(old)
+    new = PairCalibration("sim-a+sim-b", '{"platform": "x"}', "mips", 0.02, 0.017, 0.023, 1200,
+                          taken)  # fmt: skip
+    cid = store.save_calibration(new)
+    got = store.calibration("sim-a+sim-b")
+    assert got is not None and got.id == cid
+    assert (got.bias, got.ci_low, got.ci_high, got.samples) == (0.02, 0.017, 0.023, 1200)
+    assert got.taken_at == taken and got.hardware == '{"platform": "x"}'
+    assert got.bound == 0.023 and not got.needs_recalibration
+    assert store.mark_recalibration("sim-a+sim-b", "bias +3 % beyond +-2.3 %") is True
+    flagged = store.calibration("sim-a+sim-b")
+    assert flagged is not None and flagged.needs_recalibration
+    assert flagged.note.startswith("bias +3 %")
+    assert store.calibration("other") is None
+
+
+def test_config_transients(store: Store) -> None:
+    """Per-configuration warm-up transients: the median of the three newest measurements."""
+    assert store.transient("p", "hw", "cfg") is None
+    store.save_transient("p", "hw", "cfg", 120.0)
+    assert store.transient("p", "hw", "cfg") == 120.0
+    store.save_transient("p", "hw", "cfg", 900.0)  # one spurious long one
+    store.save_transient("p", "hw", "cfg", 150.0)
+    assert store.transient("p", "hw", "cfg") == 150.0
+    store.save_transient("p", "hw", "cfg", 130.0)
+    assert store.transient("p", "hw", "cfg") == 150.0  # 900, 150, 130
+    assert store.transient("p", "other-hw", "cfg") is None
+    mem = store.transients("p", "hw")
+    assert mem.get("cfg") == 150.0 and mem.get("new") is None
+    mem["new"] = 60.0
+    assert store.transient("p", "hw", "new") == 60.0

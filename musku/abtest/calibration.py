@@ -1,0 +1,238 @@
+"""Pair calibration: the host bias of a pair measured by an A/A, and what the tester remembers
+about a pair between comparisons (its calibration, each configuration's warm-up transient).
+
+``musku pair calibrate EXPERIMENT_FILE`` runs :func:`calibrate_pair` (the experiment's baseline
+on both roles, crossover periods, no early path) and stores the :class:`PairCalibration` in the
+results DB. :func:`musku.abtest.run_comparison` takes it (``memory=PairMemory(...)``):
+
+- the early, pre-crossover decision is allowed only with a usable calibration, and only within
+  its bound (the larger end of the bias interval, in absolute value);
+- a calibration older than ``max_age_s`` or taken on other hardware is not usable: warned, the
+  early path off;
+- every comparison that crosses over checks its own bias estimate (a confidence sequence over
+  the looks) against the bound in use; a breach marks the pair for recalibration
+  (``on_breach``) and the early path stays off until a new calibration.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+DEFAULT_MAX_AGE_S = 7 * 86_400.0
+"""A calibration older than this (one week) is not used for early decisions."""
+
+UNCALIBRATED_BOUND = 0.01
+"""Bias bound checked (never used for decisions) on a pair without a calibration."""
+
+
+def pair_identity(describe: Mapping[str, Any]) -> tuple[str, str]:
+    """(pair key, hardware identity) of a host pair from its ``describe()``: the hosts' names,
+    and what a bias depends on besides them (backend, platform, CPU model, simulator model
+    and its seed/bias), as canonical JSON."""
+    hosts = describe.get("hosts") or []
+    key = "+".join(str(h) for h in hosts) or "pair"
+    hw_keys = ("backend", "platform", "cpu_model", "model", "model_source", "host_bias", "seed")
+    hw = {k: describe[k] for k in hw_keys if k in describe and describe[k] not in (None, "")}
+    if "hardware" in describe:
+        hw["hardware"] = describe["hardware"]
+    return key, json.dumps(hw, sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class PairCalibration:
+    """A measured host bias: host 1 relative to host 0, in the metric's good direction."""
+
+    pair: str
+    hardware: str
+    metric: str
+    bias: float  # relative: +0.01 = host 1 is 1 % better
+    ci_low: float
+    ci_high: float
+    samples: int
+    taken_at: datetime
+    needs_recalibration: bool = False
+    note: str = ""
+    id: int | None = None
+
+    @property
+    def bound(self) -> float:
+        """The calibrated bound on |bias|: the far end of its interval."""
+        return max(abs(self.ci_low), abs(self.ci_high))
+
+    def usable(
+        self, hardware: str, *, now: datetime | None = None, max_age_s: float = DEFAULT_MAX_AGE_S
+    ) -> tuple[bool, str]:
+        """Whether early decisions may rely on it, and why not."""
+        now = now or datetime.now(UTC)
+        age = (now - self.taken_at).total_seconds()
+        if self.needs_recalibration:
+            return False, f"pair {self.pair} is marked for recalibration ({self.note})"
+        if hardware != self.hardware:
+            return False, f"calibration of pair {self.pair} was taken on other hardware"
+        if age > max_age_s:
+            return False, (
+                f"calibration of pair {self.pair} is {age / 3600:.1f} h old "
+                f"(max {max_age_s / 3600:.1f} h)"
+            )
+        return True, ""
+
+
+@dataclass
+class PairMemory:
+    """What a comparison may know about its pair and gives back.
+
+    ``transients`` maps a configuration key to the longest warm-up transient (seconds) measured
+    for it on this pair; the driver discards at least that much after applying it and writes
+    new measurements back (a storage-backed mapping persists them). ``on_breach(message)`` is
+    called when a comparison's bias estimate lies beyond the bound in use."""
+
+    calibration: PairCalibration | None = None
+    hardware: str = ""
+    max_age_s: float = DEFAULT_MAX_AGE_S
+    now: datetime | None = None
+    transients: MutableMapping[str, float] = field(default_factory=dict)
+    on_breach: Callable[[str], None] | None = None
+
+    def early_bound(self) -> tuple[float | None, str]:
+        """(the calibrated bias bound when early decisions are allowed else None, a warning
+        when a calibration exists but is not usable)."""
+        cal = self.calibration
+        if cal is None:
+            return None, ""
+        ok, why = cal.usable(self.hardware, now=self.now, max_age_s=self.max_age_s)
+        if not ok:
+            return None, f"{why}: early decisions off"
+        return cal.bound, ""
+
+    def breach(self, note: str) -> None:
+        """A comparison's bias estimate breached the bound: no early decisions on this pair
+        until it is calibrated again (and the store is told, through ``on_breach``)."""
+        if self.calibration is not None and not self.calibration.needs_recalibration:
+            from dataclasses import replace
+
+            self.calibration = replace(self.calibration, needs_recalibration=True, note=note)
+        if self.on_breach is not None:
+            self.on_breach(note)
+
+    def check_bound(self) -> float:
+        """The bias bound every crossover comparison is checked against."""
+        cal = self.calibration
+        return cal.bound if cal is not None else UNCALIBRATED_BOUND
+
+
+def calibrate_pair(
+    pair: Any,
+    config: Any,
+    spec: Any,
+    *,
+    precision: float = 0.0025,
+    seed: int | None = None,
+    on_window: Callable[[list[dict[str, Any]]], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> tuple[PairCalibration | None, Any]:
+    """An A/A on ``pair`` (``config`` on both hosts, roles swapped every period): measure the
+    host bias until its confidence sequence is within ``precision`` (relative) of the estimate
+    or the sample cap is reached. Returns (calibration or None when it could not be measured,
+    the comparison result)."""
+    from musku.abtest.driver import run_comparison
+    from musku.abtest.rules import CalibrationRule
+
+    rule = CalibrationRule(seed=seed if seed is not None else spec.stats.seed, precision=precision)
+    result = run_comparison(
+        pair, config, config, spec, on_window=on_window, should_stop=should_stop, rule=rule
+    )
+    got = rule.bias_interval(1.0 - spec.stats.confidence)
+    if got is None:
+        return None, result
+    bias, lo, hi = got
+    key, hw = pair_identity(pair.describe())
+    direction = 1.0 if spec.direction.value == "higher" else -1.0
+    rel = [math.expm1(direction * v) for v in (bias, lo, hi)]
+    lo_r, hi_r = sorted(rel[1:])
+    cal = PairCalibration(
+        pair=key,
+        hardware=hw,
+        metric=spec.metric,
+        bias=rel[0],
+        ci_low=lo_r,
+        ci_high=hi_r,
+        samples=result.samples,
+        taken_at=datetime.now(UTC),
+    )
+    return cal, result
+
+
+def memory_for(pair: Any, store: Any | None, *, max_age_s: float | None = None) -> PairMemory:
+    """The :class:`PairMemory` of ``pair``: its newest calibration and its per-configuration
+    transients from ``store`` (a breach marks the calibration there), or an in-memory one
+    shared by the comparisons of one run without a store. ``max_age_s`` defaults to
+    ``$MUSKU_CALIBRATION_MAX_AGE_H`` hours, else :data:`DEFAULT_MAX_AGE_S`."""
+    import os
+
+    if max_age_s is None:
+        env = os.environ.get("MUSKU_CALIBRATION_MAX_AGE_H", "")
+        try:
+            max_age_s = float(env) * 3600.0 if env else DEFAULT_MAX_AGE_S
+        except ValueError:
+            from musku.errors import InputError
+
+            raise InputError(
+                f"MUSKU_CALIBRATION_MAX_AGE_H = {env!r} must be a number of hours"
+            ) from None
+    key, hw = pair_identity(pair.describe())
+    if store is None:
+        return PairMemory(hardware=hw, max_age_s=max_age_s)
+
+    def breach(note: str) -> None:
+        store.mark_recalibration(key, note)
+
+    return PairMemory(
+        calibration=store.calibration(key),
+        hardware=hw,
+        max_age_s=max_age_s,
+        transients=store.transients(key, hw),
+        on_breach=breach,
+    )
+
+
+def calibrate_experiment(
+    experiment: Any,
+    store: Any | None,
+    *,
+    seed: int | None = None,
+    precision: float = 0.0025,
+    should_stop: Callable[[], bool] | None = None,
+) -> tuple[PairCalibration | None, Any]:
+    """``musku pair calibrate``: open the experiment's pair, run the A/A on its baseline
+    configuration, store the calibration (when one could be measured), put the hosts back."""
+    from musku.sweep.sweep import open_pair
+
+    pair = open_pair(experiment, seed=seed)
+    try:
+        if store is not None:
+            pair.use_store(store)
+        cal, result = calibrate_pair(
+            pair,
+            experiment.baseline_config,
+            experiment.spec,
+            precision=precision,
+            seed=seed,
+            should_stop=should_stop,
+        )
+        if cal is not None and store is not None:
+            cal = replace_id(cal, store.save_calibration(cal))
+        pair.restore()
+        return cal, result
+    finally:
+        pair.close()
+
+
+def replace_id(cal: PairCalibration, id_: int) -> PairCalibration:
+    from dataclasses import replace
+
+    return replace(cal, id=id_)

@@ -353,9 +353,16 @@ def _comparison(d: ReportData, c: Any, image: bytes | None) -> str:
         )
         bias = host_bias(s)
         hosts = [h.name for h in d.experiment.hosts]
+        adjusted = r is not None and "CUPED" in r.method
+        note = (
+            "; the tester's figure in the reason below is adjusted for each host's offered load "
+            "(CUPED), so the two can differ by a few tenths of a percent"
+            if adjusted
+            else ""
+        )
         body.append(
             "<p>Host bias (host 1 over host 0 on the same configuration, from the two role "
-            f"orders): <b>{_e(_pct(bias)) if bias is not None else 'not estimable (one role order only)'}</b>. "
+            f"orders' raw windows{note}): <b>{_e(_pct(bias)) if bias is not None else 'not estimable (one role order only)'}</b>. "
             f"{s.size:,} windows per host, {int((~s.valid).sum()):,} invalid, "
             f"{int(s.warmup.sum()):,} warm-up. Periods: {_periods(s, hosts)}.</p>"
         )

@@ -173,7 +173,7 @@ class DecisionRow(Base):
     samples: Mapped[int] = mapped_column(Integer)
     host_time_s: Mapped[float] = mapped_column(Float)
     reason: Mapped[str] = mapped_column(Text, default="")
-    method: Mapped[str] = mapped_column(String(100), default="")
+    method: Mapped[str] = mapped_column(Text, default="")  # 0003: the HAC method string
     guardrail_values: Mapped[dict[str, Any]] = mapped_column(JSONType)
     threading_a: Mapped[str | None] = mapped_column(String(100), nullable=True)
     threading_b: Mapped[str | None] = mapped_column(String(100), nullable=True)

@@ -31,7 +31,7 @@ def toy_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
 
 @pytest.fixture(scope="session")
 def web_db(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """URL of an SQLite DB holding the shipped Web/Skylake sweep (37 comparisons)."""
+    """URL of an SQLite DB holding the shipped Web/Skylake sweep (34-37 comparisons)."""
     url = f"sqlite:///{tmp_path_factory.mktemp('webdb')}/results.db"
     with open_store(url) as store:
         run_sweep(load_experiment(ROOT / "experiments" / "web-skylake.toml"), store=store)

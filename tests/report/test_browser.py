@@ -69,6 +69,6 @@ def test_web_skylake_report_in_chromium(web_db: str, chromium: str, tmp_path: Pa
     assert all(k["width"] > 300 and k["height"] > 150 for k in got["knobs"]), got["knobs"]
     assert got["broken"] == []
     assert got["softsku"] and got["hostTime"]
-    assert got["comparisons"] == n_series == 37
+    assert got["comparisons"] == n_series == len(data.comparisons) >= 30
     shot = (tmp_path / "report.png").read_bytes()
     assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 20_000

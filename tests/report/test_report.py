@@ -120,7 +120,10 @@ def test_host_bias_and_interval_agree_with_the_tester(web_db: str) -> None:
         if m:
             bias = report_data.host_bias(s)
             assert bias is not None
-            assert abs(100 * bias - float(m.group(1))) < 0.2, (c.id, bias, m.group(1))
+            # the tester's bias is regression-adjusted on offered load (CUPED) where the hosts
+            # report it; the report's is the raw two-order estimate (and says so)
+            tol = 1.0 if "CUPED" in c.result.method else 0.2
+            assert abs(100 * bias - float(m.group(1))) < tol, (c.id, bias, m.group(1))
             checked += 1
             ri = report_data.running_interval(s, data.direction, 0.95)
             assert ri is not None

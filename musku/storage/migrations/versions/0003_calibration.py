@@ -9,11 +9,17 @@ its interval, hardware identity and time; the tester allows early decisions only
 usable calibration's bound, and a comparison whose bias estimate breaches it sets
 ``needs_recalibration``. ``config_transients``: each configuration's warm-up transient measured
 on a pair, discarded at least that long after later applies (docs/abtest.md).
+``decisions.method`` becomes TEXT: the tester's method string now records the final batch size
+and HAC bandwidth and outgrew VARCHAR(100) (PostgreSQL refused it). The analyst views read
+that column, so they are dropped and created again around the change (same SQL as 0002).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
 
 import sqlalchemy as sa
 from alembic import op
@@ -24,7 +30,36 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+def _views() -> ModuleType:
+    """Revision 0002's module (its CREATE VIEW statements); version files are not a package."""
+    path = Path(__file__).with_name("0002_analyst_views.py")
+    spec = importlib.util.spec_from_file_location("musku_migration_0002", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _method_type(new: sa.types.TypeEngine[str], old: sa.types.TypeEngine[str]) -> None:
+    views = _views()
+    op.execute("DROP VIEW v_soft_skus")
+    op.execute("DROP VIEW v_comparisons")
+    with op.batch_alter_table("decisions") as batch:
+        batch.alter_column(
+            "method",
+            type_=new,
+            existing_type=old,
+            existing_nullable=False,
+            postgresql_using="left(method, 100)"
+            if isinstance(new, sa.String) and new.length
+            else None,
+        )
+    op.execute(views.V_COMPARISONS)
+    op.execute(views.V_SOFT_SKUS)
+
+
 def upgrade() -> None:
+    _method_type(sa.Text(), sa.String(length=100))
     op.create_table(
         "pair_calibrations",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -61,3 +96,4 @@ def downgrade() -> None:
     op.drop_table("config_transients")
     op.drop_index("ix_pair_calibrations_pair", table_name="pair_calibrations")
     op.drop_table("pair_calibrations")
+    _method_type(sa.String(length=100), sa.Text())

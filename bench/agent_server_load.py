@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from musku.agent.client import AgentClient  # noqa: E402
 from musku.agent.server import DEFAULT_LIMITS  # noqa: E402
 from musku.errors import MuskuError  # noqa: E402
-from tests.agent.helpers import config, fake_host, spawn_daemon  # noqa: E402
+from tests.agent.helpers import spawn_tcp_daemon  # noqa: E402
 
 TOKEN = b"musku-bench-token-0123456789abcdef"
 TIMEOUT_S = 5.0
@@ -156,13 +156,7 @@ def run(idle: int, slow: int, seconds: float, chunk: int = 64) -> dict[str, Any]
     if soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(need, soft)), hard))
     tmp = Path(tempfile.mkdtemp(prefix="musku-agent-load-"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    (tmp / "token").write_bytes(TOKEN)
-    host = fake_host(tmp / "host")
-    cfg = config(tmp, tcp_listen=f"127.0.0.1:{port}", token_file=tmp / "token")
-    pid = spawn_daemon(cfg, host)
+    cfg, host, port, pid = spawn_tcp_daemon(tmp, TOKEN)
     tcp = AgentClient(tcp=f"127.0.0.1:{port}", token=TOKEN, timeout=TIMEOUT_S)
     unix = AgentClient(cfg.socket, timeout=TIMEOUT_S)
     try:

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from musku.agent.core import OPS  # noqa: E402
 from musku.agent.protocol import MAX_LINE, PREAUTH_LINE, encode, sign  # noqa: E402
-from tests.agent.helpers import config, fake_host, spawn_daemon  # noqa: E402
+from tests.agent.helpers import spawn_tcp_daemon  # noqa: E402
 
 TOKEN = b"musku-fuzz-token-0123456789abcdef"
 BUDGET_S = 2.0
@@ -246,13 +246,7 @@ def run(n: int = 5000, seed: int = 0, *, tcp_share: float = 0.25) -> dict[str, A
     """Fuzz a fresh agent with ``n`` requests; the counts (see the module doc)."""
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="musku-agent-fuzz-"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    (tmp / "token").write_bytes(TOKEN)
-    host = fake_host(tmp / "host")
-    cfg = config(tmp, tcp_listen=f"127.0.0.1:{port}", token_file=tmp / "token")
-    pid = spawn_daemon(cfg, host)
+    cfg, host, port, pid = spawn_tcp_daemon(tmp, TOKEN)
     unix, tcp = Conn(str(cfg.socket)), Conn(port)
     counts: Counter[str] = Counter()
     clean: Counter[tuple[str, int]] = Counter()

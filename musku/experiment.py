@@ -514,7 +514,7 @@ def _threading(
     return ThreadingSection(cotune=cotune, spec=spec)
 
 
-_HOST_OPTIONS = {
+HOST_OPTIONS = {
     "sim": {"model", "host_bias", "noise_scale"},
     "agent": {
         "hosts",
@@ -556,7 +556,7 @@ _HOST_PATHS = {"model", "identity_file", "known_hosts", "socket", "state_dir", "
 def _check_host_options(src: _Source, backend: str, options: Mapping[str, Any]) -> None:
     """A built-in backend's options, checked as its factory would, without opening a host,
     so that ``musku check`` refuses what ``musku sweep`` would."""
-    allowed = _HOST_OPTIONS.get(backend)
+    allowed = HOST_OPTIONS.get(backend)
     if allowed is None:
         return
     if backend == "sim" and not isinstance(options.get("model"), str):

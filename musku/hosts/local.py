@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from musku.domain import Configuration, Sample
 from musku.errors import HostError, InputError, MuskuError
+from musku.experiment import HOST_OPTIONS
 from musku.hosts.agent import AgentHost, Link, SocketLink, cotune_tables
 from musku.hosts.base import Host, HostPair
 from musku.tune.cotune import timeout_for
@@ -300,18 +301,7 @@ def _default_state_dir() -> Path:
 
 def open_pair(experiment: Experiment, seed: int = 0) -> LocalSwitchbackPair:
     opts = experiment.hosts.options
-    known = {
-        "settle_s",
-        "lease_s",
-        "socket",
-        "state_dir",
-        "workload",
-        "stats_file",
-        "arena_mib",
-        "madvise",
-        "agent_sample_interval_s",
-    }
-    extra = set(opts) - known
+    extra = set(opts) - HOST_OPTIONS["local"]
     if extra:
         raise InputError(
             f"[hosts] unknown option(s) for the local backend: {', '.join(sorted(extra))}"

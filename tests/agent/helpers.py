@@ -150,3 +150,17 @@ def wait_for_real_host(timeout: float = 240.0, *, hold: bool = True) -> Any:
             return locks
         locks.release()
         return None
+
+
+def spawn_tcp_daemon(tmp: Path, token: bytes) -> tuple[AgentConfig, FakeHost, int, int]:
+    """A daemon on a fake host under ``tmp`` that also listens on a free loopback TCP port
+    with HMAC ``token``: (config, host, port, pid)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp / "token").write_bytes(token)
+    host = fake_host(tmp / "host")
+    cfg = config(tmp, tcp_listen=f"127.0.0.1:{port}", token_file=tmp / "token")
+    return cfg, host, port, spawn_daemon(cfg, host)

@@ -623,12 +623,13 @@ def read_queries_text(path: Path) -> list[list[str]]:
     return [ws for ws in (line.split() for line in lines) if ws]
 
 
-@functools.cache
-def musuite_messages() -> tuple[type, type]:
-    """Message classes for the original μSuite Set Algebra's mid-tier RPC, built from the
-    fields it sends and reads on the wire (``union_service.UnionRequest``: word_ids = 1 packed
-    uint64, request_id = 6; ``UnionResponse``: doc_ids = 1 packed uint64; the other fields are
-    timing and utilisation counters, kept as unknown fields)."""
+_Field = tuple[str, int, str, bool]  # name, number, scalar type (UINT64...), repeated
+
+
+def _wire_messages(
+    package: str, request: tuple[str, list[_Field]], reply: tuple[str, list[_Field]]
+) -> tuple[type, type]:
+    """(request, reply) message classes built from their wire fields, in a pool of their own."""
     try:
         from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
     except ImportError as e:
@@ -636,19 +637,32 @@ def musuite_messages() -> tuple[type, type]:
             "the protobuf package is not installed (pip install protobuf)"
         ) from e
     fdp = descriptor_pb2.FileDescriptorProto(
-        name="musku_musuite_union_wire.proto", package="union_service", syntax="proto3"
+        name=f"musku_{package}_wire.proto", package=package, syntax="proto3"
     )
     fd = descriptor_pb2.FieldDescriptorProto
-    req = fdp.message_type.add(name="UnionRequest")
-    req.field.add(name="word_ids", number=1, type=fd.TYPE_UINT64, label=fd.LABEL_REPEATED)
-    req.field.add(name="request_id", number=6, type=fd.TYPE_UINT64, label=fd.LABEL_OPTIONAL)
-    resp = fdp.message_type.add(name="UnionResponse")
-    resp.field.add(name="doc_ids", number=1, type=fd.TYPE_UINT64, label=fd.LABEL_REPEATED)
+    for name, fields in (request, reply):
+        msg = fdp.message_type.add(name=name)
+        for field, number, kind, repeated in fields:
+            label = fd.LABEL_REPEATED if repeated else fd.LABEL_OPTIONAL
+            msg.field.add(name=field, number=number, type=getattr(fd, f"TYPE_{kind}"), label=label)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
     return (
-        message_factory.GetMessageClass(pool.FindMessageTypeByName("union_service.UnionRequest")),
-        message_factory.GetMessageClass(pool.FindMessageTypeByName("union_service.UnionResponse")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{request[0]}")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{reply[0]}")),
+    )
+
+
+@functools.cache
+def musuite_messages() -> tuple[type, type]:
+    """Message classes for the original μSuite Set Algebra's mid-tier RPC, built from the
+    fields it sends and reads on the wire (``union_service.UnionRequest``: word_ids = 1 packed
+    uint64, request_id = 6; ``UnionResponse``: doc_ids = 1 packed uint64; the other fields are
+    timing and utilisation counters, kept as unknown fields)."""
+    return _wire_messages(
+        "union_service",
+        ("UnionRequest", [("word_ids", 1, "UINT64", True), ("request_id", 6, "UINT64", False)]),
+        ("UnionResponse", [("doc_ids", 1, "UINT64", True)]),
     )
 
 
@@ -656,27 +670,10 @@ def musuite_messages() -> tuple[type, type]:
 def musku_setalgebra_messages() -> tuple[type, type]:
     """Message classes for musku's Set Algebra mid-tier (``setalgebra.QueryRequest``: id = 1,
     terms = 2; ``QueryReply``: id = 1, docs = 2 packed uint32; services/setalgebra/proto)."""
-    try:
-        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-    except ImportError as e:
-        raise UnsupportedError(
-            "the protobuf package is not installed (pip install protobuf)"
-        ) from e
-    fdp = descriptor_pb2.FileDescriptorProto(
-        name="musku_setalgebra_wire.proto", package="setalgebra", syntax="proto3"
-    )
-    fd = descriptor_pb2.FieldDescriptorProto
-    req = fdp.message_type.add(name="QueryRequest")
-    req.field.add(name="id", number=1, type=fd.TYPE_UINT64, label=fd.LABEL_OPTIONAL)
-    req.field.add(name="terms", number=2, type=fd.TYPE_STRING, label=fd.LABEL_REPEATED)
-    rep = fdp.message_type.add(name="QueryReply")
-    rep.field.add(name="id", number=1, type=fd.TYPE_UINT64, label=fd.LABEL_OPTIONAL)
-    rep.field.add(name="docs", number=2, type=fd.TYPE_UINT32, label=fd.LABEL_REPEATED)
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    return (
-        message_factory.GetMessageClass(pool.FindMessageTypeByName("setalgebra.QueryRequest")),
-        message_factory.GetMessageClass(pool.FindMessageTypeByName("setalgebra.QueryReply")),
+    return _wire_messages(
+        "setalgebra",
+        ("QueryRequest", [("id", 1, "UINT64", False), ("terms", 2, "STRING", True)]),
+        ("QueryReply", [("id", 1, "UINT64", False), ("docs", 2, "UINT32", True)]),
     )
 
 

@@ -1,6 +1,6 @@
 """Crash safety of the agent: SIGKILL at random points of apply and sampling, then restart.
 
-Each trial builds a fake host tree (tests/knobs/fakehost.py: the kernel's rules for THP and the
+Each trial builds a fake host tree (musku/testing/fakehost.py: the kernel's rules for THP and the
 huge page pool), optionally deploys a soft SKU, forks a real agent daemon on it, hammers it with
 apply requests (random THP/SHP values) while it samples at 20 Hz, SIGKILLs it after a random
 delay, restarts it (the real daemon start: recovery, then listening) and checks that the host is

@@ -1,4 +1,4 @@
-"""Agents on fake host trees (tests/knobs/fakehost.py) for the agent tests and the fault bench."""
+"""Agents on fake host trees (musku/testing/fakehost.py) for the agent tests and the fault bench."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from musku.agent.core import Agent
 from musku.hostfs import HUGEPAGES_DIR, THP_DIR
 from musku.knobs import load_knob
 from musku.knobs.base import Knob
-from tests.knobs.fakehost import FakeHost, FakeKernelFS, vm_host
+from musku.testing.fakehost import FakeHost, FakeKernelFS, vm_host
 
 THP = THP_DIR + "/enabled"
 SHP = HUGEPAGES_DIR + "/hugepages-2048kB/nr_hugepages"

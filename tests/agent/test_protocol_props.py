@@ -24,8 +24,8 @@ from musku.agent.core import FIELDS, OPS, Agent
 from musku.agent.protocol import decode_request
 from musku.domain import KNOBS
 from musku.errors import InputError
+from musku.testing.fakehost import FakeHost
 from tests.agent.helpers import make_agent
-from tests.knobs.fakehost import FakeHost
 
 BUDGET_S = 5.0
 PROPS = settings(

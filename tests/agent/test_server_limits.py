@@ -30,8 +30,8 @@ from musku.agent.core import Agent
 from musku.agent.protocol import PREAUTH_LINE, encode, sign
 from musku.agent.server import DEFAULT_LIMITS, Listeners
 from musku.errors import HostError
+from musku.testing.fakehost import FakeHost
 from tests.agent.helpers import THP, make_agent
-from tests.knobs.fakehost import FakeHost
 
 TOKEN = b"0123456789abcdef0123456789abcdef"
 WAIT = 15.0  # the most a test waits for something that should take well under a second

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from musku.hostfs import HostFS
 from musku.knobs.cli import app
-from tests.knobs.fakehost import MSR_STRIDE, amd_host, intel_host
+from musku.testing.fakehost import MSR_STRIDE, amd_host, intel_host
 
 runner = CliRunner()
 

@@ -1,4 +1,4 @@
-"""The shared knob contract, for every knob on every reference host.
+"""The shared knob contract (musku.testing.knobs), for every knob on every reference host.
 
 Hosts: an Intel Xeon with MSRs, resctrl+CDP, intel_uncore_frequency, GRUB (core_count in reboot
 mode); an AMD EPYC with acpi-cpufreq and MSR 0xC0000108 (no CDP, no uncore control); this VM
@@ -13,10 +13,8 @@ from pathlib import Path
 import pytest
 
 from musku.domain import KNOBS, Value
-from musku.errors import UnsupportedError
-from musku.knobs import load_knob, probe_all
-from musku.knobs.base import Drift, Knob, Snapshot
-from tests.knobs.fakehost import (
+from musku.knobs import probe_all
+from musku.testing.fakehost import (
     FakeHost,
     amd_host,
     fixture_expect,
@@ -24,6 +22,7 @@ from tests.knobs.fakehost import (
     intel_host,
     vm_host,
 )
+from musku.testing.knobs import KnobCase, KnobContract
 
 HOSTS: dict[str, Callable[[Path], FakeHost]] = {
     "intel": intel_host,
@@ -61,23 +60,6 @@ for _name in fixture_names():
 assert "firecracker-vm" in HOSTS, "this VM's captured snapshot is missing"
 
 CASES = [(k, h) for h in HOSTS for k in KNOBS]
-SUPPORTED_CASES = [(k, h) for k, h in CASES if k in SUPPORTED[h]]
-UNSUPPORTED_CASES = [(k, h) for k, h in CASES if k not in SUPPORTED[h]]
-
-
-def _tree(host: FakeHost) -> dict[str, bytes | None]:
-    return {p: b for p, b in host.tree().items() if not p.endswith(".musku.bak")}
-
-
-def _make(knob: str, host_name: str, tmp_path: Path) -> tuple[FakeHost, Knob]:
-    host = HOSTS[host_name](tmp_path / host_name)
-    return host, load_knob(knob, host.fs())
-
-
-def _settle(host: FakeHost, knob: Knob) -> None:
-    """Reboot-mode knobs take effect at the next boot: boot the fake host."""
-    if knob.probe().reboot:
-        host.reboot()
 
 
 def test_probe_matrix(tmp_path: Path) -> None:
@@ -90,70 +72,20 @@ def test_probe_matrix(tmp_path: Path) -> None:
                 assert s.reason, (name, k)
 
 
-@pytest.mark.parametrize(("knob", "host_name"), UNSUPPORTED_CASES)
-def test_unsupported_is_typed(knob: str, host_name: str, tmp_path: Path) -> None:
-    host, k = _make(knob, host_name, tmp_path)
-    support = k.probe()
-    assert support.supported is False and support.reason
-    before = _tree(host)
-    with pytest.raises(UnsupportedError, match=knob):
-        k.apply("off" if knob == "cdp" else 2.0)
-    assert _tree(host) == before
+def _case(knob: str, host_name: str, root: Path) -> KnobCase:
+    host = HOSTS[host_name](root / host_name)
+    if knob in SUPPORTED[host_name]:
+        target, other = TARGETS[knob][host_name]
+        return KnobCase(knob, host, target, other)
+    # unsupported here: any value another host takes (apply must refuse it, typed)
+    target, _ = next(iter(TARGETS[knob].values()))
+    return KnobCase(knob, host, target, supported=False)
 
 
-@pytest.mark.parametrize(("knob", "host_name"), SUPPORTED_CASES)
-def test_dry_run_writes_nothing(knob: str, host_name: str, tmp_path: Path) -> None:
-    host, k = _make(knob, host_name, tmp_path)
-    target, _ = TARGETS[knob][host_name]
-    before = _tree(host)
-    writes = k.apply(target, dry_run=True)
-    assert writes, "a change was expected"
-    assert _tree(host) == before
-    assert not k.verify(target)
+class TestKnobContract(KnobContract):
+    """musku.testing.knobs.KnobContract, for every built-in knob on every reference host."""
 
-
-@pytest.mark.parametrize(("knob", "host_name"), SUPPORTED_CASES)
-def test_apply_verify_idempotent(knob: str, host_name: str, tmp_path: Path) -> None:
-    host, k = _make(knob, host_name, tmp_path)
-    target, _ = TARGETS[knob][host_name]
-    assert k.read() != target
-    assert k.apply(target)
-    _settle(host, k)
-    assert k.verify(target)
-    assert k.read() == target
-    after = _tree(host)
-    assert k.apply(target) == []  # idempotent: nothing left to write
-    assert _tree(host) == after
-    # a fresh knob object on the same host agrees (no hidden in-memory state)
-    assert load_knob(knob, host.fs()).verify(target)
-
-
-@pytest.mark.parametrize(("knob", "host_name"), SUPPORTED_CASES)
-def test_outside_change_detected(knob: str, host_name: str, tmp_path: Path) -> None:
-    host, k = _make(knob, host_name, tmp_path)
-    target, other = TARGETS[knob][host_name]
-    k.apply(target)
-    _settle(host, k)
-    assert k.verify(target)
-    intruder = load_knob(knob, host.fs())  # someone else changes the knob
-    intruder.apply(other)
-    assert not k.verify(target)
-    with pytest.raises(Drift, match=knob):
-        k.check(target)
-
-
-@pytest.mark.parametrize(("knob", "host_name"), SUPPORTED_CASES)
-def test_rollback_restores_bytes(knob: str, host_name: str, tmp_path: Path) -> None:
-    host, k = _make(knob, host_name, tmp_path)
-    target, _ = TARGETS[knob][host_name]
-    before = _tree(host)
-    snap = k.snapshot()
-    k.apply(target)
-    assert _tree(host) != before
-    # the snapshot survives persistence (the agent journals it as JSON)
-    restored = Snapshot.from_json(snap.to_json())
-    load_knob(knob, host.fs()).rollback(restored)
-    assert _tree(host) == before
-    # rolling back again is harmless
-    k.rollback(restored)
-    assert _tree(host) == before
+    @pytest.fixture(params=CASES, ids=[f"{k}-{h}" for k, h in CASES])
+    def case(self, request: pytest.FixtureRequest, tmp_path: Path) -> KnobCase:
+        knob, host_name = request.param
+        return _case(knob, host_name, tmp_path)

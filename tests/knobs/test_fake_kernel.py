@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from musku.hostfs import HostFSError
-from tests.knobs.fakehost import FakeHost, intel_host
+from musku.testing.fakehost import FakeHost, intel_host
 
 
 def test_thp_brackets_and_einval(tmp_path: Path) -> None:

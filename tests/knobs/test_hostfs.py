@@ -22,7 +22,7 @@ from musku.hostfs import (
     format_cpulist,
     parse_cpulist,
 )
-from tests.knobs.fakehost import FakeHost, FakeKernelFS
+from musku.testing.fakehost import FakeHost, FakeKernelFS
 
 
 def test_paths_stay_under_root(tmp_path: Path) -> None:

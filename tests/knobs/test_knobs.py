@@ -12,7 +12,7 @@ from musku.hostfs import MSR_MISC_FEATURE_CONTROL, MSR_UNCORE_RATIO_LIMIT
 from musku.knobs import REGISTRY, knob_class, load_knob, probe_all
 from musku.knobs.base import InvalidSetting, KnobError, Shortfall
 from musku.knobs.core_count import CoreCountKnob, GrubFormatError, isolcpus_of, set_isolcpus
-from tests.knobs.fakehost import FakeHost, amd_host, intel_host, vm_host
+from musku.testing.fakehost import FakeHost, amd_host, intel_host, vm_host
 
 # --- registry ---------------------------------------------------------------------------------
 

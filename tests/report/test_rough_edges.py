@@ -244,7 +244,7 @@ def test_switchback_reasons_speak_of_arms_not_hosts() -> None:
 def test_probe_json_gives_shp_its_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from musku.hostfs import HostFS
     from musku.knobs.cli import app as knobs_app
-    from tests.knobs.fakehost import MSR_STRIDE, intel_host
+    from musku.testing.fakehost import MSR_STRIDE, intel_host
 
     intel_host(tmp_path)
     monkeypatch.setattr(HostFS, "_msr_offset", lambda self, reg: reg * MSR_STRIDE)

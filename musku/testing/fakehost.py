@@ -306,7 +306,7 @@ class FakeHost:
 
     @classmethod
     def from_fixture(cls, root: Path, name: str) -> FakeHost:
-        """Rebuild a captured fixture tree (``tests/knobs/fixtures/NAME``) under ``root``."""
+        """Rebuild a captured fixture tree (``musku/testing/fixtures/NAME``) under ``root``."""
         src = FIXTURES / name
         shutil.copytree(
             src, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("msr.json", "expect.json")

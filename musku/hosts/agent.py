@@ -456,6 +456,7 @@ class AgentPair(HostPair):
                     replies.append(f.result())
         if errors:
             self._rollback_all()
+            self._forget_applied()  # the rollback took both hosts back to their baseline
             first = errors[0]
             if isinstance(first, MuskuError):
                 raise type(first)(f"{first.one_line()} (both hosts rolled back)")
@@ -470,6 +471,7 @@ class AgentPair(HostPair):
                 ]
             except MuskuError as exc:
                 self._rollback_all()
+                self._forget_applied()
                 raise type(exc)(f"{exc.one_line()} (both hosts rolled back)") from None
             for h, th in zip(self.hosts, threading, strict=True):
                 h.threading = th
@@ -513,6 +515,10 @@ class AgentPair(HostPair):
 
     def restore(self) -> None:
         self._rollback_all()  # the agents also put their mid-tiers' threading back
+        self._forget_applied()
+
+    def _forget_applied(self) -> None:
+        """After a rollback each host is at its baseline again: say so."""
         for h in self.hosts:
             h.applied = Configuration()
             h.threading = ""

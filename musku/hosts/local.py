@@ -254,6 +254,9 @@ class LocalSwitchbackPair(HostPair):
         except MuskuError as exc:
             log.error("local rollback failed: %s", exc.one_line())
             raise
+        for arm in self.arms:  # both arms are the host's baseline again
+            arm.config = Configuration()
+            arm.threading = ""
 
     def close(self) -> None:
         """Stops what this backend started. A private agent rolls its experiment back as it

@@ -337,6 +337,8 @@ class SimPair(HostPair):
     def windows(self, seconds: float, count: int) -> list[tuple[Sample, Sample]]:
         """Vectorised: the numbers come from :meth:`arrays`; most of the time left is building
         the :class:`Sample` objects (use :meth:`arrays` directly where that matters)."""
+        if isinstance(count, int) and count == 0:  # no windows (HostPair contract): no time
+            return []
         arr = self.arrays(seconds, count)
         rows = np.stack(
             (arr.mips, arr.qps, arr.p99_ms, arr.qos_violation_rate, arr.power_w, arr.offered_qps),

@@ -78,8 +78,9 @@ class HostPairContract:
     backend: str | None = None
     """When set, ``describe()["backend"]`` must equal it."""
 
-    duration_tolerance: float = 0.0
-    """Relative tolerance on a sample's ``duration`` (real hosts measure the wall clock)."""
+    duration_slack_s: float = 0.0
+    """How much longer than asked a sample's ``duration`` may be (a real host's window is
+    measured on the wall clock: on a busy machine it runs over a little)."""
 
     # ------------------------------------------------------------------ fixtures to override
 
@@ -179,7 +180,9 @@ class HostPairContract:
         assert isinstance(sample, Sample)
         assert sample.host == host
         assert math.isfinite(sample.t)
-        assert sample.duration == pytest.approx(self.window_s, rel=self.duration_tolerance)
+        eps = 1e-9 * self.window_s
+        assert self.window_s - eps <= sample.duration <= self.window_s + self.duration_slack_s + eps
+
         assert isinstance(sample.metrics, Mapping) and sample.metrics
         for name, v in sample.metrics.items():
             assert isinstance(name, str) and isinstance(v, float | int), (name, v)

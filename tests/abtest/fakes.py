@@ -86,6 +86,11 @@ class FakePair(HostPair):
         self.warm_start = np.full(2, -1e9)
         self.x = self.rng.standard_normal(2) * sigma
         self.applied: list[tuple[Configuration, Configuration]] = []
+        self.initial = cfg
+
+    def restore(self) -> None:
+        for host in self.hosts:  # back at the baseline (HostPair contract), no time spent
+            host.config = self.initial
 
     def now(self) -> float:
         return self.t

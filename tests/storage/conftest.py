@@ -1,15 +1,10 @@
 """Fixtures of the storage suites: every backend-parametrised test runs on SQLite and on a
-REAL PostgreSQL server started here with ``scripts/pg-test-server`` (one per session, one
+REAL PostgreSQL server started by musku.testing.postgres (one per session, one
 fresh database per test). Without PostgreSQL binaries the PostgreSQL cases skip locally and
 FAIL when ``CI`` is set, so CI can never pass without exercising PostgreSQL."""
 
 from __future__ import annotations
 
-import itertools
-import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,63 +13,11 @@ import pytest
 from musku.experiment import Experiment, load_experiment
 from musku.storage import open_store
 from musku.storage.store import Store
+from musku.testing.postgres import fresh_pg_database, pg_server  # noqa: F401 - fixtures
+from musku.testing.storage import EXPERIMENT
 
 ROOT = Path(__file__).resolve().parents[2]
-PG_SCRIPT = ROOT / "scripts" / "pg-test-server"
 DATA = Path(__file__).resolve().parent / "data"
-
-_db_numbers = itertools.count(1)
-
-
-def _pg_binaries_present() -> bool:
-    if os.environ.get("PG_BIN"):
-        return (Path(os.environ["PG_BIN"]) / "initdb").exists()
-    return (
-        any(Path("/usr/lib/postgresql").glob("*/bin/initdb")) or shutil.which("initdb") is not None
-    )
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[str]:
-    """URL of the maintenance database of a throwaway PostgreSQL server."""
-    if not _pg_binaries_present():
-        reason = "PostgreSQL server binaries not found (apt-get install postgresql, or PG_BIN)"
-        if _in_ci():
-            pytest.fail(f"CI=true but {reason}: the PostgreSQL contract suite must run in CI")
-        pytest.skip(reason)
-    workdir = tempfile.mkdtemp(prefix="musku-pg-")
-    os.chmod(workdir, 0o755)  # the postgres user must reach it
-    try:
-        proc = subprocess.run(
-            [str(PG_SCRIPT), "start", workdir],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if proc.returncode != 0:
-            pytest.fail(f"scripts/pg-test-server start failed: {proc.stderr.strip()}")
-        url = proc.stdout.strip().splitlines()[-1]
-        yield url
-    finally:
-        subprocess.run([str(PG_SCRIPT), "stop", workdir], capture_output=True, timeout=120)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def fresh_pg_database(server_url: str) -> str:
-    """CREATE DATABASE on the test server; returns its URL."""
-    import psycopg
-
-    base, _, _ = server_url.rpartition("/")
-    name = f"t{os.getpid()}_{next(_db_numbers)}"
-    libpq = server_url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(libpq, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return f"{base}/{name}"
 
 
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
@@ -105,4 +48,4 @@ def store(db_url: str) -> Iterator[Store]:
 
 @pytest.fixture(scope="session")
 def experiment() -> Experiment:
-    return load_experiment(DATA / "experiment.toml")
+    return load_experiment(EXPERIMENT)

@@ -222,11 +222,10 @@ def _failed_run(
 def main(argv: list[str]) -> int:
     from musku.experiment import load_experiment
     from musku.storage import open_store
-
-    from .conftest import DATA
+    from musku.testing.storage import EXPERIMENT
 
     with open_store(argv[0]) as store:
-        populate(store, load_experiment(DATA / "experiment.toml"))
+        populate(store, load_experiment(EXPERIMENT))
     return 0
 
 

@@ -5,6 +5,7 @@ kernel interface is touched), and the A/B tester's fake pair."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from musku.testing.knobs import tree
 from tests.abtest.fakes import FakePair
 from tests.agent.helpers import config, fake_host, spawn_daemon
 from tests.hosts.test_agent_ssh import FakeService
+from tests.qsim.conftest import engine  # noqa: F401 - the qsim engine fixture
 from tests.timing import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,15 +52,20 @@ class TestSimPair(HostPairContract):
 
 
 @pytest.mark.services
+@pytest.mark.usefixtures("engine")  # skips unless the C++ engine is built
 class TestQsimPair(HostPairContract):
     backend = "qsim"
     window_s = 2.0
 
     @pytest.fixture
-    def pair(self, engine: str) -> Iterator[HostPair]:
+    def pair(self) -> Iterator[HostPair]:
         from musku.qsim.hosts import open_pair
 
         exp = load_experiment(ROOT / "experiments" / "qsim" / "2tier-freq.toml")
+        # a shorter simulated run per configuration than the file's: the contract needs no
+        # precision, and each test simulates two or three configurations
+        opts = {**exp.hosts.options, "sim_seconds": 0.05}
+        exp = dataclasses.replace(exp, hosts=dataclasses.replace(exp.hosts, options=opts))
         with open_pair(exp, seed=3) as p:
             yield p
 
@@ -70,17 +77,6 @@ class TestQsimPair(HostPairContract):
     def failing(self, pair: HostPair) -> Configs:
         # host B would keep no core for its services: refused before either host changes
         return (Configuration.of(core_freq=1.6), Configuration.of(core_count=0))
-
-
-@pytest.fixture(scope="session")
-def engine() -> str:
-    from musku.errors import UnsupportedError
-    from musku.qsim.engine import binary
-
-    try:
-        return str(binary())
-    except UnsupportedError as e:
-        pytest.skip(f"qsim engine not built: {e}")
 
 
 class TestFakePair(HostPairContract):
@@ -160,9 +156,9 @@ class TestAgentPair(_RealAgents):
     def pair(self, tmp_path: Path) -> Iterator[HostPair]:
         # host b grants at most 10 huge pages: `failing` asks it for 64
         self.daemons = _spawn(tmp_path, "ab", {"b": 10})
-        hosts = tuple(AgentHost(n, SocketLink(tmp_path / n / "agent.sock")) for n in "ab")
+        a, b = (AgentHost(n, SocketLink(tmp_path / n / "agent.sock")) for n in "ab")
         try:
-            with AgentPair(hosts, lease_s=scaled(10.0), name="contract") as p:  # type: ignore[arg-type]
+            with AgentPair((a, b), lease_s=scaled(10.0), name="contract") as p:
                 yield p
         finally:
             _stop(self.daemons)

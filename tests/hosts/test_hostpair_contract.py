@@ -188,3 +188,14 @@ class TestLocalPair(_RealAgents):
     def failing(self, pair: HostPair) -> Configs:
         # cdp is not supported on the fake VM: the agent's check refuses arm B
         return (Configuration.of(thp="never"), Configuration.of(cdp="6:5"))
+
+
+def test_every_registered_backend_runs_the_contract() -> None:
+    """A backend added to BACKENDS gets a contract class here (docs/architecture.md)."""
+    from musku.hosts.base import BACKENDS
+
+    def classes(cls: type) -> list[type]:
+        return [cls, *(c for sub in cls.__subclasses__() for c in classes(sub))]
+
+    here = [c for c in classes(HostPairContract) if c.__module__ == __name__]
+    assert set(BACKENDS) <= {c.backend for c in here if c.__name__.startswith("Test")}

@@ -39,13 +39,24 @@ from musku.knobs._common import (
     restore_min_max,
 )
 from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.spec import Column, Kind, KnobSpec
 
 NO_TURBO = INTEL_PSTATE + "/no_turbo"
 BOOST = CPUFREQ + "/boost"
 
 
+SPEC = KnobSpec(
+    name="core_freq",
+    kind=Kind.GHZ,
+    order=10,
+    description="core frequency, GHz (or turbo)",
+    columns=(Column("core_freq", "float", "number"), Column("core_turbo", "bool", "is:turbo")),
+)
+
+
 class CoreFreqKnob(KnobBase):
     name = "core_freq"
+    spec = SPEC
 
     # backend selection
 

@@ -24,6 +24,7 @@ from musku.hostfs import (
 )
 from musku.knobs._common import KnobBase, msr_write
 from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.spec import Kind, KnobSpec
 
 L2_HW, L2_ADJ, DCU, DCU_IP = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 L1_STREAM, L1_STRIDE, L1_REGION, L2_STREAM, L2_UPDOWN = 1, 2, 4, 8, 32
@@ -44,8 +45,17 @@ AMD_CONFIGS: dict[str, int] = {
 }
 
 
+SPEC = KnobSpec(
+    name="prefetch",
+    kind=Kind.CHOICE,
+    order=50,
+    description="a named prefetcher configuration from the platform catalog",
+)
+
+
 class PrefetchKnob(KnobBase):
     name = "prefetch"
+    spec = SPEC
 
     def _table(self) -> tuple[int, int, dict[str, int]] | None:
         vendor = self.fs.cpu_vendor()

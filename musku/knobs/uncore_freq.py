@@ -34,10 +34,24 @@ from musku.knobs._common import (
     restore_min_max,
 )
 from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.spec import Column, Kind, KnobSpec
+
+
+SPEC = KnobSpec(
+    name="uncore_freq",
+    kind=Kind.GHZ,
+    order=20,
+    description="uncore (LLC, memory controller) frequency, GHz",
+    columns=(
+        Column("uncore_freq", "float", "number"),
+        Column("uncore_turbo", "bool", "is:turbo"),
+    ),
+)
 
 
 class UncoreFreqKnob(KnobBase):
     name = "uncore_freq"
+    spec = SPEC
 
     def _domains(self) -> list[str]:
         if not self.fs.is_dir(INTEL_UNCORE):

@@ -25,8 +25,10 @@ import importlib
 import math
 import re
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
+from typing import Protocol
 
 from musku.errors import InputError
 
@@ -164,9 +166,9 @@ class KnobSpec:
                 raise ValueError(f"{n} {value!r}: data and code each need 1 or more ways")
             if ways and int(data) + int(code) != ways:
                 raise ValueError(f"{n} {value!r} does not split the LLC's {ways} ways")
-        if self.kind is Kind.GHZ and isinstance(value, str) and value != "turbo":
-            if not value.isascii():
-                raise ValueError(f"{n} takes a frequency in GHz, not {value!r}")
+        ghz_text = self.kind is Kind.GHZ and isinstance(value, str)
+        if ghz_text and not str(value).isascii():
+            raise ValueError(f"{n} takes a frequency in GHz, not {value!r}")
         v = self.canonical(value)
         if self.kind is Kind.GHZ and not isinstance(v, str):
             if not (math.isfinite(v) and 0.0 < v <= MAX_GHZ):
@@ -317,7 +319,9 @@ def spec_of(name: str) -> KnobSpec:
             target = _targets[name]
             spec = _spec_of_class(target, _import_class(target))
             if spec.name != name:
-                raise InputError(f"knob {target!r} is registered as {name!r} but named {spec.name!r}")
+                raise InputError(
+                    f"knob {target!r} is registered as {name!r} but named {spec.name!r}"
+                )
             _specs[name] = spec
         return spec
 
@@ -351,6 +355,33 @@ def sort_key(name: str) -> tuple[int, str]:
     return (spec_of(name).order, name)
 
 
+class _Platform(Protocol):
+    name: str
+    settings: Mapping[str, tuple[Value, ...]]
+
+
+def coerce_setting(platform: _Platform, knob: str, raw: str) -> Value:
+    """``KNOB=VALUE`` typed on the command line -> a setting of ``platform``'s catalog.
+
+    Raises :class:`InputError` (one line) for an unknown knob, one the catalog does not list,
+    a value of the wrong form, or a setting the catalog does not offer."""
+    try:
+        spec = spec_of(knob)
+    except KeyError:
+        raise InputError(f"unknown knob {knob!r} (knobs: {known_list()})") from None
+    knob = spec.name
+    if knob not in platform.settings:
+        raise InputError(f"knob {knob!r} is not in platform {platform.name}'s catalog")
+    try:
+        value = spec.coerce(raw)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{knob}={raw}: {exc}") from None
+    if value not in platform.settings[knob]:
+        choices = ", ".join(str(v) for v in platform.settings[knob])
+        raise InputError(f"{knob}={raw} is not in platform {platform.name}'s catalog ({choices})")
+    return value
+
+
 def known_list() -> str:
     """'core_freq, uncore_freq, ...' for error messages."""
     return ", ".join(knob_names())
@@ -363,6 +394,7 @@ __all__ = [
     "Kind",
     "MAX_GHZ",
     "Value",
+    "coerce_setting",
     "is_knob",
     "knob_names",
     "known_list",

@@ -36,7 +36,6 @@ from musku.knobs._common import (
 from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
 from musku.knobs.spec import Column, Kind, KnobSpec
 
-
 SPEC = KnobSpec(
     name="uncore_freq",
     kind=Kind.GHZ,

@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from musku import __version__
 from musku.domain import ComparisonResult, Configuration, ExperimentStatus, SoftSku
 from musku.errors import DatabaseError
-from musku.storage import convert
+from musku.knobs.spec import BUILTIN
+from musku.storage import convert, views
 from musku.storage.engine import connect_error, display, first_line, make_engine, reader
 from musku.storage.migrate import (
     check,
@@ -32,6 +33,7 @@ from musku.storage.models import (
     ComparisonRow,
     ConfigTransientRow,
     ConfigurationRow,
+    ConfigurationSettingRow,
     DecisionRow,
     ExperimentRow,
     HostRow,
@@ -148,6 +150,7 @@ class Store:
         self._reader_engine = reader(engine)
         self._readers = sessionmaker(self._reader_engine, expire_on_commit=False)
         self._config_ids: dict[str, int] = {}
+        self._view_knobs: set[str] = set(BUILTIN)  # knobs the configurations view shows
         self._cmp_meta: dict[int, tuple[str, dict[str, int]]] = {}
 
     @property
@@ -186,6 +189,12 @@ class Store:
                     session.add(row)
                     session.flush()
                     found = row.id
+                    session.add_all(
+                        ConfigurationSettingRow(configuration_id=found, **cols)
+                        for cols in convert.configuration_settings(config)
+                    )
+                    session.flush()
+                    self._cover_view(session, config)
             except IntegrityError:  # another writer inserted it meanwhile
                 found = session.scalar(
                     select(ConfigurationRow.id).where(ConfigurationRow.key == key)
@@ -195,6 +204,17 @@ class Store:
             return found  # cached once committed and looked up again, not before
         self._config_ids[key] = found
         return found
+
+    def _cover_view(self, session: Session, config: Configuration) -> None:
+        """Regenerate the analysts' ``configurations`` view when ``config`` has a knob it
+        does not show yet (an out-of-tree knob stored for the first time)."""
+        new = [k for k in config.knobs() if k not in self._view_knobs]
+        if not new:
+            return
+        conn = session.connection()
+        if not views.covers(views.view_columns(conn), new):
+            views.regenerate(conn)
+        self._view_knobs.update(new)
 
     def _experiment(self, session: Session, exp_id: int) -> ExperimentRow:
         row = session.get(ExperimentRow, exp_id)

@@ -283,6 +283,15 @@ def register_knob(target: str) -> KnobSpec:
         return spec
 
 
+def unregister_knob(name: str) -> None:
+    """Forget an out-of-tree knob (tests that register one clean up with it); built-ins stay."""
+    with _lock:
+        if name in BUILTIN:
+            raise InputError(f"knob {name!r} is built in")
+        _targets.pop(name, None)
+        _specs.pop(name, None)
+
+
 def _read_entry_points() -> None:
     global _entry_points_read
     if _entry_points_read:
@@ -403,4 +412,5 @@ __all__ = [
     "sort_key",
     "spec_of",
     "target_of",
+    "unregister_knob",
 ]

@@ -125,6 +125,18 @@ class ConfigurationSettingRow(Base):
     number: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
+class KnobRow(Base):
+    """An out-of-tree knob some stored configuration uses (revision 0004): its
+    ``module:Class``, so a process reading the database can load its spec."""
+
+    __tablename__ = "knobs"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    target: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(20))
+    description: Mapped[str] = mapped_column(Text, default="")
+
+
 class ComparisonRow(Base):
     __tablename__ = "comparisons"
     __table_args__ = (CheckConstraint(_in("status", COMPARISON_STATUSES), name="status"),)

@@ -8,7 +8,8 @@ Knob values move from one column per knob in ``configurations`` to one row per k
 ``configuration_settings`` (configuration_id, knob, value, number), Optuna-style, so a new knob
 (an out-of-tree one too) needs no schema change. The table keeps its ids and keys and becomes
 ``configuration_keys`` (a rename: the foreign keys of ``comparisons`` and ``soft_skus`` follow
-it on SQLite and PostgreSQL). ``configurations`` becomes a view with the same columns as the
+it on SQLite and PostgreSQL). ``knobs`` records the ``module:Class`` of each out-of-tree knob a stored configuration uses,
+so another process can load its spec. ``configurations`` becomes a view with the same columns as the
 old table, generated from the knob specs (``musku.storage.views``), so analysts' SQL keeps
 working. The rows are filled from each configuration's canonical key (its JSON), which holds
 every value the old columns held; the SQL is per dialect (``json_each`` / ``jsonb_each_text``)
@@ -103,6 +104,14 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("configuration_id", "knob", name=op.f("pk_configuration_settings")),
     )
     op.create_index("ix_configuration_settings_knob", "configuration_settings", ["knob"])
+    op.create_table(
+        "knobs",
+        sa.Column("name", sa.String(length=100), nullable=False),
+        sa.Column("target", sa.Text(), nullable=False),
+        sa.Column("kind", sa.String(length=20), nullable=False),
+        sa.Column("description", sa.Text(), nullable=False),
+        sa.PrimaryKeyConstraint("name", name=op.f("pk_knobs")),
+    )
     op.execute(FILL_POSTGRESQL if dialect == "postgresql" else FILL_SQLITE)
     for name, _ in OLD_COLUMNS:
         op.drop_column("configuration_keys", name)  # SQLite >= 3.35 drops in place
@@ -155,6 +164,7 @@ def downgrade() -> None:
     bind = op.get_bind()
     for row_id, key in bind.execute(sa.text("SELECT id, key FROM configuration_keys")).all():
         bind.execute(table.update().where(table.c.id == row_id).values(**_old_columns(key)))
+    op.drop_table("knobs")
     op.drop_index("ix_configuration_settings_knob", table_name="configuration_settings")
     op.drop_table("configuration_settings")
     op.rename_table("configuration_keys", "configurations")

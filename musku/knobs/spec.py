@@ -65,6 +65,17 @@ class Column:
 
 
 @dataclass(frozen=True)
+class Msr:
+    """A model-specific register a knob reads, and the only bits it may write
+    (``write_mask``; 0 = read-only). :class:`musku.hostfs.HostFS`'s MSR allow-list is the
+    union of the registered knobs' registers."""
+
+    register: int
+    name: str
+    write_mask: int = 0
+
+
+@dataclass(frozen=True)
 class KnobSpec:
     """Everything musku needs to know about a knob's values (not how to set them)."""
 
@@ -80,6 +91,7 @@ class KnobSpec:
     needs_reboot: bool = False  # default when a catalog does not say (``reboot = true``)
     service_flag: str = ""  # a [service] flag that must be true to sweep it ("uses_shp")
     columns: tuple[Column, ...] = ()  # the wide view's columns (default: from the kind)
+    msrs: tuple[Msr, ...] = ()  # registers it reads or writes (the HostFS allow-list)
     extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -402,6 +414,7 @@ __all__ = [
     "KnobSpec",
     "Kind",
     "MAX_GHZ",
+    "Msr",
     "Value",
     "coerce_setting",
     "is_knob",

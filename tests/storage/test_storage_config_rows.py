@@ -87,7 +87,7 @@ def _dump(conn: Any) -> dict[str, list[tuple[Any, ...]]]:
     out = {}
     insp = inspect(conn)
     for table in sorted(insp.get_table_names()):
-        if table in ("alembic_version", "configurations", "configuration_keys"):
+        if table in ("alembic_version", "configurations", "configuration_keys", "knobs"):
             continue
         if table == "configuration_settings":
             continue

@@ -326,7 +326,7 @@ def load_platform(name_or_path: str | Path) -> Platform:
         if len(set(values)) != len(values):
             raise src.error(f"[{table}] lists a setting twice", "settings", table)
         settings[knob] = values
-        if spec.get("reboot", False):
+        if spec.get("reboot", spec_of(knob).needs_reboot):  # the catalog, else the spec
             reboot.add(knob)
     stock_raw = src.table("stock")
     stock = _configuration(src, "stock", stock_raw, settings)

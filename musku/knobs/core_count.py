@@ -109,6 +109,7 @@ def set_isolcpus(cmdline: str, cpus: list[int]) -> str:
 
 SPEC = KnobSpec(
     name="core_count",
+    resource="cores",
     kind=Kind.COUNT,
     order=30,
     description="active physical cores",

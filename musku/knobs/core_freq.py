@@ -50,6 +50,7 @@ PERF_CTL_IDA_DISENGAGE = 1 << 32  # bit 32: turbo (IDA) disengage
 
 SPEC = KnobSpec(
     name="core_freq",
+    resource="core_ghz",
     kind=Kind.GHZ,
     order=10,
     description="core frequency, GHz (or turbo)",

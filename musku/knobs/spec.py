@@ -92,6 +92,9 @@ class KnobSpec:
     service_flag: str = ""  # a [service] flag that must be true to sweep it ("uses_shp")
     columns: tuple[Column, ...] = ()  # the wide view's columns (default: from the kind)
     msrs: tuple[Msr, ...] = ()  # registers it reads or writes (the HostFS allow-list)
+    # what it sets, for models that predict its effect (the qsim backend): "cores" (active
+    # cores), "core_ghz", "uncore_ghz"; empty: a model must be told (sim model files)
+    resource: str = ""
     extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -363,6 +366,17 @@ def target_of(name: str) -> str:
     return _targets[resolve(name)]
 
 
+def by_resource(values: Mapping[str, Value]) -> dict[str, Value]:
+    """``values`` (knob -> value) keyed by the resource each knob sets (its spec's
+    ``resource``); knobs without one are left out."""
+    out: dict[str, Value] = {}
+    for knob, value in values.items():
+        resource = spec_of(knob).resource
+        if resource:
+            out[resource] = value
+    return out
+
+
 def knob_names() -> tuple[str, ...]:
     """Every registered knob: the built-ins, then out-of-tree knobs, in sweep order."""
     with _lock:
@@ -416,6 +430,7 @@ __all__ = [
     "MAX_GHZ",
     "Msr",
     "Value",
+    "by_resource",
     "coerce_setting",
     "is_knob",
     "knob_names",

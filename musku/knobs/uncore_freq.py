@@ -39,6 +39,7 @@ UNCORE_RATIO_MASK = 0x7F7F  # bits 6:0 max ratio, 14:8 min ratio
 
 SPEC = KnobSpec(
     name="uncore_freq",
+    resource="uncore_ghz",
     kind=Kind.GHZ,
     order=20,
     description="uncore (LLC, memory controller) frequency, GHz",

@@ -15,7 +15,7 @@ from sqlalchemy import inspect, text
 
 from musku.domain import Configuration
 from musku.experiment import Experiment
-from musku.knobs.spec import BUILTIN, spec_of
+from musku.knobs.spec import BUILTIN, is_knob, spec_of, unregister_knob
 from musku.storage import head_revision, open_store, upgrade
 from musku.storage.engine import make_engine
 from musku.storage.migrate import alembic_config
@@ -222,3 +222,33 @@ def test_view_columns_come_from_the_specs() -> None:
         assert f" AS {col}" in sql
     assert spec_of("cdp").view_columns[1].source == "part:0"
     assert "split_part" in create_view_sql(specs, "postgresql") and "split_part" not in sql
+
+
+def test_an_out_of_tree_knob_gets_rows_a_view_column_and_is_reloaded(
+    db_url: str, experiment: Experiment
+) -> None:
+    from tests.knobs.toyknob import TARGET
+
+    base = Configuration.of(thp="madvise")
+    try:
+        cand = Configuration.of({"thp": "madvise", TARGET: 512})
+        with open_store(db_url) as store:
+            exp = store.create_experiment(experiment)
+            store.start_comparison(exp, "knob:readahead", base, cand)
+            with store.engine.connect() as conn:
+                rows = _rows(conn, "SELECT thp, readahead, shp FROM configurations ORDER BY id")
+                knobs = _rows(conn, "SELECT name, target, kind FROM knobs")
+        assert rows == [("madvise", None, None), ("madvise", 512, None)]
+        assert knobs == [("readahead", TARGET, "count")]
+    finally:
+        unregister_knob("readahead")
+    # a process that never heard of the knob reads the comparison back: the knobs table
+    # tells it where the knob lives
+    assert not is_knob("readahead")
+    try:
+        with open_store(db_url) as store:
+            (cmp,) = store.comparisons(exp)
+            assert cmp.candidate == cand and cmp.candidate["readahead"] == 512
+        assert is_knob("readahead")
+    finally:
+        unregister_knob("readahead")

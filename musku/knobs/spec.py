@@ -27,7 +27,6 @@ import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Protocol
 
 from musku.errors import InputError
@@ -312,6 +311,9 @@ def _read_entry_points() -> None:
     if _entry_points_read:
         return
     _entry_points_read = True
+    # lazy: importlib.metadata costs ~40 ms to import, and `musku --help` imports this module
+    from importlib import metadata
+
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name not in _targets:
             _targets[ep.name] = ep.value

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import importlib
+import logging
 import math
 import re
 import threading
@@ -30,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from musku.errors import InputError
+
+log = logging.getLogger(__name__)
 
 Value = int | float | str
 """A knob value: a JSON-able primitive, one canonical form per knob (``musku.domain``)."""
@@ -383,7 +386,15 @@ def knob_names() -> tuple[str, ...]:
     """Every registered knob: the built-ins, then out-of-tree knobs, in sweep order."""
     with _lock:
         _read_entry_points()
-        names = list(_targets)
+        names = []
+        for name in list(_targets):
+            try:
+                spec_of(name)
+            except InputError as exc:  # a broken installed plugin: say so, list the others
+                log.warning("knob %s (%s) skipped: %s", name, _targets[name], exc.one_line())
+                _targets.pop(name)
+                continue
+            names.append(name)
     return tuple(sorted(names, key=sort_key))
 
 

@@ -152,3 +152,17 @@ def test_an_installed_entry_point_registers_a_knob(
     assert is_knob("readahead")
     assert knob_names()[-1] == "readahead" and spec_of("readahead").kind is Kind.COUNT
     assert Configuration.of(readahead=256.0)["readahead"] == 256
+
+
+def test_a_broken_entry_point_is_skipped_not_fatal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    dist = tmp_path / "brokenknobs-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: brokenknobs\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[musku.knobs]\nswappiness = nowhere.at_all:Knob\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(spec_mod, "_entry_points_read", False)
+    assert knob_names() == KNOBS  # the built-ins are still listed
+    assert "swappiness" in caplog.text and "cannot import 'nowhere.at_all'" in caplog.text
+    assert not is_knob("swappiness")

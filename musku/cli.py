@@ -348,28 +348,9 @@ def _parse_pairs(text: list[str]) -> dict[str, str]:
 
 
 def _coerce(experiment: Any, knob: str, raw: str) -> Any:
-    from musku.domain import KNOBS, canonical_value
+    from musku.knobs.spec import coerce_setting
 
-    if knob not in KNOBS:
-        raise InputError(f"unknown knob {knob!r} (knobs: {', '.join(KNOBS)})")
-    if knob not in experiment.platform.settings:
-        raise InputError(f"knob {knob!r} is not in platform {experiment.platform.name}'s catalog")
-    for candidate in (raw,):
-        try:
-            if knob in ("core_count", "shp"):
-                value: Any = canonical_value(knob, int(candidate))
-            elif knob in ("core_freq", "uncore_freq") and candidate != "turbo":
-                value = canonical_value(knob, float(candidate))
-            else:
-                value = canonical_value(knob, candidate)
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"{knob}={raw}: {exc}") from None
-    if value not in experiment.platform.settings[knob]:
-        choices = ", ".join(str(v) for v in experiment.platform.settings[knob])
-        raise InputError(
-            f"{knob}={raw} is not in platform {experiment.platform.name}'s catalog ({choices})"
-        )
-    return value
+    return coerce_setting(experiment.platform, knob, raw)
 
 
 def _apply_overrides(experiment: Any, base: Any, items: list[str]) -> Any:

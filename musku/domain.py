@@ -26,60 +26,27 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-KNOBS: tuple[str, ...] = (
-    "core_freq",
-    "uncore_freq",
-    "core_count",
-    "cdp",
-    "prefetch",
-    "thp",
-    "shp",
-)
-"""The seven knobs, in the order sweeps visit them."""
+from musku.knobs.spec import BUILTIN, Value, resolve, sort_key, spec_of
 
-Value = int | float | str
+KNOBS: tuple[str, ...] = tuple(BUILTIN)
+"""The seven built-in knobs, in the order sweeps visit them. Out-of-tree knobs registered at
+run time are not in it: :func:`musku.knobs.spec.knob_names` lists every knob, and
+:func:`musku.knobs.spec.spec_of` describes one."""
 
 
 def canonical_value(knob: str, value: object) -> Value:
-    """Normalise a knob value to its canonical primitive (raises ValueError/TypeError)."""
-    if knob in ("core_freq", "uncore_freq"):
-        if isinstance(value, str):
-            if value == "turbo":
-                return value
-            value = float(value)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise TypeError(f"{knob} takes a frequency in GHz, not {value!r}")
-        return round(float(value), 3)
-    if knob in ("core_count", "shp"):
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise TypeError(f"{knob} takes an integer, not {value!r}")
-        return int(value)
-    if knob == "cdp":
-        if not isinstance(value, str):
-            raise TypeError(f"cdp takes 'off' or 'DATA:CODE' ways, not {value!r}")
-        if value == "off":
-            return value
-        data, sep, code = value.partition(":")
-        if not sep or not data.isdigit() or not code.isdigit():
-            raise ValueError(f"cdp takes 'off' or 'DATA:CODE' ways such as '6:5', not {value!r}")
-        return f"{int(data)}:{int(code)}"
-    if knob in ("prefetch", "thp"):
-        if not isinstance(value, str):
-            raise TypeError(f"{knob} takes a name, not {value!r}")
-        return value
-    raise KeyError(knob)
+    """Normalise a knob value to its canonical primitive (raises ValueError/TypeError, and
+    KeyError for an unknown knob). The knob's spec decides (:mod:`musku.knobs.spec`)."""
+    return spec_of(knob).canonical(value)
 
 
 def format_value(knob: str, value: Value) -> str:
     """Human form of a value: '2.2GHz', '6d:5c', 'always'."""
-    if knob in ("core_freq", "uncore_freq") and not isinstance(value, str):
-        return f"{value:g}GHz"
-    if knob == "cdp" and value != "off":
-        data, _, code = str(value).partition(":")
-        return f"{data}d:{code}c"
-    return str(value)
+    try:
+        spec = spec_of(knob)
+    except KeyError:
+        return str(value)
+    return spec.format(value)
 
 
 @dataclass(frozen=True, order=True)
@@ -93,11 +60,10 @@ class Configuration:
         merged: dict[str, object] = dict(mapping or {})
         merged.update(kw)
         items = []
-        for knob, value in merged.items():
-            if knob not in KNOBS:
-                raise KeyError(knob)
-            items.append((knob, canonical_value(knob, value)))
-        items.sort(key=lambda kv: KNOBS.index(kv[0]))
+        for name, value in merged.items():
+            knob = resolve(name)  # KeyError for an unknown knob; "module:Class" registers it
+            items.append((knob, spec_of(knob).canonical(value)))
+        items.sort(key=lambda kv: sort_key(kv[0]))
         return cls(tuple(items))
 
     def as_dict(self) -> dict[str, Value]:
@@ -132,7 +98,8 @@ class Configuration:
     def diff(self, other: Configuration) -> dict[str, tuple[Value | None, Value | None]]:
         """Knobs whose values differ: knob -> (self's, other's)."""
         a, b = self.as_dict(), other.as_dict()
-        return {k: (a.get(k), b.get(k)) for k in KNOBS if a.get(k) != b.get(k)}
+        knobs = sorted(set(a) | set(b), key=sort_key)
+        return {k: (a.get(k), b.get(k)) for k in knobs if a.get(k) != b.get(k)}
 
     def key(self) -> str:
         """Canonical, stable text form; used as a DB key and in logs."""

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from musku.domain import (
-    KNOBS,
     ComparisonSpec,
     Configuration,
     Direction,
@@ -21,7 +20,6 @@ from musku.domain import (
     StatsSettings,
     SweepMode,
     Value,
-    canonical_value,
     format_value,
 )
 from musku.errors import InputError
@@ -33,6 +31,7 @@ from musku.inputfiles import (
     read_text,
     safe_exists,
 )
+from musku.knobs.spec import is_knob, known_list, resolve, sort_key, spec_of
 from musku.tune.cotune import DEFAULT_LOADS, DEFAULT_WORKERS, MIDTIER_KEYS, MODELS, CotuneSpec
 
 
@@ -234,30 +233,12 @@ def _label(src: _Source, table: str, key: str, value: str, limit: int) -> str:
 
 
 def _canonical(knob: str, value: object, *, cores: int, ways: int) -> Value:
-    """A setting in canonical form, refusing what a host cannot take: a frequency that is not
-    a finite number of GHz in (0, 10], a core count outside 1..cores, a CDP split with
-    non-ASCII digits or that does not add up to the LLC's ways, a negative huge page count.
+    """A setting in canonical form, refusing what a host cannot take (the knob's spec
+    decides: :meth:`musku.knobs.spec.KnobSpec.check`; e.g. a frequency that is not a finite
+    number of GHz in (0, 10], a core count outside 1..cores, a CDP split with non-ASCII digits
+    or that does not add up to the LLC's ways, a negative huge page count).
     Raises ValueError/TypeError like :func:`canonical_value`."""
-    if knob == "cdp" and isinstance(value, str) and value != "off":
-        data, sep, code = value.partition(":")
-        if not (sep and data.isascii() and code.isascii() and data.isdigit() and code.isdigit()):
-            raise ValueError(f"cdp takes 'off' or 'DATA:CODE' ways such as '6:5', not {value!r}")
-        if len(data) > 3 or len(code) > 3 or int(data) < 1 or int(code) < 1:
-            raise ValueError(f"cdp {value!r}: data and code each need 1 or more ways")
-        if ways and int(data) + int(code) != ways:
-            raise ValueError(f"cdp {value!r} does not split the LLC's {ways} ways")
-    freq = knob in ("core_freq", "uncore_freq")
-    if freq and isinstance(value, str) and value != "turbo" and not value.isascii():
-        raise ValueError(f"{knob} takes a frequency in GHz, not {value!r}")
-    v = canonical_value(knob, value)
-    if knob in ("core_freq", "uncore_freq") and not isinstance(v, str):
-        if not (math.isfinite(v) and 0.0 < v <= MAX_GHZ):
-            raise ValueError(f"{knob} {value!r} is not a frequency in (0, {MAX_GHZ:g}] GHz")
-    elif knob == "core_count" and not 1 <= int(v) <= cores:
-        raise ValueError(f"core_count {value!r} is not in 1..{cores} (the platform's cores)")
-    elif knob == "shp" and not 0 <= int(v) <= MAX_SHP:
-        raise ValueError(f"shp {value!r} is not in 0..{MAX_SHP}")
-    return v
+    return spec_of(knob).check(value, cores=cores, ways=ways)
 
 
 # --------------------------------------------------------------------------- catalogs
@@ -282,10 +263,6 @@ def available_platforms() -> list[str]:
     for d in catalog_dirs():
         names.update(p.stem for p in d.glob("*.toml"))
     return sorted(names)
-
-
-def _cdp_splits(ways: int) -> tuple[str, ...]:
-    return ("off",) + tuple(f"{d}:{ways - d}" for d in range(1, ways))
 
 
 def load_platform(name_or_path: str | Path) -> Platform:
@@ -316,10 +293,11 @@ def load_platform(name_or_path: str | Path) -> Platform:
     knob_tables = src.table("knobs")
     settings: dict[str, tuple[Value, ...]] = {}
     reboot: set[str] = set()
-    for knob, spec in knob_tables.items():
-        table = f"knobs.{knob}"
-        if knob not in KNOBS:
-            raise src.error(f"unknown knob '{knob}' (knobs: {', '.join(KNOBS)})", knob)
+    for key, spec in knob_tables.items():
+        table = f"knobs.{key}"
+        if not is_knob(key):  # a registered name, or an out-of-tree "module:Class"
+            raise src.error(f"unknown knob '{key}' (knobs: {known_list()})", key)
+        knob = resolve(key)
         if not isinstance(spec, dict):
             raise src.error(f"[{table}] must be a table", knob)
         _check_keys(src, table, spec, {"settings", "reboot", "description", "ways"})
@@ -331,12 +309,13 @@ def load_platform(name_or_path: str | Path) -> Platform:
             )
         if not isinstance(spec.get("reboot", False), bool):
             raise src.error(f"[{table}] reboot must be true or false", "reboot", table)
-        if raw == "splits" or (raw is None and knob == "cdp"):
-            if knob != "cdp":
+        splits = spec_of(knob).default_settings(n)  # WAYS knobs: every split of the LLC
+        if raw == "splits" or (raw is None and splits is not None):
+            if splits is None:
                 raise src.error(f'[{table}] settings = "splits" is for cdp only', "settings", table)
             if n < 2:
-                raise src.error("cdp needs llc_ways >= 2", knob)
-            values: tuple[Value, ...] = _cdp_splits(n)
+                raise src.error(f"{knob} needs llc_ways >= 2", knob)
+            values: tuple[Value, ...] = splits
         elif isinstance(raw, list) and raw:
             try:
                 values = tuple(_canonical(knob, v, cores=cores, ways=n) for v in raw)
@@ -347,7 +326,7 @@ def load_platform(name_or_path: str | Path) -> Platform:
         if len(set(values)) != len(values):
             raise src.error(f"[{table}] lists a setting twice", "settings", table)
         settings[knob] = values
-        if spec.get("reboot", False):
+        if spec.get("reboot", spec_of(knob).needs_reboot):  # the catalog, else the spec
             reboot.add(knob)
     stock_raw = src.table("stock")
     stock = _configuration(src, "stock", stock_raw, settings)
@@ -374,10 +353,9 @@ def _configuration(
 ) -> Configuration:
     values: dict[str, Value] = {}
     for knob, value in raw.items():
-        if knob not in KNOBS:
-            raise src.error(
-                f"[{table}] unknown knob '{knob}' (knobs: {', '.join(KNOBS)})", knob, table
-            )
+        if not is_knob(knob):
+            raise src.error(f"[{table}] unknown knob '{knob}' (knobs: {known_list()})", knob, table)
+        knob = resolve(knob)
         if knob not in allowed:
             raise src.error(
                 f"[{table}] knob '{knob}' is not in the platform's catalog", knob, table
@@ -677,22 +655,25 @@ def load_experiment(path: str | Path) -> Experiment:
     _check_keys(src, "service", svc, {"name", "knobs", "tolerates_reboot", "uses_shp"})
     svc_knobs = src.get("service", "knobs", list, list(platform.settings))
     for k in svc_knobs:
-        if not isinstance(k, str) or k not in KNOBS:
+        if not is_knob(k):
             raise src.error(
-                f"[service] unknown knob {k!r} (knobs: {', '.join(KNOBS)})", "knobs", "service"
+                f"[service] unknown knob {k!r} (knobs: {known_list()})", "knobs", "service"
             )
-        if k not in platform.settings:
+        if resolve(k) not in platform.settings:
             raise src.error(
                 f"[service] knob '{k}' is not available on platform '{platform.name}'",
                 "knobs",
                 "service",
             )
-    uses_shp = src.get("service", "uses_shp", bool, "shp" in svc_knobs)
-    if not uses_shp and "shp" in svc_knobs:
-        svc_knobs = [k for k in svc_knobs if k != "shp"]
+    svc_knobs = [resolve(k) for k in svc_knobs]
+    # knobs swept only when the service opts in (shp: [service] uses_shp), per their specs
+    opt_in = [k for k in svc_knobs if spec_of(k).service_flag == "uses_shp"]
+    uses_shp = src.get("service", "uses_shp", bool, bool(opt_in))
+    if not uses_shp:
+        svc_knobs = [k for k in svc_knobs if k not in opt_in]
     service = Service(
         name=_label(src, "service", "name", src.get("service", "name", str), MAX_LABEL_CHARS),
-        knobs=tuple(k for k in KNOBS if k in svc_knobs),
+        knobs=tuple(sorted(set(svc_knobs), key=sort_key)),
         tolerates_reboot=src.get("service", "tolerates_reboot", bool, True),
         uses_shp=uses_shp,
     )

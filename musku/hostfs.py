@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from musku.errors import HostError, InputError, UnsupportedError
+from musku.knobs.spec import knob_names, spec_of
 
 # --- kernel paths: the only place they are spelled -------------------------------------------
 
@@ -104,31 +105,16 @@ class MsrRule:
     write_mask: int = 0  # 0 = read-only
 
 
-IA32_PERF_CTL = 0x199
-IA32_MISC_ENABLE = 0x1A0
-MSR_PLATFORM_INFO = 0xCE
-IA32_PM_ENABLE = 0x770
-IA32_HWP_CAPABILITIES = 0x771
-MSR_UNCORE_RATIO_LIMIT = 0x620
-MSR_MISC_FEATURE_CONTROL = 0x1A4
-AMD_PREFETCH_CONTROL = 0xC0000108
-
-PERF_CTL_RATIO_MASK = 0xFF00  # bits 15:8 target ratio
-PERF_CTL_IDA_DISENGAGE = 1 << 32  # bit 32: turbo (IDA) disengage
-UNCORE_RATIO_MASK = 0x7F7F  # bits 6:0 max ratio, 14:8 min ratio
-INTEL_PREFETCH_MASK = 0xF  # bits 0-3 (a set bit disables)
-AMD_PREFETCH_MASK = 0x2F  # bits 0,1,2,3,5 (a set bit disables)
-
-MSR_ALLOW_LIST: Mapping[int, MsrRule] = {
-    IA32_PERF_CTL: MsrRule("IA32_PERF_CTL", PERF_CTL_RATIO_MASK | PERF_CTL_IDA_DISENGAGE),
-    IA32_MISC_ENABLE: MsrRule("IA32_MISC_ENABLE"),  # read: bit 38 turbo disable
-    MSR_PLATFORM_INFO: MsrRule("MSR_PLATFORM_INFO"),  # read: ratios
-    IA32_PM_ENABLE: MsrRule("IA32_PM_ENABLE"),  # read: bit 0 HWP enabled
-    IA32_HWP_CAPABILITIES: MsrRule("IA32_HWP_CAPABILITIES"),
-    MSR_UNCORE_RATIO_LIMIT: MsrRule("MSR_UNCORE_RATIO_LIMIT", UNCORE_RATIO_MASK),
-    MSR_MISC_FEATURE_CONTROL: MsrRule("MSR_MISC_FEATURE_CONTROL", INTEL_PREFETCH_MASK),
-    AMD_PREFETCH_CONTROL: MsrRule("AMD PrefetchControl", AMD_PREFETCH_MASK),
-}
+def default_msr_allow() -> dict[int, MsrRule]:
+    """The MSR allow-list: every register a registered knob declares in its spec
+    (:attr:`musku.knobs.spec.KnobSpec.msrs`; the registers and masks live with the knobs)."""
+    out: dict[int, MsrRule] = {}
+    for name in knob_names():
+        for msr in spec_of(name).msrs:
+            known = out.get(msr.register)
+            mask = msr.write_mask | (known.write_mask if known else 0)
+            out[msr.register] = MsrRule(known.name if known else msr.name, mask)
+    return out
 
 
 # --- cpu lists -------------------------------------------------------------------------------
@@ -178,11 +164,11 @@ class HostFS:
         self,
         root: str | os.PathLike[str] = "/",
         *,
-        msr_allow: Mapping[int, MsrRule] = MSR_ALLOW_LIST,
+        msr_allow: Mapping[int, MsrRule] | None = None,  # default: the knobs' registers
         read_only: bool = False,
     ) -> None:
         self.root = Path(root).resolve()
-        self.msr_allow = dict(msr_allow)
+        self.msr_allow = dict(default_msr_allow() if msr_allow is None else msr_allow)
         self.read_only = read_only  # probes and reports: every write is refused
 
     def _writable(self, path: str) -> None:

@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 from musku.agent.core_errors import error_reply
 from musku.agent.journal import Journal, TxKind
 from musku.agent.spool import Spool
-from musku.domain import KNOBS, Configuration, Value
+from musku.domain import Configuration, Value
 from musku.errors import HostError, InputError, MuskuError, UnsupportedError
+from musku.knobs.spec import is_knob, knob_names, known_list, sort_key
 
 if TYPE_CHECKING:
     from musku.agent.config import AgentConfig
@@ -96,9 +97,7 @@ def _config_of(raw: object, what: str = "config") -> Configuration:
     try:
         return Configuration.of(raw)
     except KeyError as exc:
-        raise InputError(
-            f"{what}: unknown knob {exc.args[0]!r} (knobs: {', '.join(KNOBS)})"
-        ) from None
+        raise InputError(f"{what}: unknown knob {exc.args[0]!r} (knobs: {known_list()})") from None
     except (TypeError, ValueError) as exc:
         raise InputError(f"{what}: {exc}") from None
 
@@ -189,8 +188,8 @@ class Agent:
     # ------------------------------------------------------------------ knobs
 
     def knob(self, name: str) -> Knob:
-        if name not in KNOBS:
-            raise InputError(f"unknown knob {name!r} (knobs: {', '.join(KNOBS)})")
+        if not is_knob(name):
+            raise InputError(f"unknown knob {name!r} (knobs: {known_list()})")
         k = self._knobs.get(name)
         if k is None:
             k = self._factory(name, self.fs, **self.config.knobs.get(name, {}))
@@ -226,9 +225,7 @@ class Agent:
         mark = self.journal.last_seq()
         changed: list[str] = []
         try:
-            for name in KNOBS:
-                if name not in values:
-                    continue
+            for name in sorted(values, key=sort_key):  # sweep order
                 knob, value = self.knob(name), values[name]
                 if not knob.plan(value):
                     continue
@@ -526,7 +523,7 @@ class Agent:
 
     def op_capabilities(self, req: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for name in KNOBS:
+        for name in knob_names():
             try:
                 s = self._probe(name)
                 out[name] = {

@@ -2,38 +2,35 @@
 
 ``from musku.knobs import load_knob, probe_all`` imports no plugin module; each is imported when
 first loaded. A user may name any ``"package.module:Class"`` implementing
-:class:`musku.knobs.base.Knob` instead of a built-in alias.
+:class:`musku.knobs.base.Knob` instead of a built-in alias. The registry and each knob's
+self-description live in :mod:`musku.knobs.spec`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from musku.domain import KNOBS
 from musku.errors import InputError, MuskuError
+from musku.knobs.spec import BUILTIN, knob_names, register_knob, resolve, spec_of, target_of
 
 if TYPE_CHECKING:
     from musku.hostfs import HostFS
     from musku.knobs.base import Knob, Support
 
-REGISTRY: dict[str, str] = {
-    "core_freq": "musku.knobs.core_freq:CoreFreqKnob",
-    "uncore_freq": "musku.knobs.uncore_freq:UncoreFreqKnob",
-    "core_count": "musku.knobs.core_count:CoreCountKnob",
-    "cdp": "musku.knobs.cdp:CdpKnob",
-    "prefetch": "musku.knobs.prefetch:PrefetchKnob",
-    "thp": "musku.knobs.thp:ThpKnob",
-    "shp": "musku.knobs.shp:ShpKnob",
-}
-
-assert tuple(REGISTRY) == KNOBS
+REGISTRY: dict[str, str] = BUILTIN
+"""The built-in knobs (alias -> ``module:Class``); :func:`musku.knobs.spec.knob_names` lists
+every registered knob, out-of-tree ones included."""
 
 
 def knob_class(name: str) -> type[Knob]:
     from musku.knobs.base import Knob
     from musku.registry import load
 
-    cls = load(name, REGISTRY, kind="knob")
+    try:
+        target = target_of(name)
+    except (KeyError, InputError):
+        target = name  # a spec-less plugin, or registry.load explains what is wrong with it
+    cls = load(target, REGISTRY, kind="knob")
     if not (isinstance(cls, type) and issubclass(cls, Knob)):
         raise InputError(f"knob {name!r} does not name a musku.knobs.base.Knob subclass")
     return cls
@@ -56,7 +53,7 @@ def probe_all(
     from musku.knobs.base import Support
 
     out: dict[str, Support] = {}
-    for name in names or tuple(REGISTRY):
+    for name in names or knob_names():
         opts = options.get(name, {})
         if not isinstance(opts, dict):
             raise InputError(f"options for knob {name!r} must be a table")
@@ -69,4 +66,13 @@ def probe_all(
     return out
 
 
-__all__ = ["REGISTRY", "knob_class", "load_knob", "probe_all"]
+__all__ = [
+    "REGISTRY",
+    "knob_class",
+    "knob_names",
+    "load_knob",
+    "probe_all",
+    "register_knob",
+    "resolve",
+    "spec_of",
+]

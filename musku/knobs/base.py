@@ -19,6 +19,7 @@ from musku.errors import HostError, InputError, UnsupportedError
 
 if TYPE_CHECKING:
     from musku.hostfs import HostFS
+    from musku.knobs.spec import KnobSpec
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,11 @@ class Shortfall(KnobError):
 
 
 class Knob(ABC):
-    """One knob on one host. Subclasses set ``name`` to one of :data:`musku.domain.KNOBS`."""
+    """One knob on one host. Subclasses set ``spec`` to their :class:`~musku.knobs.spec.KnobSpec`
+    (declared in the knob's module) and ``name`` to ``spec.name``."""
 
     name: ClassVar[str]
+    spec: ClassVar[KnobSpec]
 
     def __init__(self, fs: HostFS, **options: object) -> None:
         self.fs = fs

@@ -25,6 +25,7 @@ from musku.errors import InputError
 from musku.hostfs import RESCTRL, HostFSError
 from musku.knobs._common import KnobBase, opt_bool, opt_str
 from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.spec import Kind, KnobSpec
 
 INFO = RESCTRL + "/info"
 _RESERVED = {
@@ -62,8 +63,17 @@ def parse_schemata(text: str) -> dict[str, dict[int, int]]:
     return out
 
 
+SPEC = KnobSpec(
+    name="cdp",
+    kind=Kind.WAYS,
+    order=40,
+    description="code/data prioritisation: 'off' or DATA:CODE LLC ways",
+)
+
+
 class CdpKnob(KnobBase):
     name = "cdp"
+    spec = SPEC
 
     @property
     def group(self) -> str:

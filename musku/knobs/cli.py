@@ -38,14 +38,14 @@ def probe(
 ) -> None:
     """Probe every knob: supported and how, or why not."""
     from musku.hostfs import HostFS
-    from musku.knobs import REGISTRY, load_knob
+    from musku.knobs import knob_names, load_knob
     from musku.knobs.base import Support
 
     if not root.is_dir():
         _fail(InputError(f"--root {root}: not a directory"))
     fs = HostFS(root, read_only=True)  # a probe never changes the host
     rows: dict[str, dict[str, object]] = {}
-    for name in REGISTRY:
+    for name in knob_names():  # the built-ins and any registered out-of-tree knob
         current: object = None
         try:
             knob = load_knob(name, fs)

@@ -43,6 +43,7 @@ from musku.hostfs import (
 )
 from musku.knobs._common import KnobBase, opt_argv, opt_bool, opt_str
 from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.spec import Kind, KnobSpec
 
 _CMDLINE_KEY = "GRUB_CMDLINE_LINUX"
 
@@ -106,8 +107,20 @@ def set_isolcpus(cmdline: str, cpus: list[int]) -> str:
     return " ".join(out)
 
 
+SPEC = KnobSpec(
+    name="core_count",
+    resource="cores",
+    kind=Kind.COUNT,
+    order=30,
+    description="active physical cores",
+    low=1,
+    high_is_cores=True,
+)
+
+
 class CoreCountKnob(KnobBase):
     name = "core_count"
+    spec = SPEC
 
     # options
 

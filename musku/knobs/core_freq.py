@@ -19,12 +19,7 @@ from __future__ import annotations
 from musku.domain import Value
 from musku.hostfs import (
     CPUFREQ,
-    IA32_MISC_ENABLE,
-    IA32_PERF_CTL,
-    IA32_PM_ENABLE,
     INTEL_PSTATE,
-    MSR_PLATFORM_INFO,
-    PERF_CTL_RATIO_MASK,
     HostFSError,
     msr_path,
 )
@@ -39,13 +34,40 @@ from musku.knobs._common import (
     restore_min_max,
 )
 from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.spec import Column, Kind, KnobSpec, Msr
 
 NO_TURBO = INTEL_PSTATE + "/no_turbo"
 BOOST = CPUFREQ + "/boost"
 
 
+IA32_PERF_CTL = 0x199
+IA32_MISC_ENABLE = 0x1A0
+MSR_PLATFORM_INFO = 0xCE
+IA32_PM_ENABLE = 0x770
+IA32_HWP_CAPABILITIES = 0x771
+PERF_CTL_RATIO_MASK = 0xFF00  # bits 15:8 target ratio
+PERF_CTL_IDA_DISENGAGE = 1 << 32  # bit 32: turbo (IDA) disengage
+
+SPEC = KnobSpec(
+    name="core_freq",
+    resource="core_ghz",
+    kind=Kind.GHZ,
+    order=10,
+    description="core frequency, GHz (or turbo)",
+    columns=(Column("core_freq", "float", "number"), Column("core_turbo", "bool", "is:turbo")),
+    msrs=(
+        Msr(IA32_PERF_CTL, "IA32_PERF_CTL", PERF_CTL_RATIO_MASK | PERF_CTL_IDA_DISENGAGE),
+        Msr(IA32_MISC_ENABLE, "IA32_MISC_ENABLE"),  # read: bit 38 turbo disable
+        Msr(MSR_PLATFORM_INFO, "MSR_PLATFORM_INFO"),  # read: ratios
+        Msr(IA32_PM_ENABLE, "IA32_PM_ENABLE"),  # read: bit 0 HWP enabled
+        Msr(IA32_HWP_CAPABILITIES, "IA32_HWP_CAPABILITIES"),
+    ),
+)
+
+
 class CoreFreqKnob(KnobBase):
     name = "core_freq"
+    spec = SPEC
 
     # backend selection
 

@@ -15,15 +15,10 @@ Only the bits above are written (read-modify-write through the HostFS MSR allow-
 from __future__ import annotations
 
 from musku.domain import Value
-from musku.hostfs import (
-    AMD_PREFETCH_CONTROL,
-    AMD_PREFETCH_MASK,
-    INTEL_PREFETCH_MASK,
-    MSR_MISC_FEATURE_CONTROL,
-    msr_path,
-)
+from musku.hostfs import msr_path
 from musku.knobs._common import KnobBase, msr_write
 from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.spec import Kind, KnobSpec, Msr
 
 L2_HW, L2_ADJ, DCU, DCU_IP = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 L1_STREAM, L1_STRIDE, L1_REGION, L2_STREAM, L2_UPDOWN = 1, 2, 4, 8, 32
@@ -44,8 +39,26 @@ AMD_CONFIGS: dict[str, int] = {
 }
 
 
+MSR_MISC_FEATURE_CONTROL = 0x1A4
+AMD_PREFETCH_CONTROL = 0xC0000108
+INTEL_PREFETCH_MASK = 0xF  # bits 0-3 (a set bit disables)
+AMD_PREFETCH_MASK = 0x2F  # bits 0,1,2,3,5 (a set bit disables)
+
+SPEC = KnobSpec(
+    name="prefetch",
+    kind=Kind.CHOICE,
+    order=50,
+    description="a named prefetcher configuration from the platform catalog",
+    msrs=(
+        Msr(MSR_MISC_FEATURE_CONTROL, "MSR_MISC_FEATURE_CONTROL", INTEL_PREFETCH_MASK),
+        Msr(AMD_PREFETCH_CONTROL, "AMD PrefetchControl", AMD_PREFETCH_MASK),
+    ),
+)
+
+
 class PrefetchKnob(KnobBase):
     name = "prefetch"
+    spec = SPEC
 
     def _table(self) -> tuple[int, int, dict[str, int]] | None:
         vendor = self.fs.cpu_vendor()

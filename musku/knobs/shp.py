@@ -14,12 +14,27 @@ from musku.domain import Value
 from musku.hostfs import HUGEPAGES_DIR
 from musku.knobs._common import KnobBase, opt_str
 from musku.knobs.base import InvalidSetting, Shortfall, Snapshot, Support, Write
+from musku.knobs.spec import Kind, KnobSpec
 
 PAGE_SIZES_KB = {"2M": 2048, "1G": 1048576}
 
 
+MAX_SHP = 1 << 24
+"""Most static huge pages a setting may reserve."""
+
+SPEC = KnobSpec(
+    name="shp",
+    kind=Kind.COUNT,
+    order=70,
+    description="static 2 MiB huge pages reserved, 0 = none",
+    high=MAX_SHP,
+    service_flag="uses_shp",
+)
+
+
 class ShpKnob(KnobBase):
     name = "shp"
+    spec = SPEC
 
     @property
     def page_kb(self) -> int:

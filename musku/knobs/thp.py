@@ -12,14 +12,24 @@ from musku.domain import Value
 from musku.hostfs import THP_DIR
 from musku.knobs._common import KnobBase, bracketed, opt_str
 from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.spec import Kind, KnobSpec
 
 MODES = ("always", "madvise", "never")
 ENABLED = THP_DIR + "/enabled"
 DEFRAG = THP_DIR + "/defrag"
 
 
+SPEC = KnobSpec(
+    name="thp",
+    kind=Kind.CHOICE,
+    order=60,
+    description="transparent huge pages: always, madvise or never",
+)
+
+
 class ThpKnob(KnobBase):
     name = "thp"
+    spec = SPEC
 
     @property
     def defrag_policy(self) -> str:

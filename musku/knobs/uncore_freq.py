@@ -18,8 +18,6 @@ from __future__ import annotations
 from musku.domain import Value
 from musku.hostfs import (
     INTEL_UNCORE,
-    MSR_UNCORE_RATIO_LIMIT,
-    UNCORE_RATIO_MASK,
     HostFSError,
     cpu_dir,
     msr_path,
@@ -34,10 +32,28 @@ from musku.knobs._common import (
     restore_min_max,
 )
 from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.spec import Column, Kind, KnobSpec, Msr
+
+MSR_UNCORE_RATIO_LIMIT = 0x620
+UNCORE_RATIO_MASK = 0x7F7F  # bits 6:0 max ratio, 14:8 min ratio
+
+SPEC = KnobSpec(
+    name="uncore_freq",
+    resource="uncore_ghz",
+    kind=Kind.GHZ,
+    order=20,
+    description="uncore (LLC, memory controller) frequency, GHz",
+    columns=(
+        Column("uncore_freq", "float", "number"),
+        Column("uncore_turbo", "bool", "is:turbo"),
+    ),
+    msrs=(Msr(MSR_UNCORE_RATIO_LIMIT, "MSR_UNCORE_RATIO_LIMIT", UNCORE_RATIO_MASK),),
+)
 
 
 class UncoreFreqKnob(KnobBase):
     name = "uncore_freq"
+    spec = SPEC
 
     def _domains(self) -> list[str]:
         if not self.fs.is_dir(INTEL_UNCORE):

@@ -32,11 +32,20 @@ from typing import Any
 from musku.domain import Configuration, Sample
 from musku.errors import InputError
 from musku.hosts.base import Host, HostPair
+from musku.knobs.spec import by_resource, knob_names, spec_of
 from musku.qsim.engine import simulate
 from musku.qsim.model import QsimModel, normalise, parse, with_overrides
 from musku.qsim.tomlpos import Positions
 
-MODELLED = ("core_freq", "uncore_freq", "core_count")
+RESOURCES = ("core_ghz", "uncore_ghz", "cores")
+"""What the model predicts the effect of; a knob is modelled when its spec sets one."""
+
+
+def modelled() -> tuple[str, ...]:
+    """The knobs whose effect the qsim backend predicts (by their specs' ``resource``)."""
+    return tuple(k for k in knob_names() if spec_of(k).resource in RESOURCES)
+
+
 OPTIONS = ("model", "qps", "sim_seconds", "noise", "host_bias", "qos_ms", "uncore_scale")
 
 
@@ -95,11 +104,11 @@ class QsimPair(HostPair):
     def document(self, cfg: Configuration) -> dict[str, Any]:
         """The engine document of the model under a configuration."""
         m = self.model
-        d = cfg.as_dict()
+        d = by_resource(cfg.as_dict())  # resource -> value (cores, core_ghz, uncore_ghz)
         machines = list(m.machines)
         services = list(m.services)
-        if "core_count" in d:
-            n = int(d["core_count"])  # type: ignore[call-overload]
+        if "cores" in d:
+            n = int(d["cores"])  # type: ignore[call-overload]
             machines = [mc.model_copy(update={"cores": mc.irq_cores + min(n, mc.cores - mc.irq_cores)})
                         for mc in m.machines]  # fmt: skip
             avail = {mc.name: mc.cores - mc.irq_cores for mc in machines}
@@ -109,13 +118,13 @@ class QsimPair(HostPair):
                 room = min(avail[x] for x in names if x in avail) if not s.irq else 10**9
                 want = s.cores_per_instance or s.threads
                 services.append(s.model_copy(update={"cores_per_instance": min(want, room)}))
-        if "core_freq" in d:
-            f = float(d["core_freq"])  # type: ignore[arg-type]
+        if "core_ghz" in d:
+            f = float(d["core_ghz"])  # type: ignore[arg-type]
             services = [s.model_copy(update={"freq_ghz": f}) for s in services]
         model = m.model_copy(update={"machines": machines, "services": services})
         doc = normalise(model, self._pos, self._path)
-        if "uncore_freq" in d and self.uncore_stock:
-            u = float(d["uncore_freq"])  # type: ignore[arg-type]
+        if "uncore_ghz" in d and self.uncore_stock:
+            u = float(d["uncore_ghz"])  # type: ignore[arg-type]
             k = self.uncore_scale
             for s in doc["services"]:
                 s["time_scale"] = 1 - k + k * self.uncore_stock / u
@@ -191,9 +200,9 @@ def open_pair(experiment: Any, seed: int = 0) -> QsimPair:
     model_opt = opts.get("model")
     if not isinstance(model_opt, str) or not model_opt:
         raise InputError('[hosts] backend "qsim" needs model = "path/to/model.toml"', where=where)
-    other = sorted(set(experiment.space) - set(MODELLED))
+    other = sorted(set(experiment.space) - set(modelled()))
     if other:
-        raise InputError(f"the qsim backend models {', '.join(MODELLED)}; this experiment also "
+        raise InputError(f"the qsim backend models {', '.join(modelled())}; this experiment also "
                          f"sweeps {', '.join(other)}", where=where)  # fmt: skip
     path = experiment.resolve(model_opt)
     try:
@@ -202,7 +211,7 @@ def open_pair(experiment: Any, seed: int = 0) -> QsimPair:
         raise InputError(f"cannot read model: {e.strerror}", where=str(path)) from None
     model, pos = parse(text, path)
     normalise(model, pos, path)  # errors now, with file:line
-    stock = experiment.stock.as_dict().get("uncore_freq")
+    stock = by_resource(experiment.stock.as_dict()).get("uncore_ghz")
     qps = _num(opts, "qps", None, where)
     return QsimPair(
         model, pos, path, experiment.baseline_config,

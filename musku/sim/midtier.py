@@ -24,6 +24,7 @@ from typing import Any
 
 from musku.domain import Configuration
 from musku.errors import InputError
+from musku.knobs.spec import by_resource
 from musku.sim.model import SimModel
 from musku.tune.cotune import MODELS, CotuneSpec, Endpoint, ThreadingState
 
@@ -74,7 +75,7 @@ class SimMidtier:
     def cpus(self) -> int:
         """Active cores at the host's configuration (the catalog's count without a core_count
         knob): a table trained with other cores is stale, as on a real host."""
-        cc = self.model.full_settings(self.config).get("core_count")
+        cc = by_resource(self.model.full_settings(self.config)).get("cores")
         if isinstance(cc, int):
             return cc
         if self.model.platform:

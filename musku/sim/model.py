@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from musku.domain import KNOBS, Configuration, Direction, Value, canonical_value, format_value
+from musku.domain import Configuration, Direction, Value, canonical_value, format_value
 from musku.errors import InputError, UnsupportedError
 from musku.experiment import _line_of, _Source, load_platform
+from musku.knobs.spec import Kind, is_knob, known_list, spec_of
 
 METRICS: dict[str, Direction] = {
     "mips": Direction.HIGHER,
@@ -326,7 +327,7 @@ def _number(src: _Source, value: object, what: str, key: str, table: str) -> flo
 def _setting(src: _Source, knob: str, raw: object, key: str, table: str) -> Value:
     """A setting given as a TOML key (always text) or a value, in canonical form."""
     candidates: list[object] = [raw]
-    if isinstance(raw, str) and knob in ("core_count", "shp"):
+    if isinstance(raw, str) and spec_of(knob).kind is Kind.COUNT:
         candidates = [int(raw)] if re.fullmatch(r"-?\d+", raw.strip()) else []
     for cand in candidates:
         try:
@@ -461,8 +462,8 @@ class SimModel:
         knobs: dict[str, KnobResponse] = {}
         for knob, spec in knob_tbl.items():
             table = f"knobs.{knob}"
-            if knob not in KNOBS:
-                raise _table_error(src, f"unknown knob '{knob}' (knobs: {', '.join(KNOBS)})", table)
+            if not is_knob(knob):
+                raise _table_error(src, f"unknown knob '{knob}' (knobs: {known_list()})", table)
             if catalog is not None and knob not in catalog:
                 raise _table_error(
                     src, f"knob '{knob}' is not in platform '{platform_name}'", table
@@ -557,7 +558,7 @@ class SimModel:
                 raise src.error("[reference.config] must be a table", "config", "reference")
             cfg: dict[str, Value] = {}
             for knob, raw in ref_cfg_raw.items():
-                if knob not in KNOBS:
+                if not is_knob(knob):
                     raise src.error(
                         f"[reference.config] unknown knob '{knob}'", knob, "reference.config"
                     )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from musku.domain import ComparisonResult, Configuration, Decision
 from musku.errors import DatabaseError
+from musku.knobs.spec import KnobSpec
 from musku.storage.models import (
     SAMPLE_METRIC_COLUMNS,
     ConfigurationRow,
@@ -52,30 +53,17 @@ def jsonable(value: Any) -> Any:
 
 
 def configuration_columns(config: Configuration) -> dict[str, Any]:
-    """One column per knob (see db/README.md), for a ``configurations`` row."""
-    d = config.as_dict()
-    cols: dict[str, Any] = {"key": config.key()}
-    for knob in ("core_freq", "uncore_freq"):
-        v = d.get(knob)
-        turbo_col = "core_turbo" if knob == "core_freq" else "uncore_turbo"
-        if v is None:
-            cols[knob], cols[turbo_col] = None, None
-        elif v == "turbo":
-            cols[knob], cols[turbo_col] = None, True
-        else:
-            cols[knob], cols[turbo_col] = float(v), False
-    cols["core_count"] = d.get("core_count")
-    cdp = d.get("cdp")
-    cols["cdp"] = cdp
-    if isinstance(cdp, str) and cdp != "off":
-        data, _, code = cdp.partition(":")
-        cols["cdp_data_ways"], cols["cdp_code_ways"] = int(data), int(code)
-    else:
-        cols["cdp_data_ways"], cols["cdp_code_ways"] = None, None
-    cols["prefetch"] = d.get("prefetch")
-    cols["thp"] = d.get("thp")
-    cols["shp"] = d.get("shp")
-    return cols
+    """A ``configuration_keys`` row: the canonical key (the knob values are rows of their own,
+    :func:`configuration_settings`)."""
+    return {"key": config.key()}
+
+
+def configuration_settings(config: Configuration) -> list[dict[str, Any]]:
+    """One ``configuration_settings`` row per knob (see db/README.md), without the id."""
+    return [
+        {"knob": knob, "value": KnobSpec.db_text(v), "number": KnobSpec.db_number(v)}
+        for knob, v in config.settings
+    ]
 
 
 def configuration_from_row(row: ConfigurationRow) -> Configuration:

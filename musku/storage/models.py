@@ -20,6 +20,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     SmallInteger,
     String,
     Text,
@@ -94,21 +95,46 @@ class HostRow(Base):
 
 
 class ConfigurationRow(Base):
-    __tablename__ = "configurations"
+    """Each distinct configuration once, by its canonical key (revision 0004: the knob values
+    moved to :class:`ConfigurationSettingRow`; analysts read the wide view ``configurations``,
+    generated from the knob specs by :mod:`musku.storage.views`). The constraint names are
+    the ones the table had as ``configurations`` (0001), kept across the rename."""
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    key: Mapped[str] = mapped_column(Text, unique=True)
-    core_freq: Mapped[float | None] = mapped_column(Float, nullable=True)
-    core_turbo: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
-    uncore_freq: Mapped[float | None] = mapped_column(Float, nullable=True)
-    uncore_turbo: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
-    core_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    cdp: Mapped[str | None] = mapped_column(String(20), nullable=True)
-    cdp_data_ways: Mapped[int | None] = mapped_column(SmallInteger, nullable=True)
-    cdp_code_ways: Mapped[int | None] = mapped_column(SmallInteger, nullable=True)
-    prefetch: Mapped[str | None] = mapped_column(String(50), nullable=True)
-    thp: Mapped[str | None] = mapped_column(String(20), nullable=True)
-    shp: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    __tablename__ = "configuration_keys"
+    __table_args__ = (
+        PrimaryKeyConstraint("id", name="pk_configurations"),
+        UniqueConstraint("key", name="uq_configurations_key"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer)
+    key: Mapped[str] = mapped_column(Text)
+
+
+class ConfigurationSettingRow(Base):
+    """One knob's value in one configuration (Optuna-style generic rows): a new knob needs no
+    schema change. ``value`` is the canonical value as text (``repr`` of a float, as in the
+    key's JSON); ``number`` the same value as a number, NULL for a name ("turbo", "6:5")."""
+
+    __tablename__ = "configuration_settings"
+
+    configuration_id: Mapped[int] = mapped_column(
+        ForeignKey("configuration_keys.id", ondelete="CASCADE"), primary_key=True
+    )
+    knob: Mapped[str] = mapped_column(String(100), primary_key=True, index=True)
+    value: Mapped[str] = mapped_column(Text)
+    number: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class KnobRow(Base):
+    """An out-of-tree knob some stored configuration uses (revision 0004): its
+    ``module:Class``, so a process reading the database can load its spec."""
+
+    __tablename__ = "knobs"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    target: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(20))
+    description: Mapped[str] = mapped_column(Text, default="")
 
 
 class ComparisonRow(Base):
@@ -120,8 +146,8 @@ class ComparisonRow(Base):
         ForeignKey("experiments.id", ondelete="CASCADE"), index=True
     )
     purpose: Mapped[str] = mapped_column(String(100), index=True)
-    baseline_id: Mapped[int] = mapped_column(ForeignKey("configurations.id"))
-    candidate_id: Mapped[int] = mapped_column(ForeignKey("configurations.id"))
+    baseline_id: Mapped[int] = mapped_column(ForeignKey("configuration_keys.id"))
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("configuration_keys.id"))
     status: Mapped[str] = mapped_column(String(20), default="running")
     started_at: Mapped[datetime] = mapped_column(TS)
     finished_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
@@ -189,7 +215,7 @@ class SoftSkuRow(Base):
     )
     service: Mapped[str] = mapped_column(String(100), index=True)
     platform: Mapped[str] = mapped_column(String(100), index=True)
-    configuration_id: Mapped[int] = mapped_column(ForeignKey("configurations.id"))
+    configuration_id: Mapped[int] = mapped_column(ForeignKey("configuration_keys.id"))
     created_at: Mapped[datetime] = mapped_column(TS)
 
 

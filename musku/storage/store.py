@@ -17,8 +17,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from musku import __version__
 from musku.domain import ComparisonResult, Configuration, ExperimentStatus, SoftSku
-from musku.errors import DatabaseError
-from musku.storage import convert
+from musku.errors import DatabaseError, InputError
+from musku.knobs.spec import BUILTIN, is_knob, register_knob, spec_of, target_of
+from musku.storage import convert, views
 from musku.storage.engine import connect_error, display, first_line, make_engine, reader
 from musku.storage.migrate import (
     check,
@@ -32,9 +33,11 @@ from musku.storage.models import (
     ComparisonRow,
     ConfigTransientRow,
     ConfigurationRow,
+    ConfigurationSettingRow,
     DecisionRow,
     ExperimentRow,
     HostRow,
+    KnobRow,
     PairCalibrationRow,
     SampleRow,
     SoftSkuRow,
@@ -148,6 +151,7 @@ class Store:
         self._reader_engine = reader(engine)
         self._readers = sessionmaker(self._reader_engine, expire_on_commit=False)
         self._config_ids: dict[str, int] = {}
+        self._view_knobs: set[str] = set(BUILTIN)  # knobs the configurations view shows
         self._cmp_meta: dict[int, tuple[str, dict[str, int]]] = {}
 
     @property
@@ -186,6 +190,12 @@ class Store:
                     session.add(row)
                     session.flush()
                     found = row.id
+                    session.add_all(
+                        ConfigurationSettingRow(configuration_id=found, **cols)
+                        for cols in convert.configuration_settings(config)
+                    )
+                    session.flush()
+                    self._record_knobs(session, config)
             except IntegrityError:  # another writer inserted it meanwhile
                 found = session.scalar(
                     select(ConfigurationRow.id).where(ConfigurationRow.key == key)
@@ -195,6 +205,59 @@ class Store:
             return found  # cached once committed and looked up again, not before
         self._config_ids[key] = found
         return found
+
+    def _record_knobs(self, session: Session, config: Configuration) -> None:
+        """For a knob of ``config`` stored for the first time: record an out-of-tree knob's
+        ``module:Class`` in ``knobs``, and regenerate the analysts' ``configurations`` view
+        when it does not show the knob yet."""
+        new = [k for k in config.knobs() if k not in self._view_knobs]
+        if not new:
+            return
+        for name in new:
+            if session.get(KnobRow, name) is None:
+                spec = spec_of(name)
+                try:
+                    with session.begin_nested():
+                        session.add(
+                            KnobRow(
+                                name=name,
+                                target=target_of(name),
+                                kind=spec.kind.value,
+                                description=spec.description,
+                            )
+                        )
+                except IntegrityError:  # another writer recorded it meanwhile
+                    pass
+        conn = session.connection()
+        if not views.covers(views.view_columns(conn), new):
+            views.regenerate(conn)
+        self._view_knobs.update(new)
+
+    def _register_stored_knobs(self, session: Session) -> None:
+        """Register the out-of-tree knobs the database's configurations use (``knobs``)."""
+        for row in session.scalars(select(KnobRow)):
+            if is_knob(row.name):
+                continue
+            try:
+                register_knob(row.target)
+            except InputError as exc:
+                raise DatabaseError(
+                    f"this database's configurations use knob {row.name!r}, which cannot be "
+                    f"loaded here: {exc.one_line()}"
+                ) from None
+
+    def _configuration_of(self, session: Session, row: ConfigurationRow) -> Configuration:
+        try:
+            return convert.configuration_from_row(row)
+        except KeyError:
+            self._register_stored_knobs(session)
+        try:
+            return convert.configuration_from_row(row)
+        except KeyError as exc:
+            raise DatabaseError(
+                f"configuration {row.id} uses knob {exc.args[0]!r}, which is neither "
+                "registered here nor recorded in the database's knobs table"
+            ) from None
 
     def _experiment(self, session: Session, exp_id: int) -> ExperimentRow:
         row = session.get(ExperimentRow, exp_id)
@@ -583,7 +646,7 @@ class Store:
         pairs = s.execute(q).all()
         ids = {c.baseline_id for c, _ in pairs} | {c.candidate_id for c, _ in pairs}
         configs = {
-            r.id: convert.configuration_from_row(r)
+            r.id: self._configuration_of(s, r)
             for r in s.scalars(select(ConfigurationRow).where(ConfigurationRow.id.in_(ids)))
         }
         counts: dict[int, int] = {}
@@ -792,7 +855,7 @@ class Store:
         for _, _, cmp_row in vals:
             config_ids |= {cmp_row.baseline_id, cmp_row.candidate_id}
         configs = {
-            r.id: convert.configuration_from_row(r)
+            r.id: self._configuration_of(s, r)
             for r in s.scalars(select(ConfigurationRow).where(ConfigurationRow.id.in_(config_ids)))
         }
         by_sku: dict[int, dict[str, ComparisonResult]] = {}

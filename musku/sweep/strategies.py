@@ -16,6 +16,7 @@ import math
 
 from musku.domain import ComparisonResult, Configuration, Decision
 from musku.errors import InputError
+from musku.knobs.spec import spec_of
 from musku.sweep.runner import KnobOutcome, Runner
 
 STRATEGIES: dict[str, str] = {
@@ -28,8 +29,10 @@ EXHAUSTIVE_LIMIT = 512
 """Exhaustive sweeps larger than this are refused (narrow [platform.settings] or use search)."""
 
 
-ORDERED_KNOBS = frozenset({"core_freq", "uncore_freq", "core_count", "shp"})
-"""Knobs whose settings are ordered, so a scan can walk away from the baseline."""
+def _ordered(knob: str) -> bool:
+    """True when the knob's settings are ordered (its spec says), so a scan can walk away
+    from the baseline."""
+    return spec_of(knob).is_ordered
 
 
 def _scan_order(runner: Runner, knob: str, current: object) -> list[list[object]]:
@@ -37,7 +40,7 @@ def _scan_order(runner: Runner, knob: str, current: object) -> list[list[object]
     outward from the current setting (nearest first); otherwise one walk over everything."""
     space = list(runner.experiment.space[knob])
     others: list[object] = [v for v in space if v != current]
-    if runner.experiment.scan != "unimodal" or knob not in ORDERED_KNOBS or current not in space:
+    if runner.experiment.scan != "unimodal" or not _ordered(knob) or current not in space:
         return [others]
     ordered = sorted(space, key=lambda v: float(v) if not isinstance(v, str) else float("inf"))
     i = ordered.index(current)

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 
 from musku.errors import MuskuError
-from musku.hostfs import MSR_ALLOW_LIST, HostFS
+from musku.hostfs import HostFS, default_msr_allow
 
 GLOBS = [
     "/sys/devices/system/cpu/online",
@@ -97,7 +97,7 @@ def capture(fs: HostFS, dest: Path) -> list[str]:
         for name in fs.listdir("/dev/cpu"):
             if name.isdigit() and fs.has_msr(int(name)):
                 regs: dict[str, int] = {}
-                for reg in MSR_ALLOW_LIST:
+                for reg in default_msr_allow():
                     try:
                         regs[hex(reg)] = fs.read_msr(int(name), reg)
                     except MuskuError:

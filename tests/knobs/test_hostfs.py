@@ -9,11 +9,7 @@ import pytest
 
 from musku.errors import InputError, UnsupportedError
 from musku.hostfs import (
-    AMD_PREFETCH_CONTROL,
     BACKUP_SUFFIX,
-    IA32_MISC_ENABLE,
-    MSR_MISC_FEATURE_CONTROL,
-    MSR_UNCORE_RATIO_LIMIT,
     THP_DIR,
     HostFS,
     HostFSError,
@@ -22,6 +18,9 @@ from musku.hostfs import (
     format_cpulist,
     parse_cpulist,
 )
+from musku.knobs.core_freq import IA32_MISC_ENABLE
+from musku.knobs.prefetch import AMD_PREFETCH_CONTROL, MSR_MISC_FEATURE_CONTROL
+from musku.knobs.uncore_freq import MSR_UNCORE_RATIO_LIMIT
 from musku.testing.fakehost import FakeHost, FakeKernelFS
 
 

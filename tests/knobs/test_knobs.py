@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from musku.errors import InputError, UnsupportedError
-from musku.hostfs import MSR_MISC_FEATURE_CONTROL, MSR_UNCORE_RATIO_LIMIT
 from musku.knobs import REGISTRY, knob_class, load_knob, probe_all
 from musku.knobs.base import InvalidSetting, KnobError, Shortfall
 from musku.knobs.core_count import CoreCountKnob, GrubFormatError, isolcpus_of, set_isolcpus
+from musku.knobs.prefetch import MSR_MISC_FEATURE_CONTROL
+from musku.knobs.uncore_freq import MSR_UNCORE_RATIO_LIMIT
 from musku.testing.fakehost import FakeHost, amd_host, intel_host, vm_host
 
 # --- registry ---------------------------------------------------------------------------------
@@ -31,7 +32,11 @@ def test_registry_and_loading(tmp_path: Path) -> None:
 
 
 def test_light_import() -> None:
-    code = "import sys, musku.knobs; print(any(m.startswith('musku.knobs.') for m in sys.modules))"
+    # the registry of specs (musku.knobs.spec) is loaded, no plugin module is
+    code = (
+        "import sys, musku.knobs; "
+        "print(any(m.startswith('musku.knobs.') and m != 'musku.knobs.spec' for m in sys.modules))"
+    )
     import subprocess
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -490,3 +495,17 @@ def test_garbage_kernel_file_is_a_typed_answer(tmp_path: Path) -> None:
     host.file("/sys/devices/system/cpu/present", "zero-one\n")
     support = probe_all(host.fs())["core_count"]
     assert not support.supported and "not a cpu list" in support.reason
+
+
+def test_msr_allow_list_is_the_knobs_registers() -> None:
+    """The HostFS allow-list is gathered from the knob specs: every register a knob declares,
+    writable in exactly the bits it declares, and nothing else."""
+    from musku.hostfs import HostFS, default_msr_allow
+    from musku.knobs.spec import knob_names, spec_of
+
+    allow = default_msr_allow()
+    declared = {m.register: m for k in knob_names() for m in spec_of(k).msrs}
+    assert set(allow) == set(declared) and len(allow) >= 8
+    assert allow[MSR_UNCORE_RATIO_LIMIT].write_mask == 0x7F7F
+    assert allow[0xCE].write_mask == 0  # MSR_PLATFORM_INFO: read-only
+    assert HostFS("/").msr_allow == allow

@@ -1,24 +1,40 @@
-"""Explicit domain <-> row conversion (no database needed)."""
+"""Explicit domain <-> row conversion (no database needed, but for the configurations view)."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from sqlalchemy import text
 
 from musku.domain import Configuration
 from musku.errors import DatabaseError
+from musku.experiment import Experiment
+from musku.storage import open_store
 from musku.storage.convert import (
     SAMPLE_COLUMNS,
     configuration_columns,
+    configuration_settings,
     sample_dict,
     sample_tuples,
 )
 
 
-def test_configuration_columns_cover_every_knob() -> None:
+def _wide_row(tmp_path: Path, experiment: Experiment, cfg: Configuration) -> dict[str, Any]:
+    """``cfg`` stored in a fresh SQLite database, read back through the ``configurations``
+    view (the knob rows broken out into the columns the table had before revision 0004)."""
+    with open_store(f"sqlite:///{tmp_path / 'wide.db'}") as store:
+        store.start_comparison(store.create_experiment(experiment), "bench", cfg, cfg)
+        with store.engine.connect() as conn:
+            (row,) = conn.execute(text("SELECT * FROM configurations")).mappings().all()
+    return {k: v for k, v in row.items() if k != "id"}
+
+
+def test_configuration_columns_cover_every_knob(tmp_path: Path, experiment: Experiment) -> None:
     cfg = Configuration.of(
         core_freq="turbo",
         uncore_freq=1.6,
@@ -28,7 +44,17 @@ def test_configuration_columns_cover_every_knob() -> None:
         thp="never",
         shp=200,
     )
-    cols = configuration_columns(cfg)
+    assert configuration_columns(cfg) == {"key": cfg.key()}
+    assert configuration_settings(cfg) == [
+        {"knob": "core_freq", "value": "turbo", "number": None},
+        {"knob": "uncore_freq", "value": "1.6", "number": 1.6},
+        {"knob": "core_count", "value": "12", "number": 12.0},
+        {"knob": "cdp", "value": "off", "number": None},
+        {"knob": "prefetch", "value": "dcu", "number": None},
+        {"knob": "thp", "value": "never", "number": None},
+        {"knob": "shp", "value": "200", "number": 200.0},
+    ]
+    cols = _wide_row(tmp_path, experiment, cfg)
     assert cols == {
         "key": cfg.key(),
         "core_freq": None,
@@ -46,8 +72,10 @@ def test_configuration_columns_cover_every_knob() -> None:
     assert Configuration.from_key(cols["key"]) == cfg
 
 
-def test_partial_configuration_leaves_unset_knobs_null() -> None:
-    cols = configuration_columns(Configuration.of(cdp="9:2"))
+def test_partial_configuration_leaves_unset_knobs_null(
+    tmp_path: Path, experiment: Experiment
+) -> None:
+    cols = _wide_row(tmp_path, experiment, Configuration.of(cdp="9:2"))
     assert (cols["cdp_data_ways"], cols["cdp_code_ways"]) == (9, 2)
     unset = [k for k, v in cols.items() if v is None]
     assert set(unset) == {

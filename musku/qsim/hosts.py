@@ -34,7 +34,7 @@ from musku.errors import InputError
 from musku.hosts.base import Host, HostPair
 from musku.qsim.engine import simulate
 from musku.qsim.model import QsimModel, normalise, parse, with_overrides
-from musku.qsim.tomlpos import Positions
+from musku.schema.tomlpos import Positions
 
 MODELLED = ("core_freq", "uncore_freq", "core_count")
 OPTIONS = ("model", "qps", "sim_seconds", "noise", "host_bias", "qos_ms", "uncore_scale")

@@ -21,7 +21,9 @@ from typing import Any
 
 from musku.domain import KNOBS, Configuration, Direction, Value, canonical_value, format_value
 from musku.errors import InputError, UnsupportedError
-from musku.experiment import _line_of, _Source, load_platform
+from musku.experiment import load_platform
+from musku.schema.document import Document as _Source
+from musku.schema.document import line_of as _line_of
 
 METRICS: dict[str, Direction] = {
     "mips": Direction.HIGHER,

@@ -22,11 +22,21 @@ a refusal may point at an exact line instead (an entry of an array of tables, fo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ValidationError,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
 
 from musku.errors import InputError
 from musku.inputfiles import parse_toml, read_text
@@ -95,7 +105,7 @@ class Refusal(ValueError):
         self,
         message: str,
         *,
-        key: str | None = None,
+        key: str | int | None = None,
         line: int | None = None,
         line_key: str | None = None,
         line_table: str | None = None,
@@ -225,7 +235,8 @@ class Document:
     def refuse(self, exc: ValidationError, prefix: tuple[str, ...] = ()) -> InputError:
         """The first error of ``exc`` in musku's words, at its line."""
         err = exc.errors(include_url=False)[0]
-        loc = prefix + tuple(p for p in err["loc"] if isinstance(p, str | int))
+        # a dict key's own error is located at the key, not at "[key]"
+        loc = prefix + tuple(p for p in err["loc"] if isinstance(p, str | int) and p != "[key]")
         cause = (err.get("ctx") or {}).get("error")
         kind = err["type"]
         here = False
@@ -253,6 +264,7 @@ class Document:
         else:
             table, at = table_name(strs[:-1]), f"[{table_name(strs[:-1])}] {strs[-1]}"
         text = message.replace("{table}", f"[{table}]").replace("{at}", at)
+        text = text.replace("{name}", table)
         return InputError(text, where=self.where(self._line(loc, cause)))
 
     def _line(self, loc: tuple[str | int, ...], cause: Any) -> int | None:
@@ -270,10 +282,50 @@ class Document:
             return None
         if len(strs) == 1:
             return line_of(self.text, strs[0])
-        return line_of(self.text, strs[-1], table_name(strs[:-1]))
+        # the key in its table, else a table of that name, else the first of its sub-tables
+        # (``[knobs.thp.p99]`` with no ``[knobs.thp]`` header)
+        name = table_name(strs)
+        return (
+            line_of(self.text, strs[-1], table_name(strs[:-1]))
+            or line_of(self.text, name)
+            or self._first_subtable(name)
+        )
+
+    def _first_subtable(self, name: str) -> int | None:
+        for number, line in enumerate(self.text.splitlines(), start=1):
+            header = _header_name(line.strip())
+            if header is not None and header.startswith(name + "."):
+                return number
+        return None
 
 
 def bounds(**schema: Any) -> Any:
     """JSON Schema keywords (``minimum``, ``maxLength``...) for a value whose range a
     validator checks in musku's words (a pydantic ``Field(ge=...)`` would word it its way)."""
     return Field(json_schema_extra=schema)
+
+
+class Check:
+    """Validation and JSON Schema in one ``Annotated`` item: ``func`` checks the value
+    (before pydantic's own type check with ``mode="before"``, after it with ``"after"``) and
+    raises a :class:`Refusal`; ``schema`` adds JSON Schema keywords (``minimum``...)."""
+
+    def __init__(self, func: Callable[[Any], Any], mode: str = "before", **schema: Any) -> None:
+        self.func = func
+        self.mode = mode
+        self.schema = schema
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        inner = handler(source)
+        if self.mode == "before":
+            return core_schema.no_info_before_validator_function(self.func, inner)
+        return core_schema.no_info_after_validator_function(self.func, inner)
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        out.update(self.schema)
+        return out

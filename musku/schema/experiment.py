@@ -13,8 +13,9 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
+from musku.domain import KNOBS
 from musku.inputfiles import MAX_LABEL_CHARS, MAX_NAME_CHARS
-from musku.schema.document import Refusal, Strict, bounds
+from musku.schema.document import Check, Refusal, Strict, bounds
 
 MAX_CORES = 4096
 """Most cores a catalog may declare."""
@@ -34,7 +35,7 @@ THREADING_MODELS: tuple[str, ...] = tuple(
 """The mid-tier's threading models (``musku.tune.cotune.MODELS`` spells the same list)."""
 
 
-def label(limit: int) -> Any:
+def label(limit: int) -> Check:
     """A name stored in a database column of ``limit`` characters."""
 
     def check(value: str) -> str:
@@ -44,7 +45,7 @@ def label(limit: int) -> Any:
             raise Refusal(f"{{at}} is {len(value):,} characters long (the limit is {limit})")
         return value
 
-    return Annotated[str, AfterValidator(check), bounds(minLength=1, maxLength=limit)]
+    return Check(check, mode="after", minLength=1, maxLength=limit)
 
 
 def rule(ok: Any, why: str) -> AfterValidator:
@@ -67,11 +68,20 @@ def one_of(choices: tuple[str, ...], message: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+def _knob_name(value: Any) -> Any:
+    if value not in KNOBS:
+        raise Refusal(f"unknown knob '{value}' (knobs: {', '.join(KNOBS)})")
+    return value
+
+
+KnobName = Annotated[str, Check(_knob_name, mode="after")]
+"""A knob's name as a table's key (``[knobs.<knob>]``): one of the registered knobs."""
+
 # ----------------------------------------------------------------------------- experiment
 
 
 class ExperimentTable(Strict):
-    name: label(MAX_NAME_CHARS)  # type: ignore[valid-type]
+    name: Annotated[str, label(MAX_NAME_CHARS)]
     description: str = ""
 
 
@@ -101,8 +111,10 @@ class PlatformTable(Strict):
 
 
 class ServiceTable(Strict):
-    name: label(MAX_LABEL_CHARS)  # type: ignore[valid-type]
-    knobs: list[Any] | None = Field(None, description="knobs that apply (default: the catalog's)")
+    name: Annotated[str, label(MAX_LABEL_CHARS)]
+    knobs: list[Any] | None = Field(
+        default=None, description="knobs that apply (default: the catalog's)"
+    )
     tolerates_reboot: bool = True
     uses_shp: bool | None = None
 
@@ -125,7 +137,7 @@ class SweepTable(Strict):
 
 
 class MetricTable(Strict):
-    primary: label(100) = "mips"  # type: ignore[valid-type]
+    primary: Annotated[str, label(100)] = "mips"
     direction: (
         Annotated[
             str, one_of(("higher", "lower"), "[metric] direction must be 'higher' or 'lower'")
@@ -203,7 +215,7 @@ class HostsTable(Strict):
 
     model_config = Strict.model_config | {"extra": "allow"}
 
-    backend: str = Field("sim", description="sim, agent, local, qsim or module:factory")
+    backend: str = Field(default="sim", description="sim, agent, local, qsim or module:factory")
 
     @model_validator(mode="before")
     @classmethod
@@ -305,7 +317,7 @@ class KnobCatalog(Strict):
     """``[knobs.<knob>]``: the settings a knob takes on the platform."""
 
     settings: Any = Field(
-        None,
+        default=None,
         description='the settings, in order; "splits" for every CDP split of the ways',
         json_schema_extra={"anyOf": [{"type": "array", "minItems": 1}, {"const": "splits"}]},
     )
@@ -321,7 +333,7 @@ class PlatformFacts(Strict):
 
     model_config = Strict.model_config | {"extra": "allow"}
 
-    name: label(MAX_LABEL_CHARS)  # type: ignore[valid-type]
+    name: Annotated[str, label(MAX_LABEL_CHARS)]
     vendor: str = "other"
     cores: Annotated[
         int, rule(lambda v: 1 <= v <= MAX_CORES, f"must be in 1..{MAX_CORES}"), bounds(minimum=1)
@@ -346,7 +358,7 @@ class CatalogFile(Strict):
     model_config = Strict.model_config | {"extra": "ignore"}
 
     platform: PlatformFacts
-    knobs: dict[str, KnobCatalog] = Field(description="knob name -> its [knobs.<knob>] table")
+    knobs: dict[KnobName, KnobCatalog] = Field(description="knob name -> its [knobs.<knob>] table")
     stock: dict[str, Any] = Field(description="knob = setting out of the box")
 
     @model_validator(mode="before")

@@ -16,10 +16,10 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from musku.inputfiles import MAX_PATH_CHARS
-from musku.schema.document import Refusal, Strict, bounds
+from musku.schema.document import Check, Refusal, Strict, bounds
 
 
-def _number(lo: float, hi: float) -> Any:
+def _number(lo: float, hi: float) -> Check:
     """A finite number in [lo, hi], refused in the backends' words."""
 
     def check(value: Any) -> Any:
@@ -28,7 +28,7 @@ def _number(lo: float, hi: float) -> Any:
             raise Refusal(f"{{at}} must be a number in [{lo:g}, {hi:g}]")
         return value
 
-    return Annotated[float, BeforeValidator(check), bounds(minimum=lo, maximum=hi)]
+    return Check(check, minimum=lo, maximum=hi)
 
 
 def _file_name(value: Any) -> Any:
@@ -73,10 +73,10 @@ class SimOptions(HostOptions):
     BACKEND: ClassVar[str] = "sim"
     backend: Literal["sim"] = "sim"
     model: FileName = Field(description="the simulator model file, relative to the experiment")
-    host_bias: _number(-0.5, 0.5) | None = Field(  # type: ignore[valid-type]
+    host_bias: Annotated[float, _number(-0.5, 0.5)] | None = Field(
         None, description="override the model's host bias (relative; hosts[1] faster)"
     )
-    noise_scale: _number(0.0, 100.0) = 1.0  # type: ignore[valid-type]
+    noise_scale: Annotated[float, _number(0.0, 100.0)] = 1.0
 
     @model_validator(mode="before")
     @classmethod
@@ -160,8 +160,8 @@ class AgentOptions(HostOptions):
     ]
     identity_file: FileName | None = None
     known_hosts: FileName | None = None
-    connect_timeout_s: _number(0.1, 600.0) = 10.0  # type: ignore[valid-type]
-    lease_s: _number(1.0, 3600.0) = 30.0  # type: ignore[valid-type]
+    connect_timeout_s: Annotated[float, _number(0.1, 600.0)] = 10.0
+    lease_s: Annotated[float, _number(1.0, 3600.0)] = 30.0
 
     @model_validator(mode="before")
     @classmethod
@@ -209,15 +209,15 @@ class LocalOptions(HostOptions):
 
     BACKEND: ClassVar[str] = "local"
     backend: Literal["local"] = "local"
-    settle_s: _number(0.0, 600.0) = 1.0  # type: ignore[valid-type]
-    lease_s: _number(1.0, 3600.0) = 30.0  # type: ignore[valid-type]
+    settle_s: Annotated[float, _number(0.0, 600.0)] = 1.0
+    lease_s: Annotated[float, _number(1.0, 3600.0)] = 30.0
     socket: FileName | None = None
     state_dir: FileName | None = None
     workload: Annotated[Literal["builtin", "none"], BeforeValidator(_workload)] = "builtin"
     stats_file: FileName | None = None
-    arena_mib: _number(8, 1 << 20) = 256  # type: ignore[valid-type]
+    arena_mib: Annotated[float, _number(8, 1 << 20)] = 256
     madvise: Annotated[bool, BeforeValidator(_flag)] = False
-    agent_sample_interval_s: _number(0.01, 10.0) = 0.1  # type: ignore[valid-type]
+    agent_sample_interval_s: Annotated[float, _number(0.01, 10.0)] = 0.1
 
 
 def _at_least_zero(value: Any) -> Any:

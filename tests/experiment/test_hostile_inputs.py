@@ -16,8 +16,8 @@ import pytest
 from musku.agent.config import load_config
 from musku.errors import InputError
 from musku.experiment import load_experiment, load_platform
-from musku.schema.document import line_of
 from musku.inputfiles import MAX_FILE_BYTES, read_text
+from musku.schema.document import line_of
 from musku.sim.model import SimModel
 from tests.cli.test_exit_codes import musku, one_error_line
 from tests.fixtures.toy import EXPERIMENT, MODEL

@@ -220,7 +220,7 @@ class Document:
     def validate(
         self,
         model: type[M],
-        data: Any = None,
+        data: Any = ...,
         *,
         prefix: tuple[str, ...] = (),
         context: Mapping[str, Any] | None = None,
@@ -228,7 +228,7 @@ class Document:
         """``model`` validated over ``data`` (default: the whole document), which sits at
         ``prefix`` in the document; the first error is raised as one InputError."""
         try:
-            return model.model_validate(self.data if data is None else data, context=context)
+            return model.model_validate(self.data if data is ... else data, context=context)
         except ValidationError as exc:
             raise self.refuse(exc, prefix) from None
 

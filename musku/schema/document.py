@@ -185,6 +185,7 @@ class Document:
 
     def __init__(self, path: Path, text: str, data: dict[str, Any]) -> None:
         self.path = path
+        self.source: str | None = str(path)  # what errors name (None: nothing)
         self.text = text
         self.data = data
         self._positions: Positions | None = None
@@ -197,9 +198,11 @@ class Document:
         return cls(p, text, parse_toml(text, str(p)))
 
     @classmethod
-    def of(cls, data: Mapping[str, Any], name: str) -> Document:
-        """A document given as a dict (no text: errors name ``name`` only)."""
-        return cls(Path(name), "", dict(data))
+    def of(cls, data: Mapping[str, Any], name: str | None) -> Document:
+        """A document given as a dict (no text: errors name ``name`` only, or nothing)."""
+        doc = cls(Path(name or "-"), "", dict(data))
+        doc.source = name
+        return doc
 
     @property
     def positions(self) -> Positions:
@@ -207,8 +210,8 @@ class Document:
             self._positions = Positions(self.text)
         return self._positions
 
-    def where(self, line: int | None) -> str:
-        return f"{self.path}:{line}" if line else str(self.path)
+    def where(self, line: int | None) -> str | None:
+        return f"{self.source}:{line}" if line and self.source else self.source
 
     def error(self, message: str, key: str | None = None, table: str | None = None) -> InputError:
         """An error at ``key = ...`` inside ``[table]`` (or at table ``key``'s header)."""

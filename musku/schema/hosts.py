@@ -11,12 +11,13 @@ models here keeps that import one-way. A ``module:factory`` backend checks its o
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BeforeValidator, Field, model_validator
 
 from musku.inputfiles import MAX_PATH_CHARS
-from musku.schema.document import Check, Refusal, Strict, bounds
+from musku.schema.document import Check, Document, Refusal, Strict, bounds
 
 
 def _number(lo: float, hi: float) -> Check:
@@ -88,13 +89,15 @@ class SimOptions(HostOptions):
         return data
 
 
-class AgentHost(Strict):
+class AgentHostEntry(Strict):
     """One host of the agent backend, as a table."""
 
     name: str = ""
     host: str = ""
-    port: int = 22
-    user: str = ""
+    port: Annotated[int, bounds(minimum=1, maximum=65535)] | None = Field(
+        default=None, description="default: ssh_port"
+    )
+    user: str = Field(default="", description="default: ssh_user")
     socket: str = ""
     midtier_admin: str = ""
     midtier_admin_port_file: str = ""
@@ -106,7 +109,7 @@ def _agent_host(value: Any) -> Any:
         return value
     if not isinstance(value, dict):
         raise Refusal("[hosts] each host is a name or a table {name, host, socket, ...}")
-    extra = set(value) - set(AgentHost.key_names())
+    extra = set(value) - set(AgentHostEntry.key_names())
     if extra:
         raise Refusal(f"[hosts] unknown host key(s): {', '.join(sorted(extra))}")
     host, sock = value.get("host", ""), value.get("socket", "")
@@ -134,7 +137,7 @@ def _two_hosts(value: Any) -> Any:
     return value
 
 
-def host_name(entry: str | AgentHost) -> str:
+def host_name(entry: str | AgentHostEntry) -> str:
     """The name a host of the agent backend goes by (its table's name, host or socket)."""
     if isinstance(entry, str):
         return entry
@@ -147,7 +150,7 @@ class AgentOptions(HostOptions):
     BACKEND: ClassVar[str] = "agent"
     backend: Literal["agent"] = "agent"
     hosts: Annotated[
-        list[Annotated[str | AgentHost, BeforeValidator(_agent_host)]],
+        list[Annotated[str | AgentHostEntry, BeforeValidator(_agent_host)]],
         BeforeValidator(_two_hosts),
         bounds(minItems=2, maxItems=2, description="two host names or host tables"),
     ]
@@ -219,6 +222,14 @@ class LocalOptions(HostOptions):
     madvise: Annotated[bool, BeforeValidator(_flag)] = False
     agent_sample_interval_s: Annotated[float, _number(0.01, 10.0)] = 0.1
 
+    @model_validator(mode="after")
+    def _stats(self) -> LocalOptions:
+        if self.workload == "none" and not self.stats_file:
+            raise Refusal(
+                "[hosts] workload = 'none' needs the service's stats_file", key="workload"
+            )
+        return self
+
 
 def _at_least_zero(value: Any) -> Any:
     ok = not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value < 1e300
@@ -265,3 +276,16 @@ HOST_MODELS: dict[str, type[HostOptions]] = {
 def option_names(backend: str) -> set[str]:
     """The ``[hosts]`` options ``backend`` takes besides ``backend`` itself."""
     return {k for k in HOST_MODELS[backend].key_names() if k != "backend"}
+
+
+OptionsT = TypeVar("OptionsT", bound=HostOptions)
+
+
+def parse_options(
+    model: type[OptionsT], options: Mapping[str, Any], where: str | None = None
+) -> OptionsT:
+    """A backend's ``[hosts]`` options (without ``backend``) as its model; refused in the
+    same words ``musku check`` uses, naming ``where`` (the experiment file) if given."""
+    return Document.of({}, where).validate(
+        model, {**options, "backend": model.BACKEND}, prefix=("hosts",)
+    )

@@ -20,15 +20,20 @@ from musku.inputfiles import MAX_PATH_CHARS
 from musku.schema.document import Check, Document, Refusal, Strict, bounds
 
 
-def _number(lo: float, hi: float) -> Check:
-    """A finite number in [lo, hi], refused in the backends' words."""
+def _number(lo: float, hi: float, *, open_ends: bool = False) -> Check:
+    """A finite number in [lo, hi] (or (lo, hi)), refused in the backends' words."""
 
     def check(value: Any) -> Any:
         ok = not isinstance(value, bool) and isinstance(value, int | float) and lo <= value <= hi
+        if ok and open_ends:
+            ok = lo < value < hi
         if not ok:  # NaN fails both comparisons
-            raise Refusal(f"{{at}} must be a number in [{lo:g}, {hi:g}]")
+            span = f"({lo:g}, {hi:g})" if open_ends else f"[{lo:g}, {hi:g}]"
+            raise Refusal(f"{{at}} must be a number in {span}")
         return value
 
+    if open_ends:
+        return Check(check, exclusiveMinimum=lo, exclusiveMaximum=hi)
     return Check(check, minimum=lo, maximum=hi)
 
 
@@ -74,7 +79,7 @@ class SimOptions(HostOptions):
     BACKEND: ClassVar[str] = "sim"
     backend: Literal["sim"] = "sim"
     model: FileName = Field(description="the simulator model file, relative to the experiment")
-    host_bias: Annotated[float, _number(-0.5, 0.5)] | None = Field(
+    host_bias: Annotated[float, _number(-0.5, 0.5, open_ends=True)] | None = Field(
         None, description="override the model's host bias (relative; hosts[1] faster)"
     )
     noise_scale: Annotated[float, _number(0.0, 100.0)] = 1.0

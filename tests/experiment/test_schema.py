@@ -126,7 +126,7 @@ HOSTS_CASES = [
     # (the [hosts] table, the refusal it must give)
     (TOY_HOSTS + 'noise_scale = "high"\n', "[hosts] noise_scale must be a number in [0, 100]"),
     (TOY_HOSTS + "seed = 3\n", "[hosts] unknown option 'seed' for the sim backend"),
-    (TOY_HOSTS + "host_bias = 0.7\n", "[hosts] host_bias must be a number in [-0.5, 0.5]"),
+    (TOY_HOSTS + "host_bias = 0.5\n", "[hosts] host_bias must be a number in (-0.5, 0.5)"),
     (TOY_HOSTS.replace('model = "toy-model.toml"', "model = 3"), "backend 'sim' needs model"),
     (AGENT + 'ssh_port = "22"\n', "[hosts] ssh_user must be a string and ssh_port an integer"),
     (AGENT + "lease = 30\n", "[hosts] unknown option 'lease' for the agent backend"),

@@ -52,7 +52,9 @@ FileName = Annotated[
 class HostOptions(Strict):
     """Options every backend's ``[hosts]`` table shares: the backend's name."""
 
-    UNKNOWN: ClassVar[str] = ""  # filled per backend by the subclasses' BACKEND
+    # an unknown option: {key}, {backend}, {allowed} (sorted) or {declared} (in order);
+    # "": the common wording
+    UNKNOWN: ClassVar[str] = ""
     BACKEND: ClassVar[str] = ""
 
     backend: str
@@ -65,9 +67,15 @@ class HostOptions(Strict):
         allowed = [k for k in cls.key_names() if k != "backend"]
         for key in data:
             if key not in allowed and key != "backend":
+                declared = ", ".join(k for k in cls.model_fields if k != "backend")
+                message = cls.UNKNOWN or (
+                    "[hosts] unknown option '{key}' for the {backend} backend "
+                    "(allowed: backend, {allowed})"
+                )
                 raise Refusal(
-                    f"[hosts] unknown option '{key}' for the {cls.BACKEND} backend "
-                    f"(allowed: backend, {', '.join(allowed)})",
+                    message.format(
+                        key=key, backend=cls.BACKEND, allowed=", ".join(allowed), declared=declared
+                    ),
                     key=str(key),
                 )
         return data
@@ -250,6 +258,7 @@ class QsimOptions(HostOptions):
     """``backend = "qsim"``: a pair of hosts simulated by the queueing simulator (docs/qsim.md)."""
 
     BACKEND: ClassVar[str] = "qsim"
+    UNKNOWN: ClassVar[str] = "[hosts] unknown qsim option(s) {key} (allowed: {declared})"
     backend: Literal["qsim"] = "qsim"
     model: FileName = Field(description="the qsim model file, relative to the experiment")
     qps: NonNegative | None = None

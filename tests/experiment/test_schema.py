@@ -143,7 +143,7 @@ HOSTS_CASES = [
     (LOCAL + 'workload = "nginx"\n', "[hosts] workload must be 'builtin' or 'none'"),
     (QSIM + 'qps = "lots"\n', "[hosts] qps must be a number >= 0, not 'lots'"),
     (QSIM + "noise = -0.1\n", "[hosts] noise must be a number >= 0, not -0.1"),
-    (QSIM + "speed = 2\n", "[hosts] unknown option 'speed' for the qsim backend"),
+    (QSIM + "speed = 2\n", "[hosts] unknown qsim option(s) speed (allowed: model, qps,"),
     (QSIM.replace('model = "qsim.toml"\n', ""), 'backend "qsim" needs model'),
 ]
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from musku.schema.agentconfig import AgentConfigFile
-from musku.schema.document import Document
+from musku.errors import InputError
+from musku.inputfiles import MAX_PATH_CHARS, parse_toml, read_text
 
 DEFAULT_CONFIG = "/etc/musku/agent.toml"
 DEFAULT_SOCKET = "/run/musku/agent.sock"
@@ -46,10 +46,38 @@ def parse_config(
     """A parsed configuration document, validated by
     :class:`~musku.schema.agentconfig.AgentConfigFile`; relative paths are taken from
     ``base``."""
-    return _config(Document.of(data, where), base)
+    return _config(data, where, None, base)
 
 
-def _config(doc: Document, base: Path | None) -> AgentConfig:
+def load_config(path: str | Path) -> AgentConfig:
+    p = Path(path)
+    text = read_text(p)
+    cfg = _config(parse_toml(text, str(p)), str(p), text, p.parent.resolve())
+    return AgentConfig(**{**cfg.__dict__, "path": p.resolve()})
+
+
+def socket_of(path: str | Path) -> Path:
+    """The agent socket a configuration file names, without validating the rest of it:
+    ``musku agent rpc`` (one process per SSH request) needs only this and must start fast;
+    the daemon validates the whole file when it starts."""
+    p = Path(path)
+    data = parse_toml(read_text(p), str(p))
+    agent = data.get("agent", {})
+    sock = agent.get("socket", DEFAULT_SOCKET) if isinstance(agent, dict) else DEFAULT_SOCKET
+    if not isinstance(sock, str) or not sock or "\0" in sock or len(sock) > MAX_PATH_CHARS:
+        raise InputError("[agent] socket must be a path", where=str(p))
+    s = Path(sock)
+    return s if s.is_absolute() else p.parent.resolve() / s
+
+
+def _config(data: dict[str, Any], where: str, text: str | None, base: Path | None) -> AgentConfig:
+    # The schema (pydantic) is imported here, not at module level: `musku agent rpc` imports
+    # this module for DEFAULT_SOCKET / socket_of on every SSH request, and importing pydantic
+    # would triple its start-up time.
+    from musku.schema.agentconfig import AgentConfigFile
+    from musku.schema.document import Document
+
+    doc = Document.of(data, where) if text is None else Document(Path(where), text, data)
     f = doc.validate(AgentConfigFile)
     agent = f.agent
 
@@ -74,9 +102,3 @@ def _config(doc: Document, base: Path | None) -> AgentConfig:
         samplers={str(k): dict(v) for k, v in f.samplers.items()},
         knobs={str(k): dict(v) for k, v in f.knobs.items()},
     )
-
-
-def load_config(path: str | Path) -> AgentConfig:
-    p = Path(path)
-    cfg = _config(Document.read(p), p.parent.resolve())
-    return AgentConfig(**{**cfg.__dict__, "path": p.resolve()})

@@ -21,7 +21,6 @@ a refusal may point at an exact line instead (an entry of an array of tables, fo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -167,13 +166,6 @@ class Strict(BaseModel):
                     key=str(key),
                 )
         return data
-
-
-def finite(value: float) -> float:
-    """An after-validator: refuse NaN and infinities (pydantic's strict floats allow them)."""
-    if not math.isfinite(value):
-        raise Refusal("{at} must be a finite number")
-    return value
 
 
 # ----------------------------------------------------------------------------- documents

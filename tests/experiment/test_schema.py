@@ -10,6 +10,7 @@ import io
 import json
 import random
 import socket
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,10 @@ from musku.errors import InputError
 from musku.schema import KINDS, json_schema, model_of
 from musku.schema.document import Document
 from musku.schema.hosts import HOST_MODELS
+from musku.schema.tomlpos import Positions
 from tests.experiment.generators import BASES, draw
 from tests.fixtures.toy import EXPERIMENT, MODEL
+from tests.timing import slowdown
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -258,3 +261,14 @@ def test_generated_documents_validate_or_give_one_clean_error(tmp_path: Path, ki
 def test_json_schema_of_every_kind_is_json() -> None:
     for kind in KINDS:
         assert json.loads(json.dumps(json_schema(kind))) == json_schema(kind)
+
+
+def test_line_numbers_take_linear_time_on_pathological_lines() -> None:
+    """A line of ``[`` and spaces made the old regular expressions backtrack cubically (10 s
+    for 1,000 spaces); 200,000 must now take well under a second."""
+    n = 200_000
+    text = f'x = 1\nnote = """\n[{" " * n}x\n"""\n[{" " * n}= 1\nk{" " * n}y\n[[a]]\nb = 2\n'
+    started = time.perf_counter()
+    pos = Positions(text)
+    assert time.perf_counter() - started < 1.0 * slowdown()
+    assert pos.line(("a", 0, "b")) == 8 and pos.line(("x",)) == 1

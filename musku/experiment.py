@@ -385,7 +385,7 @@ def _check_exhaustive(exp: Experiment) -> None:
     recorded (the strategy repeats the check for experiments built in code)."""
     if exp.mode is not SweepMode.EXHAUSTIVE:
         return
-    from musku.sweep.strategies import EXHAUSTIVE_LIMIT  # here: the strategies import this module
+    from musku.sweep.strategies import EXHAUSTIVE_LIMIT  # here: the sweep imports this module
 
     size = math.prod(len(exp.space[k]) for k in exp.service.knobs)
     if size > EXHAUSTIVE_LIMIT:

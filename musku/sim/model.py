@@ -12,6 +12,8 @@ interaction whose conditions all hold. Interactions are how composition is made 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -152,9 +154,6 @@ class ThreadingResponse:
     def signature(self) -> str:
         """Short hash of what decides the best threading (tables trained from another
         ``[threading]`` must not be reused: the simulator keys its tables by it)."""
-        import hashlib
-        import json
-
         rules = [
             {
                 "when": {

@@ -149,6 +149,11 @@ class Strict(BaseModel):
     NOT_TABLE: ClassVar[str] = "{table} must be a table"
 
     @classmethod
+    def shape(cls, data: dict[str, Any]) -> None:
+        """Checks of the raw table that must come after the key check and before the values'
+        (a message that names the whole table, a key that needs another): override it."""
+
+    @classmethod
     def key_names(cls) -> list[str]:
         """The keys this table takes, as written in the file."""
         return sorted(f.alias or name for name, f in cls.model_fields.items())
@@ -165,6 +170,7 @@ class Strict(BaseModel):
                     cls.UNKNOWN.replace("{key}", str(key)).replace("{allowed}", ", ".join(allowed)),
                     key=str(key),
                 )
+        cls.shape(dict(data))
         return data
 
 

@@ -102,12 +102,10 @@ class PlatformTable(Strict):
                 )
         return self
 
-    @model_validator(mode="before")
     @classmethod
-    def _settings_table(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not isinstance(data.get("settings", {}), dict):
+    def shape(cls, data: dict[str, Any]) -> None:
+        if not isinstance(data.get("settings", {}), dict):
             raise Refusal("[platform.settings] must be a table", key="settings")
-        return data
 
 
 class ServiceTable(Strict):
@@ -154,11 +152,8 @@ class GuardrailEntry(Strict):
     max: float | None = None
     min: float | None = None
 
-    @model_validator(mode="before")
     @classmethod
-    def _limit(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data  # _known_keys words it
+    def shape(cls, data: dict[str, Any]) -> None:
         metric = data.get("metric")
         if not isinstance(metric, str):
             raise Refusal('[[guardrails]] needs metric = "name"')
@@ -169,7 +164,6 @@ class GuardrailEntry(Strict):
             raise Refusal(f"[[guardrails]] {metric}: limit must be a number")
         if not math.isfinite(limit):
             raise Refusal(f"[[guardrails]] {metric}: limit must be a finite number")
-        return data
 
 
 class StatisticsTable(Strict):
@@ -288,14 +282,12 @@ class ExperimentFile(Strict):
     hosts: HostsTable = HostsTable()
     threading: ThreadingTable | None = None
 
-    @model_validator(mode="before")
     @classmethod
-    def _arrays(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not isinstance(data.get("guardrails", []), list):
+    def shape(cls, data: dict[str, Any]) -> None:
+        if not isinstance(data.get("guardrails", []), list):
             raise Refusal(
                 "guardrails must be an array of tables [[guardrails]]", line_key="guardrails"
             )
-        return data
 
 
 # ----------------------------------------------------------------------------- catalogs

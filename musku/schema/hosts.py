@@ -78,6 +78,7 @@ class HostOptions(Strict):
                     ),
                     key=str(key),
                 )
+        cls.shape(data)
         return data
 
 
@@ -179,11 +180,8 @@ class AgentOptions(HostOptions):
     connect_timeout_s: Annotated[float, _number(0.1, 600.0)] = 10.0
     lease_s: Annotated[float, _number(1.0, 3600.0)] = 30.0
 
-    @model_validator(mode="before")
     @classmethod
-    def _typed(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
+    def shape(cls, data: dict[str, Any]) -> None:
         _two_hosts(data.get("hosts"))
         user, port = data.get("ssh_user", "root"), data.get("ssh_port", 22)
         if not isinstance(user, str) or isinstance(port, bool) or not isinstance(port, int):
@@ -196,7 +194,6 @@ class AgentOptions(HostOptions):
         cmd = data.get("remote_command", ["musku"])
         if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) and c for c in cmd):
             raise Refusal("[hosts] remote_command must be a list of strings", key="remote_command")
-        return data
 
     @model_validator(mode="after")
     def _names(self) -> AgentOptions:

@@ -85,7 +85,7 @@ class WarmupEntry(Strict):
 def _table_of(part: str) -> Any:
     def check(value: Any) -> Any:
         if not isinstance(value, dict):
-            raise Refusal(f"[{{table}}.{part}] must be a table of setting = number")
+            raise Refusal(f"[{{name}}.{part}] must be a table of setting = number")
         return value
 
     return BeforeValidator(check)
@@ -93,7 +93,7 @@ def _table_of(part: str) -> Any:
 
 def _warmups(value: Any) -> Any:
     if not isinstance(value, dict):
-        raise Refusal("[{table}.warmup] must be a table of setting = { ... }")
+        raise Refusal("[{name}.warmup] must be a table of setting = { ... }")
     return value
 
 
@@ -107,17 +107,10 @@ class KnobTable(Strict):
     warmup: Annotated[dict[str, WarmupEntry], BeforeValidator(_warmups)] = {}
     description: Any = ""
 
-    @model_validator(mode="before")
     @classmethod
-    def _throughput(cls, data: Any) -> Any:
-        if isinstance(data, dict) and (
-            not isinstance(data.get("throughput"), dict) or not data["throughput"]
-        ):
-            for key in data:  # an unknown key is the likelier mistake: say that first
-                if key not in cls.key_names():
-                    return data
+    def shape(cls, data: dict[str, Any]) -> None:
+        if not isinstance(data.get("throughput"), dict) or not data["throughput"]:
             raise Refusal("{table} needs a non-empty [{name}.throughput] table", here=True)
-        return data
 
 
 def _config(value: Any) -> Any:
@@ -190,7 +183,9 @@ class Interaction(Strict):
     """``[[interactions]]``: an extra multiplier where every condition holds."""
 
     when: Any = Field(
-        description='knob = setting, [settings] or "!setting"', json_schema_extra={"type": "object"}
+        default=None,  # required: the loader words its absence
+        description='knob = setting, [settings] or "!setting"',
+        json_schema_extra={"type": "object"},
     )
     throughput: Annotated[float, bounds(exclusiveMinimum=0)]
     p99: Annotated[float, bounds(exclusiveMinimum=0)] | None = None
@@ -214,8 +209,8 @@ def _rule(item: dict[str, Any], header: str) -> None:
 class ThreadingRule(Strict):
     """``[[threading.rules]]``: where another threading model serves best."""
 
-    when: Any = Field(json_schema_extra={"type": "object"})
-    best: Any = Field(json_schema_extra={"enum": list(THREADING_MODELS)})
+    when: Any = Field(default=None, json_schema_extra={"type": "object"})  # loader: required
+    best: Any = Field(default=None, json_schema_extra={"enum": list(THREADING_MODELS)})
     why: str = ""
 
     @model_validator(mode="before")
@@ -260,16 +255,13 @@ class ThreadingTable(Strict):
         BeforeValidator(lambda v: _array(v, "[threading] rules", "[[threading.rules]]")),
     ] = []
 
-    @model_validator(mode="before")
     @classmethod
-    def _best(cls, data: Any) -> Any:
-        known = isinstance(data, dict) and all(k in cls.key_names() for k in data)
-        if known and "best" not in data:
+    def shape(cls, data: dict[str, Any]) -> None:
+        if "best" not in data:
             raise Refusal(
                 "[threading] needs 'best' (the best model where no rule applies)",
                 line_key="threading",
             )
-        return data
 
 
 def _array(value: Any, what: str, header: str) -> Any:

@@ -208,9 +208,9 @@ def _entry_error(src: Document, header: str, i: int) -> Any:
     """The error maker of entry ``i`` of an array of tables: ``[[header]] #i+1: ...`` at its
     header's line."""
     loc: tuple[str | int, ...] = (*header.split("."), i)
-    line = src.positions.line(loc) if src.text else None
 
-    def err(msg: str) -> InputError:
+    def err(msg: str) -> InputError:  # the line is looked up only for an error
+        line = src.positions.line(loc) if src.text else None
         return InputError(f"[[{header}]] #{i + 1}: {msg}", where=src.where(line))
 
     return err

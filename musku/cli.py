@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from musku.errors import ExitStatus, InputError, Interrupted, MuskuError
+from musku.errors import ExitStatus, InputError, Interrupted, MuskuError, UsageError
 
 app = typer.Typer(
     name="musku",
@@ -369,6 +369,24 @@ def _parse_baseline(experiment: Any, text: str) -> Any:
 
 
 # ---------------------------------------------------------------------------- read commands
+
+
+@app.command()
+def schema(
+    kind: Annotated[
+        str,
+        typer.Argument(
+            help="experiment, catalog, sim-model, agent-config, qsim-model, or hosts-BACKEND "
+            "(hosts-sim, hosts-agent, hosts-local, hosts-qsim)."
+        ),
+    ],
+) -> None:
+    """Print the JSON Schema of an input file kind (for editors: docs/cli.md)."""
+    from musku.schema import KINDS, json_schema
+
+    if kind not in KINDS:
+        raise UsageError(f"unknown schema kind {kind!r} (kinds: {', '.join(KINDS)})")
+    typer.echo(json.dumps(json_schema(kind), indent=2))
 
 
 @app.command()

@@ -38,6 +38,12 @@ class MuskuError(Exception):
         return f"{self.where}: {text}" if self.where else text
 
 
+class UsageError(MuskuError):
+    """A bad command-line argument that click cannot see (an unknown ``musku schema`` KIND)."""
+
+    status = ExitStatus.USAGE
+
+
 class InputError(MuskuError):
     """Malformed or invalid input: TOML, unknown knob/platform, value outside a catalog."""
 

@@ -7,6 +7,7 @@ Every problem is an :class:`~musku.errors.InputError` naming the file and, where
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,15 +24,21 @@ from musku.domain import (
     format_value,
 )
 from musku.errors import InputError
-from musku.inputfiles import (
-    MAX_LABEL_CHARS,
-    MAX_NAME_CHARS,
-    MAX_PATH_CHARS,
-    parse_toml,
-    read_text,
-    safe_exists,
+from musku.hosts.base import BACKENDS
+from musku.inputfiles import safe_exists
+from musku.schema.document import Document
+from musku.schema.experiment import (
+    MAX_CORES,
+    MAX_LLC_WAYS,  # noqa: F401 (part of this module's interface)
+    MAX_SEED,  # noqa: F401 (part of this module's interface)
+    CatalogFile,
+    ExperimentFile,
+    GuardrailEntry,
+    ServiceTable,
+    ThreadingTable,
 )
 from musku.knobs.spec import is_knob, known_list, resolve, sort_key, spec_of
+from musku.schema.hosts import HOST_MODELS, option_names
 from musku.tune.cotune import DEFAULT_LOADS, DEFAULT_WORKERS, MIDTIER_KEYS, MODELS, CotuneSpec
 
 
@@ -113,123 +120,13 @@ class Experiment:
 
 # --------------------------------------------------------------------------- loading helpers
 
-
-def _header_name(stripped: str) -> str | None:
-    """The table name of a ``[table]`` or ``[[table]]`` header line, else None. A plain scan:
-    a regular expression here backtracked cubically on a line of ``[`` and spaces."""
-    if not stripped.startswith("["):
-        return None
-    inner = stripped[2:] if stripped.startswith("[[") else stripped[1:]
-    end = inner.find("]")
-    name = inner[:end].strip() if end > 0 else ""
-    return name or None
-
-
-def _is_key_line(stripped: str, key: str) -> bool:
-    """Whether ``stripped`` starts ``key =`` or ``"key" =``."""
-    rest = stripped[1:] if stripped.startswith('"') else stripped
-    if not rest.startswith(key):
-        return False
-    rest = rest[len(key) :]
-    rest = rest[1:] if rest.startswith('"') else rest
-    return rest.lstrip().startswith("=")
-
-
-def _line_of(text: str, key: str, table: str | None = None) -> int | None:
-    """Best-effort line number of ``key = ...`` (inside ``[table]`` when given), in time
-    linear in the size of the text (tomllib keeps no positions)."""
-    in_table = table is None
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        name = _header_name(stripped)
-        if name is not None:
-            if table is not None:
-                in_table = name == table
-            if table is None and (key == name or name.endswith("." + key)):
-                return number
-            continue
-        if in_table and _is_key_line(stripped, key):
-            return number
-    return None
-
-
-class _Source:
-    """A parsed TOML file plus what is needed to point at lines in it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.text = read_text(path)
-        self.data = parse_toml(self.text, str(path))
-
-    def error(self, message: str, key: str | None = None, table: str | None = None) -> InputError:
-        line = _line_of(self.text, key, table) if key else None
-        return InputError(message, where=f"{self.path}:{line}" if line else str(self.path))
-
-    def table(self, name: str, *, required: bool = True) -> dict[str, Any]:
-        value = self.data.get(name)
-        if value is None:
-            if required:
-                raise self.error(f"missing required table [{name}]")
-            return {}
-        if not isinstance(value, dict):
-            raise self.error(f"[{name}] must be a table", key=name)
-        return value
-
-    def get(self, table: str, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
-        tbl = self.data.get(table, {})
-        if not isinstance(tbl, dict):
-            raise self.error(f"[{table}] must be a table", key=table)
-        if key not in tbl:
-            if default is ...:
-                raise self.error(f"[{table}] needs '{key}'", key=table)
-            return default
-        value = tbl[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        ok = not (isinstance(value, bool) and bool not in kinds) and isinstance(value, kinds)
-        if not ok:
-            names = " or ".join(k.__name__ for k in kinds)
-            raise self.error(f"[{table}] {key} must be {names}, not {value!r}", key, table)
-        return value
-
-
-def _check_keys(src: _Source, table: str, data: Mapping[str, Any], allowed: set[str]) -> None:
-    for key in data:
-        if key not in allowed:
-            raise src.error(
-                f"[{table}] has unknown key '{key}' (allowed: {', '.join(sorted(allowed))})",
-                key,
-                table,
-            )
-
-
-MAX_CORES = 4096
-"""Most cores a catalog may declare."""
-
-MAX_LLC_WAYS = 64
-"""Most LLC ways a catalog may declare (a resctrl capacity bitmask is at most 64 bits)."""
+_Source = Document  # the knob-value helpers below take the document they report against
 
 MAX_SHP = 1 << 24
 """Most static huge pages a setting may reserve."""
 
 MAX_GHZ = 10.0
 """Highest core or uncore frequency setting, GHz."""
-
-MAX_SEED = (1 << 63) - 1
-"""Seeds are in 0..2**63-1 (they seed numpy's SeedSequence and are stored as BIGINT)."""
-
-
-def _finite(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
-
-
-def _label(src: _Source, table: str, key: str, value: str, limit: int) -> str:
-    if not value.strip():
-        raise src.error(f"[{table}] {key} must not be empty", key, table)
-    if len(value) > limit:
-        raise src.error(
-            f"[{table}] {key} is {len(value):,} characters long (the limit is {limit})", key, table
-        )
-    return value
 
 
 def _canonical(knob: str, value: object, *, cores: int, ways: int) -> Value:
@@ -246,8 +143,6 @@ def _canonical(knob: str, value: object, *, cores: int, ways: int) -> Value:
 
 def catalog_dirs() -> list[Path]:
     """Where platform catalogs are looked up: $MUSKU_KNOBS_PATH, the source tree, the wheel."""
-    import os
-
     dirs: list[Path] = []
     env = os.environ.get("MUSKU_KNOBS_PATH")
     if env:
@@ -280,35 +175,15 @@ def load_platform(name_or_path: str | Path) -> Platform:
         if path is None:
             known = ", ".join(available_platforms()) or "none found"
             raise InputError(f"unknown platform {str(name_or_path)!r} (known: {known})")
-    src = _Source(path)
-    plat = src.table("platform")
-    name = _label(src, "platform", "name", src.get("platform", "name", str), MAX_LABEL_CHARS)
-    vendor = src.get("platform", "vendor", str, "other")
-    cores = src.get("platform", "cores", int)
-    ways = src.get("platform", "llc_ways", int, 0)
-    if not 1 <= cores <= MAX_CORES:
-        raise src.error(f"[platform] cores must be in 1..{MAX_CORES}", "cores", "platform")
-    if not 0 <= ways <= MAX_LLC_WAYS:
-        raise src.error(f"[platform] llc_ways must be in 0..{MAX_LLC_WAYS}", "llc_ways", "platform")
-    knob_tables = src.table("knobs")
+    src = Document.read(path)
+    catalog = src.validate(CatalogFile)
+    plat, cores, ways = catalog.platform, catalog.platform.cores, catalog.platform.llc_ways
     settings: dict[str, tuple[Value, ...]] = {}
     reboot: set[str] = set()
-    for key, spec in knob_tables.items():
+    for key, spec in catalog.knobs.items():
+        knob = resolve(key)  # a registered name, or an out-of-tree "module:Class"
         table = f"knobs.{key}"
-        if not is_knob(key):  # a registered name, or an out-of-tree "module:Class"
-            raise src.error(f"unknown knob '{key}' (knobs: {known_list()})", key)
-        knob = resolve(key)
-        if not isinstance(spec, dict):
-            raise src.error(f"[{table}] must be a table", knob)
-        _check_keys(src, table, spec, {"settings", "reboot", "description", "ways"})
-        raw = spec.get("settings")
-        n = spec.get("ways", ways)
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_LLC_WAYS:
-            raise src.error(
-                f"[{table}] ways must be an integer in 2..{MAX_LLC_WAYS}", "ways", table
-            )
-        if not isinstance(spec.get("reboot", False), bool):
-            raise src.error(f"[{table}] reboot must be true or false", "reboot", table)
+        raw, n = spec.settings, ways if spec.ways is None else spec.ways
         splits = spec_of(knob).default_settings(n)  # WAYS knobs: every split of the LLC
         if raw == "splits" or (raw is None and splits is not None):
             if splits is None:
@@ -326,15 +201,17 @@ def load_platform(name_or_path: str | Path) -> Platform:
         if len(set(values)) != len(values):
             raise src.error(f"[{table}] lists a setting twice", "settings", table)
         settings[knob] = values
-        if spec.get("reboot", spec_of(knob).needs_reboot):  # the catalog, else the spec
+        if spec_of(knob).needs_reboot if spec.reboot is None else spec.reboot:  # catalog, else spec
             reboot.add(knob)
-    stock_raw = src.table("stock")
-    stock = _configuration(src, "stock", stock_raw, settings)
-    facts = {k: v for k, v in plat.items() if k not in {"name", "vendor", "cores", "llc_ways"}}
+    stock = _configuration(src, "stock", catalog.stock, settings)
+    raw_platform = src.data["platform"]
+    facts = {
+        k: v for k, v in raw_platform.items() if k not in {"name", "vendor", "cores", "llc_ways"}
+    }
     return Platform(
-        name=name,
-        description=str(plat.get("description", "")),
-        vendor=vendor,
+        name=plat.name,
+        description=str(raw_platform.get("description", "")),
+        vendor=plat.vendor,
         cores=cores,
         llc_ways=ways,
         settings=settings,
@@ -377,33 +254,6 @@ def _configuration(
 
 # --------------------------------------------------------------------------- experiments
 
-_TOP = {
-    "experiment",
-    "service",
-    "platform",
-    "stock",
-    "production",
-    "sweep",
-    "metric",
-    "guardrails",
-    "statistics",
-    "hosts",
-    "threading",
-}
-
-_THREADING_KEYS = {
-    "cotune",
-    "service",
-    "loads",
-    "models",
-    "workers",
-    "duration_s",
-    "warmup_s",
-    "admin",
-    "admin_port_file",
-    "load_data",
-}
-
 
 def _per_host_midtiers(hosts: Any) -> bool:
     """Whether every [hosts] entry names its own mid-tier (``midtier_admin`` /
@@ -417,53 +267,27 @@ def _per_host_midtiers(hosts: Any) -> bool:
 
 
 def _threading(
-    src: _Source, service: str, backend: str, hosts: Any = None
+    src: Document, tbl: ThreadingTable | None, service: str, backend: str, hosts: Any = None
 ) -> ThreadingSection | None:
-    """The ``[threading]`` table (docs/experiment.md), validated with file:line errors."""
-    if "threading" not in src.data:
+    """The ``[threading]`` table (docs/experiment.md), checked against the service and the
+    backend (its keys and values are checked by :class:`ThreadingTable`)."""
+    if tbl is None:
         return None
-    tbl = src.table("threading")
-    _check_keys(src, "threading", tbl, _THREADING_KEYS)
-    cotune = src.get("threading", "cotune", bool, False)
-    name = src.get("threading", "service", str, service)
+    name = service if tbl.service is None else tbl.service
     if not name:
         raise src.error("[threading] service must not be empty", "service", "threading")
-
-    def num_list(key: str, default: tuple[Any, ...], kind: type) -> tuple[Any, ...]:
-        raw = src.get("threading", key, list, list(default))
-        for v in raw:
-            ok = _finite(v) if kind is float else not isinstance(v, bool) and isinstance(v, int)
-            if not ok:
-                what = "numbers" if kind is float else "integers"
-                raise src.error(f"[threading] {key} must be a list of {what}, not {v!r}", key,
-                                "threading")  # fmt: skip
-        return tuple(float(v) if kind is float else v for v in raw)
-
-    loads = num_list("loads", DEFAULT_LOADS, float)
-    workers = num_list("workers", DEFAULT_WORKERS, int)
-    models = src.get("threading", "models", list, list(MODELS))
-    for m in models:
-        if m not in MODELS:
-            raise src.error(
-                f"[threading] unknown threading model {m!r} (models: {', '.join(MODELS)})",
-                "models",
-                "threading",
-            )
-    num = (int, float)
-    for key in ("duration_s", "warmup_s"):
-        if not _finite(src.get("threading", key, num, 0.0)):
-            raise src.error(f"[threading] {key} must be a finite number", key, "threading")
     spec = CotuneSpec(
         service=name,
-        loads=loads,
-        models=tuple(models),
-        workers=workers,
-        duration_s=float(src.get("threading", "duration_s", num, 3.0)),
-        warmup_s=float(src.get("threading", "warmup_s", num, 0.5)),
-        admin=src.get("threading", "admin", str, ""),
-        admin_port_file=src.get("threading", "admin_port_file", str, ""),
-        load_data=src.get("threading", "load_data", str, ""),
+        loads=DEFAULT_LOADS if tbl.loads is None else tuple(tbl.loads),
+        models=MODELS if tbl.models is None else tuple(tbl.models),
+        workers=DEFAULT_WORKERS if tbl.workers is None else tuple(tbl.workers),
+        duration_s=tbl.duration_s,
+        warmup_s=tbl.warmup_s,
+        admin=tbl.admin,
+        admin_port_file=tbl.admin_port_file,
+        load_data=tbl.load_data,
     )
+    cotune = tbl.cotune
     problem = spec.problem()
     if problem:
         first = problem.split()[0]
@@ -492,96 +316,17 @@ def _threading(
     return ThreadingSection(cotune=cotune, spec=spec)
 
 
-HOST_OPTIONS = {
-    "sim": {"model", "host_bias", "noise_scale"},
-    "agent": {
-        "hosts",
-        "ssh_user",
-        "ssh_port",
-        "remote_command",
-        "identity_file",
-        "known_hosts",
-        "connect_timeout_s",
-        "lease_s",
-    },
-    "local": {
-        "settle_s",
-        "lease_s",
-        "socket",
-        "state_dir",
-        "workload",
-        "stats_file",
-        "arena_mib",
-        "madvise",
-        "agent_sample_interval_s",
-    },
-}
-"""Each built-in backend's ``[hosts]`` options (a ``module:factory`` backend checks its own)."""
-
-_HOST_NUMBERS = {
-    # key: (lowest, highest) of a finite number
-    "host_bias": (-0.5, 0.5),
-    "noise_scale": (0.0, 100.0),
-    "connect_timeout_s": (0.1, 600.0),
-    "lease_s": (1.0, 3600.0),
-    "settle_s": (0.0, 600.0),
-    "agent_sample_interval_s": (0.01, 10.0),
-    "arena_mib": (8, 1 << 20),
-}
-_HOST_PATHS = {"model", "identity_file", "known_hosts", "socket", "state_dir", "stats_file"}
+HOST_OPTIONS = {backend: option_names(backend) for backend in HOST_MODELS}
+"""Each built-in backend's ``[hosts]`` options (a ``module:factory`` backend checks its own),
+from its model in :mod:`musku.schema.hosts`."""
 
 
-def _check_host_options(src: _Source, backend: str, options: Mapping[str, Any]) -> None:
-    """A built-in backend's options, checked as its factory would, without opening a host,
-    so that ``musku check`` refuses what ``musku sweep`` would."""
-    allowed = HOST_OPTIONS.get(backend)
-    if allowed is None:
-        return
-    if backend == "sim" and not isinstance(options.get("model"), str):
-        raise src.error("[hosts] backend 'sim' needs model = \"path/to/model.toml\"", "hosts")
-    for key, value in options.items():
-        if key not in allowed:
-            raise src.error(
-                f"[hosts] unknown option '{key}' for the {backend} backend "
-                f"(allowed: backend, {', '.join(sorted(allowed))})",
-                key,
-                "hosts",
-            )
-        if key in _HOST_NUMBERS:
-            lo, hi = _HOST_NUMBERS[key]
-            if not _finite(value) or not lo <= value <= hi:
-                raise src.error(f"[hosts] {key} must be a number in [{lo:g}, {hi:g}]", key, "hosts")
-        if key in _HOST_PATHS and (
-            not isinstance(value, str) or not value or len(value) > MAX_PATH_CHARS or "\0" in value
-        ):
-            raise src.error(
-                f"[hosts] {key} must be a file name of 1..{MAX_PATH_CHARS} characters", key, "hosts"
-            )
-    if backend == "agent":
-        from musku.hosts.agent import _host_options
-
-        try:
-            names = [h.name for h in _host_options(options)]
-        except InputError as exc:
-            raise src.error(exc.message, "hosts", "hosts") from None
-        if any(len(n) > 255 for n in names):  # hosts.name is a VARCHAR(255)
-            raise src.error("[hosts] a host name is longer than 255 characters", "hosts", "hosts")
-        cmd = options.get("remote_command", ["musku"])
-        if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) and c for c in cmd):
-            raise src.error("[hosts] remote_command must be a list of strings", "remote_command",
-                            "hosts")  # fmt: skip
-        for key in ("ssh_user",):
-            if key in options and not isinstance(options[key], str):
-                raise src.error(f"[hosts] {key} must be a string", key, "hosts")
-    elif backend == "local":
-        if options.get("workload", "builtin") not in ("builtin", "none"):
-            raise src.error(
-                "[hosts] workload must be 'builtin' or 'none' (a service already running)",
-                "workload",
-                "hosts",
-            )
-        if not isinstance(options.get("madvise", False), bool):
-            raise src.error("[hosts] madvise must be true or false", "madvise", "hosts")
+def _check_host_options(src: Document, backend: str, options: Mapping[str, Any]) -> None:
+    """A built-in backend's options, checked against its declared model without opening a
+    host, so that ``musku check`` refuses what ``musku sweep`` would."""
+    model = HOST_MODELS.get(backend)
+    if model is not None:
+        src.validate(model, {**options, "backend": backend}, prefix=("hosts",))
 
 
 def check_host_files(exp: Experiment) -> None:
@@ -591,7 +336,7 @@ def check_host_files(exp: Experiment) -> None:
     or written)."""
     if exp.hosts.backend != "sim":
         return
-    from musku.sim.model import SimModel
+    from musku.sim.model import SimModel  # here: musku.sim.model reads catalogs from this module
 
     where = str(exp.path)
     model = SimModel.load(exp.resolve(str(exp.hosts.options["model"])), space=exp.space)
@@ -616,7 +361,7 @@ def _check_exhaustive(exp: Experiment) -> None:
     recorded (the strategy repeats the check for experiments built in code)."""
     if exp.mode is not SweepMode.EXHAUSTIVE:
         return
-    from musku.sweep.strategies import EXHAUSTIVE_LIMIT
+    from musku.sweep.strategies import EXHAUSTIVE_LIMIT  # here: the sweep imports this module
 
     size = math.prod(len(exp.space[k]) for k in exp.service.knobs)
     if size > EXHAUSTIVE_LIMIT:
@@ -629,31 +374,95 @@ def _check_exhaustive(exp: Experiment) -> None:
 
 def load_experiment(path: str | Path) -> Experiment:
     """Parse and validate an experiment file. Raises InputError with file:line."""
-    src = _Source(Path(path))
+    src = Document.read(path)
     data = src.data
-    for key in data:
-        if key not in _TOP:
-            raise src.error(f"unknown table [{key}] (allowed: {', '.join(sorted(_TOP))})", key)
-
-    _check_keys(src, "experiment", src.table("experiment"), {"name", "description"})
-    name = _label(src, "experiment", "name", src.get("experiment", "name", str), MAX_NAME_CHARS)
-    description = src.get("experiment", "description", str, "")
-
-    # platform
-    plat_tbl = src.table("platform")
-    _check_keys(src, "platform", plat_tbl, {"catalog", "settings"})
-    catalog = src.get("platform", "catalog", str)
+    f = src.validate(ExperimentFile)
     try:
-        platform = load_platform(catalog)
+        platform = load_platform(f.platform.catalog)
     except InputError as exc:
         if exc.where is None:
             raise src.error(exc.message, "catalog", "platform") from None
         raise
+    service = _service(src, f.service, platform)
+    space = _space(src, f.platform.settings, service, platform)
 
-    # service
-    svc = src.table("service")
-    _check_keys(src, "service", svc, {"name", "knobs", "tolerates_reboot", "uses_shp"})
-    svc_knobs = src.get("service", "knobs", list, list(platform.settings))
+    # stock and production
+    stock = platform.stock.merged(_configuration(src, "stock", f.stock, platform.settings))
+    production = stock.merged(_configuration(src, "production", f.production, platform.settings))
+
+    default_dir = (
+        "lower"
+        if f.metric.primary.endswith(("_ms", "_us", "_w")) or f.metric.primary.startswith("p9")
+        else "higher"
+    )
+    guardrails = tuple(
+        Guardrail(g.metric, "<=" if g.max is not None else ">=", float(_limit(g)))
+        for g in f.guardrails
+    )
+    st = f.statistics
+    stats = StatsSettings(
+        confidence=float(st.confidence),
+        min_effect=float(st.min_effect),
+        warmup_s=float(st.warmup_s),
+        sample_interval_s=float(st.sample_interval_s),
+        sample_cap=st.sample_cap,
+        seed=st.seed,
+    )
+
+    # hosts
+    backend = f.hosts.backend
+    if backend not in BACKENDS and ":" not in backend:
+        raise src.error(
+            f"[hosts] unknown backend {backend!r} (known: {', '.join(BACKENDS)})",
+            "backend",
+            "hosts",
+        )
+    hosts_tbl = data.get("hosts", {})
+    hosts = HostsSpec(
+        backend=backend, options={k: v for k, v in hosts_tbl.items() if k != "backend"}
+    )
+    threading = _threading(src, f.threading, service.name, backend, hosts.options.get("hosts"))
+    _check_host_options(src, backend, hosts.options)
+
+    reboot_knobs = platform.reboot_knobs if service.tolerates_reboot else frozenset()
+    spec = ComparisonSpec(
+        metric=f.metric.primary,
+        direction=Direction(f.metric.direction or default_dir),
+        guardrails=guardrails,
+        stats=stats,
+        reboot_knobs=frozenset(reboot_knobs),
+    )
+    experiment = Experiment(
+        name=f.experiment.name,
+        description=f.experiment.description,
+        path=src.path.resolve(),
+        service=service,
+        platform=platform,
+        space=space,
+        stock=stock,
+        production=production,
+        baseline=f.sweep.baseline,
+        mode=SweepMode(f.sweep.mode),
+        spec=spec,
+        hosts=hosts,
+        raw=data,
+        search_rounds=f.sweep.search_rounds,
+        scan=f.sweep.scan,
+        threading=threading,
+    )
+    _check_exhaustive(experiment)
+    return experiment
+
+
+def _limit(g: GuardrailEntry) -> float:
+    limit = g.max if g.max is not None else g.min
+    assert limit is not None  # GuardrailEntry requires exactly one
+    return limit
+
+
+def _service(src: Document, svc: ServiceTable, platform: Platform) -> Service:
+    """``[service]``: its knobs must be on the platform (default: all the catalog's)."""
+    svc_knobs = list(platform.settings) if svc.knobs is None else svc.knobs
     for k in svc_knobs:
         if not is_knob(k):
             raise src.error(
@@ -668,41 +477,30 @@ def load_experiment(path: str | Path) -> Experiment:
     svc_knobs = [resolve(k) for k in svc_knobs]
     # knobs swept only when the service opts in (shp: [service] uses_shp), per their specs
     opt_in = [k for k in svc_knobs if spec_of(k).service_flag == "uses_shp"]
-    uses_shp = src.get("service", "uses_shp", bool, bool(opt_in))
+    uses_shp = bool(opt_in) if svc.uses_shp is None else svc.uses_shp
     if not uses_shp:
         svc_knobs = [k for k in svc_knobs if k not in opt_in]
-    service = Service(
-        name=_label(src, "service", "name", src.get("service", "name", str), MAX_LABEL_CHARS),
+    return Service(
+        name=svc.name,
         knobs=tuple(sorted(set(svc_knobs), key=sort_key)),
-        tolerates_reboot=src.get("service", "tolerates_reboot", bool, True),
+        tolerates_reboot=svc.tolerates_reboot,
         uses_shp=uses_shp,
     )
 
-    # space: catalog settings, optionally narrowed by [platform.settings]
-    narrowed = plat_tbl.get("settings", {})
-    if not isinstance(narrowed, dict):
-        raise src.error("[platform.settings] must be a table", "settings", "platform")
+
+def _space(
+    src: Document, narrowed: Mapping[str, Any], service: Service, platform: Platform
+) -> dict[str, tuple[Value, ...]]:
+    """The settings to sweep: the catalog's, narrowed by ``[platform.settings]``."""
     space: dict[str, tuple[Value, ...]] = {}
     for knob in service.knobs:
-        allowed = platform.settings[knob]
         if knob in narrowed:
-            lst = narrowed[knob]
-            if not isinstance(lst, list) or not lst:
-                raise src.error(
-                    f"[platform.settings] {knob} must be a non-empty list",
-                    knob,
-                    "platform.settings",
-                )
-            chosen = _configuration(src, "platform.settings", {knob: lst[0]}, platform.settings)
-            del chosen
-            vals = []
-            for v in lst:
-                vals.append(
-                    _configuration(src, "platform.settings", {knob: v}, platform.settings)[knob]
-                )
-            space[knob] = tuple(vals)
+            space[knob] = tuple(
+                _configuration(src, "platform.settings", {knob: v}, platform.settings)[knob]
+                for v in narrowed[knob]
+            )
         else:
-            space[knob] = allowed
+            space[knob] = platform.settings[knob]
     for knob in narrowed:
         if knob not in service.knobs:
             raise src.error(
@@ -710,150 +508,4 @@ def load_experiment(path: str | Path) -> Experiment:
                 knob,
                 "platform.settings",
             )
-
-    # stock and production
-    stock = platform.stock.merged(
-        _configuration(src, "stock", src.table("stock", required=False), platform.settings)
-    )
-    prod_raw = src.table("production", required=False)
-    production = stock.merged(_configuration(src, "production", prod_raw, platform.settings))
-
-    # sweep
-    sweep = src.table("sweep", required=False)
-    _check_keys(src, "sweep", sweep, {"mode", "baseline", "search_rounds", "scan"})
-    mode_s = src.get("sweep", "mode", str, "independent")
-    try:
-        mode = SweepMode(mode_s)
-    except ValueError:
-        raise src.error(
-            f"[sweep] mode {mode_s!r} is not one of independent, exhaustive, search",
-            "mode",
-            "sweep",
-        ) from None
-    baseline = src.get("sweep", "baseline", str, "production")
-    if baseline not in ("production", "stock"):
-        raise src.error("[sweep] baseline must be 'production' or 'stock'", "baseline", "sweep")
-    search_rounds = src.get("sweep", "search_rounds", int, 2)
-    scan = src.get("sweep", "scan", str, "unimodal")
-    if scan not in ("unimodal", "full"):
-        raise src.error("[sweep] scan must be 'unimodal' or 'full'", "scan", "sweep")
-    if search_rounds < 1:
-        raise src.error("[sweep] search_rounds must be >= 1", "search_rounds", "sweep")
-
-    # metric
-    met = src.table("metric", required=False)
-    _check_keys(src, "metric", met, {"primary", "direction"})
-    primary = _label(src, "metric", "primary", src.get("metric", "primary", str, "mips"), 100)
-    default_dir = (
-        "lower" if primary.endswith(("_ms", "_us", "_w")) or primary.startswith("p9") else "higher"
-    )
-    dir_s = src.get("metric", "direction", str, default_dir)
-    try:
-        direction = Direction(dir_s)
-    except ValueError:
-        raise src.error(
-            "[metric] direction must be 'higher' or 'lower'", "direction", "metric"
-        ) from None
-
-    # guardrails
-    guards_raw = data.get("guardrails", [])
-    if not isinstance(guards_raw, list):
-        raise src.error("guardrails must be an array of tables [[guardrails]]", "guardrails")
-    guardrails = []
-    for g in guards_raw:
-        if not isinstance(g, dict):
-            raise src.error("each [[guardrails]] must be a table", "guardrails")
-        _check_keys(src, "guardrails", g, {"metric", "max", "min"})
-        metric = g.get("metric")
-        if not isinstance(metric, str):
-            raise src.error('[[guardrails]] needs metric = "name"', "guardrails")
-        if ("max" in g) == ("min" in g):
-            raise src.error(
-                f"[[guardrails]] {metric}: give exactly one of max or min", "guardrails"
-            )
-        limit = g.get("max", g.get("min"))
-        if isinstance(limit, bool) or not isinstance(limit, int | float):
-            raise src.error(f"[[guardrails]] {metric}: limit must be a number", "guardrails")
-        if not math.isfinite(limit):
-            raise src.error(f"[[guardrails]] {metric}: limit must be a finite number", "guardrails")
-        guardrails.append(Guardrail(metric, "<=" if "max" in g else ">=", float(limit)))
-
-    # statistics
-    st = src.table("statistics", required=False)
-    _check_keys(
-        src,
-        "statistics",
-        st,
-        {"confidence", "min_effect", "warmup_s", "sample_interval_s", "sample_cap", "seed"},
-    )
-    num = (int, float)
-    stats = StatsSettings(
-        confidence=float(src.get("statistics", "confidence", num, 0.95)),
-        min_effect=float(src.get("statistics", "min_effect", num, 0.005)),
-        warmup_s=float(src.get("statistics", "warmup_s", num, 60.0)),
-        sample_interval_s=float(src.get("statistics", "sample_interval_s", num, 1.0)),
-        sample_cap=int(src.get("statistics", "sample_cap", int, 30_000)),
-        seed=int(src.get("statistics", "seed", int, 0)),
-    )
-    checks = [
-        ("confidence", 0.5 < stats.confidence < 1.0, "must be between 0.5 and 1 (exclusive)"),
-        ("min_effect", 0.0 < stats.min_effect < 0.5, "must be a relative effect in (0, 0.5)"),
-        ("warmup_s", stats.warmup_s >= 0.0, "must be >= 0"),
-        ("sample_interval_s", stats.sample_interval_s > 0.0, "must be > 0"),
-        ("sample_cap", stats.sample_cap >= 10, "must be >= 10"),
-        ("seed", stats.seed >= 0, "must be >= 0"),
-        # upper limits: an infinite warm-up or interval would never end a window
-        ("warmup_s", stats.warmup_s <= 86400.0, "must be at most 86400 (a day)"),
-        ("sample_interval_s", 1e-3 <= stats.sample_interval_s <= 3600.0, "must be in 0.001..3600"),
-        ("sample_cap", stats.sample_cap <= 10_000_000, "must be at most 10000000"),
-        ("seed", stats.seed <= MAX_SEED, f"must be at most {MAX_SEED}"),
-    ]
-    for key, ok, why in checks:
-        if not ok:
-            raise src.error(f"[statistics] {key} {why}", key, "statistics")
-
-    # hosts
-    hosts_tbl = src.table("hosts", required=False)
-    backend = src.get("hosts", "backend", str, "sim")
-    from musku.hosts.base import BACKENDS
-
-    if backend not in BACKENDS and ":" not in backend:
-        raise src.error(
-            f"[hosts] unknown backend {backend!r} (known: {', '.join(BACKENDS)})",
-            "backend",
-            "hosts",
-        )
-    hosts = HostsSpec(
-        backend=backend, options={k: v for k, v in hosts_tbl.items() if k != "backend"}
-    )
-    threading = _threading(src, service.name, backend, hosts.options.get("hosts"))
-    _check_host_options(src, backend, hosts.options)
-
-    reboot_knobs = platform.reboot_knobs if service.tolerates_reboot else frozenset()
-    spec = ComparisonSpec(
-        metric=primary,
-        direction=direction,
-        guardrails=tuple(guardrails),
-        stats=stats,
-        reboot_knobs=frozenset(reboot_knobs),
-    )
-    experiment = Experiment(
-        name=name,
-        description=description,
-        path=src.path.resolve(),
-        service=service,
-        platform=platform,
-        space=space,
-        stock=stock,
-        production=production,
-        baseline=baseline,
-        mode=mode,
-        spec=spec,
-        hosts=hosts,
-        raw=data,
-        search_rounds=search_rounds,
-        scan=scan,
-        threading=threading,
-    )
-    _check_exhaustive(experiment)
-    return experiment
+    return space

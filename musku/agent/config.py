@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from musku.errors import InputError
+from musku.inputfiles import MAX_PATH_CHARS, parse_toml, read_text
 
 DEFAULT_CONFIG = "/etc/musku/agent.toml"
 DEFAULT_SOCKET = "/run/musku/agent.sock"
@@ -39,118 +40,65 @@ class AgentConfig:
         return self.threading_tables or self.state_dir / "threading-tables"
 
 
-_AGENT_KEYS = {
-    "root",
-    "state_dir",
-    "socket",
-    "allowed_uids",
-    "sample_interval_s",
-    "default_lease_s",
-    "max_lease_s",
-    "spool_max_rows",
-    "tcp_listen",
-    "token_file",
-    "prometheus_listen",
-    "log_level",
-    "threading_tables",
-}
-
-
-def _num(where: str, key: str, value: Any, lo: float, hi: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InputError(f"[agent] {key} must be a number, not {value!r}", where=where)
-    if not lo <= float(value) <= hi:
-        raise InputError(f"[agent] {key} must be between {lo:g} and {hi:g}", where=where)
-    return float(value)
-
-
 def parse_config(
     data: dict[str, Any], *, where: str = "agent config", base: Path | None = None
 ) -> AgentConfig:
-    for key in data:
-        if key not in ("agent", "samplers", "knobs"):
-            raise InputError(
-                f"unknown table [{key}] (allowed: agent, samplers, knobs)", where=where
-            )
-    agent = data.get("agent", {})
-    if not isinstance(agent, dict):
-        raise InputError("[agent] must be a table", where=where)
-    for key in agent:
-        if key not in _AGENT_KEYS:
-            raise InputError(
-                f"[agent] unknown key {key!r} (allowed: {', '.join(sorted(_AGENT_KEYS))})",
-                where=where,
-            )
-
-    def path(key: str, default: str) -> Path:
-        v = agent.get(key, default)
-        if not isinstance(v, str) or not v or "\0" in v or len(v) > 4096:
-            raise InputError(f"[agent] {key} must be a path", where=where)
-        p = Path(v)
-        return p if p.is_absolute() or base is None else base / p
-
-    uids = agent.get("allowed_uids", [0])
-    if not isinstance(uids, list) or not all(
-        isinstance(u, int) and not isinstance(u, bool) and 0 <= u < 2**32 - 1 for u in uids
-    ):
-        raise InputError("[agent] allowed_uids must be a list of uids", where=where)
-    tcp = agent.get("tcp_listen", "")
-    token = agent.get("token_file")
-    if tcp and not token:
-        raise InputError(
-            "[agent] tcp_listen needs token_file: the TCP API only serves authenticated requests",
-            where=where,
-        )
-    for key in ("tcp_listen", "prometheus_listen"):
-        v = agent.get(key, "")
-        port = v.rpartition(":")[2] if isinstance(v, str) else ""
-        if v and not (port.isascii() and port.isdigit() and len(port) <= 5 and int(port) < 65536):
-            raise InputError(f"[agent] {key} must be 'host:port', not {v!r}", where=where)
-    level = agent.get("log_level", "info")
-    if level not in ("debug", "info", "warning", "error"):
-        raise InputError("[agent] log_level must be debug, info, warning or error", where=where)
-    tables: dict[str, dict[str, dict[str, Any]]] = {}
-    for name in ("samplers", "knobs"):
-        t = data.get(name, {"perf": {}, "psutil": {}} if name == "samplers" else {})
-        if not isinstance(t, dict) or not all(isinstance(v, dict) for v in t.values()):
-            raise InputError(f"[{name}.NAME] entries must be tables", where=where)
-        tables[name] = {str(k): dict(v) for k, v in t.items()}
-    root = agent.get("root", "/")
-    if not isinstance(root, str) or not root.startswith("/"):
-        raise InputError("[agent] root must be an absolute path", where=where)
-    max_lease = _num(where, "max_lease_s", agent.get("max_lease_s", 3600.0), 1.0, 7 * 86400.0)
-    rows = agent.get("spool_max_rows", 1_000_000)
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 100:
-        raise InputError("[agent] spool_max_rows must be an integer >= 100", where=where)
-    if rows > 10**9:
-        raise InputError("[agent] spool_max_rows must be at most 1000000000", where=where)
-    return AgentConfig(
-        root=root,
-        state_dir=path("state_dir", DEFAULT_STATE_DIR),
-        socket=path("socket", DEFAULT_SOCKET),
-        allowed_uids=tuple(sorted({0, *uids})),
-        sample_interval_s=_num(
-            where, "sample_interval_s", agent.get("sample_interval_s", 0.1), 0.01, 60.0
-        ),
-        default_lease_s=_num(
-            where, "default_lease_s", agent.get("default_lease_s", 60.0), 0.1, max_lease
-        ),
-        max_lease_s=max_lease,
-        spool_max_rows=rows,
-        tcp_listen=str(tcp),
-        token_file=path("token_file", "x") if token else None,
-        prometheus_listen=str(agent.get("prometheus_listen", "")),
-        log_level=str(level),
-        threading_tables=path("threading_tables", "x") if agent.get("threading_tables") else None,
-        samplers=tables["samplers"],
-        knobs=tables["knobs"],
-    )
+    """A parsed configuration document, validated by
+    :class:`~musku.schema.agentconfig.AgentConfigFile`; relative paths are taken from
+    ``base``."""
+    return _config(data, where, None, base)
 
 
 def load_config(path: str | Path) -> AgentConfig:
-    from musku.inputfiles import parse_toml, read_text
+    p = Path(path)
+    text = read_text(p)
+    cfg = _config(parse_toml(text, str(p)), str(p), text, p.parent.resolve())
+    return AgentConfig(**{**cfg.__dict__, "path": p.resolve()})
 
+
+def socket_of(path: str | Path) -> Path:
+    """The agent socket a configuration file names, without validating the rest of it:
+    ``musku agent rpc`` (one process per SSH request) needs only this and must start fast;
+    the daemon validates the whole file when it starts."""
     p = Path(path)
     data = parse_toml(read_text(p), str(p))
-    cfg = parse_config(data, where=str(p), base=p.parent.resolve())
-    return AgentConfig(**{**cfg.__dict__, "path": p.resolve()})
+    agent = data.get("agent", {})
+    sock = agent.get("socket", DEFAULT_SOCKET) if isinstance(agent, dict) else DEFAULT_SOCKET
+    if not isinstance(sock, str) or not sock or "\0" in sock or len(sock) > MAX_PATH_CHARS:
+        raise InputError("[agent] socket must be a path", where=str(p))
+    s = Path(sock)
+    return s if s.is_absolute() else p.parent.resolve() / s
+
+
+def _config(data: dict[str, Any], where: str, text: str | None, base: Path | None) -> AgentConfig:
+    # The schema (pydantic) is imported here, not at module level: `musku agent rpc` imports
+    # this module for DEFAULT_SOCKET / socket_of on every SSH request, and importing pydantic
+    # would triple its start-up time.
+    from musku.schema.agentconfig import AgentConfigFile
+    from musku.schema.document import Document
+
+    doc = Document.of(data, where) if text is None else Document(Path(where), text, data)
+    f = doc.validate(AgentConfigFile)
+    agent = f.agent
+
+    def path(v: str) -> Path:
+        p = Path(v)
+        return p if p.is_absolute() or base is None else base / p
+
+    return AgentConfig(
+        root=agent.root,
+        state_dir=path(agent.state_dir),
+        socket=path(agent.socket),
+        allowed_uids=tuple(sorted({0, *agent.allowed_uids})),
+        sample_interval_s=agent.sample_interval_s,
+        default_lease_s=agent.default_lease_s,
+        max_lease_s=agent.max_lease_s,
+        spool_max_rows=agent.spool_max_rows,
+        tcp_listen=agent.tcp_listen,
+        token_file=path(agent.token_file) if agent.token_file else None,
+        prometheus_listen=agent.prometheus_listen,
+        log_level=agent.log_level,
+        threading_tables=path(agent.threading_tables) if agent.threading_tables else None,
+        samplers={str(k): dict(v) for k, v in f.samplers.items()},
+        knobs={str(k): dict(v) for k, v in f.knobs.items()},
+    )

@@ -41,12 +41,12 @@ def relay(text: str, default_socket: Path) -> tuple[dict[str, Any], int]:
 
 
 def default_socket(config: str | None = None, socket: str | None = None) -> Path:
-    from musku.agent.config import DEFAULT_CONFIG, DEFAULT_SOCKET, load_config
+    from musku.agent.config import DEFAULT_CONFIG, DEFAULT_SOCKET, socket_of
 
     if socket:
         return Path(socket)
     if config is not None or Path(DEFAULT_CONFIG).exists():
-        return load_config(config or DEFAULT_CONFIG).socket
+        return socket_of(config or DEFAULT_CONFIG)
     return Path(DEFAULT_SOCKET)
 
 

@@ -47,6 +47,7 @@ from musku.agent.protocol import raise_for
 from musku.domain import Configuration, Sample
 from musku.errors import HostError, InputError, MuskuError
 from musku.hosts.base import Host, HostPair
+from musku.schema.hosts import AgentOptions, host_name, parse_options
 from musku.tune.cotune import MIDTIER_KEYS, ControllerTables, timeout_for
 
 if TYPE_CHECKING:
@@ -562,50 +563,26 @@ class _HostOpt:
     midtier: Mapping[str, str] = field(default_factory=dict)
 
 
-def _midtier_of(name: str, entry: Mapping[str, Any]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for key, spec_key in MIDTIER_KEYS.items():
-        if key in entry:
-            v = entry[key]
-            if not isinstance(v, str) or not v:
-                raise InputError(f"[hosts] {name}: {key} must be a non-empty string")
-            out[spec_key] = v
-    if len(out) > 1:
-        raise InputError(f"[hosts] {name}: give midtier_admin or midtier_admin_port_file, not both")
-    return out
-
-
 def _host_options(opts: Mapping[str, Any]) -> list[_HostOpt]:
-    raw = opts.get("hosts")
-    if not isinstance(raw, list) or len(raw) != 2:
-        raise InputError("[hosts] the agent backend needs hosts = [two hosts]")
-    user = opts.get("ssh_user", "root")
-    port = opts.get("ssh_port", 22)
-    if not isinstance(user, str) or isinstance(port, bool) or not isinstance(port, int):
-        raise InputError("[hosts] ssh_user must be a string and ssh_port an integer")
+    """The two hosts of ``[hosts]``, validated by
+    :class:`~musku.schema.hosts.AgentOptions` (as ``musku check`` does)."""
+    return _hosts_of(parse_options(AgentOptions, opts))
+
+
+def _hosts_of(o: AgentOptions) -> list[_HostOpt]:
     out = []
-    for entry in raw:
-        if isinstance(entry, str) and entry:
-            out.append(_HostOpt(entry, entry, port, user, ""))
-        elif isinstance(entry, dict):
-            extra = set(entry) - {"name", "host", "port", "user", "socket", *MIDTIER_KEYS}
-            if extra:
-                raise InputError(f"[hosts] unknown host key(s): {', '.join(sorted(extra))}")
-            host, sock = entry.get("host", ""), entry.get("socket", "")
-            if not host and not sock:
-                raise InputError('[hosts] each host needs host = "address" or socket = "path"')
-            name = entry.get("name") or host or sock
-            p = entry.get("port", port)
-            if isinstance(p, bool) or not isinstance(p, int) or not 0 < p < 65536:
-                raise InputError(f"[hosts] {name}: port must be an integer in 1..65535")
-            out.append(
-                _HostOpt(str(name), str(host), p, str(entry.get("user", user)), str(sock),
-                         _midtier_of(str(name), entry))
-            )  # fmt: skip
-        else:
-            raise InputError("[hosts] each host is a name or a table {name, host, socket, ...}")
-    if out[0].name == out[1].name:
-        raise InputError("[hosts] the two hosts must have different names")
+    for entry in o.hosts:
+        if isinstance(entry, str):
+            out.append(_HostOpt(entry, entry, o.ssh_port, o.ssh_user, ""))
+            continue
+        midtier = {
+            spec_key: getattr(entry, key)
+            for key, spec_key in MIDTIER_KEYS.items()
+            if getattr(entry, key)
+        }
+        port = o.ssh_port if entry.port is None else entry.port
+        user = entry.user or o.ssh_user
+        out.append(_HostOpt(host_name(entry), entry.host, port, user, entry.socket, midtier))
     return out
 
 
@@ -613,19 +590,16 @@ def make_link(h: _HostOpt, opts: Mapping[str, Any], *, timeout: float = 300.0) -
     """``timeout``: the longest request (an apply that trains a threading table is long)."""
     if not h.host:
         return SocketLink(h.socket, timeout=max(120.0, timeout))
-    cmd = opts.get("remote_command", ["musku", "agent", "rpc"])
-    if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) and c for c in cmd):
-        raise InputError("[hosts] remote_command must be a list of strings")
-    ident, known = opts.get("identity_file"), opts.get("known_hosts")
+    o = parse_options(AgentOptions, opts)
     return SshLink(
         h.host,
         user=h.user,
         port=h.port,
-        identity_file=str(ident) if ident else None,
-        known_hosts=str(known) if known else None,
-        remote_command=cmd,
+        identity_file=o.identity_file or None,
+        known_hosts=o.known_hosts or None,
+        remote_command=list(o.remote_command),
         agent_socket=h.socket or None,
-        connect_timeout=float(opts.get("connect_timeout_s", 10.0)),
+        connect_timeout=o.connect_timeout_s,
         timeout=timeout,
     )
 
@@ -639,10 +613,9 @@ def cotune_tables(experiment: Experiment) -> ControllerTables | None:
 
 def open_pair(experiment: Experiment, seed: int = 0) -> AgentPair:
     opts = experiment.hosts.options
-    lease = opts.get("lease_s", 30.0)
-    if isinstance(lease, bool) or not isinstance(lease, int | float) or lease <= 0:
-        raise InputError("[hosts] lease_s must be a positive number")
-    hosts = _host_options(opts)
+    options = parse_options(AgentOptions, opts, str(experiment.path))
+    lease = options.lease_s
+    hosts = _hosts_of(options)
     tables = cotune_tables(experiment)
     for h in (h for h in hosts if h.midtier):
         if tables is None:

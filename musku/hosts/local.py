@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 from musku.domain import Configuration, Sample
 from musku.errors import HostError, InputError, MuskuError
-from musku.experiment import HOST_OPTIONS
 from musku.hosts.agent import AgentHost, Link, SocketLink, cotune_tables
 from musku.hosts.base import Host, HostPair
+from musku.schema.hosts import LocalOptions, parse_options
 from musku.tune.cotune import timeout_for
 
 if TYPE_CHECKING:
@@ -66,13 +66,6 @@ class _Arm(Host):
 
     def configuration(self) -> Configuration:
         return self.config
-
-
-def _num(opts: Mapping[str, Any], key: str, default: float, lo: float, hi: float) -> float:
-    v = opts.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
-        raise InputError(f"[hosts] {key} must be a number in [{lo:g}, {hi:g}]")
-    return float(v)
 
 
 class ChildProcess:
@@ -303,24 +296,13 @@ def _default_state_dir() -> Path:
 
 
 def open_pair(experiment: Experiment, seed: int = 0) -> LocalSwitchbackPair:
-    opts = experiment.hosts.options
-    extra = set(opts) - HOST_OPTIONS["local"]
-    if extra:
-        raise InputError(
-            f"[hosts] unknown option(s) for the local backend: {', '.join(sorted(extra))}"
-        )
-    settle = _num(opts, "settle_s", 1.0, 0.0, 600.0)
-    lease = _num(opts, "lease_s", 30.0, 1.0, 3600.0)
-    interval = _num(opts, "agent_sample_interval_s", 0.1, 0.01, 10.0)
-    arena = int(_num(opts, "arena_mib", 256, 8, 1 << 20))
-    workload = opts.get("workload", "builtin")
-    if workload not in ("builtin", "none"):
-        raise InputError("[hosts] workload must be 'builtin' or 'none' (a service already running)")
-    state = Path(str(opts.get("state_dir") or _default_state_dir())).expanduser()
+    opts = parse_options(LocalOptions, experiment.hosts.options, str(experiment.path))
+    settle, lease, interval = opts.settle_s, opts.lease_s, opts.agent_sample_interval_s
+    arena = int(opts.arena_mib)
+    workload = opts.workload
+    state = Path(opts.state_dir or _default_state_dir()).expanduser()
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
-    stats = Path(str(opts.get("stats_file") or state / "workload.json"))
-    if workload == "none" and not opts.get("stats_file"):
-        raise InputError("[hosts] workload = 'none' needs the service's stats_file")
+    stats = Path(opts.stats_file or state / "workload.json")
     children: list[ChildProcess] = []
     try:
         if workload == "builtin":
@@ -337,7 +319,7 @@ def open_pair(experiment: Experiment, seed: int = 0) -> LocalSwitchbackPair:
                 "--seed",
                 str(seed),
             ]
-            if opts.get("madvise", False):
+            if opts.madvise:
                 argv.append("--madvise")
             children.append(ChildProcess(argv, state / "workload.log", "workload"))
         if workload == "builtin":
@@ -348,7 +330,7 @@ def open_pair(experiment: Experiment, seed: int = 0) -> LocalSwitchbackPair:
                 time.sleep(0.1)
         tables = cotune_tables(experiment)
         timeout = 120.0 if tables is None else max(120.0, timeout_for(tables.spec))
-        sock = opts.get("socket")
+        sock = opts.socket
         if sock:
             link: Link = SocketLink(str(sock), timeout=timeout)
         else:

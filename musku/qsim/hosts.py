@@ -35,7 +35,7 @@ from musku.hosts.base import Host, HostPair
 from musku.knobs.spec import by_resource, knob_names, spec_of
 from musku.qsim.engine import simulate
 from musku.qsim.model import QsimModel, normalise, parse, with_overrides
-from musku.qsim.tomlpos import Positions
+from musku.schema.tomlpos import Positions
 
 RESOURCES = ("core_ghz", "uncore_ghz", "cores")
 """What the model predicts the effect of; a knob is modelled when its spec sets one."""

@@ -12,6 +12,8 @@ interaction whose conditions all hold. Interactions are how composition is made 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -21,8 +23,13 @@ from typing import Any
 
 from musku.domain import Configuration, Direction, Value, canonical_value, format_value
 from musku.errors import InputError, UnsupportedError
-from musku.experiment import _line_of, _Source, load_platform
+from musku.experiment import load_platform
 from musku.knobs.spec import Kind, is_knob, known_list, spec_of
+from musku.schema.document import Document, line_of
+from musku.schema.simmodel import KnobTable, SimModelFile, WarmupEntry
+from musku.schema.simmodel import Noise as NoiseTable
+from musku.schema.simmodel import ThreadingTable as ThreadingTableFile
+from musku.tune.cotune import MODELS
 
 METRICS: dict[str, Direction] = {
     "mips": Direction.HIGHER,
@@ -33,10 +40,6 @@ METRICS: dict[str, Direction] = {
     "offered_qps": Direction.HIGHER,
 }
 """Metrics a simulated host reports, with the direction in which each is better."""
-
-_TOP = {"model", "reference", "knobs", "interactions", "noise", "timing", "threading"}
-_KNOB_KEYS = {"throughput", "p99", "qos", "power", "warmup", "description"}
-_REF_KEYS = {"mips", "qps", "p99_ms", "power_w", "qos_violation_rate", "config"}
 
 
 @dataclass(frozen=True)
@@ -152,9 +155,6 @@ class ThreadingResponse:
     def signature(self) -> str:
         """Short hash of what decides the best threading (tables trained from another
         ``[threading]`` must not be reused: the simulator keys its tables by it)."""
-        import hashlib
-        import json
-
         rules = [
             {
                 "when": {
@@ -191,38 +191,34 @@ class Point:
     power: float  # relative power
 
 
-def _table_error(src: _Source, message: str, table: str) -> InputError:
+_Source = Document  # the setting helper below takes the document it reports against
+
+
+def _table_error(src: Document, message: str, table: str) -> InputError:
     """An error pointing at ``[table]`` or, when only its sub-tables exist, the first of them
     (or at ``key = ...`` inside the parent table when ``table`` is ``parent.key``)."""
     for header in (table, f"{table}.throughput", f"{table}.p99", f"{table}.qos", f"{table}.power"):
-        line = _line_of(src.text, header) if src.text else None
+        line = line_of(src.text, header) if src.text else None
         if line:
             return InputError(message, where=f"{src.path}:{line}")
     parent, _, key = table.rpartition(".")
     return src.error(message, key, parent) if parent else src.error(message)
 
 
-class _DictSource(_Source):
-    """A :class:`_Source` over a dict (no text, so errors name the source only)."""
+def _entry_error(src: Document, header: str, i: int) -> Any:
+    """The error maker of entry ``i`` of an array of tables: ``[[header]] #i+1: ...`` at its
+    header's line."""
+    loc: tuple[str | int, ...] = (*header.split("."), i)
 
-    def __init__(self, data: Mapping[str, Any], name: str) -> None:
-        self.path = Path(name)
-        self.text = ""
-        self.data = dict(data)
+    def err(msg: str) -> InputError:  # the line is looked up only for an error
+        line = src.positions.line(loc) if src.text else None
+        return InputError(f"[[{header}]] #{i + 1}: {msg}", where=src.where(line))
 
-
-def _nth_header_line(text: str, header: str, n: int) -> int | None:
-    count = 0
-    for number, line in enumerate(text.splitlines(), start=1):
-        if re.match(rf"^\[\[\s*{re.escape(header)}\s*\]\]", line.strip()):
-            if count == n:
-                return number
-            count += 1
-    return None
+    return err
 
 
 def _conditions(
-    src: _Source, when_raw: object, knobs: Mapping[str, KnobResponse], ierr: Any
+    src: Document, when_raw: object, knobs: Mapping[str, KnobResponse], ierr: Any
 ) -> dict[str, tuple[bool, frozenset[Value]]]:
     """``when = { knob = value | [values] | "!value" }`` of an interaction or a threading rule."""
     if not isinstance(when_raw, dict) or not when_raw:
@@ -248,80 +244,26 @@ def _conditions(
     return when
 
 
-def _threading_section(src: _Source, knobs: Mapping[str, KnobResponse]) -> ThreadingResponse | None:
+def _threading_section(
+    src: Document, tbl: ThreadingTableFile | None, knobs: Mapping[str, KnobResponse]
+) -> ThreadingResponse | None:
     """The optional ``[threading]`` table: which threading model serves best where, and what
     running another one costs (docs/threading.md, "Co-tuning")."""
-    from musku.tune.cotune import MODELS
-
-    if "threading" not in src.data:
+    if tbl is None:
         return None
-    tbl = src.table("threading")
-    allowed = {"initial", "best", "mismatch", "mismatch_p99", "rules"}
-    for key in tbl:
-        if key not in allowed:
-            raise src.error(
-                f"[threading] has unknown key '{key}' (allowed: {', '.join(sorted(allowed))})",
-                key,
-                "threading",
-            )
-
-    def model_name(value: object, key: str) -> str:
-        if value not in MODELS:
-            raise src.error(
-                f"[threading] {key} = {value!r} is not a threading model ({', '.join(MODELS)})",
-                key,
-                "threading",
-            )
-        return str(value)
-
-    initial = model_name(tbl.get("initial", "async-dispatch-block"), "initial")
-    if "best" not in tbl:
-        raise src.error("[threading] needs 'best' (the best model where no rule applies)",
-                        "threading")  # fmt: skip
-    best = model_name(tbl["best"], "best")
-    mismatch = _number(src, tbl.get("mismatch", 0.0), "[threading] mismatch", "mismatch",
-                       "threading")  # fmt: skip
-    if not 0.0 <= mismatch < 0.9:
-        raise src.error("[threading] mismatch must be in [0, 0.9)", "mismatch", "threading")
-    p99 = _number(src, tbl.get("mismatch_p99", 1.0 / (1.0 - mismatch) - 1.0),
-                  "[threading] mismatch_p99", "mismatch_p99", "threading")  # fmt: skip
+    mismatch = tbl.mismatch
+    p99 = 1.0 / (1.0 - mismatch) - 1.0 if tbl.mismatch_p99 is None else tbl.mismatch_p99
     if not 0.0 <= p99 < 10.0:
         raise src.error("[threading] mismatch_p99 must be in [0, 10)", "mismatch_p99",
                         "threading")  # fmt: skip
-    rules_raw = tbl.get("rules", [])
-    if not isinstance(rules_raw, list):
-        raise src.error("[threading] rules must be an array of tables [[threading.rules]]",
-                        "rules", "threading")  # fmt: skip
     rules: list[ThreadingRule] = []
-    for i, item in enumerate(rules_raw):
-        line = _nth_header_line(src.text, "threading.rules", i)
-
-        def rerr(msg: str, line: int | None = line, i: int = i) -> InputError:
-            where = f"{src.path}:{line}" if line else str(src.path)
-            return InputError(f"[[threading.rules]] #{i + 1}: {msg}", where=where)
-
-        if not isinstance(item, dict):
-            raise rerr("must be a table")
-        for key in item:
-            if key not in {"when", "best", "why"}:
-                raise rerr(f"unknown key '{key}' (allowed: best, when, why)")
-        when = _conditions(src, item.get("when"), knobs, rerr)
-        if item.get("best") not in MODELS:
-            raise rerr(f"best = {item.get('best')!r} is not a threading model")
-        why = item.get("why", "")
-        if not isinstance(why, str):
-            raise rerr("why must be text")
-        rules.append(ThreadingRule(when, str(item["best"]), why))
-    return ThreadingResponse(initial, best, mismatch, p99, tuple(rules))
-
-
-def _number(src: _Source, value: object, what: str, key: str, table: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise src.error(f"{what} must be a number, not {value!r}", key, table)
-    v = float(value)
-    if not math.isfinite(v):
-        raise src.error(f"{what} must be finite, not {value!r}", key, table)
-    return v
+    for i, item in enumerate(tbl.rules):
+        rerr = _entry_error(src, "threading.rules", i)
+        when = _conditions(src, item.when, knobs, rerr)
+        if item.best not in MODELS:
+            raise rerr(f"best = {item.best!r} is not a threading model")
+        rules.append(ThreadingRule(when, str(item.best), item.why))
+    return ThreadingResponse(tbl.initial, tbl.best, mismatch, p99, tuple(rules))
 
 
 def _setting(src: _Source, knob: str, raw: object, key: str, table: str) -> Value:
@@ -379,8 +321,7 @@ class SimModel:
     ) -> SimModel:
         """Parse and validate a model file. With ``space`` (an experiment's knob -> settings),
         every modelled knob and setting must be in it, and every setting in it modelled."""
-        src = _Source(Path(path))
-        return cls._parse(src, space)
+        return cls._parse(Document.read(path), space)
 
     @classmethod
     def from_dict(
@@ -393,252 +334,52 @@ class SimModel:
         """The same schema as a model file, from a dict (errors name ``source``)."""
         if not isinstance(data, Mapping):
             raise InputError("a sim model must be a table/dict", where=source)
-        return cls._parse(_DictSource(data, source), space)
+        return cls._parse(Document.of(data, source), space)
 
     @classmethod
-    def _parse(cls, src: _Source, space: Mapping[str, Iterable[Value]] | None) -> SimModel:
-        data = src.data
-        for key in data:
-            if key not in _TOP:
-                raise src.error(f"unknown table [{key}] (allowed: {', '.join(sorted(_TOP))})", key)
-
-        # [model]
-        meta = src.table("model", required=False)
-        for key in meta:
-            if key not in {"name", "description", "platform"}:
-                raise src.error(
-                    f"[model] has unknown key '{key}' (allowed: description, name, platform)",
-                    key,
-                    "model",
-                )
-        name = src.get("model", "name", str, src.path.stem)
-        description = src.get("model", "description", str, "")
-        platform_name = src.get("model", "platform", str, None)
+    def _parse(cls, src: Document, space: Mapping[str, Iterable[Value]] | None) -> SimModel:
+        """The file validated by :class:`~musku.schema.simmodel.SimModelFile`, then its
+        settings checked against the knobs, the platform's catalog and ``space``."""
+        f = src.validate(SimModelFile)
+        platform_name = f.model.platform
         catalog: Mapping[str, tuple[Value, ...]] | None = None
         if platform_name is not None:
             try:
                 catalog = load_platform(platform_name).settings
             except InputError as exc:
                 raise src.error(exc.message, "platform", "model") from None
-        allowed_space: dict[str, set[Value]] | None = None
-        if space is not None:
-            allowed_space = {k: set(v) for k, v in space.items()}
-
-        # [reference]
-        ref_tbl = src.table("reference")
-        for key in ref_tbl:
-            if key not in _REF_KEYS:
-                raise src.error(
-                    f"[reference] has unknown key '{key}' "
-                    f"(allowed: {', '.join(sorted(_REF_KEYS))})",
-                    key,
-                    "reference",
-                )
-        reference: dict[str, float] = {}
-        for metric, default in (
-            ("mips", None),
-            ("qps", None),
-            ("p99_ms", None),
-            ("power_w", None),
-            ("qos_violation_rate", 0.0),
-        ):
-            if metric not in ref_tbl:
-                if default is None:
-                    raise src.error(f"[reference] needs '{metric}'", "reference")
-                reference[metric] = default
-                continue
-            v = _number(src, ref_tbl[metric], f"[reference] {metric}", metric, "reference")
-            if metric == "qos_violation_rate":
-                if not 0.0 <= v < 1.0:
-                    raise src.error(
-                        "[reference] qos_violation_rate must be in [0, 1)", metric, "reference"
-                    )
-            elif v <= 0.0:
-                raise src.error(f"[reference] {metric} must be > 0", metric, "reference")
-            reference[metric] = v
-
-        # [knobs.<knob>]
-        knob_tbl = src.table("knobs")
-        knobs: dict[str, KnobResponse] = {}
-        for knob, spec in knob_tbl.items():
-            table = f"knobs.{knob}"
-            if not is_knob(knob):
-                raise _table_error(src, f"unknown knob '{knob}' (knobs: {known_list()})", table)
-            if catalog is not None and knob not in catalog:
-                raise _table_error(
-                    src, f"knob '{knob}' is not in platform '{platform_name}'", table
-                )
-            if allowed_space is not None and knob not in allowed_space:
-                raise _table_error(
-                    src,
-                    f"knob '{knob}' is not in the experiment's space "
-                    f"({', '.join(allowed_space) or 'empty'})",
-                    table,
-                )
-            if not isinstance(spec, dict):
-                raise src.error(f"[{table}] must be a table", knob, "knobs")
-            for key in spec:
-                if key not in _KNOB_KEYS:
-                    raise _table_error(
-                        src,
-                        f"[{table}] has unknown key '{key}' "
-                        f"(allowed: {', '.join(sorted(_KNOB_KEYS))})",
-                        f"{table}.{key}",
-                    )
-            if not isinstance(spec.get("throughput"), dict) or not spec["throughput"]:
-                raise _table_error(
-                    src, f"[{table}] needs a non-empty [{table}.throughput] table", table
-                )
-            tables: dict[str, dict[Value, float]] = {}
-            for part in ("throughput", "p99", "qos", "power"):
-                raw = spec.get(part, {})
-                sub = f"{table}.{part}"
-                if not isinstance(raw, dict):
-                    raise src.error(f"[{sub}] must be a table of setting = number", part, table)
-                values: dict[Value, float] = {}
-                for key, number in raw.items():
-                    setting = _setting(src, knob, key, key, sub)
-                    if setting in values:
-                        raise src.error(f"[{sub}] lists {key!r} twice", key, sub)
-                    if part == "throughput":
-                        if catalog is not None and setting not in catalog[knob]:
-                            choices = ", ".join(format_value(knob, x) for x in catalog[knob])
-                            raise src.error(
-                                f"[{sub}] {knob} = {key!r} is not in platform "
-                                f"'{platform_name}' ({choices})",
-                                key,
-                                sub,
-                            )
-                        if allowed_space is not None and setting not in allowed_space[knob]:
-                            choices = ", ".join(
-                                format_value(knob, x) for x in sorted(allowed_space[knob], key=str)
-                            )
-                            raise src.error(
-                                f"[{sub}] {knob} = {key!r} is not in the experiment's space "
-                                f"({choices})",
-                                key,
-                                sub,
-                            )
-                    elif setting not in tables["throughput"]:
-                        raise src.error(
-                            f"[{sub}] {key!r} has no throughput in [{table}.throughput]", key, sub
-                        )
-                    v = _number(src, number, f"[{sub}] {key}", key, sub)
-                    if part == "qos":
-                        if not 0.0 <= v <= 1.0:
-                            raise src.error(
-                                f"[{sub}] {key}: a violation rate is in [0, 1]", key, sub
-                            )
-                    elif v <= 0.0:
-                        raise src.error(f"[{sub}] {key}: a multiplier must be > 0", key, sub)
-                    values[setting] = v
-                tables[part] = values
-            if allowed_space is not None:
-                missing = [v for v in allowed_space[knob] if v not in tables["throughput"]]
-                if missing:
-                    raise _table_error(
-                        src,
-                        f"[{table}.throughput] does not model the experiment's setting(s) "
-                        f"{', '.join(format_value(knob, v) for v in missing)}",
-                        table,
-                    )
-            knobs[knob] = KnobResponse(
-                throughput=tables["throughput"],
-                p99=tables["p99"],
-                qos=tables["qos"],
-                power=tables["power"],
-                warmup=_knob_warmups(src, knob, spec.get("warmup", {}), tables["throughput"]),
-            )
-
-        # [reference.config]
-        ref_cfg_raw = ref_tbl.get("config")
-        reference_config: Configuration | None = None
-        if ref_cfg_raw is not None:
-            if not isinstance(ref_cfg_raw, dict):
-                raise src.error("[reference.config] must be a table", "config", "reference")
-            cfg: dict[str, Value] = {}
-            for knob, raw in ref_cfg_raw.items():
-                if not is_knob(knob):
-                    raise src.error(
-                        f"[reference.config] unknown knob '{knob}'", knob, "reference.config"
-                    )
-                value = _setting(src, knob, raw, knob, "reference.config")
-                resp = knobs.get(knob)
-                if resp is not None:
-                    if value not in resp.throughput:
-                        raise src.error(
-                            f"[reference.config] {knob} = {raw!r} is not modelled "
-                            f"in [knobs.{knob}]",
-                            knob,
-                            "reference.config",
-                        )
-                    if abs(resp.throughput[value] - 1.0) > 1e-9:
-                        raise src.error(
-                            f"[reference.config] the reference setting {knob} = {raw!r} must have "
-                            f"throughput 1.0 in [knobs.{knob}.throughput], not "
-                            f"{resp.throughput[value]:g}",
-                            knob,
-                            "reference.config",
-                        )
-                cfg[knob] = value
-            reference_config = Configuration.of(cfg)
-
-        # [[interactions]]
-        inter_raw = data.get("interactions", [])
-        if not isinstance(inter_raw, list):
-            raise src.error(
-                "interactions must be an array of tables [[interactions]]", "interactions"
-            )
+        allowed_space = None if space is None else {k: set(v) for k, v in space.items()}
+        ref = f.reference
+        reference = {
+            "mips": ref.mips,
+            "qps": ref.qps,
+            "p99_ms": ref.p99_ms,
+            "power_w": ref.power_w,
+            "qos_violation_rate": ref.qos_violation_rate,
+        }
+        knobs = {
+            knob: _knob_response(src, knob, spec, catalog, platform_name, allowed_space)
+            for knob, spec in f.knobs.items()
+        }
+        reference_config = _reference_config(src, ref.config, knobs)
         interactions: list[Interaction] = []
-        for i, item in enumerate(inter_raw):
-            line = _nth_header_line(src.text, "interactions", i)
-
-            def ierr(msg: str, line: int | None = line, i: int = i) -> InputError:
-                where = f"{src.path}:{line}" if line else str(src.path)
-                return InputError(f"[[interactions]] #{i + 1}: {msg}", where=where)
-
-            if not isinstance(item, dict):
-                raise ierr("must be a table")
-            for key in item:
-                if key not in {"when", "throughput", "p99", "why", "warmup"}:
-                    raise ierr(f"unknown key '{key}' (allowed: p99, throughput, warmup, when, why)")
-            when = _conditions(src, item.get("when"), knobs, ierr)
-            if "throughput" not in item:
-                raise ierr("needs throughput = <multiplier>")
-            mult = item["throughput"]
-            if isinstance(mult, bool) or not isinstance(mult, int | float) or not mult > 0:
-                raise ierr(f"throughput must be a number > 0, not {mult!r}")
-            if not math.isfinite(float(mult)):
-                raise ierr("throughput must be finite")
-            p99 = item.get("p99", 1.0 / float(mult))
-            if isinstance(p99, bool) or not isinstance(p99, int | float) or not p99 > 0:
-                raise ierr(f"p99 must be a number > 0, not {p99!r}")
-            why = item.get("why", "")
-            if not isinstance(why, str):
-                raise ierr("why must be text")
-            warm: Warmup | None = None
-            if "warmup" in item:
-                try:
-                    warm = _warmup_entry(src, item["warmup"], "warmup", "interactions")
-                except InputError as exc:
-                    raise ierr(exc.message) from None
-            interactions.append(Interaction(when, float(mult), float(p99), why, warm))
-
-        noise = cls._parse_noise(src)
-        timing = cls._parse_timing(src)
-        threading = _threading_section(src, knobs)
+        for i, item in enumerate(f.interactions):
+            when = _conditions(src, item.when, knobs, _entry_error(src, "interactions", i))
+            p99 = 1.0 / item.throughput if item.p99 is None else item.p99
+            warm = None if item.warmup is None else Warmup(item.warmup.amplitude, item.warmup.tau_s)
+            interactions.append(Interaction(when, item.throughput, p99, item.why, warm))
         model = cls(
-            name=name,
-            description=description,
+            name=src.path.stem if f.model.name is None else f.model.name,
+            description=f.model.description,
             source=str(src.path),
             reference=reference,
             reference_config=reference_config,
             knobs=knobs,
             interactions=tuple(interactions),
-            noise=noise,
-            timing=timing,
+            noise=_noise(f.noise),
+            timing=Timing(apply_s=f.timing.apply_s, reboot_s=f.timing.reboot_s),
             platform=platform_name,
-            threading=threading,
+            threading=_threading_section(src, f.threading, knobs),
         )
         if reference_config is not None:
             tp = model.throughput(reference_config)
@@ -650,96 +391,6 @@ class SimModel:
                     "reference",
                 )
         return model
-
-    @staticmethod
-    def _parse_noise(src: _Source) -> NoiseModel:
-        tbl = src.table("noise", required=False)
-        d = NoiseModel()
-        fields_ = {
-            "tick_s": (d.tick_s, lambda v: v > 0, "must be > 0"),
-            "host_bias": (d.host_bias, lambda v: -0.5 < v < 0.5, "must be in (-0.5, 0.5)"),
-            "ar_phi": (d.ar_phi, lambda v: 0 <= v < 1, "must be in [0, 1)"),
-            "ar_sigma": (d.ar_sigma, lambda v: 0 <= v < 1, "must be in [0, 1)"),
-            "outlier_prob": (d.outlier_prob, lambda v: 0 <= v <= 1, "must be in [0, 1]"),
-            "outlier_scale": (d.outlier_scale, lambda v: 0 <= v < 3, "must be in [0, 3)"),
-            "p99_sigma": (d.p99_sigma, lambda v: 0 <= v < 1, "must be in [0, 1)"),
-            "power_sigma": (d.power_sigma, lambda v: 0 <= v < 1, "must be in [0, 1)"),
-            "p99_load_gain": (d.p99_load_gain, lambda v: v >= 0, "must be >= 0"),
-            "power_load_gain": (d.power_load_gain, lambda v: v >= 0, "must be >= 0"),
-            "innovation_df": (
-                d.innovation_df,
-                lambda v: v == 0 or 2 < v <= 1000,
-                "must be 0 (Gaussian) or in (2, 1000]",
-            ),
-            "wander_sd": (d.wander_sd, lambda v: 0 <= v < 0.5, "must be in [0, 0.5)"),
-            "wander_tau_s": (d.wander_tau_s, lambda v: v > 0, "must be > 0"),
-        }
-        sub_load = tbl.get("load", {})
-        sub_warm = tbl.get("warmup", {})
-        for name, sub in (("load", sub_load), ("warmup", sub_warm)):
-            if not isinstance(sub, dict):
-                raise src.error(f"[noise.{name}] must be a table", name, "noise")
-        values = _read_numbers(src, "noise", tbl, fields_, skip={"load", "warmup"})
-        ld = LoadModel()
-        load_fields = {
-            "diurnal_amplitude": (
-                ld.diurnal_amplitude,
-                lambda v: 0 <= v < 0.9,
-                "must be in [0, 0.9)",
-            ),
-            "diurnal_period_s": (ld.diurnal_period_s, lambda v: v > 0, "must be > 0"),
-            "jitter_sigma": (ld.jitter_sigma, lambda v: 0 <= v < 0.5, "must be in [0, 0.5)"),
-            "burst_rate_per_h": (
-                ld.burst_rate_per_h,
-                lambda v: 0 <= v <= 3600,
-                "must be in [0, 3600]",
-            ),
-            "burst_amplitude": (ld.burst_amplitude, lambda v: 0 <= v < 2, "must be in [0, 2)"),
-            "burst_duration_s": (ld.burst_duration_s, lambda v: v > 0, "must be > 0"),
-            "host_correlation": (ld.host_correlation, lambda v: 0 <= v <= 1, "must be in [0, 1]"),
-            "sensitivity_spread": (
-                ld.sensitivity_spread,
-                lambda v: 0 <= v < 1,
-                "must be in [0, 1)",
-            ),
-            "share_sigma": (ld.share_sigma, lambda v: 0 <= v < 0.5, "must be in [0, 0.5)"),
-            "share_tau_s": (ld.share_tau_s, lambda v: v > 0, "must be > 0"),
-        }
-        load_values = _read_numbers(src, "noise.load", sub_load, load_fields)
-        warm_fields = {
-            "amplitude": (d.warmup_amplitude, lambda v: 0 <= v < 1, "must be in [0, 1)"),
-            "tau_s": (d.warmup_tau_s, lambda v: v > 0, "must be > 0"),
-        }
-        start = sub_warm.get("start", "cold")
-        if start not in ("cold", "warm"):
-            raise src.error(
-                f"[noise.warmup] start must be 'cold' or 'warm', not {start!r}",
-                "start",
-                "noise.warmup",
-            )
-        warm = _read_numbers(src, "noise.warmup", sub_warm, warm_fields, skip={"start"})
-        return NoiseModel(
-            **values,
-            warmup_amplitude=warm["amplitude"],
-            warmup_tau_s=warm["tau_s"],
-            start_warm=start == "warm",
-            load=LoadModel(**load_values),
-        )
-
-    @staticmethod
-    def _parse_timing(src: _Source) -> Timing:
-        tbl = src.table("timing", required=False)
-        d = Timing()
-        vals = _read_numbers(
-            src,
-            "timing",
-            tbl,
-            {
-                "apply_s": (d.apply_s, lambda v: v >= 0, "must be >= 0"),
-                "reboot_s": (d.reboot_s, lambda v: v >= 0, "must be >= 0"),
-            },
-        )
-        return Timing(**vals)
 
     # ----------------------------------------------------------------- the response
 
@@ -882,40 +533,95 @@ class SimModel:
         return best
 
 
-def _warmup_entry(src: _Source, raw: object, key: str, table: str) -> Warmup:
-    """``{ amplitude = 0.05, tau_s = 120.0 }``: an extra warm-up transient."""
-    if not isinstance(raw, dict):
-        raise src.error(
-            f"[{table}] {key} must be {{ amplitude = <loss>, tau_s = <seconds> }}", key, table
+def _noise(tbl: NoiseTable) -> NoiseModel:
+    ld, warm = tbl.load, tbl.warmup
+    return NoiseModel(
+        **tbl.model_dump(exclude={"load", "warmup"}),
+        warmup_amplitude=warm.amplitude,
+        warmup_tau_s=warm.tau_s,
+        start_warm=warm.start == "warm",
+        load=LoadModel(**ld.model_dump()),
+    )
+
+
+def _knob_response(
+    src: Document,
+    knob: str,
+    spec: KnobTable,
+    catalog: Mapping[str, tuple[Value, ...]] | None,
+    platform_name: str | None,
+    allowed_space: Mapping[str, set[Value]] | None,
+) -> KnobResponse:
+    """``[knobs.<knob>]``: its settings in canonical form, in the platform's catalog and the
+    experiment's space (the multipliers are checked by the schema)."""
+    table = f"knobs.{knob}"
+    if not is_knob(knob):
+        raise _table_error(src, f"unknown knob '{knob}' (knobs: {known_list()})", table)
+    if catalog is not None and knob not in catalog:
+        raise _table_error(src, f"knob '{knob}' is not in platform '{platform_name}'", table)
+    if allowed_space is not None and knob not in allowed_space:
+        raise _table_error(
+            src,
+            f"knob '{knob}' is not in the experiment's space "
+            f"({', '.join(allowed_space) or 'empty'})",
+            table,
         )
-    for k in raw:
-        if k not in ("amplitude", "tau_s"):
-            raise src.error(
-                f"[{table}] {key}: unknown key '{k}' (allowed: amplitude, tau_s)", key, table
+    tables: dict[str, dict[Value, float]] = {}
+    for part in ("throughput", "p99", "qos", "power"):
+        sub = f"{table}.{part}"
+        values: dict[Value, float] = {}
+        for key, number in getattr(spec, part).items():
+            setting = _setting(src, knob, key, key, sub)
+            if setting in values:
+                raise src.error(f"[{sub}] lists {key!r} twice", key, sub)
+            if part == "throughput":
+                if catalog is not None and setting not in catalog[knob]:
+                    choices = ", ".join(format_value(knob, x) for x in catalog[knob])
+                    raise src.error(
+                        f"[{sub}] {knob} = {key!r} is not in platform "
+                        f"'{platform_name}' ({choices})",
+                        key,
+                        sub,
+                    )
+                if allowed_space is not None and setting not in allowed_space[knob]:
+                    choices = ", ".join(
+                        format_value(knob, x) for x in sorted(allowed_space[knob], key=str)
+                    )
+                    raise src.error(
+                        f"[{sub}] {knob} = {key!r} is not in the experiment's space ({choices})",
+                        key,
+                        sub,
+                    )
+            elif setting not in tables["throughput"]:
+                raise src.error(
+                    f"[{sub}] {key!r} has no throughput in [{table}.throughput]", key, sub
+                )
+            values[setting] = number
+        tables[part] = values
+    if allowed_space is not None:
+        missing = [v for v in allowed_space[knob] if v not in tables["throughput"]]
+        if missing:
+            raise _table_error(
+                src,
+                f"[{table}.throughput] does not model the experiment's setting(s) "
+                f"{', '.join(format_value(knob, v) for v in missing)}",
+                table,
             )
-    if "amplitude" not in raw or "tau_s" not in raw:
-        raise src.error(f"[{table}] {key} needs amplitude and tau_s", key, table)
-    amp = _number(src, raw["amplitude"], f"[{table}] {key} amplitude", key, table)
-    tau = _number(src, raw["tau_s"], f"[{table}] {key} tau_s", key, table)
-    if not 0.0 <= amp < 1.0:
-        raise src.error(
-            f"[{table}] {key} amplitude must be in [0, 1), not {raw['amplitude']!r}", key, table
-        )
-    if not 0.0 < tau <= 86_400.0:
-        raise src.error(
-            f"[{table}] {key} tau_s must be in (0, 86400], not {raw['tau_s']!r}", key, table
-        )
-    return Warmup(amp, tau)
+    return KnobResponse(
+        throughput=tables["throughput"],
+        p99=tables["p99"],
+        qos=tables["qos"],
+        power=tables["power"],
+        warmup=_knob_warmups(src, knob, spec.warmup, tables["throughput"]),
+    )
 
 
 def _knob_warmups(
-    src: _Source, knob: str, raw: object, settings: Mapping[Value, float]
+    src: Document, knob: str, raw: Mapping[str, WarmupEntry], settings: Mapping[Value, float]
 ) -> dict[Value, Warmup]:
     """``[knobs.<knob>.warmup]``: setting = { amplitude, tau_s }, an extra transient on a host
     whose change puts the knob at that setting."""
     table = f"knobs.{knob}.warmup"
-    if not isinstance(raw, dict):
-        raise src.error(f"[{table}] must be a table of setting = {{ ... }}", "warmup", table)
     out: dict[Value, Warmup] = {}
     for key, entry in raw.items():
         setting = _setting(src, knob, key, key, table)
@@ -923,31 +629,39 @@ def _knob_warmups(
             raise src.error(
                 f"[{table}] {key!r} has no throughput in [knobs.{knob}.throughput]", key, table
             )
-        out[setting] = _warmup_entry(src, entry, key, table)
+        out[setting] = Warmup(entry.amplitude, entry.tau_s)
     return out
 
 
-def _read_numbers(
-    src: _Source,
-    table: str,
-    tbl: Mapping[str, Any],
-    spec: Mapping[str, tuple[float, Any, str]],
-    skip: set[str] | frozenset[str] = frozenset(),
-) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for key in tbl:
-        if key not in spec and key not in skip:
-            allowed = ", ".join(sorted(set(spec) | set(skip)))
-            raise src.error(f"[{table}] has unknown key '{key}' (allowed: {allowed})", key, table)
-    for key, (default, ok, why) in spec.items():
-        if key not in tbl:
-            out[key] = float(default)
-            continue
-        v = _number(src, tbl[key], f"[{table}] {key}", key, table)
-        if not ok(v):
-            raise src.error(f"[{table}] {key} {why}, not {tbl[key]!r}", key, table)
-        out[key] = v
-    return out
+def _reference_config(
+    src: Document, raw: Mapping[str, Any] | None, knobs: Mapping[str, KnobResponse]
+) -> Configuration | None:
+    """``[reference.config]``: where every multiplier is 1.0."""
+    if raw is None:
+        return None
+    cfg: dict[str, Value] = {}
+    for knob, value_raw in raw.items():
+        if not is_knob(knob):
+            raise src.error(f"[reference.config] unknown knob '{knob}'", knob, "reference.config")
+        value = _setting(src, knob, value_raw, knob, "reference.config")
+        resp = knobs.get(knob)
+        if resp is not None:
+            if value not in resp.throughput:
+                raise src.error(
+                    f"[reference.config] {knob} = {value_raw!r} is not modelled in [knobs.{knob}]",
+                    knob,
+                    "reference.config",
+                )
+            if abs(resp.throughput[value] - 1.0) > 1e-9:
+                raise src.error(
+                    f"[reference.config] the reference setting {knob} = {value_raw!r} must have "
+                    f"throughput 1.0 in [knobs.{knob}.throughput], not "
+                    f"{resp.throughput[value]:g}",
+                    knob,
+                    "reference.config",
+                )
+        cfg[knob] = value
+    return Configuration.of(cfg)
 
 
 __all__ = [

@@ -45,6 +45,7 @@ from scipy.signal import lfilter
 from musku.domain import Configuration, Sample
 from musku.errors import InputError, MuskuError
 from musku.hosts.base import Host, HostPair
+from musku.schema.hosts import SimOptions, parse_options
 from musku.sim.model import Point, SimModel
 
 if TYPE_CHECKING:
@@ -670,19 +671,9 @@ class SimPair(HostPair):
 def open_pair(experiment: Experiment, seed: int = 0) -> SimPair:
     """The ``sim`` backend factory: the model named by ``[hosts] model`` (relative to the
     experiment file), validated against the experiment's space, starting at its baseline."""
-    opts = experiment.hosts.options
     where = str(experiment.path)
-    model_opt = opts.get("model")
-    if not isinstance(model_opt, str) or not model_opt:
-        raise InputError("[hosts] backend 'sim' needs model = \"path/to/model.toml\"", where=where)
-    unknown = set(opts) - {"model", "host_bias", "noise_scale"}
-    if unknown:
-        raise InputError(
-            f"[hosts] unknown sim option(s) {', '.join(sorted(unknown))} "
-            "(allowed: model, host_bias, noise_scale)",
-            where=where,
-        )
-    model = SimModel.load(experiment.resolve(model_opt), space=experiment.space)
+    opts = parse_options(SimOptions, experiment.hosts.options, where)
+    model = SimModel.load(experiment.resolve(opts.model), space=experiment.space)
     baseline = experiment.baseline_config
     for cfg in (experiment.stock, experiment.production):
         for knob, value in cfg.settings:
@@ -691,11 +682,6 @@ def open_pair(experiment: Experiment, seed: int = 0) -> SimPair:
                     f"model {model.source} does not model the experiment's {knob}={value!r}",
                     where=where,
                 )
-    host_bias = opts.get("host_bias")
-    noise_scale = opts.get("noise_scale", 1.0)
-    for name, v in (("host_bias", host_bias), ("noise_scale", noise_scale)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
-            raise InputError(f"[hosts] {name} must be a number, not {v!r}", where=where)
     cotune = experiment.cotune
     if cotune is not None and model.threading is None:
         raise InputError(
@@ -706,8 +692,8 @@ def open_pair(experiment: Experiment, seed: int = 0) -> SimPair:
     return SimPair(
         model,
         seed=seed,
-        host_bias=None if host_bias is None else float(host_bias),
-        noise_scale=float(noise_scale),
+        host_bias=opts.host_bias,
+        noise_scale=opts.noise_scale,
         initial=(baseline, baseline),
         reboot_knobs=experiment.spec.reboot_knobs,
         cotune=cotune,

@@ -15,8 +15,9 @@ import pytest
 
 from musku.agent.config import load_config
 from musku.errors import InputError
-from musku.experiment import _line_of, load_experiment, load_platform
+from musku.experiment import load_experiment, load_platform
 from musku.inputfiles import MAX_FILE_BYTES, read_text
+from musku.schema.document import line_of
 from musku.sim.model import SimModel
 from tests.cli.test_exit_codes import musku, one_error_line
 from tests.fixtures.toy import EXPERIMENT, MODEL
@@ -161,12 +162,12 @@ def test_line_lookup_is_linear_on_a_pathological_line(work: Path) -> None:
     """A line of '[' and spaces made the old regex cubic: a 4 KB file took about a minute."""
     line = "[" + " " * 4000 + "x"
     started = time.perf_counter()
-    assert _line_of(f'd = """\n{line}\n"""\n', "absent", "nowhere") is None
+    assert line_of(f'd = """\n{line}\n"""\n', "absent", "nowhere") is None
     text = BASE.replace("description", "d") + f'\n[service.x]\nnote = """\n{line}\n"""\n'
     with pytest.raises(InputError, match="unknown key 'x'"):
         load_experiment(_exp(work, text.replace("uses_shp = true", "uses_shp = true")))
     assert time.perf_counter() - started < 1.0 * slowdown()  # the regex: minutes
-    assert _line_of('[a]\nk = 1\n[ b ]\n"k" = 2\n', "k", "b") == 4
+    assert line_of('[a]\nk = 1\n[ b ]\n"k" = 2\n', "k", "b") == 4
 
 
 @pytest.mark.parametrize("target", ["/dev/zero", "fifo", "dir", "big"])

@@ -8,7 +8,7 @@ import pytest
 
 from musku.errors import InputError
 from musku.qsim.model import load, read_histogram, with_overrides
-from musku.qsim.tomlpos import Positions
+from musku.schema.tomlpos import Positions
 from tests.qsim.conftest import MM1
 
 ROOT = Path(__file__).resolve().parents[2]

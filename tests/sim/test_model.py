@@ -147,6 +147,8 @@ BAD = [
     ("diurnal_amplitude = 0.1", "diurnal_period_s = 0", 36, "diurnal_period_s must be > 0"),
     ("reboot_s = 100.0", "reboot_s = -5", 39, "reboot_s must be >= 0"),
     ("mips = 1000.0", "mips = = 1000.0", 6, "malformed TOML"),
+    ('when = { cdp = "!off", thp = "always" }\n', "", 27, "#1: needs when = { knob = value"),
+    ("madvise = 1.01\n", "madvise = 1.01\n[knobs.thp]\nqos = 3\n", 27, "[knobs.thp.qos] must be a"),
 ]
 
 

@@ -12,8 +12,42 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-_KEY = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_.\-"' ]+?)\s*=""")
+_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-\"' ")
+
+
+def _header(line: str) -> tuple[bool, str] | None:
+    """``(is an array of tables, name)`` of a ``[name]`` / ``[[name]]`` header line, else None.
+    Plain scans, linear in the line: the regular expressions these replace backtracked
+    cubically on a line of ``[`` and spaces (10 s for 1,000 spaces)."""
+    s = line.strip()
+    if not s.startswith("["):
+        return None
+    array = s.startswith("[[")
+    inner = s[2:] if array else s[1:]
+    end = inner.find("]")
+    name = inner[:end].strip() if end > 0 else ""
+    if not name or "=" in name:
+        return None
+    rest = inner[end + 1 :]
+    rest = (rest[1:] if array and rest.startswith("]") else rest).strip()
+    if rest and not rest.startswith("#"):
+        return None
+    return array, name
+
+
+def _key(line: str) -> tuple[str, str] | None:
+    """``(key, the value's text)`` of a ``key = value`` line, else None."""
+    s = line.lstrip()
+    if s[:1] in ('"', "'"):
+        close = s.find(s[0], 1)
+        after = s[close + 1 :].lstrip() if close > 0 else ""
+        if after.startswith("="):
+            return s[: close + 1], after[1:]
+    eq = s.find("=")
+    key = s[:eq].strip() if eq > 0 else ""
+    if not key or not all(c in _KEY_CHARS for c in key):
+        return None
+    return key, s[eq + 1 :]
 
 
 def _split_key(text: str) -> list[str]:
@@ -34,12 +68,14 @@ class Positions:
             if depth > 0:
                 depth += line.count("[") + line.count("{") - line.count("]") - line.count("}")
                 continue
-            m = _HEADER.match(line)
-            if m and "=" not in line.split("]")[0]:
-                names = _split_key(m.group(2))
+            header = _header(line)
+            if header is not None:
+                names = _split_key(header[1])
+                if not names:
+                    continue
                 path = self._resolve(names[:-1], counts)
                 key = (*path, names[-1])
-                if m.group(1) == "[[":
+                if header[0]:
                     idx = counts.get(key, 0)
                     counts[key] = idx + 1
                     current = (*key, idx)
@@ -47,11 +83,11 @@ class Positions:
                     current = key
                 self.lines.setdefault(current, no)
                 continue
-            k = _KEY.match(line)
+            k = _key(line)
             if k:
-                loc = (*current, *_split_key(k.group(1)))
+                loc = (*current, *_split_key(k[0]))
                 self.lines.setdefault(loc, no)
-                value = line[k.end() :]
+                value = k[1]
                 depth = max(
                     0, value.count("[") + value.count("{") - value.count("]") - value.count("}")
                 )

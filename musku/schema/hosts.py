@@ -1,0 +1,302 @@
+"""Each built-in host backend's ``[hosts]`` options, declared as a model.
+
+``musku check`` validates an experiment's ``[hosts]`` table against its backend's model
+(:data:`HOST_MODELS`) without opening a connection, so it refuses what ``musku sweep`` would;
+``musku schema hosts-<backend>`` prints the model as a JSON Schema. The backends' factories
+(``musku.sim.pair``, ``musku.hosts.agent``, ``musku.hosts.local``, ``musku.qsim.hosts``) read
+the same options when they open the hosts. The models live here, not in the backends' own
+modules, because those import the experiment module, which checks the options: declaring the
+models here keeps that import one-way. A ``module:factory`` backend checks its own options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from musku.inputfiles import MAX_PATH_CHARS
+from musku.schema.document import Check, Document, Refusal, Strict, bounds
+
+
+def _number(lo: float, hi: float, *, open_ends: bool = False) -> Check:
+    """A finite number in [lo, hi] (or (lo, hi)), refused in the backends' words."""
+
+    def check(value: Any) -> Any:
+        ok = not isinstance(value, bool) and isinstance(value, int | float) and lo <= value <= hi
+        if ok and open_ends:
+            ok = lo < value < hi
+        if not ok:  # NaN fails both comparisons
+            span = f"({lo:g}, {hi:g})" if open_ends else f"[{lo:g}, {hi:g}]"
+            raise Refusal(f"{{at}} must be a number in {span}")
+        return value
+
+    if open_ends:
+        return Check(check, exclusiveMinimum=lo, exclusiveMaximum=hi)
+    return Check(check, minimum=lo, maximum=hi)
+
+
+def _file_name(value: Any) -> Any:
+    if not isinstance(value, str) or not value or len(value) > MAX_PATH_CHARS or "\0" in value:
+        raise Refusal(f"{{at}} must be a file name of 1..{MAX_PATH_CHARS} characters")
+    return value
+
+
+FileName = Annotated[
+    str, BeforeValidator(_file_name), bounds(minLength=1, maxLength=MAX_PATH_CHARS)
+]
+"""A file name given in ``[hosts]`` (relative to the experiment file, or ``~``-expanded)."""
+
+
+class HostOptions(Strict):
+    """Options every backend's ``[hosts]`` table shares: the backend's name."""
+
+    # an unknown option: {key}, {backend}, {allowed} (sorted) or {declared} (in order);
+    # "": the common wording
+    UNKNOWN: ClassVar[str] = ""
+    BACKEND: ClassVar[str] = ""
+
+    backend: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise Refusal("{table} must be a table", here=True)
+        allowed = [k for k in cls.key_names() if k != "backend"]
+        for key in data:
+            if key not in allowed and key != "backend":
+                declared = ", ".join(k for k in cls.model_fields if k != "backend")
+                message = cls.UNKNOWN or (
+                    "[hosts] unknown option '{key}' for the {backend} backend "
+                    "(allowed: backend, {allowed})"
+                )
+                raise Refusal(
+                    message.format(
+                        key=key, backend=cls.BACKEND, allowed=", ".join(allowed), declared=declared
+                    ),
+                    key=str(key),
+                )
+        cls.shape(data)
+        return data
+
+
+class SimOptions(HostOptions):
+    """``backend = "sim"``: simulated hosts (docs/sim.md)."""
+
+    BACKEND: ClassVar[str] = "sim"
+    backend: Literal["sim"] = "sim"
+    model: FileName = Field(description="the simulator model file, relative to the experiment")
+    host_bias: Annotated[float, _number(-0.5, 0.5, open_ends=True)] | None = Field(
+        None, description="override the model's host bias (relative; hosts[1] faster)"
+    )
+    noise_scale: Annotated[float, _number(0.0, 100.0)] = 1.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _needs_model(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not isinstance(data.get("model"), str):
+            raise Refusal(
+                "[hosts] backend 'sim' needs model = \"path/to/model.toml\"", line_key="hosts"
+            )
+        return data
+
+
+class AgentHostEntry(Strict):
+    """One host of the agent backend, as a table."""
+
+    name: str = ""
+    host: str = ""
+    port: Annotated[int, bounds(minimum=1, maximum=65535)] | None = Field(
+        default=None, description="default: ssh_port"
+    )
+    user: str = Field(default="", description="default: ssh_user")
+    socket: str = ""
+    midtier_admin: str = ""
+    midtier_admin_port_file: str = ""
+
+
+def _agent_host(value: Any) -> Any:
+    """A host is a name or a table; refused with the agent backend's messages."""
+    if isinstance(value, str) and value:
+        return value
+    if not isinstance(value, dict):
+        raise Refusal("[hosts] each host is a name or a table {name, host, socket, ...}")
+    extra = set(value) - set(AgentHostEntry.key_names())
+    if extra:
+        raise Refusal(f"[hosts] unknown host key(s): {', '.join(sorted(extra))}")
+    host, sock = value.get("host", ""), value.get("socket", "")
+    if not host and not sock:
+        raise Refusal('[hosts] each host needs host = "address" or socket = "path"')
+    name = value.get("name") or host or sock
+    port = value.get("port", 22)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise Refusal(f"[hosts] {name}: port must be an integer in 1..65535")
+    given = [k for k in ("midtier_admin", "midtier_admin_port_file") if k in value]
+    for key in given:
+        if not isinstance(value[key], str) or not value[key]:
+            raise Refusal(f"[hosts] {name}: {key} must be a non-empty string")
+    if len(given) > 1:
+        raise Refusal(f"[hosts] {name}: give midtier_admin or midtier_admin_port_file, not both")
+    for key in ("name", "host", "user", "socket"):
+        if not isinstance(value.get(key, ""), str):
+            raise Refusal(f"[hosts] {name}: {key} must be a string")
+    return value
+
+
+def _two_hosts(value: Any) -> Any:
+    if not isinstance(value, list) or len(value) != 2:
+        raise Refusal("[hosts] the agent backend needs hosts = [two hosts]", line_key="hosts")
+    return value
+
+
+def host_name(entry: str | AgentHostEntry) -> str:
+    """The name a host of the agent backend goes by (its table's name, host or socket)."""
+    if isinstance(entry, str):
+        return entry
+    return entry.name or entry.host or entry.socket
+
+
+class AgentOptions(HostOptions):
+    """``backend = "agent"``: two real hosts running ``musku agent`` (docs/agent.md)."""
+
+    BACKEND: ClassVar[str] = "agent"
+    backend: Literal["agent"] = "agent"
+    hosts: Annotated[
+        list[Annotated[str | AgentHostEntry, BeforeValidator(_agent_host)]],
+        BeforeValidator(_two_hosts),
+        bounds(minItems=2, maxItems=2, description="two host names or host tables"),
+    ]
+    ssh_user: str = "root"
+    ssh_port: Annotated[int, bounds(minimum=1, maximum=65535)] = 22
+    remote_command: Annotated[list[Annotated[str, bounds(minLength=1)]], bounds(minItems=1)] = [
+        "musku",
+        "agent",
+        "rpc",
+    ]
+    identity_file: FileName | None = None
+    known_hosts: FileName | None = None
+    connect_timeout_s: Annotated[float, _number(0.1, 600.0)] = 10.0
+    lease_s: Annotated[float, _number(1.0, 3600.0)] = 30.0
+
+    @classmethod
+    def shape(cls, data: dict[str, Any]) -> None:
+        _two_hosts(data.get("hosts"))
+        user, port = data.get("ssh_user", "root"), data.get("ssh_port", 22)
+        if not isinstance(user, str) or isinstance(port, bool) or not isinstance(port, int):
+            raise Refusal(
+                "[hosts] ssh_user must be a string and ssh_port an integer",
+                key="ssh_user" if not isinstance(user, str) else "ssh_port",
+            )
+        if not 0 < port < 65536:
+            raise Refusal("[hosts] ssh_port must be an integer in 1..65535", key="ssh_port")
+        cmd = data.get("remote_command", ["musku"])
+        if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) and c for c in cmd):
+            raise Refusal("[hosts] remote_command must be a list of strings", key="remote_command")
+
+    @model_validator(mode="after")
+    def _names(self) -> AgentOptions:
+        names = [host_name(h) for h in self.hosts]
+        if names[0] == names[1]:
+            raise Refusal("[hosts] the two hosts must have different names", line_key="hosts")
+        if any(len(n) > 255 for n in names):  # hosts.name is a VARCHAR(255)
+            raise Refusal("[hosts] a host name is longer than 255 characters", line_key="hosts")
+        return self
+
+
+def _workload(value: Any) -> Any:
+    if value not in ("builtin", "none"):
+        raise Refusal("[hosts] workload must be 'builtin' or 'none' (a service already running)")
+    return value
+
+
+def _flag(value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise Refusal("{at} must be true or false")
+    return value
+
+
+class LocalOptions(HostOptions):
+    """``backend = "local"``: one real host, A and B alternated in windows (switchback)."""
+
+    BACKEND: ClassVar[str] = "local"
+    backend: Literal["local"] = "local"
+    settle_s: Annotated[float, _number(0.0, 600.0)] = 1.0
+    lease_s: Annotated[float, _number(1.0, 3600.0)] = 30.0
+    socket: FileName | None = None
+    state_dir: FileName | None = None
+    workload: Annotated[Literal["builtin", "none"], BeforeValidator(_workload)] = "builtin"
+    stats_file: FileName | None = None
+    arena_mib: Annotated[float, _number(8, 1 << 20)] = 256
+    madvise: Annotated[bool, BeforeValidator(_flag)] = False
+    agent_sample_interval_s: Annotated[float, _number(0.01, 10.0)] = 0.1
+
+    @model_validator(mode="after")
+    def _stats(self) -> LocalOptions:
+        if self.workload == "none" and not self.stats_file:
+            raise Refusal(
+                "[hosts] workload = 'none' needs the service's stats_file", key="workload"
+            )
+        return self
+
+
+def _at_least_zero(value: Any) -> Any:
+    ok = not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value < 1e300
+    if not ok:
+        raise Refusal(f"{{at}} must be a number >= 0, not {value!r}")
+    return value
+
+
+NonNegative = Annotated[float, BeforeValidator(_at_least_zero), bounds(minimum=0)]
+
+
+class QsimOptions(HostOptions):
+    """``backend = "qsim"``: a pair of hosts simulated by the queueing simulator (docs/qsim.md)."""
+
+    BACKEND: ClassVar[str] = "qsim"
+    UNKNOWN: ClassVar[str] = "[hosts] unknown qsim option(s) {key} (allowed: {declared})"
+    backend: Literal["qsim"] = "qsim"
+    model: FileName = Field(description="the qsim model file, relative to the experiment")
+    qps: NonNegative | None = None
+    sim_seconds: NonNegative = 1.0
+    noise: NonNegative = 0.02
+    host_bias: NonNegative = 0.0
+    qos_ms: NonNegative = 1.0
+    uncore_scale: NonNegative = 0.1
+
+    @model_validator(mode="before")
+    @classmethod
+    def _needs_model(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not isinstance(data.get("model"), str):
+            raise Refusal(
+                '[hosts] backend "qsim" needs model = "path/to/model.toml"', line_key="hosts"
+            )
+        return data
+
+
+HOST_MODELS: dict[str, type[HostOptions]] = {
+    "sim": SimOptions,
+    "agent": AgentOptions,
+    "local": LocalOptions,
+    "qsim": QsimOptions,
+}
+"""Backend name -> the model of its ``[hosts]`` options."""
+
+
+def option_names(backend: str) -> set[str]:
+    """The ``[hosts]`` options ``backend`` takes besides ``backend`` itself."""
+    return {k for k in HOST_MODELS[backend].key_names() if k != "backend"}
+
+
+OptionsT = TypeVar("OptionsT", bound=HostOptions)
+
+
+def parse_options(
+    model: type[OptionsT], options: Mapping[str, Any], where: str | None = None
+) -> OptionsT:
+    """A backend's ``[hosts]`` options (without ``backend``) as its model; refused in the
+    same words ``musku check`` uses, naming ``where`` (the experiment file) if given."""
+    return Document.of({}, where).validate(
+        model, {**options, "backend": model.BACKEND}, prefix=("hosts",)
+    )

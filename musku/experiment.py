@@ -26,6 +26,7 @@ from musku.domain import (
 from musku.errors import InputError
 from musku.hosts.base import BACKENDS
 from musku.inputfiles import safe_exists
+from musku.knobs.spec import is_knob, known_list, resolve, sort_key, spec_of
 from musku.schema.document import Document
 from musku.schema.experiment import (
     MAX_CORES,
@@ -37,7 +38,6 @@ from musku.schema.experiment import (
     ServiceTable,
     ThreadingTable,
 )
-from musku.knobs.spec import is_knob, known_list, resolve, sort_key, spec_of
 from musku.schema.hosts import HOST_MODELS, option_names
 from musku.tune.cotune import DEFAULT_LOADS, DEFAULT_WORKERS, MIDTIER_KEYS, MODELS, CotuneSpec
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from musku.cotune_spec import DEFAULT_LOADS, DEFAULT_WORKERS, MIDTIER_KEYS, MODELS, CotuneSpec
 from musku.domain import (
     KNOBS,
     ComparisonSpec,
@@ -33,7 +34,6 @@ from musku.inputfiles import (
     read_text,
     safe_exists,
 )
-from musku.tune.cotune import DEFAULT_LOADS, DEFAULT_WORKERS, MIDTIER_KEYS, MODELS, CotuneSpec
 
 
 @dataclass(frozen=True)

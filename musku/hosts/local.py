@@ -38,16 +38,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from musku.domain import Configuration, Sample
 from musku.errors import HostError, InputError, MuskuError
 from musku.experiment import HOST_OPTIONS
 from musku.hosts.agent import AgentHost, Link, SocketLink, cotune_tables
 from musku.hosts.base import Host, HostPair
-from musku.tune.cotune import timeout_for
+from musku.hosts.cotune import ControllerTables, timeout_for
+from musku.metrics.service import read_stats
 
 if TYPE_CHECKING:
     from musku.experiment import Experiment
-    from musku.tune.cotune import ControllerTables
 
 log = logging.getLogger("musku.hosts")
 PR_SET_PDEATHSIG = 1
@@ -130,8 +132,6 @@ class LocalSwitchbackPair(HostPair):
         workload_stats: Path | None = None,
         ready_timeout_s: float = 120.0,
     ) -> None:
-        import numpy as np
-
         self.arms = (_Arm("local/A"), _Arm("local/B"))
         self.hosts = self.arms
         self.agent = AgentHost("local", link)
@@ -212,8 +212,6 @@ class LocalSwitchbackPair(HostPair):
         ``ready_timeout_s`` is measured anyway (its sample then says what it saw)."""
         if self.workload_stats is None:
             return
-        from musku.metrics.service import read_stats
-
         deadline = time.monotonic() + self.ready_timeout_s
         while True:
             data = read_stats(self.workload_stats)

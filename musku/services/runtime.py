@@ -20,18 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from musku.cotune_spec import MODELS
 from musku.errors import HostError, InputError, MuskuError, UnsupportedError
 from musku.services.deployments import SERVICES, recipe
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES_SRC = REPO / "services"
 
-THREADING_MODELS: tuple[str, ...] = tuple(
-    f"{leaf}-{disp}-{wait}"
-    for leaf in ("sync", "async")
-    for disp in ("inline", "dispatch")
-    for wait in ("block", "poll")
-)
+THREADING_MODELS: tuple[str, ...] = MODELS  # the framework's models, listed once (cotune_spec)
 # How a mid-tier reaches its leaves (the servers' --leaf-transport; services/framework/README.md).
 LEAF_TRANSPORTS: tuple[str, ...] = ("unary", "batch")
 

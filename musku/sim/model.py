@@ -250,7 +250,7 @@ def _conditions(
 def _threading_section(src: _Source, knobs: Mapping[str, KnobResponse]) -> ThreadingResponse | None:
     """The optional ``[threading]`` table: which threading model serves best where, and what
     running another one costs (docs/threading.md, "Co-tuning")."""
-    from musku.tune.cotune import MODELS
+    from musku.cotune_spec import MODELS
 
     if "threading" not in src.data:
         return None

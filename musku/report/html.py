@@ -15,6 +15,7 @@ from musku.domain import Configuration, format_value
 from musku.errors import InputError
 from musku.report import figures as F
 from musku.report.data import PAPER_HOST_HOURS, ReportData, host_bias
+from musku.sweep.text import change_text
 
 FORMATS = ("html", "png", "svg")
 
@@ -57,13 +58,7 @@ def _img(uri: str, alt: str, **attrs: str) -> str:
 
 
 def _change(base: Configuration, cand: Configuration) -> str:
-    diff = base.diff(cand)
-    if not diff:
-        return "A/A"
-    return ", ".join(
-        f"{k} {format_value(k, a) if a is not None else '-'} → {format_value(k, b) if b is not None else '-'}"
-        for k, (a, b) in diff.items()
-    )
+    return change_text(base, cand, arrow="→", same="A/A")
 
 
 def knobs_of(sides: Sequence[ReportData]) -> list[str]:

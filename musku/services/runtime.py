@@ -20,12 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+from platformdirs import user_cache_dir
+
 from musku.cotune_spec import MODELS
 from musku.errors import HostError, InputError, MuskuError, UnsupportedError
+from musku.services.binaries import REPO, SERVICES_SRC, binary, build_dir
+from musku.services.datasets import setalgebra_data
 from musku.services.deployments import SERVICES, recipe
-
-REPO = Path(__file__).resolve().parents[2]
-SERVICES_SRC = REPO / "services"
 
 THREADING_MODELS: tuple[str, ...] = MODELS  # the framework's models, listed once (cotune_spec)
 # How a mid-tier reaches its leaves (the servers' --leaf-transport; services/framework/README.md).
@@ -38,40 +40,6 @@ def parse_cpus(text: str) -> list[int] | None:
         return [int(x) for x in text.split(",") if x.strip()] or None
     except ValueError as e:
         raise InputError(f"CPU lists are comma-separated integers, not {text!r}") from e
-
-
-def build_dir() -> Path:
-    """Release build directory (``MUSKU_SERVICES_BUILD`` overrides services/build)."""
-    env = os.environ.get("MUSKU_SERVICES_BUILD")
-    return Path(env) if env else SERVICES_SRC / "build"
-
-
-_BINARIES = {
-    "musku_admin": "framework/musku_admin",
-    "musku_loadgen": "loadgen/musku_loadgen",
-    "setalgebra_leaf": "setalgebra/setalgebra_leaf",
-    "setalgebra_midtier": "setalgebra/setalgebra_midtier",
-    "setalgebra_gen": "setalgebra/setalgebra_gen",
-    "hdsearch_lsh_bench": "hdsearch/hdsearch_lsh_bench",
-    "setalgebra_client": "setalgebra/setalgebra_client",
-    **{
-        f"{svc}_{part}": f"{svc}/{svc}_{part}"
-        for svc in ("hdsearch", "router", "recommend")
-        for part in ("leaf", "midtier", "client")
-    },
-}
-
-
-def binary(name: str) -> Path:
-    """Path of a built binary; UnsupportedError with the fix if it is not built."""
-    rel = _BINARIES.get(name, name)
-    path = build_dir() / rel
-    if not path.is_file() or not os.access(path, os.X_OK):
-        raise UnsupportedError(
-            f"{name} is not built ({path} missing): run `musku services build` "
-            "or scripts/build-services"
-        )
-    return path
 
 
 def build(*, test: bool = False, jobs: int = 2, asan: bool = True) -> Path:
@@ -354,8 +322,6 @@ class BenchPlacement:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (psutil)."""
-    import psutil
-
     t = psutil.Process(pid).cpu_times()
     return float(t.user + t.system)
 
@@ -545,38 +511,6 @@ class Deployment:
         return out
 
 
-def setalgebra_data(
-    data_dir: Path,
-    *,
-    corpus: str = "synth",
-    docs: int = 1_000_000,
-    terms: int = 20_000,
-    queries: int = 10_000,
-    seed: int = 1,
-) -> tuple[Path, Path]:
-    """Generate (once, cached by parameters) the Set Algebra index and queries."""
-    if corpus not in ("synth", "wordnet"):
-        raise InputError(f"corpus is 'synth' or 'wordnet', not {corpus!r}")
-    tag = (
-        f"{corpus}-{docs}-{terms}-{queries}-{seed}"
-        if corpus == "synth"
-        else f"wordnet-{queries}-{seed}"
-    )
-    out = Path(data_dir) / "setalgebra" / tag
-    index, qfile = out / "index.msai", out / "queries.txt"
-    if index.is_file() and qfile.is_file():
-        return index, qfile
-    out.mkdir(parents=True, exist_ok=True)
-    argv = [str(binary("setalgebra_gen")), corpus, "--out", str(out), "--queries", str(queries),
-            "--seed", str(seed)]  # fmt: skip
-    if corpus == "synth":
-        argv += ["--docs", str(docs), "--terms", str(terms)]
-    cp = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    if cp.returncode != 0:
-        raise InputError(f"setalgebra_gen: {cp.stderr.strip()}")
-    return index, qfile
-
-
 @contextlib.contextmanager
 def deploy(
     service: str,
@@ -672,8 +606,6 @@ def default_data_dir() -> Path:
     env = os.environ.get("MUSKU_DATA_DIR")
     if env:
         return Path(env)
-    from platformdirs import user_cache_dir
-
     return Path(user_cache_dir("musku")) / "services"
 
 

@@ -20,7 +20,7 @@ ROOT = Path(musku.__file__).resolve().parent
 # and render its results)
 DISPLAY_MODULES = {
     "musku.cli",
-    "musku.sweep.progress",  # the rich live view of a running sweep (the CLI's renderer)
+    "musku.display",  # the CLI's renderer: live progress of a sweep, the read commands' tables
     "musku.agent.cli",
     "musku.knobs.cli",
     "musku.qsim.cli",

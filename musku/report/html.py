@@ -15,7 +15,7 @@ from musku.domain import Configuration, format_value
 from musku.errors import InputError
 from musku.report import figures as F
 from musku.report.data import PAPER_HOST_HOURS, ReportData, host_bias
-from musku.sweep.text import change_text
+from musku.text import change_text
 
 FORMATS = ("html", "png", "svg")
 

@@ -27,12 +27,12 @@ from musku.errors import Interrupted
 from musku.experiment import Experiment
 from musku.hosts.base import HostPair
 from musku.sweep.report import result_dict, sku_dict
-from musku.sweep.text import change_text
+from musku.text import change_text
 
 
 class Progress(Protocol):
     """What the runner reports to: the observer the CLI implements with its live display
-    (:class:`musku.sweep.progress.LiveProgress`); :class:`NullProgress` reports nowhere."""
+    (:class:`musku.display.LiveProgress`); :class:`NullProgress` reports nowhere."""
 
     def comparison_started(
         self, purpose: str, baseline: Configuration, candidate: Configuration

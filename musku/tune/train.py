@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 import os
 import socket
+import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,13 @@ def default_candidates(cpus: int | None = None) -> list[Candidate]:
         else:
             out.append(Candidate.of(m))
     return out
+
+
+def parse_models(text: str) -> list[Candidate]:
+    """``'all'`` (:func:`default_candidates`) or comma-separated model names."""
+    if text == "all":
+        return default_candidates()
+    return [Candidate.of(m.strip()) for m in text.split(",") if m.strip()]
 
 
 def parse_loads(text: str) -> list[float]:
@@ -250,3 +258,72 @@ def train(
     t = _target(dep)
     transport = str(runtime.admin(t.address, "get").get("leaf_transport") or "unary")
     return build_table(t.service, loads, grid, candidates, leaf_transport=transport), grid
+
+
+@dataclass(frozen=True)
+class ServiceTraining:
+    """``musku tune train SERVICE``: deploy SERVICE on this host and train its table."""
+
+    service: str
+    loads: Sequence[float]
+    candidates: Sequence[Candidate]
+    duration_s: float = 3.0
+    warmup_s: float = 0.5
+    min_samples: int = 300
+    rounds: int = 3
+    out: Path | None = None  # default DATA_DIR/tables/SERVICE-HOST.json
+    platform: str = "local"  # stored with the table
+    config_key: str = "{}"  # the soft-SKU configuration in force ('{}' = stock)
+    server_cpus: Sequence[int] | None = None
+    loadgen_cpus: Sequence[int] | None = None
+    leaf_transport: str = "unary"
+    shards: int = 2
+    data_opts: Mapping[str, Any] = field(default_factory=dict)  # the dataset's size options
+    data_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class TrainedTable:
+    table: dict[str, Any]
+    path: Path  # where it was written
+    db_id: int | None  # its id in the results DB (None: not stored)
+
+
+def train_service(
+    run: ServiceTraining,
+    *,
+    store: bool = True,
+    db: str | None = None,
+    progress: Callable[[str, float, dict[str, Any]], None] | None = None,
+) -> TrainedTable:
+    """Deploy ``run.service`` here, train its table over the grid, write it (atomically) and,
+    with ``store``, save it in the results DB at ``db`` (opened once the table is written)."""
+    runtime.check_service(run.service)
+    ddir = run.data_dir or runtime.default_data_dir()
+    path = run.out or ddir / "tables" / f"{run.service}-{socket.gethostname()}.json"
+    workdir = Path(tempfile.mkdtemp(prefix=f"musku-tune-{run.service}-"))
+    with runtime.deploy(
+        run.service,
+        workdir=workdir,
+        data_dir=ddir,
+        shards=run.shards,
+        server_cpus=run.server_cpus,
+        data_opts=dict(run.data_opts),
+        leaf_transport=run.leaf_transport,
+    ) as dep:
+        table, _grid = train(dep, run.loads, run.candidates, duration_s=run.duration_s,
+                             warmup_s=run.warmup_s, loadgen_cpus=run.loadgen_cpus,
+                             progress=progress, min_samples=run.min_samples,
+                             rounds=run.rounds)  # fmt: skip
+    table["platform"] = run.platform
+    table["config_key"] = run.config_key
+    write_table(table, path)
+    stored = None
+    if store:
+        from musku.storage import open_store  # lazy: SQLAlchemy, only when storing
+
+        with open_store(db) as st:
+            stored = st.save_threading_table(
+                run.service, table["host"], run.platform, run.config_key, table
+            )
+    return TrainedTable(table, path, stored)

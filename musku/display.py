@@ -1,4 +1,5 @@
-"""Live progress of a sweep (rich) and the printed reports of the CLI's read commands."""
+"""The CLI's display (rich): live progress of a sweep and the printed reports of the read
+commands. Only the CLI layer imports it; the library reports through callbacks."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from rich.table import Table
 from rich.text import Text
 
 from musku.domain import ComparisonResult, Configuration, Decision, format_value
-from musku.sweep.text import change_text
-from musku.sweep.text import hours as _hours
-from musku.sweep.text import interval as _interval
-from musku.sweep.text import pct as _pct
+from musku.text import change_text
+from musku.text import hours as _hours
+from musku.text import interval as _interval
+from musku.text import pct as _pct
 
 _COLOURS = {
     Decision.BETTER: "green",
@@ -399,3 +400,50 @@ def print_dry_run(con: Any, d: Mapping[str, Any]) -> None:
         f"  host time: {guess} (from {est['source']}); at most {_hours(bound)} if every "
         "comparison ran to the sample cap",
     )
+
+
+def print_check(con: Any, exp: Any, data: Mapping[str, Any]) -> None:
+    """``musku check``'s summary (:func:`musku.summary.check_experiment`) as text."""
+    # every user string is escaped: a name like "x[/bold]" is text
+    con.print(
+        f"[bold]{escape(exp.name)}[/]: "
+        + escape(
+            f"{exp.service.name} on {exp.platform.name}, {exp.mode.value} sweep, "
+            f"{exp.hosts.backend} hosts -- OK"
+        )
+    )
+    for knob, values in exp.space.items():
+        con.print(
+            escape(f"  {knob:12} {len(values):3} settings  production={exp.production.get(knob)}")
+        )
+    con.print(
+        escape(
+            f"  metric {exp.spec.metric} ({exp.spec.direction.value} is better); guardrails: "
+            f"{', '.join(str(g) for g in exp.spec.guardrails) or 'none'}"
+        )
+    )
+    ct = data.get("threading")
+    if ct is not None:
+        n = len(ct["loads"]) * len(ct["candidates"])
+        con.print(
+            f"  threading co-tuned per configuration: {ct['service']} mid-tier, {n} training "
+            f"points (~{n * ct['seconds_per_point'] / 60:.0f} min host time per new configuration)"
+        )
+    else:
+        con.print("  threading: not co-tuned (hosts keep what their mid-tiers run)")
+
+
+def print_sku_diff(con: Any, diff: Any) -> None:
+    """``musku sku diff`` (:func:`musku.summary.sku_diff`) as a table."""
+    a, b = diff.skus
+    t = Table(
+        "knob",
+        escape(f"#{diff.first} {a.service}/{a.platform}"),
+        escape(f"#{diff.second} {b.service}/{b.platform}"),
+        "same?",
+    )
+    for r in diff.rows:
+        fa = format_value(r["knob"], r["first"]) if r["first"] is not None else "-"
+        fb = format_value(r["knob"], r["second"]) if r["second"] is not None else "-"
+        t.add_row(r["knob"], escape(fa), escape(fb), "same" if r["same"] else "differs")
+    con.print(t)

@@ -31,7 +31,6 @@ import ctypes
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -47,6 +46,7 @@ from musku.hosts.agent import AgentHost, Link, SocketLink, cotune_tables
 from musku.hosts.base import Host, HostPair
 from musku.hosts.cotune import ControllerTables, timeout_for
 from musku.metrics.service import read_stats
+from musku.process import Child, spawn
 
 if TYPE_CHECKING:
     from musku.experiment import Experiment
@@ -77,43 +77,22 @@ def _num(opts: Mapping[str, Any], key: str, default: float, lo: float, hi: float
     return float(v)
 
 
-class ChildProcess:
+class ChildProcess(Child):
     """A process this backend started (agent or workload); stopped by its pid only."""
 
-    def __init__(self, argv: list[str], log_path: Path, name: str) -> None:
-        self.name = name
-        self.log_path = log_path
-        self._log = open(log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=self._log,
-            preexec_fn=_die_with_parent,
-            # own session: a terminal's Ctrl-C reaches only the controller, which then restores
-            # the host through the agent and stops it (PR_SET_PDEATHSIG covers a dead controller)
-            start_new_session=True,
-            close_fds=True,
-        )
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
+    @classmethod
+    def start(cls, argv: list[str], log: Path, name: str) -> ChildProcess:
+        # own session: a terminal's Ctrl-C reaches only the controller, which then restores
+        # the host through the agent and stops it (PR_SET_PDEATHSIG covers a dead controller)
+        popen = spawn(argv, log, append=True, preexec=_die_with_parent, new_session=True)
+        return cls(name, popen, log)
 
     def tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace").strip().splitlines()[-1][:300]
-        except (OSError, IndexError):
-            return ""
+        """The log's last line, for an error message."""
+        return self.log_tail(1)[:300]
 
-    def stop(self, timeout: float = 20.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._log.close()
+    def stop(self, timeout: float = 20.0) -> int:
+        return super().stop(timeout)
 
 
 class LocalSwitchbackPair(HostPair):
@@ -334,7 +313,7 @@ def open_pair(experiment: Experiment, seed: int = 0) -> LocalSwitchbackPair:
             ]
             if opts.get("madvise", False):
                 argv.append("--madvise")
-            children.append(ChildProcess(argv, state / "workload.log", "workload"))
+            children.append(ChildProcess.start(argv, state / "workload.log", "workload"))
         if workload == "builtin":
             deadline = time.monotonic() + 30
             while not stats.exists():
@@ -359,7 +338,7 @@ def open_pair(experiment: Experiment, seed: int = 0) -> LocalSwitchbackPair:
                 f"[samplers.service]\nstats_file = {str(stats)!r}\n"
             )
             os.chmod(cfg, 0o600)
-            agent = ChildProcess(
+            agent = ChildProcess.start(
                 [sys.executable, "-m", "musku.agent", "run", "--config", str(cfg)],
                 state / "agent.log",
                 "local agent",

@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -25,6 +24,7 @@ from platformdirs import user_cache_dir
 
 from musku.cotune_spec import MODELS
 from musku.errors import HostError, InputError, MuskuError, UnsupportedError
+from musku.process import Child, spawn, tail
 from musku.services.binaries import REPO, SERVICES_SRC, binary, build_dir
 from musku.services.datasets import setalgebra_data
 from musku.services.deployments import SERVICES, recipe
@@ -81,38 +81,14 @@ def build(*, test: bool = False, jobs: int = 2, asan: bool = True) -> Path:
 
 
 @dataclass
-class Proc:
-    """One server process we started."""
+class Proc(Child):
+    """One server process we started, listening on a loopback port."""
 
-    name: str
-    popen: subprocess.Popen[bytes]
-    port: int
-    log: Path
+    port: int = 0
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def stop(self, timeout: float = 10.0) -> int:
-        """SIGTERM, wait (orderly shutdown), SIGKILL only if it hangs. Returns the exit status."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        return self.popen.returncode
-
-    def log_tail(self, lines: int = 5) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
 
 def start_server(
@@ -127,20 +103,7 @@ def start_server(
     port_file = workdir / f"{name}.port"
     log = workdir / f"{name}.log"
     port_file.unlink(missing_ok=True)
-    affinity = set(cpus) if cpus else None
-
-    def _pre() -> None:
-        if affinity:
-            os.sched_setaffinity(0, affinity)
-
-    with open(log, "wb") as logf:
-        popen = subprocess.Popen(
-            [*argv, "--port-file", str(port_file)],
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_pre if affinity else None,
-        )
+    popen = spawn([*argv, "--port-file", str(port_file)], log, cpus=cpus)
     try:  # whatever goes wrong (Ctrl-C included), the process does not outlive this call
         deadline = time.monotonic() + timeout
         while not (port_file.exists() and port_file.read_text().strip()):
@@ -150,7 +113,7 @@ def start_server(
                 raise HostError(f"{name} did not start within {timeout:.0f} s (see {log})")
             time.sleep(0.05)
         port = int(port_file.read_text().strip())
-        proc = Proc(name, popen, port, log)
+        proc = Proc(name, popen, log, port)
         admin(proc.address, "wait-healthy", "--timeout-ms", str(int(max(1.0, timeout) * 1000)))
     except BaseException:
         if popen.poll() is None:
@@ -161,10 +124,7 @@ def start_server(
 
 
 def _tail(log: Path, lines: int = 3) -> str:
-    try:
-        return " | ".join(log.read_text(errors="replace").strip().splitlines()[-lines:])
-    except OSError:
-        return ""
+    return tail(log, lines, " | ")
 
 
 def _free_port() -> int:
@@ -194,26 +154,18 @@ def start_memcached(
     it accepts connections. ``Proc.stop()`` (SIGTERM) ends it with exit status 0."""
     exe = memcached_binary()
     log = workdir / f"{name}.log"
-    affinity = set(cpus) if cpus else None
     last = ""
     for _attempt in range(5):  # the free port can be taken between probe and bind: retry
         port = _free_port()
         argv = [str(exe), "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", str(memory_mb),
                 "-t", "1"] + (["-u", "nobody"] if os.geteuid() == 0 else [])  # fmt: skip
-        with open(log, "wb") as logf:
-            popen = subprocess.Popen(
-                argv,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=(lambda: os.sched_setaffinity(0, affinity)) if affinity else None,
-            )
+        popen = spawn(argv, log, cpus=cpus)
         try:
             deadline = time.monotonic() + timeout
             while popen.poll() is None:
                 try:
                     with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                        return Proc(name, popen, port, log)
+                        return Proc(name, popen, log, port)
                 except OSError:
                     if time.monotonic() > deadline:
                         raise HostError(f"{name} not listening after {timeout:.0f} s") from None

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from platformdirs import user_state_dir
 
 from musku.domain import Configuration, Sample
 from musku.errors import HostError, InputError, MuskuError
@@ -271,8 +272,6 @@ def _wait_for_socket(
 
 
 def _default_state_dir() -> Path:
-    from platformdirs import user_state_dir
-
     return Path(user_state_dir("musku")) / "local"
 
 

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from musku.domain import ComparisonResult, Decision, SoftSku
+from musku.domain import SoftSku
 from musku.errors import InputError
 from musku.experiment import load_experiment
 from musku.storage import open_store
 from musku.summary import check_experiment, experiment_summary, sku_diff
 from tests.cli.test_exit_codes import musku
+from tests.report.test_rough_edges import _result
 
 
 def test_check_summary_is_what_the_cli_prints(toy: Any) -> None:
@@ -36,21 +37,6 @@ def test_check_refuses_bad_input_before_summarising(tmp_path: Path) -> None:
         check_experiment(bad)
 
 
-def _result(base: Any, cand: Any, gain: float) -> ComparisonResult:
-    return ComparisonResult(
-        baseline=base,
-        candidate=cand,
-        decision=Decision.BETTER,
-        estimate=gain,
-        ci_low=gain - 0.01,
-        ci_high=gain + 0.01,
-        samples=50,
-        host_time_s=3000.0,
-        reason="validated",
-        method="sequential-t",
-    )
-
-
 def test_sku_diff_knob_by_knob(toy: Any, tmp_path: Path) -> None:
     exp = load_experiment(toy("independent", name="diff-toy"))
     base = exp.production
@@ -59,7 +45,13 @@ def test_sku_diff_knob_by_knob(toy: Any, tmp_path: Path) -> None:
         exp_id = store.create_experiment(exp)
         ids = [
             store.save_softsku(
-                exp_id, SoftSku("toy", exp.platform.name, cfg, vs_production=_result(base, cfg, g))
+                exp_id,
+                SoftSku(
+                    "toy",
+                    exp.platform.name,
+                    cfg,
+                    vs_production=_result(baseline=base, candidate=cfg, estimate=g),
+                ),
             )
             for cfg, g in ((one, 0.02), (two, 0.03))
         ]

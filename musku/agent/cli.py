@@ -13,9 +13,6 @@ from typing import Annotated, Any
 
 import typer
 
-from musku.agent.client import AgentClient
-from musku.agent.rpc import default_socket, relay
-from musku.agent.rpc import main as rpc_main
 from musku.errors import HostError, MuskuError
 from musku.report.strict_json import finite
 
@@ -57,6 +54,10 @@ def status(
 ) -> None:
     """Show the agent's state: experiment, lease, deployed soft SKU, spool."""
     try:
+        # lazy (also below): the agent's wire protocol stays out of `musku --help`
+        from musku.agent.client import AgentClient
+        from musku.agent.rpc import default_socket
+
         client = AgentClient(default_socket(config, socket))
         st = client.call("status")
         client.close()
@@ -80,6 +81,8 @@ def status(
 
 def rpc_once(text: str, default_socket: Path) -> tuple[dict[str, Any], int]:
     """Relay one request; (reply, exit status)."""
+    from musku.agent.rpc import relay  # lazy: see status()
+
     return relay(text, default_socket)
 
 
@@ -91,6 +94,8 @@ def rpc(config: ConfigOpt = None, socket: SocketOpt = None) -> None:
         argv += ["--config", str(config)]
     if socket is not None:
         argv += ["--socket", str(socket)]
+    from musku.agent.rpc import main as rpc_main  # lazy: see status()
+
     raise typer.Exit(rpc_main(argv))
 
 
@@ -109,6 +114,9 @@ def rollback(
 
     Works with the daemon running (through its socket) or stopped (directly on its journal)."""
     try:
+        from musku.agent.client import AgentClient  # lazy: see status()
+        from musku.agent.rpc import default_socket
+
         sock = default_socket(config, socket)
         try:
             client = AgentClient(sock, timeout=300)

@@ -40,7 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from musku.cotune_spec import MODELS as MODELS  # re-exported: the names callers used to import
+# the spec's names are re-exported: code written against the one-module cotune keeps working
+from musku.cotune_spec import DEFAULT_LOADS as DEFAULT_LOADS
+from musku.cotune_spec import DEFAULT_WORKERS as DEFAULT_WORKERS
+from musku.cotune_spec import MIDTIER_KEYS as MIDTIER_KEYS
+from musku.cotune_spec import MODELS as MODELS
 from musku.cotune_spec import RECORD_MAX
 from musku.cotune_spec import CotuneSpec as CotuneSpec
 from musku.domain import Configuration

@@ -44,7 +44,6 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from musku.errors import HostError, InputError, MuskuError, UnsupportedError
+from musku.process import spawn
 from musku.services import datasets, rounds, runtime
 from musku.services.latency import Latencies, quantile_ratio
 
@@ -96,13 +96,8 @@ def _start_plain(name: str, argv: list[str], port: int, workdir: Path, cpus: lis
     """Start one of the original's servers (listening on loopback ``port``) and wait until it
     prints that it listens (it loads its data first) and accepts a connection."""
     log = workdir / f"{name}.log"
-    affinity = set(cpus) if cpus else None
-    with open(log, "wb") as logf:
-        popen = subprocess.Popen(
-            argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir,
-            preexec_fn=(lambda: os.sched_setaffinity(0, affinity)) if affinity else None,
-        )  # fmt: skip
-    proc = runtime.Proc(name, popen, port, log)
+    popen = spawn(argv, log, cpus=cpus, cwd=workdir)
+    proc = runtime.Proc(name, popen, log, port)
     deadline = time.monotonic() + timeout
     try:
         while True:

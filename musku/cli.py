@@ -7,8 +7,10 @@ user-caused error prints one line ``musku: error: ...`` and no traceback. Heavy 
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -18,7 +20,11 @@ from typing import Annotated, Any
 
 import typer
 
-from musku.errors import ExitStatus, InputError, Interrupted, MuskuError, UsageError
+from musku import __version__
+from musku.errors import ExitStatus, HostError, InputError, Interrupted, MuskuError, UsageError
+from musku.knobs.spec import coerce_setting
+from musku.report.strict_json import finite
+from musku.text import hours, interval, pct
 
 app = typer.Typer(
     name="musku",
@@ -36,8 +42,6 @@ app.add_typer(sku_app, name="sku")
 
 def _version(value: bool) -> None:
     if value:
-        from musku import __version__
-
         typer.echo(f"musku {__version__}")
         raise typer.Exit()
 
@@ -65,8 +69,6 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 def _mount_optional(module: str, name: str, help_text: str) -> None:
     """Mount a component's sub-app (knobs, agent, services, tune) when it is installed."""
-    import importlib
-
     try:
         sub = importlib.import_module(module).app
     except ImportError:
@@ -85,34 +87,20 @@ _mount_optional("musku.qsim.cli", "qsim", "Queueing-network simulation of micros
 
 
 def _console(stderr: bool = False) -> Any:
-    from musku.sweep.progress import make_console
+    from musku.display import make_console  # lazy: rich loads only for commands that print
 
     return make_console(stderr=stderr)
 
 
 def _print_json(data: Any) -> None:
     """Strict JSON: NaN and +-Infinity are written as null (docs/cli.md)."""
-    from musku.report.strict_json import finite
-
     sys.stdout.write(json.dumps(finite(data), indent=2, allow_nan=False) + "\n")
 
 
 def _open_store(url: str | None) -> Any:
-    from musku.storage import open_store
+    from musku.storage import open_store  # lazy: SQLAlchemy and alembic (~0.2 s)
 
     return open_store(url)
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:+.2f} %"
-
-
-def _interval(lo: float, hi: float) -> str:
-    return f"[{lo * 100:+.2f} %, {hi * 100:+.2f} %]"
-
-
-def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
 
 
 class _StopFlag:
@@ -161,9 +149,12 @@ def sweep(
     ] = False,
 ) -> None:
     """Sweep the experiment's knobs, compose the soft SKU, validate it, store everything."""
+    # lazy (here and in every command): the experiment model, numpy/scipy (sweep), rich
+    # (display), SQLAlchemy (storage) and matplotlib (report) load only for the command that
+    # needs them, so `musku --help` stays instant
+    from musku.display import LiveProgress
     from musku.experiment import check_host_files, load_experiment
     from musku.sweep import run_sweep
-    from musku.sweep.progress import LiveProgress
 
     experiment = load_experiment(file)
     _check_seed(seed)
@@ -191,14 +182,14 @@ def sweep(
         data["wall_time_s"] = wall
         _print_json(data)
         return
-    from musku.sweep.progress import print_report
+    from musku.display import print_report  # lazy: rich
 
     print_report(_console(), report, wall)
 
 
 def _existing_store(url: str | None) -> Any:
     """The results DB if it exists at this musku's schema, else None; never creates one."""
-    from musku.storage import current_revision, default_url, head_revision, open_store
+    from musku.storage import current_revision, default_url, head_revision, open_store  # lazy
 
     url = url or default_url()
     try:
@@ -210,8 +201,7 @@ def _existing_store(url: str | None) -> Any:
 
 
 def _dry_run(experiment: Any, db: str | None, json_out: bool) -> None:
-    from musku.errors import HostError
-    from musku.report.dryrun import dry_run
+    from musku.report.dryrun import dry_run  # lazy: the sweep's planning (numpy)
 
     store = _existing_store(db)
     try:
@@ -222,7 +212,7 @@ def _dry_run(experiment: Any, db: str | None, json_out: bool) -> None:
     if json_out:
         _print_json(data)
     else:
-        from musku.sweep.progress import print_dry_run
+        from musku.display import print_dry_run  # lazy: rich
 
         print_dry_run(_console(), data)
     hosts = data["hosts"]
@@ -255,9 +245,9 @@ def abtest(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No live progress.")] = False,
 ) -> None:
     """Run one A/B comparison: A keeps the baseline, B gets the candidate."""
+    from musku.display import LiveProgress  # lazy: see sweep()
     from musku.experiment import load_experiment
     from musku.sweep import run_abtest
-    from musku.sweep.progress import LiveProgress
     from musku.sweep.report import result_dict
 
     experiment = load_experiment(file)
@@ -275,14 +265,14 @@ def abtest(
     if json_out:
         _print_json(result_dict(result))
         return
-    from musku.sweep.progress import print_result
+    from musku.display import print_result  # lazy: rich
 
     print_result(_console(), result)
 
 
 def _check_seed(seed: int | None) -> None:
     """``--seed`` within the experiment file's limits (0..2**63-1)."""
-    from musku.experiment import MAX_SEED
+    from musku.experiment import MAX_SEED  # lazy: the experiment model
 
     if seed is not None and not 0 <= seed <= MAX_SEED:
         raise InputError(f"--seed must be in 0..{MAX_SEED}, not {seed}")
@@ -303,10 +293,9 @@ def pair_calibrate(
     json_out: JsonOption = False,
 ) -> None:
     """Measure the pair's host bias (an A/A on the baseline) and store it in the results DB."""
-    from rich.markup import escape
+    from rich.markup import escape  # lazy: see sweep()
 
     from musku.abtest.calibration import calibrate_experiment
-    from musku.errors import HostError, InputError
     from musku.experiment import check_host_files, load_experiment
 
     if not 0.0 < precision < 0.5:
@@ -328,9 +317,9 @@ def pair_calibrate(
         _print_json({**cal.__dict__, "bound": cal.bound, "reason": result.reason})
         return
     _console().print(
-        f"pair {escape(str(cal.pair))}: host 1 vs host 0 bias {_pct(cal.bias)} "
-        f"{_interval(cal.ci_low, cal.ci_high)}, bound ±{cal.bound * 100:.2f} %, "
-        f"{cal.samples:,} samples, {_hours(result.host_time_s)} of host time; stored (id {cal.id})"
+        f"pair {escape(str(cal.pair))}: host 1 vs host 0 bias {pct(cal.bias)} "
+        f"{interval(cal.ci_low, cal.ci_high)}, bound ±{cal.bound * 100:.2f} %, "
+        f"{cal.samples:,} samples, {hours(result.host_time_s)} of host time; stored (id {cal.id})"
     )
 
 
@@ -348,8 +337,6 @@ def _parse_pairs(text: list[str]) -> dict[str, str]:
 
 
 def _coerce(experiment: Any, knob: str, raw: str) -> Any:
-    from musku.knobs.spec import coerce_setting
-
     return coerce_setting(experiment.platform, knob, raw)
 
 
@@ -395,75 +382,20 @@ def check(
     json_out: JsonOption = False,
 ) -> None:
     """Validate an experiment file and summarise what a sweep would do."""
-    import math
+    from musku.display import print_check  # lazy: rich, for the commands that print tables
+    from musku.summary import check_experiment  # lazy: the experiment model and its parsers
 
-    from musku.experiment import check_host_files, load_experiment
-
-    exp = load_experiment(file)
-    check_host_files(exp)  # what the sweep reads before its hosts open (the sim model)
-    data = {
-        "experiment": exp.name,
-        "service": exp.service.name,
-        "platform": exp.platform.name,
-        "mode": exp.mode.value,
-        "baseline": exp.baseline,
-        "knobs": {k: list(v) for k, v in exp.space.items()},
-        "stock": exp.stock.as_dict(),
-        "production": exp.production.as_dict(),
-        "independent_comparisons": sum(len(v) - 1 for v in exp.space.values()),
-        "exhaustive_configurations": math.prod(len(v) for v in exp.space.values()),
-        "metric": {"primary": exp.spec.metric, "direction": exp.spec.direction.value},
-        "guardrails": [str(g) for g in exp.spec.guardrails],
-        "statistics": exp.stats.__dict__,
-        "hosts": {"backend": exp.hosts.backend, **dict(exp.hosts.options)},
-        "threading": None,
-    }
-    ct = exp.cotune
-    if ct is not None:
-        data["threading"] = {
-            "cotune": True,
-            "service": ct.service,
-            "loads": list(ct.loads),
-            "candidates": [c.key() for c in ct.candidates()],
-            "seconds_per_point": ct.duration_s + ct.warmup_s,
-        }
+    exp, data = check_experiment(file)
     if json_out:
         _print_json(data)
         return
-    from rich.markup import escape  # every user string: a name like "x[/bold]" is text
-
-    con = _console()
-    con.print(
-        f"[bold]{escape(exp.name)}[/]: "
-        + escape(
-            f"{exp.service.name} on {exp.platform.name}, {exp.mode.value} sweep, "
-            f"{exp.hosts.backend} hosts -- OK"
-        )
-    )
-    for knob, values in exp.space.items():
-        con.print(
-            escape(f"  {knob:12} {len(values):3} settings  production={exp.production.get(knob)}")
-        )
-    con.print(
-        escape(
-            f"  metric {exp.spec.metric} ({exp.spec.direction.value} is better); guardrails: "
-            f"{', '.join(str(g) for g in exp.spec.guardrails) or 'none'}"
-        )
-    )
-    if ct is not None:
-        n = len(ct.loads) * len(ct.candidates())
-        con.print(
-            f"  threading co-tuned per configuration: {ct.service} mid-tier, {n} training points "
-            f"(~{n * (ct.duration_s + ct.warmup_s) / 60:.0f} min host time per new configuration)"
-        )
-    else:
-        con.print("  threading: not co-tuned (hosts keep what their mid-tiers run)")
+    print_check(_console(), exp, data)
 
 
 @app.command()
 def platforms(json_out: JsonOption = False) -> None:
     """List the platform knob catalogs musku knows (knobs/*.toml)."""
-    from musku.experiment import available_platforms, load_platform
+    from musku.experiment import available_platforms, load_platform  # lazy: see sweep()
 
     rows = [load_platform(n) for n in available_platforms()]
     if json_out:
@@ -482,7 +414,7 @@ def platforms(json_out: JsonOption = False) -> None:
             ]
         )
         return
-    from rich.markup import escape
+    from rich.markup import escape  # lazy: rich
     from rich.table import Table
 
     t = Table("platform", "vendor", "cores", "LLC ways", "knobs", "description")
@@ -520,10 +452,10 @@ def results(
 ) -> None:
     """Experiments, their comparisons and soft SKUs from the results DB; or, with --format,
     an experiment's comparisons, decisions or samples as CSV, Parquet or JSON."""
-    from musku.sweep.progress import print_comparisons, print_experiments
+    from musku.display import print_comparisons, print_experiments  # lazy: see sweep()
 
     if fmt is not None or output is not None:
-        from musku.report import export
+        from musku.report import export  # lazy: pyarrow for parquet
 
         if fmt is None:
             raise InputError("-o FILE needs --format csv|parquet|json")
@@ -538,7 +470,7 @@ def results(
     store = _open_store(db)
     try:
         if fmt is not None:
-            from musku.report import export
+            from musku.report import export  # lazy: pyarrow for parquet
             from musku.report.data import find
 
             rows = export.write(store, find(store, experiment or "").id, table, fmt, output)
@@ -580,7 +512,7 @@ def sku_show(
     json_out: JsonOption = False,
 ) -> None:
     """Show a soft SKU (its settings and validated gains), or list them."""
-    from musku.sweep.progress import print_sku, print_skus
+    from musku.display import print_sku, print_skus  # lazy: see sweep()
 
     store = _open_store(db)
     try:
@@ -610,41 +542,18 @@ def sku_diff(
     json_out: JsonOption = False,
 ) -> None:
     """Knob-by-knob difference between two soft SKUs."""
-    from musku.domain import KNOBS, format_value
+    from musku.display import print_sku_diff  # lazy: rich, for the commands that print tables
+    from musku.summary import sku_diff  # lazy: the experiment model and its parsers
 
     store = _open_store(db)
     try:
-        recs = [store.softsku(first), store.softsku(second)]
+        diff = sku_diff(store, first, second)
     finally:
         store.close()
-    for i, rec in zip((first, second), recs, strict=True):
-        if rec is None:
-            raise InputError(f"no soft SKU with id {i}")
-    skus = [r.sku for r in recs]  # type: ignore[union-attr]
-    a, b = (s.configuration for s in skus)
-    rows = []
-    for knob in KNOBS:
-        va, vb = a.get(knob), b.get(knob)
-        if va is None and vb is None:
-            continue
-        rows.append({"knob": knob, "first": va, "second": vb, "same": va == vb})
     if json_out:
-        _print_json({"first": first, "second": second, "knobs": rows})
+        _print_json(diff.to_dict())
         return
-    from rich.markup import escape
-    from rich.table import Table
-
-    t = Table(
-        "knob",
-        escape(f"#{first} {skus[0].service}/{skus[0].platform}"),
-        escape(f"#{second} {skus[1].service}/{skus[1].platform}"),
-        "same?",
-    )
-    for r in rows:
-        fa = format_value(r["knob"], r["first"]) if r["first"] is not None else "-"
-        fb = format_value(r["knob"], r["second"]) if r["second"] is not None else "-"
-        t.add_row(r["knob"], escape(fa), escape(fb), "same" if r["same"] else "differs")
-    _console().print(t)
+    print_sku_diff(_console(), diff)
 
 
 # ---------------------------------------------------------------------------- report
@@ -677,8 +586,7 @@ def report(
     db: DbOption = None,
 ) -> None:
     """The paper's figures of an experiment as one HTML file (no network needed to view it)."""
-    from musku import __version__
-    from musku.report import data as report_data
+    from musku.report import data as report_data  # lazy: matplotlib, numpy
     from musku.report.html import FORMATS, check_output, write_figures, write_report
 
     if fmt not in FORMATS:
@@ -715,7 +623,7 @@ def report(
 @db_app.command("upgrade")
 def db_upgrade(db: DbOption = None) -> None:
     """Bring the results DB to this musku's schema (creates it when absent)."""
-    from musku.storage import default_url, upgrade
+    from musku.storage import default_url, upgrade  # lazy: SQLAlchemy, alembic
 
     url = db or default_url()
     before, after = upgrade(url)
@@ -728,7 +636,7 @@ def db_upgrade(db: DbOption = None) -> None:
 @db_app.command("status")
 def db_status(db: DbOption = None, json_out: JsonOption = False) -> None:
     """The results DB's URL and schema revision against this musku's."""
-    from musku.storage import current_revision, default_url, head_revision
+    from musku.storage import current_revision, default_url, head_revision  # lazy: SQLAlchemy
 
     url = db or default_url()
     cur, head = current_revision(url), head_revision()
@@ -741,8 +649,6 @@ def db_status(db: DbOption = None, json_out: JsonOption = False) -> None:
 
 
 def _redact(url: str) -> str:
-    import re
-
     return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
 
 
@@ -756,7 +662,7 @@ def main(argv: list[str] | None = None) -> None:
     """
     args = sys.argv[1:] if argv is None else argv
     if args[:2] == ["agent", "rpc"]:  # the controller's SSH hot path: skip typer's start-up
-        from musku.agent.rpc import main as rpc_main
+        from musku.agent.rpc import main as rpc_main  # lazy: this path loads nothing else
 
         sys.exit(rpc_main(args[2:]))
     try:

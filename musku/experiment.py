@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from musku.cotune_spec import DEFAULT_LOADS, DEFAULT_WORKERS, MIDTIER_KEYS, MODELS, CotuneSpec
 from musku.domain import (
     ComparisonSpec,
     Configuration,
@@ -39,7 +40,6 @@ from musku.schema.experiment import (
     ThreadingTable,
 )
 from musku.schema.hosts import HOST_MODELS, option_names
-from musku.tune.cotune import DEFAULT_LOADS, DEFAULT_WORKERS, MIDTIER_KEYS, MODELS, CotuneSpec
 
 
 @dataclass(frozen=True)

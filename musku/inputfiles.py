@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +51,6 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
     ``file:line`` where tomllib gives it), nesting deeper than :data:`MAX_NESTING` (which
     would otherwise end in a RecursionError), a list over :data:`MAX_LIST_ITEMS` items, or a
     number too large to convert."""
-    import re
-    import tomllib
-
     _check_key_depth(text, where)
     try:
         data = tomllib.loads(text)

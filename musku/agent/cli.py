@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from musku.errors import HostError, MuskuError
+from musku.report.strict_json import finite
 
 app = typer.Typer(help="The musku agent: runs on every host under test.", no_args_is_help=True)
 
@@ -31,19 +32,10 @@ def _fail(exc: MuskuError) -> typer.Exit:
     return typer.Exit(int(exc.status))
 
 
-def _socket(config: Path | None, socket: Path | None) -> Path:
-    from musku.agent.config import DEFAULT_CONFIG, DEFAULT_SOCKET, load_config
-
-    if socket is not None:
-        return socket
-    if config is not None or Path(DEFAULT_CONFIG).exists():
-        return load_config(config or DEFAULT_CONFIG).socket
-    return Path(DEFAULT_SOCKET)
-
-
 @app.command()
 def run(config: ConfigOpt = None) -> None:
     """Run the agent daemon (foreground; systemd unit in agents/musku-agent.service)."""
+    # lazy: the daemon loads the knobs, samplers and co-tuner; `musku --help` loads this module
     from musku.agent.config import DEFAULT_CONFIG, load_config
     from musku.agent.daemon import run as run_daemon
 
@@ -61,17 +53,17 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Show the agent's state: experiment, lease, deployed soft SKU, spool."""
-    from musku.agent.client import AgentClient
-
     try:
-        client = AgentClient(_socket(config, socket))
+        # lazy (also below): the agent's wire protocol stays out of `musku --help`
+        from musku.agent.client import AgentClient
+        from musku.agent.rpc import default_socket
+
+        client = AgentClient(default_socket(config, socket))
         st = client.call("status")
         client.close()
     except MuskuError as exc:
         raise _fail(exc) from None
-    if as_json:
-        from musku.report.strict_json import finite  # NaN/inf -> null
-
+    if as_json:  # strict JSON: NaN/inf -> null
         typer.echo(json.dumps(finite(st), indent=2, sort_keys=True, allow_nan=False))
         return
     lease = st.get("lease_remaining_s")
@@ -89,7 +81,7 @@ def status(
 
 def rpc_once(text: str, default_socket: Path) -> tuple[dict[str, Any], int]:
     """Relay one request; (reply, exit status)."""
-    from musku.agent.rpc import relay
+    from musku.agent.rpc import relay  # lazy: see status()
 
     return relay(text, default_socket)
 
@@ -97,13 +89,13 @@ def rpc_once(text: str, default_socket: Path) -> tuple[dict[str, Any], int]:
 @app.command()
 def rpc(config: ConfigOpt = None, socket: SocketOpt = None) -> None:
     """Read one JSON request on stdin, send it to the local agent, print the JSON reply."""
-    from musku.agent.rpc import main as rpc_main
-
     argv: list[str] = []
     if config is not None:
         argv += ["--config", str(config)]
     if socket is not None:
         argv += ["--socket", str(socket)]
+    from musku.agent.rpc import main as rpc_main  # lazy: see status()
+
     raise typer.Exit(rpc_main(argv))
 
 
@@ -121,10 +113,11 @@ def rollback(
     """Roll back the running experiment (and with --undeploy the deployed soft SKU).
 
     Works with the daemon running (through its socket) or stopped (directly on its journal)."""
-    from musku.agent.client import AgentClient
-
     try:
-        sock = _socket(config, socket)
+        from musku.agent.client import AgentClient  # lazy: see status()
+        from musku.agent.rpc import default_socket
+
+        sock = default_socket(config, socket)
         try:
             client = AgentClient(sock, timeout=300)
             result = client.call("rollback", undeploy=undeploy)
@@ -140,6 +133,7 @@ def rollback(
 
 def _offline_rollback(config: Path | None, undeploy: bool) -> dict[str, Any]:
     """The daemon is not running: recover its journal here (holding its lock)."""
+    # lazy: see run()
     from musku.agent.config import DEFAULT_CONFIG, load_config
     from musku.agent.core import Agent
     from musku.agent.daemon import _lock

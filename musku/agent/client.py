@@ -11,6 +11,7 @@ signed ``hello`` (the agent reads only a short first line from an unauthenticate
 from __future__ import annotations
 
 import errno
+import json
 import socket
 import time
 from pathlib import Path
@@ -145,8 +146,6 @@ class AgentClient:
 
 
 def _json(line: bytes, where: str) -> dict[str, Any]:
-    import json
-
     try:
         reply = json.loads(line)
     except ValueError:

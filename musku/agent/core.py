@@ -25,24 +25,31 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from musku import __version__
 from musku.agent.core_errors import error_reply
+from musku.agent.cotune import AdminEndpoint, AgentRequest, ServiceTrainer
 from musku.agent.journal import Journal, TxKind
+from musku.agent.metrics import AgentMetrics
 from musku.agent.spool import Spool
+from musku.cotune_spec import CotuneSpec
 from musku.domain import Configuration, Value
 from musku.errors import HostError, InputError, MuskuError, UnsupportedError
+from musku.hostfs import HostFS
+from musku.knobs import load_knob
+from musku.knobs.base import InvalidSetting, Knob, Snapshot, Support
 from musku.knobs.spec import is_knob, knob_names, known_list, sort_key
+from musku.metrics import load_sampler
+from musku.metrics.base import Sampler
+from musku.tune.cotune import CoTuner, Endpoint, TableCache, ThreadingState, Trainer, restore
 
 if TYPE_CHECKING:
     from musku.agent.config import AgentConfig
-    from musku.hostfs import HostFS
-    from musku.knobs.base import Knob, Support
-    from musku.metrics.base import Sampler
-    from musku.tune.cotune import AgentRequest, CotuneSpec, Endpoint, Trainer
 
 log = logging.getLogger("musku.agent")
 
@@ -86,8 +93,6 @@ EndpointFactory = Callable[["CotuneSpec"], "Endpoint"]
 
 
 def _default_knob_factory(name: str, fs: HostFS, **options: object) -> Knob:
-    from musku.knobs import load_knob
-
     return load_knob(name, fs, **options)
 
 
@@ -155,9 +160,6 @@ class Agent:
         threading_endpoint: EndpointFactory | None = None,
         threading_trainer: Trainer | None = None,
     ) -> None:
-        from musku.agent.metrics import AgentMetrics
-        from musku.hostfs import HostFS
-
         self.config = config
         self.fs = fs if fs is not None else HostFS(config.root)
         self._factory = knob_factory or _default_knob_factory
@@ -201,8 +203,6 @@ class Agent:
 
     def _validate(self, config: Configuration) -> dict[str, Value]:
         """Canonical values for every knob, or raise with nothing written."""
-        from musku.knobs.base import InvalidSetting
-
         out: dict[str, Value] = {}
         for name, value in config.settings:
             support = self._probe(name)
@@ -220,8 +220,6 @@ class Agent:
     def _write(self, values: Mapping[str, Value]) -> list[str]:
         """Journal-then-write each knob that differs; verify. Caller holds the lock and an open
         transaction. On failure rolls back this call's writes and raises HostError."""
-        from musku.knobs.base import Snapshot
-
         mark = self.journal.last_seq()
         changed: list[str] = []
         try:
@@ -245,8 +243,6 @@ class Agent:
     def _undo(self, after: int = 0) -> int:
         """Roll back journaled steps with seq > after, newest first. Raises HostError if a
         restore fails (the step stays journaled: the next start retries it)."""
-        from musku.knobs.base import Snapshot
-
         failed: list[str] = []
         steps = self.journal.steps(after)
         for step in reversed(steps):
@@ -313,8 +309,6 @@ class Agent:
             return msgs
 
     def start_samplers(self) -> None:
-        from musku.metrics import load_sampler
-
         if self.samplers:
             for s in self.samplers:
                 s.start()
@@ -392,15 +386,11 @@ class Agent:
     def _endpoint(self, spec: CotuneSpec) -> Endpoint:
         if self._threading_endpoint is not None:
             return self._threading_endpoint(spec)
-        from musku.tune.cotune import AdminEndpoint
-
         return AdminEndpoint(spec.admin, spec.admin_port_file)
 
     def _cotune(self, request: AgentRequest, config: Configuration) -> dict[str, Any]:
         """Co-tune the mid-tier for ``config`` (caller holds the lock, the knobs are applied).
         Journals the mid-tier's threading before the experiment's first co-tuning."""
-        from musku.tune.cotune import CoTuner, ServiceTrainer, TableCache
-
         endpoint = self._endpoint(request.spec)
         info = self.journal.tx_info()
         if "threading" not in info:
@@ -421,8 +411,6 @@ class Agent:
     def _restore_threading(self, info: Mapping[str, Any]) -> str:
         """Put the mid-tier back on the threading journaled before the experiment (best
         effort: a mid-tier that is gone or refuses is logged, not fatal)."""
-        from musku.tune.cotune import CotuneSpec, ThreadingState, restore
-
         try:
             spec = CotuneSpec.from_json(info.get("spec"))
             before = ThreadingState.from_json(info.get("before") or {})
@@ -508,10 +496,6 @@ class Agent:
             return error_reply(exc)
 
     def op_hello(self, req: dict[str, Any]) -> dict[str, Any]:
-        import socket
-
-        from musku import __version__
-
         return {
             "protocol": PROTOCOL,
             "version": __version__,
@@ -555,8 +539,6 @@ class Agent:
             )
 
     def op_apply(self, req: dict[str, Any]) -> dict[str, Any]:
-        from musku.tune.cotune import AgentRequest
-
         self._check_not_blocked()
         cfg = _config_of(req.get("config"))
         lease = _number(req, "lease_s", self.config.default_lease_s)
@@ -676,8 +658,6 @@ class Agent:
             n = self._rollback_experiment("request")
             if not undeploy:
                 return {"rolled_back": n, "deployed": self._deployed_values()}
-            from musku.knobs.base import Snapshot
-
             originals = self.journal.originals()
             for name, snap in reversed(originals):
                 self.knob(name).rollback(Snapshot.from_json(snap))
@@ -717,5 +697,10 @@ class Agent:
             }
 
     def op_metrics(self, req: dict[str, Any]) -> dict[str, Any]:
-        self.metrics.refresh(self)
+        deadline = self.lease_deadline
+        self.metrics.refresh(
+            lease_remaining=-1 if deadline is None else max(0.0, deadline - self._clock()),
+            spool_rows=self.spool.count(),
+            experiment_active=bool(self.experiment),
+        )
         return {"text": self.metrics.exposition()}

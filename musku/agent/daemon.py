@@ -18,12 +18,13 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from musku.agent.core import Agent
+from musku.agent.server import Listeners
 from musku.errors import HostError
+from musku.hostfs import HostFS
 
 if TYPE_CHECKING:
     from musku.agent.config import AgentConfig
-    from musku.agent.core import Agent
-    from musku.hostfs import HostFS
 
 log = logging.getLogger("musku.agent")
 _PRIORITY = {
@@ -149,9 +150,6 @@ def serve(agent: Agent, flags: _Flags) -> None:
 
 def run(config: AgentConfig, *, fs: HostFS | None = None) -> int:
     """Run until SIGTERM/SIGINT. ``fs``: the host (default ``HostFS(config.root)``)."""
-    from musku.agent.core import Agent
-    from musku.agent.server import Listeners
-
     setup_logging(config.log_level)
     flags = _Flags()
 

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from musku.agent.core import Agent
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 
 class AgentMetrics:
-    def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+    """The counters the agent updates; the agent fills in the gauges before each exposition
+    (:meth:`refresh`), so this module knows nothing of the agent."""
 
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -56,13 +54,12 @@ class AgentMetrics:
             "musku_agent_experiment_active", "1 while an experiment runs", registry=r
         )
 
-    def refresh(self, agent: Agent) -> None:
-        deadline = agent.lease_deadline
-        self.lease_remaining.set(-1 if deadline is None else max(0.0, deadline - agent._clock()))
-        self.spool_rows.set(agent.spool.count())
-        self.experiment_active.set(1 if agent.experiment else 0)
+    def refresh(self, *, lease_remaining: float, spool_rows: int, experiment_active: bool) -> None:
+        """The gauges of the agent's state: seconds left on the lease (-1: none), samples
+        waiting for the controller, whether an experiment runs."""
+        self.lease_remaining.set(lease_remaining)
+        self.spool_rows.set(spool_rows)
+        self.experiment_active.set(1 if experiment_active else 0)
 
     def exposition(self) -> str:
-        from prometheus_client import generate_latest
-
         return generate_latest(self.registry).decode()

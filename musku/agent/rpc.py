@@ -13,14 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from musku.agent.client import AgentClient
+from musku.agent.core_errors import error_reply
+from musku.agent.protocol import MAX_LINE, decode_request
+from musku.errors import InputError, MuskuError
+
 
 def relay(text: str, default_socket: Path) -> tuple[dict[str, Any], int]:
     """Relay one request; (reply, exit status)."""
-    from musku.agent.client import AgentClient
-    from musku.agent.core_errors import error_reply
-    from musku.agent.protocol import MAX_LINE, decode_request
-    from musku.errors import InputError, MuskuError
-
     try:
         if len(text) > MAX_LINE:
             raise InputError(f"request on stdin longer than {MAX_LINE} bytes")
@@ -40,7 +40,9 @@ def relay(text: str, default_socket: Path) -> tuple[dict[str, Any], int]:
         return error_reply(exc), int(exc.status)
 
 
-def default_socket(config: str | None = None, socket: str | None = None) -> Path:
+def default_socket(config: str | Path | None = None, socket: str | Path | None = None) -> Path:
+    """``socket``, else the one the agent configuration names, else the default."""
+    # lazy: only the socket is read from the configuration (its full schema is not needed)
     from musku.agent.config import DEFAULT_CONFIG, DEFAULT_SOCKET, socket_of
 
     if socket:
@@ -52,9 +54,6 @@ def default_socket(config: str | None = None, socket: str | None = None) -> Path
 
 def main(argv: list[str] | None = None) -> int:
     """``[--config FILE] [--socket PATH]``; the request on stdin."""
-    from musku.agent.core_errors import error_reply
-    from musku.errors import InputError, MuskuError
-
     args = list(sys.argv[1:] if argv is None else argv)
     opts: dict[str, str] = {}
     try:
@@ -68,8 +67,6 @@ def main(argv: list[str] | None = None) -> int:
     except MuskuError as exc:
         print(json.dumps(error_reply(exc)))
         return int(exc.status)
-    from musku.agent.protocol import MAX_LINE
-
     reply, code = relay(sys.stdin.read(MAX_LINE + 1), sock)
     print(json.dumps(reply, separators=(",", ":")))
     return code

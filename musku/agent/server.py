@@ -43,6 +43,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import make_wsgi_app
 
 from musku.agent.core_errors import error_reply
 from musku.agent.protocol import MAX_LINE, PREAUTH_LINE, Verifier, decode_request, encode
@@ -634,9 +637,6 @@ class Listeners:
     def _start_http(self, address: str) -> None:
         """The Prometheus endpoint: a single-threaded WSGI server (one scrape at a time, 5 s
         socket timeout), so it adds one thread however many clients connect."""
-        from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-
-        from prometheus_client import make_wsgi_app
 
         class Quiet(WSGIRequestHandler):
             timeout = 5.0

@@ -23,7 +23,7 @@ A host table with ``socket`` and no ``host`` is reached on that Unix socket dire
 ``socket`` is passed to the remote ``musku agent rpc`` in the request (``agent_socket``).
 
 With the experiment's ``[threading] cotune``, every ``apply`` request carries a ``threading``
-field (:class:`musku.tune.cotune.AgentRequest`: how to reach and train the host's mid-tier, and
+field (:class:`musku.agent.cotune.AgentRequest`: how to reach and train the host's mid-tier, and
 the results DB's table for that host and configuration if there is one); the agent co-tunes
 the mid-tier once the knobs are applied and replies with what it runs, which
 :meth:`AgentPair.threading` reports. Tables an agent trained are stored in the results DB.
@@ -43,15 +43,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from musku.agent.client import AgentClient
 from musku.agent.protocol import raise_for
+from musku.agent.spool import Row
+from musku.cotune_spec import MIDTIER_KEYS
 from musku.domain import Configuration, Sample
 from musku.errors import HostError, InputError, MuskuError
 from musku.hosts.base import Host, HostPair
+from musku.hosts.cotune import ControllerTables, timeout_for
 from musku.schema.hosts import AgentOptions, host_name, parse_options
-from musku.tune.cotune import MIDTIER_KEYS, ControllerTables, timeout_for
 
 if TYPE_CHECKING:
-    from musku.agent.spool import Row
     from musku.experiment import Experiment
 
 log = logging.getLogger("musku.hosts")
@@ -67,8 +69,6 @@ class SocketLink:
     """An agent on this machine, through its Unix socket (thread-safe)."""
 
     def __init__(self, path: str | Path, *, timeout: float = 120.0) -> None:
-        from musku.agent.client import AgentClient
-
         self.where = str(path)
         self._client = AgentClient(path, timeout=timeout)
         self._lock = threading.Lock()
@@ -111,6 +111,7 @@ class SshLink:
     def _connection(self) -> Any:
         if self._conn is not None and self._conn.is_connected:
             return self._conn
+        # lazy: fabric/paramiko load the cryptography stack (~0.3 s), only SSH hosts need them
         import paramiko
         from fabric import Connection
 
@@ -139,7 +140,7 @@ class SshLink:
         return conn
 
     def request(self, req: dict[str, Any]) -> dict[str, Any]:
-        import paramiko
+        import paramiko  # lazy: see _connection
 
         if self.agent_socket:
             req = {**req, "agent_socket": self.agent_socket}
@@ -328,8 +329,6 @@ class AgentHost(Host):
     def rows_between(self, t0: float, t1: float, *, wait_s: float = 10.0) -> list[Row]:
         """Spooled rows up to host time ``t1`` (waiting until one at or past it exists);
         rows from before ``t0`` are dropped and acknowledged."""
-        from musku.agent.spool import Row
-
         deadline = time.monotonic() + wait_s
         while True:
             fields: dict[str, Any] = {"cursor": self._cursor}

@@ -31,23 +31,26 @@ import ctypes
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+from platformdirs import user_state_dir
+
 from musku.domain import Configuration, Sample
 from musku.errors import HostError, InputError, MuskuError
 from musku.hosts.agent import AgentHost, Link, SocketLink, cotune_tables
 from musku.hosts.base import Host, HostPair
+from musku.hosts.cotune import ControllerTables, timeout_for
+from musku.metrics.service import read_stats
+from musku.process import Child, spawn
 from musku.schema.hosts import LocalOptions, parse_options
-from musku.tune.cotune import timeout_for
 
 if TYPE_CHECKING:
     from musku.experiment import Experiment
-    from musku.tune.cotune import ControllerTables
 
 log = logging.getLogger("musku.hosts")
 PR_SET_PDEATHSIG = 1
@@ -68,43 +71,22 @@ class _Arm(Host):
         return self.config
 
 
-class ChildProcess:
+class ChildProcess(Child):
     """A process this backend started (agent or workload); stopped by its pid only."""
 
-    def __init__(self, argv: list[str], log_path: Path, name: str) -> None:
-        self.name = name
-        self.log_path = log_path
-        self._log = open(log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=self._log,
-            preexec_fn=_die_with_parent,
-            # own session: a terminal's Ctrl-C reaches only the controller, which then restores
-            # the host through the agent and stops it (PR_SET_PDEATHSIG covers a dead controller)
-            start_new_session=True,
-            close_fds=True,
-        )
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
+    @classmethod
+    def start(cls, argv: list[str], log: Path, name: str) -> ChildProcess:
+        # own session: a terminal's Ctrl-C reaches only the controller, which then restores
+        # the host through the agent and stops it (PR_SET_PDEATHSIG covers a dead controller)
+        popen = spawn(argv, log, append=True, preexec=_die_with_parent, new_session=True)
+        return cls(name, popen, log)
 
     def tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace").strip().splitlines()[-1][:300]
-        except (OSError, IndexError):
-            return ""
+        """The log's last line, for an error message."""
+        return self.log_tail(1)[:300]
 
-    def stop(self, timeout: float = 20.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._log.close()
+    def stop(self, timeout: float = 20.0) -> int:
+        return super().stop(timeout)
 
 
 class LocalSwitchbackPair(HostPair):
@@ -123,8 +105,6 @@ class LocalSwitchbackPair(HostPair):
         workload_stats: Path | None = None,
         ready_timeout_s: float = 120.0,
     ) -> None:
-        import numpy as np
-
         self.arms = (_Arm("local/A"), _Arm("local/B"))
         self.hosts = self.arms
         self.agent = AgentHost("local", link)
@@ -205,8 +185,6 @@ class LocalSwitchbackPair(HostPair):
         ``ready_timeout_s`` is measured anyway (its sample then says what it saw)."""
         if self.workload_stats is None:
             return
-        from musku.metrics.service import read_stats
-
         deadline = time.monotonic() + self.ready_timeout_s
         while True:
             data = read_stats(self.workload_stats)
@@ -290,8 +268,6 @@ def _wait_for_socket(
 
 
 def _default_state_dir() -> Path:
-    from platformdirs import user_state_dir
-
     return Path(user_state_dir("musku")) / "local"
 
 
@@ -321,7 +297,7 @@ def open_pair(experiment: Experiment, seed: int = 0) -> LocalSwitchbackPair:
             ]
             if opts.madvise:
                 argv.append("--madvise")
-            children.append(ChildProcess(argv, state / "workload.log", "workload"))
+            children.append(ChildProcess.start(argv, state / "workload.log", "workload"))
         if workload == "builtin":
             deadline = time.monotonic() + 30
             while not stats.exists():
@@ -346,7 +322,7 @@ def open_pair(experiment: Experiment, seed: int = 0) -> LocalSwitchbackPair:
                 f"[samplers.service]\nstats_file = {str(stats)!r}\n"
             )
             os.chmod(cfg, 0o600)
-            agent = ChildProcess(
+            agent = ChildProcess.start(
                 [sys.executable, "-m", "musku.agent", "run", "--config", str(cfg)],
                 state / "agent.log",
                 "local agent",

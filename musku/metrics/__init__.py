@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from musku.errors import InputError
+from musku.metrics.base import Sampler
+from musku.registry import load
+
 if TYPE_CHECKING:
     from musku.hostfs import HostFS
-    from musku.metrics.base import Sampler
 
 SAMPLERS: dict[str, str] = {
     "perf": "musku.metrics.perf:PerfSampler",
@@ -21,10 +24,6 @@ SAMPLERS: dict[str, str] = {
 
 def load_sampler(name: str, fs: HostFS, **options: object) -> Sampler:
     """Instantiate sampler ``name`` (an alias or ``module:Class``) on ``fs``."""
-    from musku.errors import InputError
-    from musku.metrics.base import Sampler
-    from musku.registry import load
-
     cls = load(name, SAMPLERS, kind="sampler")
     if not (isinstance(cls, type) and issubclass(cls, Sampler)):
         raise InputError(f"sampler {name!r} is not a musku.metrics.base.Sampler")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar
 
+from musku.errors import InputError
 from musku.knobs.base import Support
 
 if TYPE_CHECKING:
@@ -43,8 +44,6 @@ class Sampler(ABC):
 def option_float(options: dict[str, object], key: str, default: float) -> float:
     value = options.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        from musku.errors import InputError
-
         raise InputError(f"sampler option {key} must be a number, not {value!r}")
     return float(value)
 

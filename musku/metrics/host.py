@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
 from musku.knobs.base import Support
 from musku.metrics.base import Sampler
 
@@ -39,10 +41,6 @@ class PsutilSampler(Sampler):
     def probe(self) -> Support:
         if str(self.fs.root) != "/":
             return Support(False, f"psutil reads the running host's /proc, not {self.fs.root}")
-        try:
-            import psutil
-        except ImportError:
-            return Support(False, "psutil is not installed")
         return Support(True, backend="psutil", details={"version": psutil.__version__})
 
     def _target_pid(self) -> int:
@@ -59,8 +57,6 @@ class PsutilSampler(Sampler):
 
     @staticmethod
     def _cpu() -> tuple[float, float]:
-        import psutil
-
         t = psutil.cpu_times()
         idle = t.idle + getattr(t, "iowait", 0.0)
         total = sum(t)
@@ -69,8 +65,6 @@ class PsutilSampler(Sampler):
         return total - idle, total
 
     def _proc_times(self) -> float:
-        import psutil
-
         pid = self._target_pid()
         if pid <= 0:
             self._proc = None
@@ -90,8 +84,6 @@ class PsutilSampler(Sampler):
         self._t = time.monotonic()
 
     def sample(self) -> dict[str, float]:
-        import psutil
-
         now = time.monotonic()
         busy, total = self._cpu()
         proc = self._proc_times()

@@ -156,6 +156,8 @@ def running_interval(
     stored windows with the tester's estimator (crossover batch means, host bias removed once
     both role orders are seen) and boundary: (t, estimate, low, high), relative. The live
     tester chose its batch size from a pilot, so its looks need not line up exactly."""
+    # lazy: the tester's statistics (scipy) only for the figures; `musku results --format`
+    # imports this module for find()
     from musku.abtest import stats
     from musku.abtest.rules import to_relative
 

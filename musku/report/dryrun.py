@@ -19,15 +19,19 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from musku.domain import Configuration
+from musku.domain import Configuration, ExperimentStatus
 from musku.errors import MuskuError
+from musku.hostfs import HostFS
+from musku.hosts.agent import _host_options, make_link
+from musku.knobs import load_knob
+from musku.sim.model import SimModel
+from musku.sim.pair import open_pair
+from musku.sweep.strategies import EXHAUSTIVE_LIMIT
 
 
 def planned(experiment: Any) -> dict[str, Any]:
     """The comparisons the sweep plans, per knob, and their count (scans may stop early;
     run-offs and confirmations come on top)."""
-    from musku.sweep.strategies import EXHAUSTIVE_LIMIT
-
     base: Configuration = experiment.baseline_config
     mode = experiment.mode.value
     knobs = []
@@ -90,8 +94,6 @@ def check_hosts(experiment: Any, configs: list[Configuration]) -> dict[str, Any]
 
 
 def _check_sim(experiment: Any) -> dict[str, Any]:
-    from musku.sim.pair import open_pair
-
     try:
         pair = open_pair(experiment)
     except MuskuError as exc:
@@ -111,8 +113,6 @@ def _check_sim(experiment: Any) -> dict[str, Any]:
 
 
 def _check_agents(experiment: Any, configs: list[Configuration]) -> dict[str, Any]:
-    from musku.hosts.agent import _host_options, make_link
-
     opts = experiment.hosts.options
     out: dict[str, Any] = {"backend": "agent", "ok": True, "hosts": []}
     try:
@@ -149,9 +149,6 @@ def _check_agents(experiment: Any, configs: list[Configuration]) -> dict[str, An
 
 def _check_local(experiment: Any, configs: list[Configuration]) -> dict[str, Any]:
     """This host's knobs, probed read-only, each planned value validated and dry-run."""
-    from musku.hostfs import HostFS
-    from musku.knobs import load_knob
-
     fs = HostFS("/", read_only=True)
     row: dict[str, Any] = {"name": "local", "ok": True, "knobs": {}}
     values: dict[str, set[Any]] = {}
@@ -218,8 +215,6 @@ def _model_seconds(experiment: Any) -> float | None:
     """Host seconds of a comparison whose effect is twice min_effect: the windows for the
     confidence sequence (radius ~3 standard errors) to clear zero, with the model's AR(1) noise
     on both hosts, plus two warm-ups and the apply time (reboots where a reboot knob changes)."""
-    from musku.sim.model import SimModel
-
     opt = experiment.hosts.options.get("model")
     if not isinstance(opt, str):
         return None
@@ -244,8 +239,6 @@ def dry_run(experiment: Any, store: Any = None) -> dict[str, Any]:
     configs = plan.pop("configurations")
     past = None
     if store is not None:
-        from musku.domain import ExperimentStatus
-
         rec = store.find_experiment(experiment.name)
         if rec is not None and rec.status is ExperimentStatus.DONE:
             past = store.comparisons(rec.id)

@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+from musku.domain import format_value
 from musku.errors import InputError
 from musku.report.strict_json import finite
 
@@ -88,8 +89,6 @@ SAMPLE_COLUMNS: dict[str, str] = {
 
 
 def _comparison_rows(store: Any, exp_id: int) -> Iterator[tuple[Any, ...]]:
-    from musku.domain import format_value
-
     for c in store.comparisons(exp_id):
         r = c.result
         changed = "; ".join(
@@ -243,6 +242,7 @@ def _json(cols: dict[str, str], parts: Iterable[list[tuple[Any, ...]]], sink: IO
 
 
 def _parquet(cols: dict[str, str], parts: Iterable[list[tuple[Any, ...]]], sink: IO[bytes]) -> int:
+    # lazy: pyarrow (~0.3 s) only for --format parquet
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -21,6 +21,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from matplotlib import rcParams
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from musku.domain import Decision, format_value
 from musku.report.data import (
@@ -33,7 +36,6 @@ from musku.report.data import (
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 COLOURS = {
     Decision.BETTER: "#1a9850",
@@ -48,9 +50,6 @@ SIDES = ("#2c7bb6", "#e66101")  # experiments side by side (--compare)
 
 
 def _figure(w: float, h: float, *, layout: Literal["constrained"] | None = "constrained") -> Figure:
-    from matplotlib import rcParams
-    from matplotlib.figure import Figure
-
     rcParams["svg.fonttype"] = "none"  # SVG text as text: small files, fast to write
     rcParams["svg.hashsalt"] = "musku"  # stable ids: the same data gives the same file
     return Figure(figsize=(w, h), layout=layout)
@@ -410,8 +409,6 @@ class ComparisonPlot:
     to the browser (SVG text, not glyph paths)."""
 
     def __init__(self) -> None:
-        from matplotlib.ticker import MaxNLocator
-
         fig = _figure(7.2, 3.8, layout=None)
         fig.subplots_adjust(left=0.1, right=0.98, top=0.97, bottom=0.12, hspace=0.1)
         self.fig = fig

@@ -3,18 +3,27 @@ script, nothing fetched) or the figures alone as PNG/SVG files."""
 
 from __future__ import annotations
 
+import base64
 import html
 import math
+import multiprocessing
+import os
 import re
+import tempfile
+import tomllib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from musku.domain import Configuration, format_value
 from musku.errors import InputError
 from musku.report import figures as F
 from musku.report.data import PAPER_HOST_HOURS, ReportData, host_bias
+from musku.report.strict_json import dumps
+from musku.text import change_text
 
 FORMATS = ("html", "png", "svg")
 
@@ -57,13 +66,7 @@ def _img(uri: str, alt: str, **attrs: str) -> str:
 
 
 def _change(base: Configuration, cand: Configuration) -> str:
-    diff = base.diff(cand)
-    if not diff:
-        return "A/A"
-    return ", ".join(
-        f"{k} {format_value(k, a) if a is not None else '-'} → {format_value(k, b) if b is not None else '-'}"
-        for k, (a, b) in diff.items()
-    )
+    return change_text(base, cand, arrow="→", same="A/A")
 
 
 def knobs_of(sides: Sequence[ReportData]) -> list[str]:
@@ -302,9 +305,6 @@ def comparison_images(sides: Sequence[ReportData], fmt: str) -> dict[tuple[int, 
     one forked worker per CPU when there are many (each draws its share into its own
     figure), else here."""
     global _SIDES
-    import multiprocessing
-    import os
-
     keys = [
         (i, c.id)
         for i, d in enumerate(sides)
@@ -324,8 +324,6 @@ def comparison_images(sides: Sequence[ReportData], fmt: str) -> dict[tuple[int, 
 
 
 def _periods(s: Any, hosts: Sequence[str]) -> str:
-    import numpy as np
-
     starts = np.r_[0, np.flatnonzero(np.diff(s.period)) + 1]
     names = [h for h in hosts] + ["host 0", "host 1"][len(hosts) :]
     return ", ".join(
@@ -345,8 +343,6 @@ def _comparison(d: ReportData, c: Any, image: bytes | None) -> str:
     body = []
     s = d.series.get(c.id)
     if s is not None and image is not None:
-        import base64
-
         svg = base64.b64encode(image).decode("ascii")
         body.append(
             f'<figure class="comparison">{_img("data:image/svg+xml;base64," + svg, f"comparison {c.id}: both hosts and the interval over time", loading="lazy")}</figure>'
@@ -377,8 +373,6 @@ def _comparison(d: ReportData, c: Any, image: bytes | None) -> str:
 
 
 def _reproduce(sides: Sequence[ReportData], version: str) -> str:
-    from musku.report.strict_json import dumps
-
     out = ['<h2 id="reproduce">Reproduce</h2>']
     for d in sides:
         e = d.experiment
@@ -399,10 +393,6 @@ def _reproduce(sides: Sequence[ReportData], version: str) -> str:
 def _file_text(path: str, content: Any) -> str:
     """The experiment file as stored (its parsed content, as TOML-like JSON), plus the file
     on disk when it still parses to the same content."""
-    import tomllib
-
-    from musku.report.strict_json import dumps
-
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -461,8 +451,6 @@ def _slug(text: str) -> str:
 
 def check_output(out: Path) -> None:
     """Refuse, before any work, an output whose directory does not exist or is not writable."""
-    import os
-
     parent = out.parent if str(out.parent) else Path(".")
     if out.is_dir():
         raise InputError(f"cannot write {out}: it is a directory")
@@ -474,9 +462,6 @@ def check_output(out: Path) -> None:
 
 def _write(out: Path, data: bytes) -> None:
     """Write atomically: a reader never sees half a report."""
-    import os
-    import tempfile
-
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
         mask = os.umask(0)

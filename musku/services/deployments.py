@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from musku.errors import InputError
+from musku.services.datasets import hdsearch_data, recommend_data, setalgebra_data
 
 
 @dataclass(frozen=True)
@@ -141,8 +142,6 @@ def _positive(opts: dict[str, Any], *keys: str) -> None:
 
 
 def _sa_prepare(data_dir: Path, workdir: Path, o: dict[str, Any]) -> Prepared:
-    from musku.services.runtime import setalgebra_data
-
     given = _both_or_none(o, "index", "query_file")
     if given:
         index, queries = given
@@ -177,8 +176,6 @@ SETALGEBRA = Recipe(
 
 
 def _hd_prepare(data_dir: Path, workdir: Path, o: dict[str, Any]) -> Prepared:
-    from musku.services.datasets import hdsearch_data
-
     given = _both_or_none(o, "vectors", "query_file")
     if given:
         data, queries = given
@@ -221,8 +218,6 @@ HDSEARCH = Recipe(
 
 
 def _rec_prepare(data_dir: Path, workdir: Path, o: dict[str, Any]) -> Prepared:
-    from musku.services.datasets import recommend_data
-
     given = _both_or_none(o, "ratings", "pairs_file")
     if given:
         train, test = given

@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -20,18 +19,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+from platformdirs import user_cache_dir
+
+from musku.cotune_spec import MODELS
 from musku.errors import HostError, InputError, MuskuError, UnsupportedError
+from musku.process import Child, spawn, tail
+from musku.services.binaries import REPO, SERVICES_SRC, binary, build_dir
+from musku.services.datasets import setalgebra_data
 from musku.services.deployments import SERVICES, recipe
 
-REPO = Path(__file__).resolve().parents[2]
-SERVICES_SRC = REPO / "services"
-
-THREADING_MODELS: tuple[str, ...] = tuple(
-    f"{leaf}-{disp}-{wait}"
-    for leaf in ("sync", "async")
-    for disp in ("inline", "dispatch")
-    for wait in ("block", "poll")
-)
+THREADING_MODELS: tuple[str, ...] = MODELS  # the framework's models, listed once (cotune_spec)
 # How a mid-tier reaches its leaves (the servers' --leaf-transport; services/framework/README.md).
 LEAF_TRANSPORTS: tuple[str, ...] = ("unary", "batch")
 
@@ -42,40 +40,6 @@ def parse_cpus(text: str) -> list[int] | None:
         return [int(x) for x in text.split(",") if x.strip()] or None
     except ValueError as e:
         raise InputError(f"CPU lists are comma-separated integers, not {text!r}") from e
-
-
-def build_dir() -> Path:
-    """Release build directory (``MUSKU_SERVICES_BUILD`` overrides services/build)."""
-    env = os.environ.get("MUSKU_SERVICES_BUILD")
-    return Path(env) if env else SERVICES_SRC / "build"
-
-
-_BINARIES = {
-    "musku_admin": "framework/musku_admin",
-    "musku_loadgen": "loadgen/musku_loadgen",
-    "setalgebra_leaf": "setalgebra/setalgebra_leaf",
-    "setalgebra_midtier": "setalgebra/setalgebra_midtier",
-    "setalgebra_gen": "setalgebra/setalgebra_gen",
-    "hdsearch_lsh_bench": "hdsearch/hdsearch_lsh_bench",
-    "setalgebra_client": "setalgebra/setalgebra_client",
-    **{
-        f"{svc}_{part}": f"{svc}/{svc}_{part}"
-        for svc in ("hdsearch", "router", "recommend")
-        for part in ("leaf", "midtier", "client")
-    },
-}
-
-
-def binary(name: str) -> Path:
-    """Path of a built binary; UnsupportedError with the fix if it is not built."""
-    rel = _BINARIES.get(name, name)
-    path = build_dir() / rel
-    if not path.is_file() or not os.access(path, os.X_OK):
-        raise UnsupportedError(
-            f"{name} is not built ({path} missing): run `musku services build` "
-            "or scripts/build-services"
-        )
-    return path
 
 
 def build(*, test: bool = False, jobs: int = 2, asan: bool = True) -> Path:
@@ -117,38 +81,14 @@ def build(*, test: bool = False, jobs: int = 2, asan: bool = True) -> Path:
 
 
 @dataclass
-class Proc:
-    """One server process we started."""
+class Proc(Child):
+    """One server process we started, listening on a loopback port."""
 
-    name: str
-    popen: subprocess.Popen[bytes]
-    port: int
-    log: Path
+    port: int = 0
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def stop(self, timeout: float = 10.0) -> int:
-        """SIGTERM, wait (orderly shutdown), SIGKILL only if it hangs. Returns the exit status."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        return self.popen.returncode
-
-    def log_tail(self, lines: int = 5) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
 
 def start_server(
@@ -163,20 +103,7 @@ def start_server(
     port_file = workdir / f"{name}.port"
     log = workdir / f"{name}.log"
     port_file.unlink(missing_ok=True)
-    affinity = set(cpus) if cpus else None
-
-    def _pre() -> None:
-        if affinity:
-            os.sched_setaffinity(0, affinity)
-
-    with open(log, "wb") as logf:
-        popen = subprocess.Popen(
-            [*argv, "--port-file", str(port_file)],
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_pre if affinity else None,
-        )
+    popen = spawn([*argv, "--port-file", str(port_file)], log, cpus=cpus)
     try:  # whatever goes wrong (Ctrl-C included), the process does not outlive this call
         deadline = time.monotonic() + timeout
         while not (port_file.exists() and port_file.read_text().strip()):
@@ -186,7 +113,7 @@ def start_server(
                 raise HostError(f"{name} did not start within {timeout:.0f} s (see {log})")
             time.sleep(0.05)
         port = int(port_file.read_text().strip())
-        proc = Proc(name, popen, port, log)
+        proc = Proc(name, popen, log, port)
         admin(proc.address, "wait-healthy", "--timeout-ms", str(int(max(1.0, timeout) * 1000)))
     except BaseException:
         if popen.poll() is None:
@@ -197,10 +124,7 @@ def start_server(
 
 
 def _tail(log: Path, lines: int = 3) -> str:
-    try:
-        return " | ".join(log.read_text(errors="replace").strip().splitlines()[-lines:])
-    except OSError:
-        return ""
+    return tail(log, lines, " | ")
 
 
 def _free_port() -> int:
@@ -230,26 +154,18 @@ def start_memcached(
     it accepts connections. ``Proc.stop()`` (SIGTERM) ends it with exit status 0."""
     exe = memcached_binary()
     log = workdir / f"{name}.log"
-    affinity = set(cpus) if cpus else None
     last = ""
     for _attempt in range(5):  # the free port can be taken between probe and bind: retry
         port = _free_port()
         argv = [str(exe), "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", str(memory_mb),
                 "-t", "1"] + (["-u", "nobody"] if os.geteuid() == 0 else [])  # fmt: skip
-        with open(log, "wb") as logf:
-            popen = subprocess.Popen(
-                argv,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=(lambda: os.sched_setaffinity(0, affinity)) if affinity else None,
-            )
+        popen = spawn(argv, log, cpus=cpus)
         try:
             deadline = time.monotonic() + timeout
             while popen.poll() is None:
                 try:
                     with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                        return Proc(name, popen, port, log)
+                        return Proc(name, popen, log, port)
                 except OSError:
                     if time.monotonic() > deadline:
                         raise HostError(f"{name} not listening after {timeout:.0f} s") from None
@@ -358,8 +274,6 @@ class BenchPlacement:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (psutil)."""
-    import psutil
-
     t = psutil.Process(pid).cpu_times()
     return float(t.user + t.system)
 
@@ -549,38 +463,6 @@ class Deployment:
         return out
 
 
-def setalgebra_data(
-    data_dir: Path,
-    *,
-    corpus: str = "synth",
-    docs: int = 1_000_000,
-    terms: int = 20_000,
-    queries: int = 10_000,
-    seed: int = 1,
-) -> tuple[Path, Path]:
-    """Generate (once, cached by parameters) the Set Algebra index and queries."""
-    if corpus not in ("synth", "wordnet"):
-        raise InputError(f"corpus is 'synth' or 'wordnet', not {corpus!r}")
-    tag = (
-        f"{corpus}-{docs}-{terms}-{queries}-{seed}"
-        if corpus == "synth"
-        else f"wordnet-{queries}-{seed}"
-    )
-    out = Path(data_dir) / "setalgebra" / tag
-    index, qfile = out / "index.msai", out / "queries.txt"
-    if index.is_file() and qfile.is_file():
-        return index, qfile
-    out.mkdir(parents=True, exist_ok=True)
-    argv = [str(binary("setalgebra_gen")), corpus, "--out", str(out), "--queries", str(queries),
-            "--seed", str(seed)]  # fmt: skip
-    if corpus == "synth":
-        argv += ["--docs", str(docs), "--terms", str(terms)]
-    cp = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    if cp.returncode != 0:
-        raise InputError(f"setalgebra_gen: {cp.stderr.strip()}")
-    return index, qfile
-
-
 @contextlib.contextmanager
 def deploy(
     service: str,
@@ -676,8 +558,6 @@ def default_data_dir() -> Path:
     env = os.environ.get("MUSKU_DATA_DIR")
     if env:
         return Path(env)
-    from platformdirs import user_cache_dir
-
     return Path(user_cache_dir("musku")) / "services"
 
 

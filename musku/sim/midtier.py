@@ -22,11 +22,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from musku.cotune_spec import MODELS, Candidate, CotuneSpec
 from musku.domain import Configuration
 from musku.errors import InputError
+from musku.experiment import load_platform
 from musku.knobs.spec import by_resource
 from musku.sim.model import SimModel
-from musku.tune.cotune import MODELS, CotuneSpec, Endpoint, ThreadingState
+from musku.tune.cotune import Endpoint, ThreadingState
+from musku.tune.table import check_table
+from musku.tune.train import build_table
 
 
 class SimMidtier:
@@ -35,8 +39,6 @@ class SimMidtier:
     def __init__(self, model: SimModel, host: str, service: str, config: Configuration) -> None:
         if model.threading is None:
             raise InputError(f"sim model {model.name!r} has no [threading] section")
-        from musku.tune.train import Candidate
-
         self.model = model
         self.host = host
         self.service = service
@@ -79,8 +81,6 @@ class SimMidtier:
         if isinstance(cc, int):
             return cc
         if self.model.platform:
-            from musku.experiment import load_platform
-
             return load_platform(self.model.platform).cores
         return 1
 
@@ -102,8 +102,6 @@ class SimMidtier:
                        measured_qps=self.offered_qps())  # fmt: skip
 
     def set_auto(self, table_path: Path) -> ThreadingState:
-        from musku.tune.train import check_table
-
         path = str(table_path)
         try:
             data = json.loads(Path(path).read_text())
@@ -137,8 +135,6 @@ class SimTrainer:
         self.model = model
 
     def train(self, endpoint: Endpoint, spec: CotuneSpec) -> tuple[dict[str, Any], float]:
-        from musku.tune.train import build_table
-
         if not isinstance(endpoint, SimMidtier):
             raise InputError("SimTrainer trains simulated mid-tiers only")
         cands = spec.candidates()

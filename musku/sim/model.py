@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from musku.cotune_spec import MODELS
 from musku.domain import Configuration, Direction, Value, canonical_value, format_value
 from musku.errors import InputError, UnsupportedError
 from musku.experiment import load_platform
@@ -29,7 +30,6 @@ from musku.schema.document import Document, line_of
 from musku.schema.simmodel import KnobTable, SimModelFile, WarmupEntry
 from musku.schema.simmodel import Noise as NoiseTable
 from musku.schema.simmodel import ThreadingTable as ThreadingTableFile
-from musku.tune.cotune import MODELS
 
 METRICS: dict[str, Direction] = {
     "mips": Direction.HIGHER,

@@ -46,12 +46,20 @@ from musku.domain import Configuration, Sample
 from musku.errors import InputError, MuskuError
 from musku.hosts.base import Host, HostPair
 from musku.schema.hosts import SimOptions, parse_options
+from musku.sim.midtier import SimMidtier, SimTrainer
 from musku.sim.model import Point, SimModel
+from musku.tune.cotune import (
+    CoTuner,
+    CotuneResult,
+    CotuneSpec,
+    TableCache,
+    Trainer,
+    describe,
+    restore,
+)
 
 if TYPE_CHECKING:
     from musku.experiment import Experiment
-    from musku.sim.midtier import SimMidtier
-    from musku.tune.cotune import CoTuner, CotuneResult, CotuneSpec, Trainer
 
 _MAX_SUBSTEPS = 256
 _BURST_BLOCK_S = 3600.0
@@ -190,9 +198,6 @@ class SimPair(HostPair):
                     "co-tuning needs one (docs/threading.md, Co-tuning)"
                 )
             return
-        from musku.sim.midtier import SimMidtier, SimTrainer
-        from musku.tune.cotune import CoTuner, TableCache
-
         service = cotune.service if cotune is not None else model.name
         self.midtiers = (
             SimMidtier(model, names[0], service, initial[0]),
@@ -228,8 +233,6 @@ class SimPair(HostPair):
     def threading(self) -> tuple[str, str]:
         if self.midtiers is None:
             return ("", "")
-        from musku.tune.cotune import describe
-
         return describe(self.midtiers[0]), describe(self.midtiers[1])
 
     def _cotune(self, configs: list[Configuration], old: list[Configuration]) -> np.ndarray:
@@ -240,8 +243,6 @@ class SimPair(HostPair):
         spent = np.zeros(2)
         if self.tuners is None or self.midtiers is None:
             return spent
-        from musku.tune.cotune import restore
-
         before = [mt.get() for mt in self.midtiers]
         tuned_before = list(self._tuned_for)
         try:

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from musku.abtest import run_comparison
+from musku.abtest.calibration import memory_for
 from musku.domain import (
     ComparisonResult,
     Configuration,
@@ -24,11 +26,13 @@ from musku.domain import (
 from musku.errors import Interrupted
 from musku.experiment import Experiment
 from musku.hosts.base import HostPair
-from musku.sweep.progress import change_text
+from musku.sweep.report import result_dict, sku_dict
+from musku.text import change_text
 
 
 class Progress(Protocol):
-    """What the runner reports to (the CLI's live display, or nothing)."""
+    """What the runner reports to: the observer the CLI implements with its live display
+    (:class:`musku.display.LiveProgress`); :class:`NullProgress` reports nowhere."""
 
     def comparison_started(
         self, purpose: str, baseline: Configuration, candidate: Configuration
@@ -83,9 +87,29 @@ class SweepReport:
     experiment_id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        from musku.sweep.report import report_dict
-
-        return report_dict(self)
+        """The plain (JSON-able) form: ``musku sweep --json`` and the stored report."""
+        return {
+            "experiment": self.experiment,
+            "experiment_id": self.experiment_id,
+            "mode": self.mode,
+            "baseline": self.baseline.as_dict(),
+            "best": self.best.as_dict(),
+            "knobs": [
+                {
+                    "knob": o.knob,
+                    "baseline": o.baseline_value,
+                    "best": o.best_value,
+                    "pruned": o.pruned,
+                    "skipped": o.skipped,
+                    "comparisons": [result_dict(r) for r in o.results],
+                }
+                for o in self.knobs
+            ],
+            "soft_sku": sku_dict(self.sku) if self.sku else None,
+            "comparisons": self.comparisons,
+            "measured": self.measured,
+            "host_time_s": self.host_time_s,
+        }
 
 
 class Runner:
@@ -113,8 +137,6 @@ class Runner:
         self.results: list[tuple[str, ComparisonResult]] = []
         self.measured = 0
         self._counter = 0
-        from musku.abtest.calibration import memory_for
-
         # the pair's calibration and remembered warm-up transients (issue 19)
         self.memory = memory_for(pair, store if experiment_id is not None else None)
         if store is not None and experiment_id is not None:
@@ -127,8 +149,6 @@ class Runner:
         self, purpose: str, baseline: Configuration, candidate: Configuration
     ) -> ComparisonResult:
         """One A/B comparison (or its stored answer on resume). Raises Interrupted on Ctrl-C."""
-        from musku.abtest import run_comparison
-
         if self.stop.is_set():
             raise Interrupted("stopped before finishing")
         self._counter += 1

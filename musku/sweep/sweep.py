@@ -13,6 +13,7 @@ from musku.experiment import Experiment
 from musku.hosts.base import BACKENDS, HostPair
 from musku.registry import load
 from musku.sweep.runner import Progress, Runner, SweepReport
+from musku.sweep.strategies import STRATEGIES
 
 
 def open_pair(experiment: Experiment, *, seed: int | None = None) -> HostPair:
@@ -112,10 +113,7 @@ def run_sweep(
     experiment is marked interrupted and :class:`Interrupted` is raised; what was measured
     stays in the database.
     """
-    from musku.registry import load as load_strategy
-    from musku.sweep.strategies import STRATEGIES
-
-    strategy = load_strategy(experiment.mode.value, STRATEGIES, kind="sweep mode")
+    strategy = load(experiment.mode.value, STRATEGIES, kind="sweep mode")
     with experiment_run(
         experiment, store=store, resume=resume, progress=progress, stop=stop, seed=seed
     ) as runner:

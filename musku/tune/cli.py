@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from musku.errors import MuskuError
+from musku.report.strict_json import finite
 
 app = typer.Typer(help="Threading auto-tuner: train decision tables.", no_args_is_help=True)
 
@@ -72,54 +71,40 @@ def train(
     as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
 ) -> None:
     """Train SERVICE's threading decision table on this host."""
-    from musku.services import runtime
-    from musku.tune import train as tr
+    from musku.services import runtime  # lazy: keeps `musku --help` from loading the services
+    from musku.tune import train as tr  # lazy: numpy, scipy
+
+    def progress(key: str, q: float, p: dict[str, Any]) -> None:
+        if not as_json:
+            typer.echo(
+                f"{q:>8g} QPS  {key:<36} p99 {p['p99_us'] / 1e3:8.3f} ms  "
+                f"achieved {p['achieved_qps']:8.1f}  errors {p['errors']}",
+                err=True,
+            )
 
     try:
         runtime.check_service(service)
-        grid_loads = tr.parse_loads(loads)
-        if models == "all":
-            cands = tr.default_candidates()
-        else:
-            cands = [tr.Candidate.of(m.strip()) for m in models.split(",") if m.strip()]
-        ddir = data_dir or runtime.default_data_dir()
-        path = out or ddir / "tables" / f"{service}-{socket.gethostname()}.json"
-        workdir = Path(tempfile.mkdtemp(prefix=f"musku-tune-{service}-"))
-
-        def progress(key: str, q: float, p: dict[str, Any]) -> None:
-            if not as_json:
-                typer.echo(
-                    f"{q:>8g} QPS  {key:<36} p99 {p['p99_us'] / 1e3:8.3f} ms  "
-                    f"achieved {p['achieved_qps']:8.1f}  errors {p['errors']}",
-                    err=True,
-                )
-
-        with runtime.deploy(
+        run = tr.ServiceTraining(
             service,
-            workdir=workdir,
-            data_dir=ddir,
-            shards=shards,
+            tr.parse_loads(loads),
+            tr.parse_models(models),
+            duration_s=duration,
+            warmup_s=warmup,
+            min_samples=min_samples,
+            rounds=rounds,
+            out=out,
+            platform=platform,
+            config_key=config_key,
             server_cpus=runtime.parse_cpus(server_cpus),
-            data_opts={"docs": docs, "terms": terms, "queries": queries},
+            loadgen_cpus=runtime.parse_cpus(loadgen_cpus),
             leaf_transport=leaf_transport,
-        ) as dep:
-            table, _grid = tr.train(dep, grid_loads, cands, duration_s=duration, warmup_s=warmup,
-                                    loadgen_cpus=runtime.parse_cpus(loadgen_cpus), progress=progress,
-                                    min_samples=min_samples, rounds=rounds)  # fmt: skip
-        table["platform"] = platform
-        table["config_key"] = config_key
-        tr.write_table(table, path)
-        stored = None
-        if not no_db:
-            from musku.storage import open_store
-
-            with open_store(db) as store:
-                stored = store.save_threading_table(
-                    service, table["host"], platform, config_key, table
-                )
+            shards=shards,
+            data_opts={"docs": docs, "terms": terms, "queries": queries},
+            data_dir=data_dir,
+        )
+        done = tr.train_service(run, store=not no_db, db=db, progress=progress)
+        table, path, stored = done.table, done.path, done.db_id
         if as_json:
-            from musku.report.strict_json import finite  # NaN/inf -> null
-
             shown = {"path": str(path), "db_id": stored, "table": table}
             typer.echo(json.dumps(finite(shown), indent=2, allow_nan=False))
             return

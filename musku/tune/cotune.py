@@ -8,9 +8,9 @@ measurement window), the :class:`CoTuner` of a host
 1. looks up the threading decision table for (service, host, platform, configuration key):
    first the on-disk cache, then the results DB (the controller's store, or a table the
    controller offers with the request);
-2. trains it when there is none (:mod:`musku.tune.train` on the host's running mid-tier;
-   training is host time: real backends spend it inside ``apply``, the simulator advances its
-   clock by it) and stores it in the cache and the DB;
+2. trains it when there is none (on the host's running mid-tier; training is host time: real
+   backends spend it inside ``apply``, the simulator advances its clock by it) and stores it in
+   the cache and the DB;
 3. puts the mid-tier on ``auto`` with that table over the Admin RPC and reports what it runs
    now, e.g. ``auto:3f9a0c1e async-dispatch-block p1 w2 r1 @ 950 qps``.
 
@@ -19,11 +19,14 @@ the mid-tier is dropped and the table retrained; a failed training or a refused 
 puts the mid-tier back on the threading it had and raises :class:`HostError` (the caller
 rolls the knobs back: never a half-applied host).
 
-The mid-tier is reached through the :class:`Endpoint` protocol (real hosts:
-:class:`AdminEndpoint`, the ``musku_admin`` binary; simulated hosts:
-:class:`musku.sim.midtier.SimMidtier`), tables are trained by a :class:`Trainer`
-(:class:`ServiceTrainer` / :class:`musku.sim.midtier.SimTrainer`). Nothing here imports
-heavy libraries: the agent and the CLI's ``--help`` import it.
+The layers: the spec is part of the experiment model (:mod:`musku.cotune_spec`); this module
+is the host-side logic, shared by real and simulated hosts. The mid-tier is reached through
+the :class:`Endpoint` protocol and tables are trained by a :class:`Trainer`: on real hosts
+:class:`musku.agent.cotune.AdminEndpoint` / :class:`~musku.agent.cotune.ServiceTrainer` (the
+agent side, with the agent request's form), on simulated ones
+:class:`musku.sim.midtier.SimMidtier` / :class:`~musku.sim.midtier.SimTrainer`. The controller
+side (offering and storing tables over agents) is :mod:`musku.hosts.cotune`. Nothing here
+imports heavy libraries: the agent imports it.
 """
 
 from __future__ import annotations
@@ -31,142 +34,24 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
-import socket
-import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+# the spec's names are re-exported: code written against the one-module cotune keeps working
+from musku.cotune_spec import DEFAULT_LOADS as DEFAULT_LOADS
+from musku.cotune_spec import DEFAULT_WORKERS as DEFAULT_WORKERS
+from musku.cotune_spec import MIDTIER_KEYS as MIDTIER_KEYS
+from musku.cotune_spec import MODELS as MODELS
+from musku.cotune_spec import RECORD_MAX
+from musku.cotune_spec import CotuneSpec as CotuneSpec
 from musku.domain import Configuration
 from musku.errors import HostError, InputError, MuskuError
+from musku.tune.table import check_table, write_table
 
 log = logging.getLogger("musku.tune")
-
-MODELS: tuple[str, ...] = tuple(
-    f"{leaf}-{disp}-{wait}"
-    for leaf in ("sync", "async")
-    for disp in ("inline", "dispatch")
-    for wait in ("block", "poll")
-)
-"""The eight threading models (= ``musku.services.runtime.THREADING_MODELS``)."""
-
-DEFAULT_LOADS: tuple[float, ...] = (20.0, 100.0, 500.0, 1000.0, 2000.0)
-DEFAULT_WORKERS: tuple[int, ...] = (1, 2)
-RECORD_MAX = 100  # the results DB's threading_a / threading_b columns hold 100 characters
-
-
-# --------------------------------------------------------------------------- the spec
-
-
-@dataclass(frozen=True)
-class CotuneSpec:
-    """How to co-tune a host's mid-tier: the experiment's ``[threading]`` table (docs/threading.md,
-    "Co-tuning"). Sent to agents with every ``apply`` as JSON."""
-
-    service: str
-    loads: tuple[float, ...] = DEFAULT_LOADS  # training grid (offered QPS)
-    models: tuple[str, ...] = MODELS  # candidate models
-    workers: tuple[int, ...] = DEFAULT_WORKERS  # worker-pool sizes tried for dispatch models
-    duration_s: float = 3.0  # measured seconds per (load, candidate) point
-    warmup_s: float = 0.5
-    admin: str = ""  # the mid-tier's Admin address on the host, "host:port"
-    admin_port_file: str = ""  # or the file the mid-tier wrote its port to (--port-file)
-    load_data: str = ""  # the load generator's data on the host ("" = the generated dataset)
-
-    def candidates(self) -> list[Any]:
-        """(model, pools) candidates: every model; dispatch models once per worker count."""
-        from musku.tune.train import Candidate
-
-        out: list[Any] = []
-        for m in self.models:
-            if "-dispatch-" in m:
-                out.extend(Candidate.of(m, w) for w in self.workers)
-            else:
-                out.append(Candidate.of(m))
-        return out
-
-    def points(self) -> int:
-        """Measurements one training takes."""
-        dispatch = sum(1 for m in self.models if "-dispatch-" in m)
-        return len(self.loads) * (len(self.models) - dispatch + dispatch * len(self.workers))
-
-    def training_s(self) -> float:
-        """Host seconds one training takes (load-generator start-up included, roughly)."""
-        return self.points() * (self.duration_s + self.warmup_s + 0.3)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "service": self.service,
-            "loads": list(self.loads),
-            "models": list(self.models),
-            "workers": list(self.workers),
-            "duration_s": self.duration_s,
-            "warmup_s": self.warmup_s,
-            "admin": self.admin,
-            "admin_port_file": self.admin_port_file,
-            "load_data": self.load_data,
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> CotuneSpec:
-        """Parse and validate (an agent request's ``threading.spec``); InputError on bad input."""
-        if not isinstance(data, Mapping):
-            raise InputError("threading spec must be an object")
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise InputError(f"threading spec: unknown key(s) {', '.join(sorted(unknown))}")
-        d = dict(data)
-        if not isinstance(d.get("service"), str) or not d["service"]:
-            raise InputError("threading spec needs service")
-        for key in ("loads", "models", "workers"):
-            if key in d:
-                if not isinstance(d[key], list | tuple):
-                    raise InputError(f"threading spec: {key} must be a list")
-                d[key] = tuple(d[key])
-        for key in ("admin", "admin_port_file", "load_data"):
-            if not isinstance(d.get(key, ""), str):
-                raise InputError(f"threading spec: {key} must be text")
-        for key in ("duration_s", "warmup_s"):
-            v = d.get(key, 0.0)
-            if isinstance(v, bool) or not isinstance(v, int | float):
-                raise InputError(f"threading spec: {key} must be a number")
-        spec = cls(**d)
-        problem = spec.problem()
-        if problem:
-            raise InputError(f"threading spec: {problem}")
-        return spec
-
-    def problem(self) -> str:
-        """What is wrong with this spec ("" if nothing): shared by the experiment loader."""
-        if not self.loads or any(
-            isinstance(q, bool) or not isinstance(q, int | float) or not q > 0 for q in self.loads
-        ):
-            return "loads must be a non-empty list of positive QPS values"
-        if len(set(self.loads)) != len(self.loads):
-            return "loads lists a load twice"
-        if not self.models:
-            return "models must not be empty"
-        for m in self.models:
-            if m not in MODELS:
-                return f"unknown threading model {m!r} (models: {', '.join(MODELS)})"
-        if len(set(self.models)) != len(self.models):
-            return "models lists a model twice"
-        if not self.workers or any(
-            isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 64 for w in self.workers
-        ):
-            return "workers must be a non-empty list of integers in 1..64"
-        if not self.duration_s > 0:
-            return "duration_s must be > 0"
-        if not self.warmup_s >= 0:
-            return "warmup_s must be >= 0"
-        if self.admin and self.admin_port_file:
-            return "give admin or admin_port_file, not both"
-        if self.admin and not re.fullmatch(r"[^\s:]+:\d{1,5}", self.admin):
-            return f"admin must be 'host:port', not {self.admin!r}"
-        return ""
 
 
 # --------------------------------------------------------------------------- the mid-tier's state
@@ -286,92 +171,6 @@ class Trainer(Protocol):
         ...
 
 
-class AdminEndpoint:
-    """A real mid-tier through ``musku_admin`` (:func:`musku.services.runtime.admin`)."""
-
-    def __init__(self, admin: str = "", admin_port_file: str = "", *, host: str = "") -> None:
-        if not admin and not admin_port_file:
-            raise InputError("co-tuning needs the mid-tier's admin address or admin_port_file")
-        self.admin = admin
-        self.port_file = admin_port_file
-        self.host = host or socket.gethostname()
-
-    def address(self) -> str:
-        """The Admin address (a port file is read each time: the mid-tier may have restarted)."""
-        if self.admin:
-            return self.admin
-        try:
-            port = int(Path(self.port_file).read_text().strip())
-        except (OSError, ValueError) as exc:
-            raise HostError(
-                f"cannot read the mid-tier's port from {self.port_file}: {exc}"
-            ) from None
-        return f"127.0.0.1:{port}"
-
-    def get(self) -> ThreadingState:
-        from musku.services import runtime
-
-        return ThreadingState.from_json(runtime.admin(self.address(), "get"))
-
-    def set_auto(self, table_path: Path) -> ThreadingState:
-        from musku.services import runtime
-
-        return ThreadingState.from_json(
-            runtime.set_threading(self.address(), "auto", table=str(table_path))
-        )
-
-    def set_fixed(self, state: ThreadingState) -> ThreadingState:
-        from musku.services import runtime
-
-        return ThreadingState.from_json(
-            runtime.set_threading(
-                self.address(),
-                state.model,
-                pollers=state.pollers,
-                workers=state.workers,
-                responders=state.responders,
-            )
-        )
-
-    def cpus(self) -> int:
-        return os.cpu_count() or 1
-
-
-class ServiceTrainer:
-    """Trains on the host's running mid-tier with :func:`musku.tune.train.train` (open-loop
-    ``musku_loadgen`` points, switching the mid-tier over the Admin RPC)."""
-
-    def __init__(self, loadgen_cpus: Sequence[int] | None = None) -> None:
-        self.loadgen_cpus = loadgen_cpus
-
-    def train(self, endpoint: Endpoint, spec: CotuneSpec) -> tuple[dict[str, Any], float]:
-        from musku.services import runtime
-        from musku.tune import train as tr
-
-        if not isinstance(endpoint, AdminEndpoint):
-            raise InputError("ServiceTrainer trains on a real mid-tier (AdminEndpoint)")
-        if spec.load_data:
-            data = Path(spec.load_data)
-            if not data.is_file():
-                raise InputError(f"the load generator's data {data} does not exist on this host")
-        elif spec.service == "setalgebra":
-            data = runtime.setalgebra_data(runtime.default_data_dir())[1]
-        else:
-            raise InputError(f"co-tuning {spec.service} needs [threading] load_data (the load "
-                             "generator's data on the host)")  # fmt: skip
-        t0 = time.monotonic()
-        table, _grid = tr.train(
-            tr.Target(endpoint.address(), spec.service, data),
-            list(spec.loads),
-            spec.candidates(),
-            duration_s=spec.duration_s,
-            warmup_s=spec.warmup_s,
-            loadgen_cpus=self.loadgen_cpus,
-        )
-        table["host"] = endpoint.host
-        return table, time.monotonic() - t0
-
-
 # --------------------------------------------------------------------------- the cache
 
 
@@ -410,8 +209,6 @@ class TableCache:
     def save(
         self, service: str, host: str, platform: str, key: str, table: Mapping[str, Any]
     ) -> Path:
-        from musku.tune.train import write_table
-
         p = self.path(service, host, platform, key)
         write_table(dict(table), p)
         return p
@@ -469,8 +266,6 @@ class CoTuner:
         return config.key() if isinstance(config, Configuration) else str(config)
 
     def _check(self, table: Any, key: str, cpus: int, transport: str) -> dict[str, Any]:
-        from musku.tune.train import check_table
-
         data = check_table(table, self.spec.service, cpus=cpus, leaf_transport=transport,
                            where=f"for {key} on {self.host}")  # fmt: skip
         stored_key = data.get("config_key")
@@ -662,110 +457,3 @@ def describe(endpoint: Endpoint) -> str:
 def describe_state(state: ThreadingState) -> str:
     """``state`` in the record's form, the hash read from its table file."""
     return state.describe(file_hash(state.table) if state.auto_mode and state.table else "")
-
-
-# --------------------------------------------------------------------------- agents
-
-
-@dataclass(frozen=True)
-class AgentRequest:
-    """The ``threading`` field of an agent ``apply`` request:
-    ``{"spec": CotuneSpec JSON, "platform": NAME, "table": TABLE or null}``."""
-
-    spec: CotuneSpec
-    platform: str
-    table: Mapping[str, Any] | None = None
-
-    @classmethod
-    def parse(cls, raw: object) -> AgentRequest | None:
-        if raw is None:
-            return None
-        if not isinstance(raw, Mapping):
-            raise InputError("threading must be an object {spec, platform, table}")
-        unknown = set(raw) - {"spec", "platform", "table"}
-        if unknown:
-            raise InputError(f"threading: unknown key(s) {', '.join(sorted(unknown))}")
-        spec = CotuneSpec.from_json(raw.get("spec"))
-        if not spec.admin and not spec.admin_port_file:
-            raise InputError("threading spec needs admin or admin_port_file")
-        platform = raw.get("platform", "")
-        table = raw.get("table")
-        if not isinstance(platform, str) or (table is not None and not isinstance(table, Mapping)):
-            raise InputError("threading: platform must be text and table an object")
-        return cls(spec, platform, table)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"spec": self.spec.to_json(), "platform": self.platform, "table": self.table}
-
-
-# --------------------------------------------------------------------------- controllers
-
-
-# [hosts] entry keys naming a host's own mid-tier (agent backend) -> the CotuneSpec field each sets
-MIDTIER_KEYS = {"midtier_admin": "admin", "midtier_admin_port_file": "admin_port_file"}
-
-
-class ControllerTables:
-    """The controller's side of co-tuning on agent hosts: offers the results DB's table with
-    each request and stores the tables the agents trained."""
-
-    def __init__(self, spec: CotuneSpec, platform: str) -> None:
-        self.spec = spec
-        self.platform = platform
-        self.store: Any | None = None
-
-    def midtier(self, host: str, where: Mapping[str, str]) -> CotuneSpec:
-        """The spec for a host whose mid-tier answers elsewhere than the experiment says
-        (``where``: ``{"admin": "host:port"}`` or ``{"admin_port_file": path}``); InputError
-        naming the host when that address is malformed."""
-        if not where:
-            return self.spec
-        spec = replace(self.spec, admin=where.get("admin", ""),
-                       admin_port_file=where.get("admin_port_file", ""))  # fmt: skip
-        problem = spec.problem()
-        if problem:
-            raise InputError(f"[hosts] {host}: midtier_{problem}")
-        return spec
-
-    def request(
-        self, host: str, config: Configuration, midtier: Mapping[str, str] | None = None
-    ) -> dict[str, Any]:
-        """The ``threading`` field of an ``apply`` request to the agent of ``host``
-        (``midtier``: that host's own mid-tier address, see :meth:`midtier`)."""
-        spec = self.midtier(host, midtier or {})
-        table = None
-        if self.store is not None:
-            try:
-                table = self.store.threading_table(
-                    self.spec.service, host, self.platform, config.key()
-                )
-            except MuskuError as exc:
-                log.warning("results DB not consulted for a threading table: %s", exc.one_line())
-        return AgentRequest(spec, self.platform, table).to_json()
-
-    def record(self, host: str, config: Configuration, reply: Mapping[str, Any]) -> str:
-        """Store a table the agent trained; returns the threading it reports. HostError when
-        the reply says nothing of threading (an agent that does not co-tune: the caller rolls
-        the host back rather than compare without co-tuning)."""
-        info = reply.get("threading") if isinstance(reply, Mapping) else None
-        if not isinstance(info, Mapping) or not info.get("threading"):
-            raise HostError(
-                f"the agent on {host} did not co-tune the threading (a musku without "
-                "co-tuning there?): upgrade it or set [threading] cotune = false"
-            )
-        trained = info.get("trained")
-        if trained and self.store is not None:
-            try:
-                self.store.save_threading_table(
-                    self.spec.service, host, self.platform, config.key(), trained
-                )
-            except MuskuError as exc:
-                log.warning("threading table not stored in the results DB: %s", exc.one_line())
-        for note in info.get("notes", []):
-            log.warning("%s: %s", host, note)
-        return str(info.get("threading", ""))
-
-
-def timeout_for(spec: CotuneSpec, base: float = 120.0) -> float:
-    """A request timeout that covers a training (and a retraining)."""
-    return base + 2.5 * spec.training_s()

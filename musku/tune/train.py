@@ -8,21 +8,25 @@ the mid-tier reads with ``--threading auto --threading-table PATH``.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
+import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from musku.cotune_spec import Candidate as Candidate  # re-exported: tr.Candidate
 from musku.errors import InputError
 from musku.services import runtime
 from musku.services.latency import Latencies
-
-TABLE_FORMAT = "musku-threading-table/1"
+from musku.tune.table import TABLE_FORMAT
+from musku.tune.table import check_table as check_table  # re-exported: tr.check_table, ...
+from musku.tune.table import service_name as service_name
+from musku.tune.table import validate_table as validate_table
+from musku.tune.table import write_table as write_table
 
 
 @dataclass(frozen=True)
@@ -41,29 +45,6 @@ def _target(dep: runtime.Deployment | Target) -> Target:
     return Target(dep.midtier.address, dep.service, dep.load_data)
 
 
-@dataclass(frozen=True, order=True)
-class Candidate:
-    model: str
-    pollers: int = 1
-    workers: int = 0
-    responders: int = 0
-
-    def key(self) -> str:
-        return f"{self.model} p={self.pollers} w={self.workers} r={self.responders}"
-
-    def row(self) -> dict[str, Any]:
-        return {"model": self.model, "pollers": self.pollers, "workers": self.workers,
-                "responders": self.responders}  # fmt: skip
-
-    @classmethod
-    def of(cls, model: str, workers: int = 2) -> Candidate:
-        if model not in runtime.THREADING_MODELS:
-            raise InputError(f"unknown threading model {model!r}")
-        dispatch = "-dispatch-" in model
-        asynchronous = model.startswith("async-")
-        return cls(model, 1, workers if dispatch else 0, 1 if asynchronous else 0)
-
-
 def default_candidates(cpus: int | None = None) -> list[Candidate]:
     """Every model; dispatch models with 1 and 2 workers (more cannot help on small hosts)."""
     n = cpus or os.cpu_count() or 1
@@ -75,6 +56,13 @@ def default_candidates(cpus: int | None = None) -> list[Candidate]:
         else:
             out.append(Candidate.of(m))
     return out
+
+
+def parse_models(text: str) -> list[Candidate]:
+    """``'all'`` (:func:`default_candidates`) or comma-separated model names."""
+    if text == "all":
+        return default_candidates()
+    return [Candidate.of(m.strip()) for m in text.split(",") if m.strip()]
 
 
 def parse_loads(text: str) -> list[float]:
@@ -272,67 +260,70 @@ def train(
     return build_table(t.service, loads, grid, candidates, leaf_transport=transport), grid
 
 
-def service_name(service: str) -> str:
-    """The name the mid-tier reports (and checks in a table)."""
-    return {"setalgebra": "setalgebra"}.get(service, service)
+@dataclass(frozen=True)
+class ServiceTraining:
+    """``musku tune train SERVICE``: deploy SERVICE on this host and train its table."""
+
+    service: str
+    loads: Sequence[float]
+    candidates: Sequence[Candidate]
+    duration_s: float = 3.0
+    warmup_s: float = 0.5
+    min_samples: int = 300
+    rounds: int = 3
+    out: Path | None = None  # default DATA_DIR/tables/SERVICE-HOST.json
+    platform: str = "local"  # stored with the table
+    config_key: str = "{}"  # the soft-SKU configuration in force ('{}' = stock)
+    server_cpus: Sequence[int] | None = None
+    loadgen_cpus: Sequence[int] | None = None
+    leaf_transport: str = "unary"
+    shards: int = 2
+    data_opts: Mapping[str, Any] = field(default_factory=dict)  # the dataset's size options
+    data_dir: Path | None = None
 
 
-def write_table(table: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(table, indent=2) + "\n")
-    tmp.replace(path)
+@dataclass(frozen=True)
+class TrainedTable:
+    table: dict[str, Any]
+    path: Path  # where it was written
+    db_id: int | None  # its id in the results DB (None: not stored)
 
 
-def validate_table(path: Path, service: str, *, cpus: int | None = None) -> dict[str, Any]:
-    """Read a table back with the rules the C++ side applies; InputError with the reason."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise InputError(f"threading table {path} is unreadable or corrupt: {e}") from e
-    return check_table(data, service, cpus=cpus, where=str(path))
-
-
-def check_table(
-    data: Any,
-    service: str,
+def train_service(
+    run: ServiceTraining,
     *,
-    cpus: int | None = None,
-    leaf_transport: str | None = None,
-    where: str = "threading table",
-) -> dict[str, Any]:
-    """The C++ side's rules on a parsed table: format, service, CPU count (``cpus``, default
-    this host's: another count means the table is stale), the leaf transport it was trained
-    over (when ``leaf_transport`` is given; none recorded = unary), increasing rows of known
-    models."""
-    name = f"threading table {where}" if not where.startswith("threading table") else where
-    here = cpus if cpus is not None else os.cpu_count()
-    if not isinstance(data, dict) or data.get("format") != TABLE_FORMAT:
-        raise InputError(f"{name} has no format {TABLE_FORMAT!r}")
-    if data.get("service") != service_name(service):
-        raise InputError(f"{name} is for {data.get('service')!r}, not {service!r}")
-    if data.get("cpus") != here:
-        raise InputError(
-            f"{name} is stale: trained on {data.get('cpus')} CPUs, this host has {here}"
-        )
-    trained = data.get("leaf_transport") or "unary"
-    if leaf_transport is not None and trained != leaf_transport:
-        raise InputError(
-            f"{name} is stale: trained with leaf transport {trained!r}, the mid-tier uses "
-            f"{leaf_transport!r}"
-        )
-    rows = data.get("rows")
-    if not isinstance(rows, list) or not rows:
-        raise InputError(f"{name} has no rows")
-    prev = -1.0
-    for r in rows:
-        if (
-            not isinstance(r, dict)
-            or r.get("model") not in runtime.THREADING_MODELS
-            or not isinstance(r.get("max_qps"), int | float)
-            or not r["max_qps"] > prev
-            or not all(isinstance(r.get(k), int) for k in ("pollers", "workers", "responders"))
-        ):
-            raise InputError(f"{name}: bad row {r}")
-        prev = r["max_qps"]
-    return data
+    store: bool = True,
+    db: str | None = None,
+    progress: Callable[[str, float, dict[str, Any]], None] | None = None,
+) -> TrainedTable:
+    """Deploy ``run.service`` here, train its table over the grid, write it (atomically) and,
+    with ``store``, save it in the results DB at ``db`` (opened once the table is written)."""
+    runtime.check_service(run.service)
+    ddir = run.data_dir or runtime.default_data_dir()
+    path = run.out or ddir / "tables" / f"{run.service}-{socket.gethostname()}.json"
+    workdir = Path(tempfile.mkdtemp(prefix=f"musku-tune-{run.service}-"))
+    with runtime.deploy(
+        run.service,
+        workdir=workdir,
+        data_dir=ddir,
+        shards=run.shards,
+        server_cpus=run.server_cpus,
+        data_opts=dict(run.data_opts),
+        leaf_transport=run.leaf_transport,
+    ) as dep:
+        table, _grid = train(dep, run.loads, run.candidates, duration_s=run.duration_s,
+                             warmup_s=run.warmup_s, loadgen_cpus=run.loadgen_cpus,
+                             progress=progress, min_samples=run.min_samples,
+                             rounds=run.rounds)  # fmt: skip
+    table["platform"] = run.platform
+    table["config_key"] = run.config_key
+    write_table(table, path)
+    stored = None
+    if store:
+        from musku.storage import open_store  # lazy: SQLAlchemy, only when storing
+
+        with open_store(db) as st:
+            stored = st.save_threading_table(
+                run.service, table["host"], run.platform, run.config_key, table
+            )
+    return TrainedTable(table, path, stored)

@@ -9,12 +9,11 @@ from pathlib import Path
 from types import FrameType
 
 from musku.errors import MuskuError
+from musku.hostfs import HostFS
+from musku.workload.core import Workload, WorkloadOptions
 
 
 def main(argv: list[str] | None = None) -> int:
-    from musku.hostfs import HostFS
-    from musku.workload.core import Workload, WorkloadOptions
-
     p = argparse.ArgumentParser(prog="python -m musku.workload", description=__doc__)
     p.add_argument("--stats", required=True, type=Path, help="stats file (musku-stats/1 JSON)")
     p.add_argument("--arena-mib", type=int, default=256)

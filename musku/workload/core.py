@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import mmap
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
 
 from musku.errors import InputError
-
-if TYPE_CHECKING:
-    import numpy as np
-
-    from musku.hostfs import HostFS
+from musku.hostfs import HUGEPAGES_DIR, THP_DIR, HostFS
 
 MAP_HUGETLB = getattr(mmap, "MAP_HUGETLB", 0x40000)  # Linux value on x86 and arm64
 HUGE_2M = 2 * 2**20
@@ -45,8 +44,6 @@ class WorkloadOptions:
 
 class _Region:
     def __init__(self, size: int, flags: int, *, madvise: bool) -> None:
-        import numpy as np
-
         self.map = mmap.mmap(-1, size, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         if madvise and hasattr(mmap, "MADV_HUGEPAGE"):
             self.map.madvise(mmap.MADV_HUGEPAGE)
@@ -61,8 +58,6 @@ class _Region:
 
 class Workload:
     def __init__(self, options: WorkloadOptions, fs: HostFS) -> None:
-        import numpy as np
-
         self.o = options
         self.fs = fs
         self.rng = np.random.default_rng(options.seed)
@@ -79,8 +74,6 @@ class Workload:
     # host state --------------------------------------------------------------------
 
     def host_state(self) -> tuple[str, int]:
-        from musku.hostfs import HUGEPAGES_DIR, THP_DIR
-
         thp = ""
         try:
             text = self.fs.read_text(THP_DIR + "/enabled")
@@ -113,8 +106,6 @@ class Workload:
                 pass  # the pool shrank meanwhile: all regular pages
         if size > 0:
             self.regions.append(_Region(size, base_flags, madvise=self.o.madvise))
-        import numpy as np
-
         total = sum(len(r.array) for r in self.regions)
         for r in self.regions:
             share = max(1, round(self.o.batch * len(r.array) / total))
@@ -125,8 +116,6 @@ class Workload:
     # running -----------------------------------------------------------------------
 
     def _record(self, seconds: float) -> None:
-        import bisect
-
         i = bisect.bisect_left(BOUNDS_US, seconds * 1e6)
         self.counts[min(i, len(self.counts) - 1)] += 1
 

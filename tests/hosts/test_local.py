@@ -62,7 +62,7 @@ def test_switchback_ab_of_thp(tmp_path: Path, restore_thp: None) -> None:
     base = Configuration.of({"thp": "never"})
     cand = Configuration.of({"thp": "always"})
     pair = open_pair(exp, seed=3)
-    children = [c.proc.pid for c in pair.children]
+    children = [c.pid for c in pair.children]
     try:
         pair.apply((base, cand))
         assert _real_state() == before  # apply only records (and validates) the two arms

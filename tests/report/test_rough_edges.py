@@ -137,7 +137,7 @@ REASON = (
 
 @pytest.mark.parametrize("width", [30, 50, 80])
 def test_wrapping_never_splits_an_interval(width: int) -> None:
-    from musku.sweep.progress import wrap_atomic
+    from musku.display import wrap_atomic
 
     lines = wrap_atomic(REASON, width)
     assert " ".join(" ".join(lines).split()) == " ".join(REASON.split())
@@ -166,7 +166,7 @@ def _result(**kw: Any) -> ComparisonResult:
 
 
 def test_result_and_final_progress_lines_wrap_between_words() -> None:
-    from musku.sweep.progress import LiveProgress, print_result
+    from musku.display import LiveProgress, print_result
 
     buf = io.StringIO()
     con = Console(file=buf, width=60, highlight=False)

@@ -133,6 +133,31 @@ def test_tune_cli_writes_the_file_and_the_db(tmp_path: Path) -> None:
     assert saved is not None and saved["rows"] == res["table"]["rows"]
 
 
+def test_train_service_is_a_library_call(tmp_path: Path) -> None:
+    """The workflow behind `musku tune train`, called directly: a table file, no DB."""
+    run = tr.ServiceTraining(
+        "setalgebra",
+        [50.0],
+        tr.parse_models("sync-inline-block,async-inline-block"),
+        duration_s=0.3,
+        warmup_s=0.1,
+        min_samples=0,
+        rounds=1,
+        out=tmp_path / "t.json",
+        platform="lab",
+        config_key='{"thp": "never"}',
+        data_opts={"docs": 20_000, "terms": 500, "queries": 300},
+        data_dir=tmp_path / "d",
+    )
+    seen: list[str] = []
+    done = tr.train_service(run, store=False, progress=lambda key, q, p: seen.append(key))
+    assert done.db_id is None and done.path == tmp_path / "t.json"
+    assert sorted(seen) == sorted(c.key() for c in run.candidates)
+    written = tr.validate_table(done.path, "setalgebra")
+    assert written["platform"] == "lab" and written["config_key"] == '{"thp": "never"}'
+    assert written["rows"] == done.table["rows"]
+
+
 def test_tune_cli_rejects_unknown_model_and_service(tmp_path: Path) -> None:
     cases = [
         (["nosuch"], "unknown service"),

@@ -9,9 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from musku.cotune_spec import MODELS, Candidate, CotuneSpec
 from musku.errors import HostError, InputError
-from musku.tune.cotune import MODELS, CotuneSpec, Endpoint, ThreadingState
-from musku.tune.train import Candidate, build_table, check_table
+from musku.tune.cotune import Endpoint, ThreadingState
+from musku.tune.table import check_table
+from musku.tune.train import build_table
 
 
 class FakeMidtier:

@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
+from musku.agent.cotune import AgentRequest
 from musku.agent.protocol import raise_for
 from musku.domain import Configuration
 from musku.errors import HostError
 from musku.hosts.agent import AgentHost, AgentPair
+from musku.hosts.cotune import ControllerTables
 from musku.storage import open_store
-from musku.tune.cotune import AgentRequest, ControllerTables
 from tests.agent.helpers import SHP, THP, make_agent
 from tests.tune.fakes import FakeMidtier, FakeTrainer, spec
 

@@ -11,18 +11,12 @@ from typing import Any
 
 import pytest
 
+from musku.agent.cotune import AgentRequest
+from musku.cotune_spec import CotuneSpec
 from musku.domain import Configuration
 from musku.errors import HostError, InputError
 from musku.storage import open_store
-from musku.tune.cotune import (
-    AgentRequest,
-    CoTuner,
-    CotuneSpec,
-    TableCache,
-    ThreadingState,
-    describe,
-    table_hash,
-)
+from musku.tune.cotune import CoTuner, TableCache, ThreadingState, describe, table_hash
 from tests.tune.fakes import FakeMidtier, FakeTrainer, same_state, spec, table_for
 
 CFG = Configuration.of(core_count=14, thp="always")

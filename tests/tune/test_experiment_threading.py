@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from musku.cotune_spec import DEFAULT_LOADS, MODELS
 from musku.errors import InputError
 from musku.experiment import load_experiment
 from musku.sim import SimModel
 from musku.sweep import open_pair
-from musku.tune.cotune import DEFAULT_LOADS, MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM_MODEL = ROOT / "experiments" / "sim" / "midtier-skylake18.toml"

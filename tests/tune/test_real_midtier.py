@@ -15,17 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from musku.agent.cotune import AdminEndpoint, ServiceTrainer
 from musku.domain import Configuration
 from musku.errors import HostError, InputError
 from musku.services import runtime
-from musku.tune.cotune import (
-    AdminEndpoint,
-    CoTuner,
-    ServiceTrainer,
-    TableCache,
-    ThreadingState,
-    describe,
-)
+from musku.tune.cotune import CoTuner, TableCache, ThreadingState, describe
 from tests.services import servers
 from tests.tune.fakes import spec
 

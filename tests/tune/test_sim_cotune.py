@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from musku.cotune_spec import CotuneSpec
 from musku.domain import Configuration, Decision
 from musku.errors import HostError
 from musku.experiment import load_experiment
@@ -17,7 +18,6 @@ from musku.sim.midtier import SimTrainer
 from musku.sim.pair import SimPair
 from musku.storage import open_store
 from musku.sweep import open_pair, run_abtest, run_sweep
-from musku.tune.cotune import CotuneSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 ON = ROOT / "experiments" / "sim" / "cotune-setalgebra.toml"

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from musku.agent.cotune import AdminEndpoint
 from musku.domain import Configuration
 from musku.errors import InputError
 from musku.experiment import load_experiment
 from musku.services import runtime
-from musku.tune.cotune import AdminEndpoint, ThreadingState
+from musku.tune.cotune import ThreadingState
 from tests.agent.helpers import THP, config, fake_host, spawn_daemon
 from tests.fixtures.sshd import agent_hosts_toml, needs_sshd
 from tests.services import servers

@@ -1,4 +1,5 @@
-"""Live progress of a sweep (rich) and the printed reports of the CLI's read commands."""
+"""The CLI's display (rich): live progress of a sweep and the printed reports of the read
+commands. Only the CLI layer imports it; the library reports through callbacks."""
 
 from __future__ import annotations
 
@@ -8,9 +9,18 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich.cells import cell_len
+from rich.console import Console
 from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
 
 from musku.domain import ComparisonResult, Configuration, Decision, format_value
+from musku.text import change_text
+from musku.text import hours as _hours
+from musku.text import interval as _interval
+from musku.text import pct as _pct
 
 _COLOURS = {
     Decision.BETTER: "green",
@@ -22,22 +32,6 @@ _COLOURS = {
 }
 
 
-def _pct(x: float) -> str:
-    return f"{x * 100:+.2f} %"
-
-
-def _interval(lo: float, hi: float) -> str:
-    return f"[{lo * 100:+.2f}, {hi * 100:+.2f}] %"
-
-
-def _hours(seconds: float) -> str:
-    if seconds >= 3600:
-        return f"{seconds / 3600:.2f} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds:.0f} s"
-
-
 PIPED_WIDTH = 160
 """Width of tables written to a pipe or file when ``COLUMNS`` is not set."""
 
@@ -45,8 +39,6 @@ PIPED_WIDTH = 160
 def make_console(*, stderr: bool = False) -> Any:
     """A rich console for the read commands: a terminal's own width, else ``COLUMNS``, else
     :data:`PIPED_WIDTH` when the output is piped."""
-    from rich.console import Console
-
     stream = sys.stderr if stderr else sys.stdout
     columns = os.environ.get("COLUMNS", "")
     tty = stream.isatty()
@@ -65,8 +57,6 @@ def wrap_atomic(text: str, width: int, indent: int = 4) -> list[str]:
     """Greedy word wrap at ``width`` cells that never breaks inside an interval or between a
     number and its unit; continuation lines are indented by ``indent``. A lone token wider
     than ``width`` stays whole on its own line (a terminal folds it; nothing is cut)."""
-    from rich.cells import cell_len
-
     protected = _ATOMIC.sub(lambda m: m.group(0).replace(" ", _KEEP), text)
     lines: list[str] = []
     cur, pending = "", ""
@@ -89,8 +79,6 @@ def print_wrapped(
 ) -> None:
     """Print plain ``text`` (no markup) wrapped by :func:`wrap_atomic` at the console's width;
     ``styles`` colours whole words (e.g. a decision)."""
-    from rich.text import Text
-
     for line in wrap_atomic(text, max(20, int(con.width)), indent):
         t = Text(line)
         for word, style in (styles or {}).items():
@@ -104,8 +92,6 @@ def print_table(con: Any, table: Any) -> None:
     if _min_width(table) <= con.width:
         con.print(table)
         return
-    from rich.text import Text
-
     if table.title:
         con.print(table.title, markup=False)
     headers = [str(c.header) for c in table.columns]
@@ -125,8 +111,6 @@ def print_table(con: Any, table: Any) -> None:
 def _min_width(table: Any) -> int:
     """Cells the table needs so that no cell is cut: per column its longest word (its longest
     line when the column does not wrap) plus padding, plus the borders."""
-    from rich.cells import cell_len
-
     total = 1
     for col in table.columns:
         texts = [str(col.header), *(getattr(c, "plain", str(c)) for c in col.cells)]
@@ -136,16 +120,6 @@ def _min_width(table: Any) -> int:
             widest = max([widest, *(cell_len(p) for p in pieces)])
         total += widest + 2 + 1  # padding, then the column's right border
     return total
-
-
-def change_text(baseline: Configuration, candidate: Configuration) -> str:
-    diff = baseline.diff(candidate)
-    if not diff:
-        return "A/A (same configuration)"
-    return ", ".join(
-        f"{k} {format_value(k, a) if a is not None else '-'} -> {format_value(k, b) if b is not None else '-'}"
-        for k, (a, b) in diff.items()
-    )
 
 
 def _field(info: Any, name: str, default: Any = None) -> Any:
@@ -166,9 +140,6 @@ class LiveProgress:
 
     def __enter__(self) -> LiveProgress:
         if self.enabled:
-            from rich.console import Console
-            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
             if self.console is None:
                 self.console = Console(stderr=True, highlight=False)
             self._progress = Progress(
@@ -246,8 +217,6 @@ def print_result(con: Any, r: ComparisonResult) -> None:
 
 
 def print_report(con: Any, rep: Any, wall_s: float) -> None:
-    from rich.table import Table
-
     t = Table(title=escape(f"{rep.experiment}: {rep.mode} sweep"), title_justify="left")
     for col in (
         "knob",
@@ -309,8 +278,6 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
 
 
 def print_experiments(con: Any, exps: Sequence[Any]) -> None:
-    from rich.table import Table
-
     t = Table("id", "name", "service", "platform", "mode", "status", "started")
     for e in exps:
         d = e.to_dict()
@@ -334,8 +301,6 @@ def _when(stamp: Any) -> str:
 
 
 def print_comparisons(con: Any, rec: Any, comps: Sequence[Any], skus: Sequence[Any]) -> None:
-    from rich.table import Table
-
     d = rec.to_dict()
     con.print(
         f"[bold]{escape(str(d.get('name')))}[/] (id {d.get('id')}): "
@@ -365,8 +330,6 @@ def print_comparisons(con: Any, rec: Any, comps: Sequence[Any], skus: Sequence[A
 
 
 def print_skus(con: Any, skus: Sequence[Any]) -> None:
-    from rich.table import Table
-
     t = Table("id", "service", "platform", "configuration", "vs production", "vs stock")
     for col in t.columns[4:]:
         col.no_wrap = True
@@ -437,3 +400,50 @@ def print_dry_run(con: Any, d: Mapping[str, Any]) -> None:
         f"  host time: {guess} (from {est['source']}); at most {_hours(bound)} if every "
         "comparison ran to the sample cap",
     )
+
+
+def print_check(con: Any, exp: Any, data: Mapping[str, Any]) -> None:
+    """``musku check``'s summary (:func:`musku.summary.check_experiment`) as text."""
+    # every user string is escaped: a name like "x[/bold]" is text
+    con.print(
+        f"[bold]{escape(exp.name)}[/]: "
+        + escape(
+            f"{exp.service.name} on {exp.platform.name}, {exp.mode.value} sweep, "
+            f"{exp.hosts.backend} hosts -- OK"
+        )
+    )
+    for knob, values in exp.space.items():
+        con.print(
+            escape(f"  {knob:12} {len(values):3} settings  production={exp.production.get(knob)}")
+        )
+    con.print(
+        escape(
+            f"  metric {exp.spec.metric} ({exp.spec.direction.value} is better); guardrails: "
+            f"{', '.join(str(g) for g in exp.spec.guardrails) or 'none'}"
+        )
+    )
+    ct = data.get("threading")
+    if ct is not None:
+        n = len(ct["loads"]) * len(ct["candidates"])
+        con.print(
+            f"  threading co-tuned per configuration: {ct['service']} mid-tier, {n} training "
+            f"points (~{n * ct['seconds_per_point'] / 60:.0f} min host time per new configuration)"
+        )
+    else:
+        con.print("  threading: not co-tuned (hosts keep what their mid-tiers run)")
+
+
+def print_sku_diff(con: Any, diff: Any) -> None:
+    """``musku sku diff`` (:func:`musku.summary.sku_diff`) as a table."""
+    a, b = diff.skus
+    t = Table(
+        "knob",
+        escape(f"#{diff.first} {a.service}/{a.platform}"),
+        escape(f"#{diff.second} {b.service}/{b.platform}"),
+        "same?",
+    )
+    for r in diff.rows:
+        fa = format_value(r["knob"], r["first"]) if r["first"] is not None else "-"
+        fb = format_value(r["knob"], r["second"]) if r["second"] is not None else "-"
+        t.add_row(r["knob"], escape(fa), escape(fb), "same" if r["same"] else "differs")
+    con.print(t)

@@ -276,7 +276,7 @@ def measure_deployment(
     high_total = sum(t.cpu_per_request_us for t in high)
     lat = tot["latency_us"]
     mid = measured[0]
-    notes = []
+    notes: list[str] = []
     if "leaf_wait" not in mid.phases:
         raise UnsupportedError(
             f"{service}'s mid-tier reports no leaf_wait phase: rebuild the services "

@@ -227,7 +227,7 @@ struct MachineRt {
   std::deque<int> runq;  // runnable threads waiting for a core
 };
 
-enum EvType : uint8_t { kArrival, kUser, kJobArrive, kCopies, kDone, kWarmup, kWake };
+enum EvType : uint8_t { kArrival, kUser, kJobArrive, kCopies, kDone, kWarmup, kWake, kControl };
 
 struct Event {
   double t;
@@ -311,7 +311,7 @@ class Pool {
 
 class Sim {
  public:
-  explicit Sim(const Model& m) : m_(m) {}
+  explicit Sim(const Model& m, const Controller* control = nullptr) : m_(m), control_(control) {}
   nlohmann::json Run();
 
  private:
@@ -353,7 +353,14 @@ class Sim {
     }
   }
 
+  void Control();  // a controller's interval (Simulate with a Controller)
+
   const Model& m_;
+  const Controller* control_;
+  std::vector<double> freq_ratio_;  // per service: f_base / f now (the controller may change it)
+  Hist win_e2e_;                    // the controller's interval
+  std::vector<Hist> win_svc_;
+  std::vector<double> win_busy_mark_;  // per thread: busy_time at the interval's start
   EventHeap heap_;
   uint64_t seq_ = 0;
   double now_ = 0, end_ = 0, warmup_ = 0, measure_start_ = 0;
@@ -600,7 +607,8 @@ double Sim::ServiceTime(const StageSpec& st, const ServiceSpec& sv, size_t n, Rn
       }
     }
   }
-  if (st.dvfs_scale > 0) total *= 1.0 - st.dvfs_scale + st.dvfs_scale * sv.freq_ratio;
+  if (st.dvfs_scale > 0)
+    total *= 1.0 - st.dvfs_scale + st.dvfs_scale * freq_ratio_[static_cast<size_t>(&sv - m_.services.data())];
   return total * sv.time_scale * 1000.0;  // ns
 }
 
@@ -757,6 +765,7 @@ void Sim::FinishNode(Job* j, double t) {
   Request* r = j->req;
   const NodeSpec& n = m_.paths[static_cast<size_t>(r->path)].nodes[static_cast<size_t>(j->node)];
   if (r->measured) svc_hist_[static_cast<size_t>(n.service)].Record(static_cast<int64_t>(t - j->node_arrival));
+  if (!win_svc_.empty()) win_svc_[static_cast<size_t>(n.service)].Record(static_cast<int64_t>(t - j->node_arrival));
   const int machine = inst_[static_cast<size_t>(j->inst)].machine;
   if (!n.children.empty()) {
     if (n.branch == Branch::kAll) {
@@ -814,6 +823,7 @@ void Sim::Complete(Request* r) {
     e2e_.Record(static_cast<int64_t>(t - r->start));
     ++completed_measured_;
   }
+  if (!win_svc_.empty()) win_e2e_.Record(static_cast<int64_t>(t - r->start));
   ++completed_;
   --live_requests_;
   const int user = r->user;
@@ -834,6 +844,7 @@ nlohmann::json Sim::Run() {
   rng_lb_ = Rng(DeriveSeed(m_.seed, kStreamLb));
   rng_branch_ = Rng(DeriveSeed(m_.seed, kStreamBranch));
   rng_conn_ = Rng(DeriveSeed(m_.seed, kStreamConn));
+  for (const ServiceSpec& sv : m_.services) freq_ratio_.push_back(sv.freq_ratio);
   double total = 0;
   for (const PathSpec& p : m_.paths) total += p.weight;
   double acc = 0;
@@ -896,6 +907,11 @@ nlohmann::json Sim::Run() {
     Push(rng_arrival_.Exp(1e9 / m_.client.epochs[0].qps), kArrival);
   }
   if (warmup_ > 0) Push(warmup_, kWarmup);
+  if (control_ && m_.control_interval_s > 0) {
+    win_svc_.assign(m_.services.size(), Hist());
+    win_busy_mark_.assign(threads_.size(), 0.0);
+    Push(m_.control_interval_s * 1e9, kControl);
+  }
 
   const std::clock_t cpu0 = std::clock();
   while (!heap_.empty() && !stopped_) {
@@ -956,9 +972,13 @@ nlohmann::json Sim::Run() {
       case kWake:
         MakeRunnable(ev.a);
         break;
+      case kControl:
+        Control();
+        break;
       case kWarmup:
         measure_start_ = now_;
         for (Thread& t : threads_) t.busy_time = 0;
+        std::fill(win_busy_mark_.begin(), win_busy_mark_.end(), 0.0);
         for (MachineRt& mc : machines_)
           for (Core& c : mc.cores) c.busy_time = 0;
         for (Instance& in : inst_)
@@ -1063,8 +1083,61 @@ nlohmann::json Sim::Run() {
 
 }  // namespace
 
+void Sim::Control() {
+  nlohmann::json rep;
+  rep["t_s"] = now_ / 1e9;
+  rep["count"] = win_e2e_.Count();
+  rep["mean_us"] = win_e2e_.Mean() / 1e3;
+  rep["p99_us"] = static_cast<double>(win_e2e_.Percentile(0.99)) / 1e3;
+  std::vector<double> busy(m_.services.size(), 0.0);
+  std::vector<int> cores(m_.services.size(), 0);
+  for (size_t tid = 0; tid < threads_.size(); ++tid) {
+    const Thread& t = threads_[tid];
+    const size_t s = static_cast<size_t>(inst_[static_cast<size_t>(t.inst)].service);
+    busy[s] += t.busy_time - win_busy_mark_[tid];
+    win_busy_mark_[tid] = t.busy_time;
+  }
+  for (const Instance& in : inst_) {
+    const ServiceSpec& sv = m_.services[static_cast<size_t>(in.service)];
+    cores[static_cast<size_t>(in.service)] += sv.simple ? sv.threads : static_cast<int>(in.cores.size());
+  }
+  nlohmann::json svcs = nlohmann::json::array();
+  for (size_t s = 0; s < m_.services.size(); ++s) {
+    const Hist& h = win_svc_[s];
+    svcs.push_back({{"name", m_.services[s].name}, {"count", h.Count()}, {"mean_us", h.Mean() / 1e3},
+                    {"p99_us", static_cast<double>(h.Percentile(0.99)) / 1e3}, {"busy_core_s", busy[s] / 1e9},
+                    {"cores", cores[s]}, {"freq_ratio", freq_ratio_[s]}});
+  }
+  rep["services"] = svcs;
+  const nlohmann::json ans = (*control_)(rep);
+  if (ans.is_object()) {
+    if (ans.value("stop", false)) {
+      Stop("stopped by the controller", false);
+      return;
+    }
+    if (ans.contains("freq_ratio")) {
+      const auto& f = ans["freq_ratio"];
+      if (!f.is_array() || f.size() != freq_ratio_.size())
+        throw ModelError("controller: freq_ratio must list one ratio per service");
+      for (size_t s = 0; s < f.size(); ++s) {
+        if (!f[s].is_number() || !(f[s].get<double>() > 0))
+          throw ModelError("controller: a freq_ratio must be a positive number");
+        freq_ratio_[s] = f[s].get<double>();
+      }
+    }
+  }
+  win_e2e_ = Hist();
+  for (Hist& h : win_svc_) h = Hist();
+  Push(now_ + m_.control_interval_s * 1e9, kControl);
+}
+
 nlohmann::json Simulate(const Model& m) {
   Sim s(m);
+  return s.Run();
+}
+
+nlohmann::json Simulate(const Model& m, const Controller& control) {
+  Sim s(m, &control);
   return s.Run();
 }
 

@@ -97,7 +97,7 @@ def _closed(doc: dict[str, Any], users: int, duration: float) -> dict[str, Any]:
 
 def validate_service(service: str, a: Any, tmp: Path) -> dict[str, Any]:
     """Profile, then real vs model at each load; prints the table; returns the figures."""
-    from musku.qsim.profile import measure_deployment, write_model
+    from musku.qsim.profile import cpu_share, measure_deployment, with_share, write_model
     from musku.services import runtime
 
     cpus = runtime.parse_cpus(a.server_cpus)
@@ -113,11 +113,13 @@ def validate_service(service: str, a: Any, tmp: Path) -> dict[str, Any]:
         doc = load(model_path).engine
         spec = runtime.LoadSpec(mode="closed", duration_s=a.duration, warmup_s=1.0,
                                 concurrency=a.users)  # fmt: skip
+        fixed = fit.fixed_cpu_share
+        share = cpu_share(cpus or [0], nice=a.nice) if a.share else 1.0
         real_sat = float(runtime.run_load(dep.midtier.address, service, dep.load_data, spec,
                                           cpus=lg)["total"]["achieved_qps"])  # fmt: skip
-        sim = simulate(_closed(doc, a.users, 10.0))
+        sim = simulate(_closed(with_share(doc, share, fixed), a.users, 10.0))
         model_sat = float(sim["throughput_qps"])
-        out.update(real_saturation=real_sat, model_saturation=model_sat,
+        out.update(real_saturation=real_sat, model_saturation=model_sat, share=share,
                    background_pct=prof.background_cpu_pct, fit=fit.__dict__)  # fmt: skip
         bg = "?" if prof.background_cpu_pct is None else f"{prof.background_cpu_pct:.0f} %"
         print(f"\n{service}: servers on CPU {a.server_cpus} (nice {a.nice}), load generator on "
@@ -126,20 +128,26 @@ def validate_service(service: str, a: Any, tmp: Path) -> dict[str, Any]:
         print(f"  profile: CPU per request {sum([prof.midtier.cpu_per_request_us] + [t.cpu_per_request_us for t in prof.leaves]):.0f} us at {prof.qps:g} QPS, "
               f"{prof.cpu_per_request_high_us:.0f} us at {prof.qps_high:.0f} QPS; fixed "
               f"{fit.fixed_cpu_share * 100:.1f} % of a core while loaded")  # fmt: skip
+        print(
+            f"  a busy thread got {share * 100:.0f} % of the server CPU (probe) before the "
+            "saturation run; the model's core is that fast (--no-share: a whole core)"
+        )
         print(f"  saturation (closed loop, {a.users} users): real {real_sat:.0f} QPS, model "
               f"{model_sat:.0f} QPS, error {_err(model_sat, real_sat):+.1f} %")  # fmt: skip
         print(f"  {'load':>5} {'qps':>7} {'real p50':>9} {'model p50':>10} {'err':>7} "
-              f"{'real p99':>9} {'model p99':>10} {'err':>7}  (ms)")  # fmt: skip
+              f"{'real p99':>9} {'model p99':>10} {'err':>7} {'share':>6}  (ms)")  # fmt: skip
         fr = FRACTIONS[::3] + [1.0] if a.quick else FRACTIONS
         for f in sorted(set(fr)):
             q = max(1.0, f * real_sat)
+            share = cpu_share(cpus or [0], nice=a.nice) if a.share else 1.0
             spec = runtime.LoadSpec(qps=q, duration_s=a.duration, warmup_s=1.0)
             r = runtime.run_load(dep.midtier.address, service, dep.load_data, spec, cpus=lg)
             dep.check_alive()
             lat = r["total"]["latency_us"]
-            m = simulate(with_overrides(doc, qps=q, duration_s=max(10.0, 20000 / q)))
+            m = simulate(with_overrides(with_share(doc, share, fixed), qps=q,
+                                        duration_s=max(10.0, 20000 / q)))  # fmt: skip
             ml = m["latency"]
-            pt = {"fraction": f, "qps": q, "real_p50_us": float(lat["p50"]),
+            pt = {"fraction": f, "qps": q, "share": share, "real_p50_us": float(lat["p50"]),
                   "real_p99_us": float(lat["p99"]), "model_p50_us": ml["p50_us"],
                   "model_p99_us": ml["p99_us"], "errors": int(r["total"].get("errors", 0)),
                   "model_saturated": bool(m["saturated"]) or falls_behind(m, q)}  # fmt: skip
@@ -149,7 +157,7 @@ def validate_service(service: str, a: Any, tmp: Path) -> dict[str, Any]:
             print(f"  {f * 100:>4.0f}% {q:>7.0f} {pt['real_p50_us'] / 1e3:>9.2f} "
                   f"{pt['model_p50_us'] / 1e3:>10.2f} {pt['err_p50']:>+6.1f}% "
                   f"{pt['real_p99_us'] / 1e3:>9.2f} {pt['model_p99_us'] / 1e3:>10.2f} "
-                  f"{pt['err_p99']:>+6.1f}%"
+                  f"{pt['err_p99']:>+6.1f}% {share * 100:>5.0f}%"
                   + ("  model saturated" if pt["model_saturated"] else "")
                   + (f"  {pt['errors']} errors" if pt["errors"] else ""))  # fmt: skip
     below = [p for p in out["points"] if p["fraction"] < 0.8 - 1e-9]
@@ -172,8 +180,10 @@ def main() -> int:
     ap.add_argument("--server-cpus", default="0")
     ap.add_argument("--loadgen-cpus", default="1")
     ap.add_argument("--nice", type=int, default=-10,
-                    help="the servers' threads' nice value (the machine is shared)")  # fmt: skip
+                    help="nice value of this bench, so of the servers and the load generator")  # fmt: skip
     ap.add_argument("--users", type=int, default=32, help="closed-loop users for saturation")
+    ap.add_argument("--no-share", dest="share", action="store_false",
+                    help="model a whole server core (default: the share a probe gets)")  # fmt: skip
     ap.add_argument("--duration", type=float, default=4.0, help="seconds per real point")
     ap.add_argument("--profile-s", type=float, default=8.0)
     ap.add_argument("--data-dir", type=Path, default=None)
@@ -182,6 +192,9 @@ def main() -> int:
     a = ap.parse_args()
     if not a.uqsim:
         import os
+
+        if a.nice:  # the load generator and the servers inherit it (the machine is shared)
+            os.setpriority(os.PRIO_PROCESS, 0, a.nice)
 
         print(f"qsim against the real services; load average {os.getloadavg()[0]:.1f} on "
               f"{os.cpu_count()} CPUs at the start (a shared machine: other builds and tests "

@@ -106,6 +106,48 @@ def _cpu_busy(cpus: Sequence[int]) -> float | None:
     return busy / hz
 
 
+_SPIN = """
+import os, sys, time
+os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(",")})
+os.setpriority(os.PRIO_PROCESS, 0, int(sys.argv[2]))
+end = time.monotonic() + float(sys.argv[3])
+c0, w0 = time.process_time(), time.monotonic()
+while time.monotonic() < end:
+    pass
+print((time.process_time() - c0) / (time.monotonic() - w0))
+"""
+
+
+def cpu_share(cpus: Sequence[int], *, nice: int = 0, seconds: float = 0.5) -> float:
+    """The share of one of ``cpus`` a busy thread gets now (a spinning probe pinned there at
+    ``nice``): what the other processes on a shared machine leave to the servers."""
+    import subprocess
+    import sys
+
+    cp = subprocess.run(
+        [sys.executable, "-c", _SPIN, ",".join(map(str, cpus)), str(nice), str(seconds)],
+        capture_output=True,
+        text=True,
+        timeout=60 + seconds * 10,
+    )
+    try:
+        return min(1.0, max(0.01, float(cp.stdout.strip())))
+    except ValueError:
+        return 1.0
+
+
+def with_share(doc: dict[str, Any], share: float, fixed: float) -> dict[str, Any]:
+    """A profiled model's engine document on a core of which the servers get ``share`` (and spend
+    ``fixed`` of it while loaded): its server services' stages (``dvfs_scale = 1``) slow by
+    1 / (share (1 - fixed))."""
+    out = dict(doc)
+    ratio = 1.0 / max(1e-3, share * (1.0 - fixed))
+    out["services"] = [
+        dict(s, freq_ratio=ratio) if s["name"] != "client_delay" else s for s in doc["services"]
+    ]
+    return out
+
+
 def _tier(name: str, before: dict[str, Any], after: dict[str, Any], idle_rate: float) -> Tier:
     n = int(after["requests"])
     wall = float(after["window_s"])

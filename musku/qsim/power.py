@@ -181,27 +181,27 @@ def run_controlled(
         json.dump(dict(doc, control_interval_s=window_s), tf)
         path = Path(tf.name)
     try:
-        proc = subprocess.Popen(
+        with subprocess.Popen(
             [str(binary()), str(path), "--control"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )
-        assert proc.stdin is not None and proc.stdout is not None
-        result: dict[str, Any] | None = None
-        try:
-            for line in proc.stdout:
-                rep = json.loads(line)
-                if "t_s" not in rep:
-                    result = rep
-                    break
-                proc.stdin.write(json.dumps(on_window(rep)) + "\n")
-                proc.stdin.flush()
-        finally:
-            proc.stdin.close()
-            err = proc.stderr.read() if proc.stderr else ""
-            rc = proc.wait()
+        ) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            result: dict[str, Any] | None = None
+            try:
+                for line in proc.stdout:
+                    rep = json.loads(line)
+                    if "t_s" not in rep:
+                        result = rep
+                        break
+                    proc.stdin.write(json.dumps(on_window(rep)) + "\n")
+                    proc.stdin.flush()
+            finally:
+                proc.stdin.close()
+                err = proc.stderr.read() if proc.stderr else ""
+                rc = proc.wait()
         if rc != 0 or result is None:
             raise MuskuError(f"musku_qsim --control exited with status {rc}: {err.strip()}")
         return result

@@ -26,6 +26,7 @@ import argparse
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,14 @@ def _closed(doc: dict[str, Any], users: int, duration: float) -> dict[str, Any]:
 
 def validate_service(service: str, a: Any, tmp: Path) -> dict[str, Any]:
     """Profile, then real vs model at each load; prints the table; returns the figures."""
-    from musku.qsim.profile import cpu_share, measure_deployment, with_share, write_model
+    from musku.qsim.profile import (
+        cpu_share,
+        fitted_cpu_per_request_us,
+        measure_deployment,
+        process_cpu_s,
+        with_share,
+        write_model,
+    )
     from musku.services import runtime
 
     cpus = runtime.parse_cpus(a.server_cpus)
@@ -114,32 +122,53 @@ def validate_service(service: str, a: Any, tmp: Path) -> dict[str, Any]:
         spec = runtime.LoadSpec(mode="closed", duration_s=a.duration, warmup_s=1.0,
                                 concurrency=a.users)  # fmt: skip
         fixed = fit.fixed_cpu_share
-        share = cpu_share(cpus or [0], nice=a.nice) if a.share else 1.0
+        probe = cpu_share(cpus or [0], nice=a.nice)
+        tiers = [dep.midtier, *dep.leaves]
+        s0 = [runtime.admin(t.address, "stats", "--reset") for t in tiers]
+        t0 = time.monotonic()
         real_sat = float(runtime.run_load(dep.midtier.address, service, dep.load_data, spec,
                                           cpus=lg)["total"]["achieved_qps"])  # fmt: skip
-        sim = simulate(_closed(with_share(doc, share, fixed), a.users, 10.0))
+        wall = time.monotonic() - t0
+        s1 = [runtime.admin(t.address, "stats") for t in tiers]
+        used = sum(process_cpu_s(y) - process_cpu_s(x) for x, y in zip(s0, s1, strict=True))
+        served = int(s1[0]["requests"])
+        # the share of the server CPUs the servers got while they wanted all of it
+        got = min(1.0, used / wall / max(1, len(cpus or [0])))
+        real_cpu = used / max(1, served) * 1e6
+        whole = float(simulate(_closed(doc, a.users, 10.0))["throughput_qps"])
+        at_probe = float(simulate(_closed(with_share(doc, probe, fixed), a.users, 10.0))
+                         ["throughput_qps"])  # fmt: skip
+        sim = simulate(_closed(with_share(doc, got, fixed), a.users, 10.0))
         model_sat = float(sim["throughput_qps"])
-        out.update(real_saturation=real_sat, model_saturation=model_sat, share=share,
+        model_cpu = fitted_cpu_per_request_us(prof, fit, real_sat)
+        share = got if a.share else 1.0
+        if not a.share:
+            model_sat = whole
+        out.update(real_saturation=real_sat, model_saturation=model_sat, share_got=got,
+                   share_probe=probe, model_saturation_whole_core=whole,
+                   model_saturation_probe=at_probe, real_cpu_per_request_at_saturation_us=real_cpu,
+                   model_cpu_per_request_at_saturation_us=model_cpu,
                    background_pct=prof.background_cpu_pct, fit=fit.__dict__)  # fmt: skip
         bg = "?" if prof.background_cpu_pct is None else f"{prof.background_cpu_pct:.0f} %"
-        print(f"\n{service}: servers on CPU {a.server_cpus} (nice {a.nice}), load generator on "
-              f"CPU {a.loadgen_cpus}; other processes kept the server CPU {bg} busy while "
-              f"profiling at {prof.qps:g} QPS")  # fmt: skip
+        print(f"\n{service}: servers on CPU {a.server_cpus}, load generator on CPU "
+              f"{a.loadgen_cpus} (both nice {a.nice}); other processes kept the server CPU {bg} "
+              f"busy while profiling at {prof.qps:g} QPS")  # fmt: skip
         print(f"  profile: CPU per request {sum([prof.midtier.cpu_per_request_us] + [t.cpu_per_request_us for t in prof.leaves]):.0f} us at {prof.qps:g} QPS, "
               f"{prof.cpu_per_request_high_us:.0f} us at {prof.qps_high:.0f} QPS; fixed "
               f"{fit.fixed_cpu_share * 100:.1f} % of a core while loaded")  # fmt: skip
-        print(
-            f"  a busy thread got {share * 100:.0f} % of the server CPU (probe) before the "
-            "saturation run; the model's core is that fast (--no-share: a whole core)"
-        )
-        print(f"  saturation (closed loop, {a.users} users): real {real_sat:.0f} QPS, model "
-              f"{model_sat:.0f} QPS, error {_err(model_sat, real_sat):+.1f} %")  # fmt: skip
+        print(f"  closed loop ({a.users} users): the servers got {got * 100:.0f} % of the server "
+              f"CPU (a spinning probe just before: {probe * 100:.0f} %), {real_cpu:.0f} us of "
+              f"CPU per request; the model at {real_sat:.0f} QPS: {model_cpu:.0f} us "
+              f"({_err(model_cpu, real_cpu):+.1f} %)")  # fmt: skip
+        print(f"  saturation: real {real_sat:.0f} QPS; model on the share the servers got "
+              f"{model_sat if a.share else 0:.0f} QPS ({_err(model_sat, real_sat):+.1f} %), on "
+              f"the probe's share {at_probe:.0f} QPS ({_err(at_probe, real_sat):+.1f} %), on a "
+              f"whole core {whole:.0f} QPS ({_err(whole, real_sat):+.1f} %)")  # fmt: skip
         print(f"  {'load':>5} {'qps':>7} {'real p50':>9} {'model p50':>10} {'err':>7} "
               f"{'real p99':>9} {'model p99':>10} {'err':>7} {'share':>6}  (ms)")  # fmt: skip
         fr = FRACTIONS[::3] + [1.0] if a.quick else FRACTIONS
         for f in sorted(set(fr)):
             q = max(1.0, f * real_sat)
-            share = cpu_share(cpus or [0], nice=a.nice) if a.share else 1.0
             spec = runtime.LoadSpec(qps=q, duration_s=a.duration, warmup_s=1.0)
             r = runtime.run_load(dep.midtier.address, service, dep.load_data, spec, cpus=lg)
             dep.check_alive()
@@ -183,7 +212,8 @@ def main() -> int:
                     help="nice value of this bench, so of the servers and the load generator")  # fmt: skip
     ap.add_argument("--users", type=int, default=32, help="closed-loop users for saturation")
     ap.add_argument("--no-share", dest="share", action="store_false",
-                    help="model a whole server core (default: the share a probe gets)")  # fmt: skip
+                    help="model a whole server core (default: the share the servers got "
+                         "in the closed loop)")  # fmt: skip
     ap.add_argument("--duration", type=float, default=4.0, help="seconds per real point")
     ap.add_argument("--profile-s", type=float, default=8.0)
     ap.add_argument("--data-dir", type=Path, default=None)

@@ -83,7 +83,7 @@ def _phases(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _cpu(stats: dict[str, Any]) -> float:
+def process_cpu_s(stats: dict[str, Any]) -> float:
     return float(stats["cpu_user_s"]) + float(stats["cpu_sys_s"])
 
 
@@ -138,10 +138,10 @@ def cpu_share(cpus: Sequence[int], *, nice: int = 0, seconds: float = 0.5) -> fl
 
 def with_share(doc: dict[str, Any], share: float, fixed: float) -> dict[str, Any]:
     """A profiled model's engine document on a core of which the servers get ``share`` (and spend
-    ``fixed`` of it while loaded): its server services' stages (``dvfs_scale = 1``) slow by
-    1 / (share (1 - fixed))."""
+    ``fixed`` of a core on their per-second costs while loaded): its server services' stages
+    (``dvfs_scale = 1``) slow by 1 / (share - fixed)."""
     out = dict(doc)
-    ratio = 1.0 / max(1e-3, share * (1.0 - fixed))
+    ratio = 1.0 / max(1e-3, share - fixed)
     out["services"] = [
         dict(s, freq_ratio=ratio) if s["name"] != "client_delay" else s for s in doc["services"]
     ]
@@ -151,7 +151,7 @@ def with_share(doc: dict[str, Any], share: float, fixed: float) -> dict[str, Any
 def _tier(name: str, before: dict[str, Any], after: dict[str, Any], idle_rate: float) -> Tier:
     n = int(after["requests"])
     wall = float(after["window_s"])
-    cpu = _cpu(after) - _cpu(before) - idle_rate * wall
+    cpu = process_cpu_s(after) - process_cpu_s(before) - idle_rate * wall
     return Tier(
         name=name,
         requests=n,
@@ -264,7 +264,7 @@ def _window(
     dep.check_alive()
     other = None
     if busy0 is not None and busy1 is not None and cpus:
-        ours = sum(_cpu(b) - _cpu(a) for a, b in zip(before, after, strict=True))
+        ours = sum(process_cpu_s(b) - process_cpu_s(a) for a, b in zip(before, after, strict=True))
         other = max(0.0, (busy1 - busy0 - ours) / wall / len(cpus) * 100)
     tot = r["total"]
     if int(tot.get("errors", 0)):
@@ -300,7 +300,7 @@ def measure_deployment(
     time.sleep(idle_s)
     idle1 = [runtime.admin(p.address, "stats", "--reset") for p in tiers]
     idle_rates = [
-        max(0.0, (_cpu(b) - _cpu(a)) / max(1e-3, float(b["window_s"])))
+        max(0.0, (process_cpu_s(b) - process_cpu_s(a)) / max(1e-3, float(b["window_s"])))
         for a, b in zip(idle0, idle1, strict=True)
     ]
     before, after, tot, background = _window(dep, qps, duration_s, server_cpus, loadgen_cpus)
@@ -622,6 +622,13 @@ def write_model(p: Profile, out: Path, *, sim_seconds: float = 20.0) -> Fit:
     out.write_text(_render(p, fit, out))
     load(out)
     return fit
+
+
+def fitted_cpu_per_request_us(p: Profile, f: Fit, rate: float) -> float:
+    """The fit's CPU per request of all tiers at ``rate``: a + b / rate."""
+    a = f.mid_recv_us + f.mid_process_us + f.mid_reply_us + f.mid_finalize_us
+    a += p.shards * (f.leaf_rpc_us + f.leaf_handle_us)
+    return a + f.fixed_cpu_share * 1e6 * p.cores / max(1e-9, rate)
 
 
 def model_cpu_per_request_us(result: dict[str, Any]) -> float:

@@ -153,6 +153,13 @@ struct Job {
   int conn = 0;
   int copy = -1;  // instance offset inherited from a fan-out (copies) ancestor, -1 = none
   double node_arrival = 0;
+  bool pooled = false;  // holds one of its node's pool connections
+};
+
+// A node's pool of blocking (http/1.1-style) connections: one call per connection at a time.
+struct PoolRt {
+  int busy = 0;
+  std::deque<Job*> waiting;  // calls waiting for a connection, first come first served
 };
 
 // FIFO of jobs on a power-of-two ring (no per-node allocation, unlike std::deque's chunks).
@@ -361,6 +368,7 @@ class Sim {
   Hist win_e2e_;                    // the controller's interval
   std::vector<Hist> win_svc_;
   std::vector<double> win_busy_mark_;  // per thread: busy_time at the interval's start
+  std::vector<PoolRt> pools_;
   EventHeap heap_;
   uint64_t seq_ = 0;
   double now_ = 0, end_ = 0, warmup_ = 0, measure_start_ = 0;
@@ -497,7 +505,16 @@ void Sim::Enqueue(Job* j) {
   Request* r = j->req;
   const NodeSpec& n = m_.paths[static_cast<size_t>(r->path)].nodes[static_cast<size_t>(j->node)];
   Instance& in = inst_[static_cast<size_t>(j->inst)];
-  if (j->pos == 0) j->node_arrival = now_;
+  if (j->pos == 0 && !j->pooled) j->node_arrival = now_;
+  if (j->pos == 0 && n.pool > 0 && !j->pooled) {  // a call needs a free connection
+    PoolRt& p = pools_[static_cast<size_t>(n.pool_slot)];
+    if (p.busy >= n.pool) {
+      p.waiting.push_back(j);
+      return;
+    }
+    ++p.busy;
+    j->pooled = true;
+  }
   if (j->pos == 0 && n.release_thread && r->held[static_cast<size_t>(n.service)] >= 0) {
     const int tid = r->held[static_cast<size_t>(n.service)];
     r->held[static_cast<size_t>(n.service)] = -1;
@@ -766,6 +783,18 @@ void Sim::FinishNode(Job* j, double t) {
   const NodeSpec& n = m_.paths[static_cast<size_t>(r->path)].nodes[static_cast<size_t>(j->node)];
   if (r->measured) svc_hist_[static_cast<size_t>(n.service)].Record(static_cast<int64_t>(t - j->node_arrival));
   if (!win_svc_.empty()) win_svc_[static_cast<size_t>(n.service)].Record(static_cast<int64_t>(t - j->node_arrival));
+  if (j->pooled) {  // the reply is back: the connection takes the next waiting call
+    j->pooled = false;
+    PoolRt& p = pools_[static_cast<size_t>(n.pool_slot)];
+    --p.busy;
+    if (!p.waiting.empty()) {
+      Job* w = p.waiting.front();
+      p.waiting.pop_front();
+      ++p.busy;
+      w->pooled = true;
+      Enqueue(w);
+    }
+  }
   const int machine = inst_[static_cast<size_t>(j->inst)].machine;
   if (!n.children.empty()) {
     if (n.branch == Branch::kAll) {
@@ -864,7 +893,9 @@ nlohmann::json Sim::Run() {
   }
   for (const PathSpec& p : m_.paths)
     for (const NodeSpec& n : p.nodes)
-      if (n.stages.size() != 1 || n.hold_thread || n.release_thread) lindley[static_cast<size_t>(n.service)] = false;
+      if (n.stages.size() != 1 || n.hold_thread || n.release_thread || n.pool > 0)
+        lindley[static_cast<size_t>(n.service)] = false;
+  pools_.assign(static_cast<size_t>(m_.pools), PoolRt());
   uint64_t stream = kStreamStage;
   for (size_t s = 0; s < m_.services.size(); ++s) {
     const ServiceSpec& sv = m_.services[s];

@@ -115,6 +115,8 @@ struct NodeSpec {
   int join_slot = -1;           // index into the request's join counters (join > 1)
   bool hold_thread = false;     // the thread that ran this node blocks until release
   bool release_thread = false;  // runs on the thread held earlier at the same service
+  int pool = 0;                 // > 0: calls into this node share that many blocking connections
+  int pool_slot = -1;           // index of the node's connection pool (pool > 0)
 };
 
 struct PathSpec {
@@ -158,6 +160,7 @@ struct Model {
   std::vector<MachineSpec> machines;
   std::vector<ServiceSpec> services;
   std::vector<PathSpec> paths;
+  int pools = 0;  // connection pools (nodes with pool > 0)
   ClientSpec client;
 };
 

@@ -246,6 +246,8 @@ Model ParseModel(const json& j) {
       n.join = Int(nj, "join", wn, 1, false, 1, 1 << 30);
       n.hold_thread = Bool(nj, "hold_thread", wn, false);
       n.release_thread = Bool(nj, "release_thread", wn, false);
+      n.pool = Int(nj, "pool", wn, 0, false, 0, 1 << 30);
+      if (n.pool > 0) n.pool_slot = m.pools++;
       if (n.join > 1) n.join_slot = ps.join_slots++;
       ps.nodes.push_back(std::move(n));
     }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <deque>
 #include <limits>
@@ -200,6 +201,7 @@ struct Job {
   double node_arrival = 0;
   bool pooled = false;  // holds one of its node's pool connections
   Job* next = nullptr;  // the next job on the same connection sub-queue (ConnQ)
+  const NodeSpec* spec = nullptr;  // paths[req->path].nodes[node], kept to save the loads
 };
 
 // A connection's sub-queue of an epoll/socket stage: an intrusive FIFO through Job::next (two
@@ -384,6 +386,19 @@ class Pool {
   size_t used_ = 0, allocated_ = 0;
 };
 
+// The process's peak resident set (VmHWM, KiB; 0 where /proc is missing). Unlike a parent's
+// getrusage(RUSAGE_CHILDREN) it does not carry the parent's size over fork and exec.
+long PeakRssKib() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  long kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib;
+}
+
 class Sim {
  public:
   explicit Sim(const Model& m, const Controller* control = nullptr) : m_(m), control_(control) {}
@@ -532,6 +547,7 @@ void Sim::Spawn(Request* r, int node, int from_machine, double now, int copy) {
     if (++r->join_count[slot] < n.join) return;
     Job* j = job_pool_.Get();
     *j = Job{r, node, 0, inst, r->conn, -1, 0};
+    j->spec = &n;
     r->sticky[static_cast<size_t>(n.service)] = inst;
     ++r->tokens;
     ++live_jobs_;
@@ -559,6 +575,7 @@ void Sim::Spawn(Request* r, int node, int from_machine, double now, int copy) {
   }
   Job* j = job_pool_.Get();
   *j = Job{r, node, 0, inst, r->conn, copy, 0};
+  j->spec = &n;
   ++r->tokens;
   ++live_jobs_;
   const double lat = Latency(from_machine, inst_[static_cast<size_t>(inst)].machine);
@@ -571,7 +588,7 @@ void Sim::Spawn(Request* r, int node, int from_machine, double now, int copy) {
 
 void Sim::Enqueue(Job* j) {
   Request* r = j->req;
-  const NodeSpec& n = m_.paths[static_cast<size_t>(r->path)].nodes[static_cast<size_t>(j->node)];
+  const NodeSpec& n = *j->spec;
   Instance& in = inst_[static_cast<size_t>(j->inst)];
   if (j->pos == 0 && !j->pooled) j->node_arrival = now_;
   if (j->pos == 0 && n.pool > 0 && !j->pooled) {  // a call needs a free connection
@@ -709,7 +726,7 @@ void Sim::StartWork(int tid) {
   if (t.private_job != nullptr) {
     Job* j = t.private_job;
     t.private_job = nullptr;
-    const NodeSpec& n = m_.paths[static_cast<size_t>(j->req->path)].nodes[static_cast<size_t>(j->node)];
+    const NodeSpec& n = *j->spec;
     t.batch_stage = n.stages[static_cast<size_t>(j->pos)];
     t.batch.push_back(j);
   } else {
@@ -792,7 +809,7 @@ void Sim::Done(int tid) {
   }
   bool hold = false;
   for (Job* j : t.batch) {
-    const NodeSpec& n = m_.paths[static_cast<size_t>(j->req->path)].nodes[static_cast<size_t>(j->node)];
+    const NodeSpec& n = *j->spec;
     ++j->pos;
     --in.outstanding;
     if (j->pos < static_cast<int>(n.stages.size())) {
@@ -848,7 +865,7 @@ void Sim::Done(int tid) {
 // A node finished at time t (now, or later for a Lindley instance, see below).
 void Sim::FinishNode(Job* j, double t) {
   Request* r = j->req;
-  const NodeSpec& n = m_.paths[static_cast<size_t>(r->path)].nodes[static_cast<size_t>(j->node)];
+  const NodeSpec& n = *j->spec;
   if (r->measured) svc_hist_[static_cast<size_t>(n.service)].Record(static_cast<int64_t>(t - j->node_arrival));
   if (!win_svc_.empty()) win_svc_[static_cast<size_t>(n.service)].Record(static_cast<int64_t>(t - j->node_arrival));
   if (j->pooled) {  // the reply is back: the connection takes the next waiting call
@@ -888,7 +905,7 @@ void Sim::FinishNode(Job* j, double t) {
 // an instance come from Little's law (waiting time / window).
 bool Sim::Lindley(Job* j, Instance& in) {
   const ServiceSpec& sv = m_.services[static_cast<size_t>(in.service)];
-  const NodeSpec& n = m_.paths[static_cast<size_t>(j->req->path)].nodes[static_cast<size_t>(j->node)];
+  const NodeSpec& n = *j->spec;
   const int stage = n.stages[0];
   const double start = std::max(now_, in.free_at);
   const double d = ServiceTime(sv.stages[static_cast<size_t>(stage)], sv, 1,
@@ -1061,6 +1078,7 @@ nlohmann::json Sim::Run() {
           // follows the copies onto a service with more instances still spreads them
           const int copy = ev.b + k;
           *j = Job{r, ev.a, 0, base + copy % ninst, r->conn, copy, 0};
+          j->spec = &n;
           Enqueue(j);
         }
         break;
@@ -1135,6 +1153,7 @@ nlohmann::json Sim::Run() {
   out["stage_runs"] = stage_runs_;
   out["jobs_run"] = jobs_run_;
   out["cpu_s"] = cpu_s;
+  out["peak_rss_kib"] = PeakRssKib();
   out["pool"] = {{"requests", req_pool_.Allocated()}, {"jobs", job_pool_.Allocated()}};
   out["latency"] = e2e_.Summary();
   out["latency_buckets"] = e2e_.Buckets();

@@ -254,3 +254,90 @@ def import_uqsim(
     for n in notes:
         typer.echo(f"note: {n}")
     typer.echo(f"wrote {out}")
+
+
+@app.command("profile")
+def profile(
+    service: Annotated[
+        str, typer.Argument(help="setalgebra, hdsearch or recommend.", show_default=False)
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Model file to write (TOML).")],
+    qps: Annotated[float, typer.Option("--qps", help="The low open-loop rate measured.")] = 100.0,
+    qps_high: Annotated[
+        float | None,
+        typer.Option("--qps-high", help="The second rate (default: half a core's worth)."),
+    ] = None,
+    nice: Annotated[
+        int, typer.Option("--nice", help="Nice value of the servers' threads (-20..19).")
+    ] = 0,
+    duration: Annotated[float, typer.Option("--duration", help="Seconds measured.")] = 10.0,
+    shards: Annotated[int, typer.Option(min=1, help="Leaves.")] = 2,
+    threading_: Annotated[
+        str, typer.Option("--threading", help="Mid-tier threading model (a -block one).")
+    ] = "async-dispatch-block",
+    pollers: Annotated[int, typer.Option(min=1, help="Mid-tier poller threads.")] = 1,
+    workers: Annotated[int, typer.Option(min=1, help="Mid-tier worker threads.")] = 2,
+    responders: Annotated[int, typer.Option(min=0, help="Mid-tier response threads.")] = 1,
+    server_cpus: Annotated[str, typer.Option(help="Pin the servers to these CPUs.")] = "0",
+    loadgen_cpus: Annotated[str, typer.Option(help="Pin the load generator.")] = "1",
+    opt: Annotated[
+        list[str] | None, typer.Option("--opt", help="Service option KEY=VALUE (repeatable).")
+    ] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Service data cache.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Measure a μSuite service's deployment at a low load and write a qsim model of it."""
+    import tempfile
+
+    from musku.qsim.profile import measure, profile_json, write_model
+    from musku.services import deployments, runtime
+
+    data_opts = deployments.parse_opts(service, list(opt or []))
+    if not duration > 0:
+        raise InputError(f"--duration must be positive, not {duration}")
+    cpus = runtime.parse_cpus(server_cpus)
+    with tempfile.TemporaryDirectory(prefix="musku-qsim-profile-") as td:
+        prof = measure(
+            service,
+            workdir=Path(td),
+            data_dir=data_dir or runtime.default_data_dir(),
+            qps=qps,
+            duration_s=duration,
+            shards=shards,
+            threading=threading_,
+            pollers=pollers,
+            workers=workers,
+            responders=responders,
+            server_cpus=cpus,
+            loadgen_cpus=runtime.parse_cpus(loadgen_cpus),
+            data_opts=data_opts,
+            qps_high=qps_high,
+            nice=nice,
+        )
+    fit = write_model(prof, out)
+    doc = profile_json(prof, fit)
+    doc["model"] = str(out)
+    if json_out:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    c = prof.client
+    typer.echo(
+        f"{service} at {qps:g} QPS: client mean {c['mean_us']:.0f} us, p50 {c['p50_us']:.0f} us, "
+        f"p99 {c['p99_us']:.0f} us; CPU per request: mid-tier "
+        f"{prof.midtier.cpu_per_request_us:.0f} us, leaves "
+        + ", ".join(f"{t.cpu_per_request_us:.0f}" for t in prof.leaves)
+        + " us"
+    )
+    typer.echo(
+        f"stages (us): leaf rpc {fit.leaf_rpc_us:.1f} + handle {fit.leaf_handle_us:.1f}; "
+        f"mid-tier recv {fit.mid_recv_us:.1f}, process {fit.mid_process_us:.1f}, reply "
+        f"{fit.mid_reply_us:.1f}, finalize {fit.mid_finalize_us:.1f} (CPU per request at "
+        f"{prof.qps_high:.0f} QPS {prof.cpu_per_request_high_us:.0f} us; fixed while loaded "
+        f"{fit.fixed_cpu_share * 100:.1f} % of a core); hops: leaf "
+        f"{fit.leaf_hop_us:.1f}, client {fit.client_hop_us:.1f}"
+    )
+    if prof.background_cpu_pct is not None:
+        typer.echo(f"other processes kept the server CPUs {prof.background_cpu_pct:.0f} % busy")
+    for n in prof.notes:
+        typer.echo(f"note: {n}")
+    typer.echo(f"wrote {out}")

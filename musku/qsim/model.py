@@ -129,6 +129,7 @@ class Node(_Strict):
     gather: bool = False  # wait for every copy of the parent (a fan-in); else follow each copy
     hold_thread: bool = False  # blocking call: the thread waits for the reply
     release_thread: bool = False  # the reply, run on the thread held earlier
+    pool: PosInt | None = None  # calls into this node share N blocking connections (http/1.1)
 
 
 class Path_(_Strict):
@@ -522,6 +523,7 @@ def _normalise_path(
             "copies": n.copies,
             "join": join.get(old, 1),
             "hold_thread": n.hold_thread,
+            "pool": n.pool or 0,
             "release_thread": n.release_thread,
         }
         if n.child_weights is not None:

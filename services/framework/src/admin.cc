@@ -71,6 +71,20 @@ class StatsH final : public LeafHandler<StatsRequest, StatsReply> {
       b->set_upper_ns(ub);
       b->set_count(c);
     }
+    for (int p = 0; p < kPhases; ++p) {
+      const Histogram& h = s.phase_hist[p];
+      if (h.Count() == 0) continue;
+      auto* ph = r->add_phases();
+      ph->set_name(Engine::kPhaseNames[p]);
+      ph->set_count(h.Count());
+      ph->set_mean_us(h.Mean() / 1e3);
+      ph->set_cpu_mean_us(static_cast<double>(s.phase_cpu_ns[p]) / 1e3 / static_cast<double>(h.Count()));
+      for (auto& [ub, c] : h.Buckets()) {
+        auto* b = ph->add_buckets();
+        b->set_upper_ns(ub);
+        b->set_count(c);
+      }
+    }
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     r->set_cpu_user_s(static_cast<double>(ru.ru_utime.tv_sec) + ru.ru_utime.tv_usec / 1e6);

@@ -185,7 +185,10 @@ void BatchJob::Run(Exec&) {
                               ? Clock::time_point::max()
                               : read_at + std::chrono::microseconds(
                                               std::min(item.timeout_us(), kMaxUs)));
+      const int64_t t0 = MonotonicNs(), c0 = ThreadCpuNs();
       st = (*h)(item.payload(), r->mutable_payload());
+      e->NotePhase(kPhaseQueue, t0 - arrival_ns, 0);
+      e->NotePhase(kPhaseHandler, MonotonicNs() - t0, ThreadCpuNs() - c0);
     } else
       st = grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no such leaf method");
     if (!st.ok()) {

@@ -34,6 +34,14 @@ grpc::CompletionQueue* PickResponderCq(Engine* e, CallBase* call, int n) { retur
 void NoteLeafDone(Engine*, grpc::CompletionQueue*) {}
 void NoteFinish(Engine* e, CallBase* call, const grpc::Status& status) { e->NoteFinish(call, status); }
 void NoteLeafErrors(Engine* e, int n) { e->NoteLeafErrors(n); }
+void NotePhase(Engine* e, CallBase* call, Phase p, int64_t wall_ns, int64_t cpu_ns) {
+  if (call->counted) e->NotePhase(p, wall_ns, cpu_ns);
+}
+int64_t ThreadCpuNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 
 void WaitPrivate(Exec& exec, int n, const std::function<void(Tag*, bool)>& on_tag) {
   grpc::CompletionQueue* cq = exec.private_cq();

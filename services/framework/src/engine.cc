@@ -265,9 +265,17 @@ Engine::Snapshot Engine::TakeStats(bool reset) {
   std::lock_guard<std::mutex> lk(stats_mu_);
   const int64_t now = MonotonicNs();
   Snapshot s{requests_.load(), errors_.load(), leaf_errors_.load(),
-             static_cast<double>(now - window_start_ns_.load()) / 1e9, hist_};
+             static_cast<double>(now - window_start_ns_.load()) / 1e9, hist_, {}, {}};
+  for (int p = 0; p < kPhases; ++p) {
+    s.phase_hist[p] = phase_hist_[p];
+    s.phase_cpu_ns[p] = phase_cpu_ns_[p].load();
+  }
   if (reset) {
     hist_.Reset();
+    for (int p = 0; p < kPhases; ++p) {
+      phase_hist_[p].Reset();
+      phase_cpu_ns_[p] = 0;
+    }
     requests_ = 0;
     errors_ = 0;
     leaf_errors_ = 0;

@@ -91,6 +91,11 @@ class Engine {
   // `n` calls arrived in one batch at `now` (load estimate, auto), and one of them finished.
   void NoteArrivals(int n, int64_t now);
   void NoteItem(int64_t arrival_ns, bool ok);
+  void NotePhase(Phase p, int64_t wall_ns, int64_t cpu_ns) {
+    phase_hist_[p].Record(wall_ns);
+    phase_cpu_ns_[p].fetch_add(cpu_ns, std::memory_order_relaxed);
+  }
+  static constexpr const char* kPhaseNames[kPhases] = {"queue", "handler", "leaf_wait", "finalize"};
   // Runs `job` here (inline models) or hands it to a worker (dispatch models).
   void RunOrDispatch(CallBase* job, Exec& exec);
 
@@ -105,6 +110,8 @@ class Engine {
     uint64_t requests, errors, leaf_errors;
     double window_s;
     Histogram hist;
+    Histogram phase_hist[kPhases];  // wall time per phase
+    int64_t phase_cpu_ns[kPhases];  // summed thread CPU time per phase
   };
   Snapshot TakeStats(bool reset);
 
@@ -187,6 +194,8 @@ class Engine {
   // stats
   std::mutex stats_mu_;
   Histogram hist_;
+  Histogram phase_hist_[kPhases];
+  std::atomic<int64_t> phase_cpu_ns_[kPhases] = {};
   std::atomic<uint64_t> requests_{0}, errors_{0}, leaf_errors_{0};
   std::atomic<int64_t> window_start_ns_{0};
 };

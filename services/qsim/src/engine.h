@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -114,6 +115,8 @@ struct NodeSpec {
   int join_slot = -1;           // index into the request's join counters (join > 1)
   bool hold_thread = false;     // the thread that ran this node blocks until release
   bool release_thread = false;  // runs on the thread held earlier at the same service
+  int pool = 0;                 // > 0: calls into this node share that many blocking connections
+  int pool_slot = -1;           // index of the node's connection pool (pool > 0)
 };
 
 struct PathSpec {
@@ -149,6 +152,7 @@ struct Model {
   uint64_t max_live_requests = 100000;
   uint64_t max_live_jobs = 4000000;
   bool no_fast_path = false;        // tests: run every instance through the event path
+  double control_interval_s = 0;    // > 0: call the controller every interval (Simulate below)
   double net_latency_us = 0;        // between machines
   double local_latency_us = 0;      // same machine
   double client_latency_us = 0;     // client -> entry service
@@ -156,12 +160,20 @@ struct Model {
   std::vector<MachineSpec> machines;
   std::vector<ServiceSpec> services;
   std::vector<PathSpec> paths;
+  int pools = 0;  // connection pools (nodes with pool > 0)
   ClientSpec client;
 };
 
 Model ParseModel(const nlohmann::json& j);  // throws ModelError
 
+// A run-time controller (a power manager): called every control_interval_s of simulated time
+// with the interval's figures {t_s, count, mean_us, p99_us, services: [{name, count, mean_us,
+// p99_us, busy_core_s, cores, freq_ratio}]}; it answers {} or {"freq_ratio": [per service
+// f_base / f]} (the services' DVFS from then on) or {"stop": true}.
+using Controller = std::function<nlohmann::json(const nlohmann::json&)>;
+
 // Runs the model; returns the result document (docs/qsim.md "Results").
 nlohmann::json Simulate(const Model& m);
+nlohmann::json Simulate(const Model& m, const Controller& control);
 
 }  // namespace musku::qsim

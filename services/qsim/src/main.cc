@@ -1,5 +1,8 @@
-// musku_qsim MODEL.json|- : runs a normalised model (written by `musku qsim`) and prints the
-// result document as JSON on stdout. Exit status: 0 ok, 3 malformed model, 1 internal error.
+// musku_qsim MODEL.json|- [--control]: runs a normalised model (written by `musku qsim`) and
+// prints the result document as JSON on stdout. Exit status: 0 ok, 3 malformed model, 1 internal
+// error. With --control (the model from a file, control_interval_s > 0), every interval's figures
+// go to stdout as one JSON line and the engine reads the controller's answer, one JSON line, from
+// stdin (musku/qsim/power.py); the result document is the last line.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -9,8 +12,9 @@
 #include "engine.h"
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: musku_qsim MODEL.json|-\n");
+  const bool control = argc == 3 && std::string(argv[2]) == "--control";
+  if (argc != 2 && !control) {
+    std::fprintf(stderr, "usage: musku_qsim MODEL.json|- [--control]\n");
     return 2;
   }
   const std::string path = argv[1];
@@ -32,7 +36,16 @@ int main(int argc, char** argv) {
   }
   try {
     const musku::qsim::Model model = musku::qsim::ParseModel(doc);
-    const nlohmann::json out = musku::qsim::Simulate(model);
+    const nlohmann::json out =
+        control ? musku::qsim::Simulate(model,
+                                        [](const nlohmann::json& rep) {
+                                          std::cout << rep.dump() << "\n" << std::flush;
+                                          std::string line;
+                                          if (!std::getline(std::cin, line))
+                                            return nlohmann::json{{"stop", true}};
+                                          return nlohmann::json::parse(line);
+                                        })
+                : musku::qsim::Simulate(model);
     std::cout << out.dump() << "\n";
   } catch (const musku::qsim::ModelError& e) {
     std::fprintf(stderr, "musku_qsim: error: %s: %s\n", path.c_str(), e.what());

@@ -141,6 +141,7 @@ Model ParseModel(const json& j) {
   m.max_live_jobs = static_cast<uint64_t>(Num(j, "max_live_jobs", "model", 4000000, false, 1));
   m.net_latency_us = Num(j, "net_latency_us", "model", 0, false, 0);
   m.no_fast_path = Bool(j, "no_fast_path", "model", false);
+  m.control_interval_s = Num(j, "control_interval_s", "model", 0, false, 0);
   m.local_latency_us = Num(j, "local_latency_us", "model", 0, false, 0);
   m.client_latency_us = Num(j, "client_latency_us", "model", m.net_latency_us, false, 0);
   m.reply_latency_us = Num(j, "reply_latency_us", "model", m.net_latency_us, false, 0);
@@ -245,6 +246,8 @@ Model ParseModel(const json& j) {
       n.join = Int(nj, "join", wn, 1, false, 1, 1 << 30);
       n.hold_thread = Bool(nj, "hold_thread", wn, false);
       n.release_thread = Bool(nj, "release_thread", wn, false);
+      n.pool = Int(nj, "pool", wn, 0, false, 0, 1 << 30);
+      if (n.pool > 0) n.pool_slot = m.pools++;
       if (n.join > 1) n.join_slot = ps.join_slots++;
       ps.nodes.push_back(std::move(n));
     }

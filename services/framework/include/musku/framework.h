@@ -391,6 +391,12 @@ grpc::CompletionQueue* PickResponderCq(Engine* e, CallBase* call, int n);
 void NoteLeafDone(Engine* e, grpc::CompletionQueue* cq);
 void NoteFinish(Engine* e, CallBase* call, const grpc::Status& status);
 void NoteLeafErrors(Engine* e, int n);
+// Server-side phase statistics (Admin Stats' `phases`; musku qsim profile builds its model from
+// them): queue = arrival -> the handler starts, handler = a leaf's Handle or a mid-tier's
+// Process, leaf_wait = the leaf calls sent -> the last reply taken, finalize = Finalize.
+enum Phase : int { kPhaseQueue, kPhaseHandler, kPhaseLeafWait, kPhaseFinalize, kPhases };
+void NotePhase(Engine* e, CallBase* call, Phase p, int64_t wall_ns, int64_t cpu_ns);
+int64_t ThreadCpuNs();  // CPU time of the calling thread
 // Waits on a private CQ for `n` leaf tags in the current wait mode.
 void WaitPrivate(Exec& exec, int n, const std::function<void(Tag*, bool)>& on_tag);
 
@@ -428,10 +434,13 @@ class UnaryCall final : public CallBase {
   }
   void Run(Exec&) override {
     grpc::Status st;
+    const int64_t t0 = MonotonicNs(), c0 = ThreadCpuNs();
     {
       DeadlineScope scope(ctx_->deadline());
       st = handler_->Handle(req_, &resp_);
     }
+    NotePhase(engine, this, kPhaseQueue, t0 - arrival_ns, 0);
+    NotePhase(engine, this, kPhaseHandler, MonotonicNs() - t0, ThreadCpuNs() - c0);
     NoteFinish(engine, this, st);
     if (st.ok())
       writer_->Finish(resp_, st, &finish_tag);
@@ -466,8 +475,12 @@ class MidTierCall final : public CallBase {
   }
 
   void Run(Exec& exec) override {
+    const int64_t t0 = MonotonicNs(), c0 = ThreadCpuNs();
     fanout_.Reset(leaves_->size());
     grpc::Status st = handler_->Process(req_, &fanout_);
+    sent_ns_ = MonotonicNs();
+    NotePhase(engine, this, kPhaseQueue, t0 - arrival_ns, 0);
+    NotePhase(engine, this, kPhaseHandler, sent_ns_ - t0, ThreadCpuNs() - c0);
     if (!st.ok()) return FinishRpc(st);
     const size_t n = fanout_.size();
     if (n == 0) return Complete();
@@ -538,6 +551,8 @@ class MidTierCall final : public CallBase {
   }
 
   void Complete() {
+    const int64_t t0 = MonotonicNs(), c0 = ThreadCpuNs();
+    if (fanout_.size() > 0) NotePhase(engine, this, kPhaseLeafWait, t0 - sent_ns_, 0);
     if (batched_) {
       for (size_t i = 0; i < replies_.size(); ++i) {
         auto& r = replies_[i];
@@ -550,6 +565,7 @@ class MidTierCall final : public CallBase {
       if (!r.status.ok()) ++failed;
     if (failed) NoteLeafErrors(engine, failed);
     grpc::Status st = handler_->Finalize(req_, replies_, &resp_);
+    NotePhase(engine, this, kPhaseFinalize, MonotonicNs() - t0, ThreadCpuNs() - c0);
     FinishRpc(st);
   }
 
@@ -577,6 +593,7 @@ class MidTierCall final : public CallBase {
   std::atomic<int> pending_{0};
   grpc::CompletionQueue* response_cq_ = nullptr;
   bool batched_ = false;  // this RPC's leaf calls go over the batch transport
+  int64_t sent_ns_ = 0;   // Process returned (the leaf calls go out)
 };
 
 }  // namespace detail

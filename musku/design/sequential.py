@@ -151,8 +151,9 @@ class MultiArmProcedure:
         self.n_opt_given = n_opt
         self._n_opt: dict[tuple[int, int], float] = {}
         self.cap_batches = cap_batches
-        self._rows: list[FloatArray] = []
-        self._strata: list[int] = []
+        self._y = np.empty((64, n_arms))  # batch rows, grown by doubling
+        self._s = np.empty(64, dtype=np.int64)
+        self._count = 0
         self.active: set[int] = set(range(n_arms))
         self.eliminated: dict[int, str] = {}
         self.claimed_difference = False
@@ -166,19 +167,23 @@ class MultiArmProcedure:
             raise InputError(f"a batch has one value per arm ({self.n_arms}), not {row.shape}")
         if not 0 <= stratum < self.n_strata:
             raise InputError(f"stratum {stratum} outside 0..{self.n_strata - 1}")
-        self._rows.append(row)
-        self._strata.append(int(stratum))
+        if self._count == self._y.shape[0]:
+            self._y = np.concatenate([self._y, np.empty_like(self._y)])
+            self._s = np.concatenate([self._s, np.empty_like(self._s)])
+        self._y[self._count] = row
+        self._s[self._count] = int(stratum)
+        self._count += 1
 
     @property
     def batches(self) -> int:
-        return len(self._rows)
+        return self._count
 
     def contrast(self, i: int, j: int) -> Contrast | None:
         """The confidence sequence of ``j - i`` at level ``alpha / M`` (``None`` too early)."""
-        if not self._rows:
+        if not self._count:
             return None
-        y = np.vstack(self._rows)
-        strata = np.asarray(self._strata, dtype=np.int64)
+        y = self._y[: self._count]
+        strata = self._s[: self._count]
         got = contrast_estimate(
             y[:, j] - y[:, i], strata, self.n_strata, min_per_stratum=self.min_per_stratum
         )

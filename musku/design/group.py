@@ -241,9 +241,11 @@ def run_scan(
     ``settings.sample_cap`` steady windows) is reached. Higher metric is better.
 
     Each period: every host applies its arm, ``settings.warmup_s`` is discarded, then the
-    period's steady windows are cut into batches (the batch size from the first period, via
-    :func:`musku.abtest.stats.batch_size_for` on a cross-host contrast; periods last at least
-    four batches, ``min_period_windows`` and three times the switch cost)."""
+    period's steady windows are averaged per host into one observation per arm, and the
+    procedure looks after every period (so the first decision comes after two design cycles:
+    two periods per stratum). Periods last at least four batches (the batch size from the first
+    period, :func:`musku.abtest.stats.batch_size_for` on a cross-host contrast),
+    ``min_period_windows`` and three times the switch cost."""
     st = settings or StatsSettings()
     n = len(arms)
     if n != group.n:
@@ -273,24 +275,26 @@ def run_scan(
             b, _ = stats.batch_size_for(steady[:, 1] - steady[:, 0], maximum=pilot_windows // 4)
             period_len = max(4 * b, min_period_windows, math.ceil(3 * (cost + warm)))
             period_len = b * math.ceil(period_len / b)
-            cap_batches = max(1, st.sample_cap // b)
+            cap_periods = max(1, math.ceil(st.sample_cap / period_len))
             proc = MultiArmProcedure(
                 n,
                 cycle,
                 alpha=1.0 - st.confidence,
                 min_effect=st.min_effect,
                 n_opt=n_opt,
-                cap_batches=cap_batches,
+                cap_batches=cap_periods,
             )
         else:
             steady = np.log(group.measure(period_len))[:, host_of]
-        for k in range(steady.shape[0] // b):
-            proc.add(steady[k * b : (k + 1) * b].mean(axis=0), p % cycle)
-            samples += b
-            out = proc.look()
-            if out.stop:
-                outcome = out
-                break
+        # one observation per period: the mean of its steady windows. The period-to-period
+        # variation (slow per-host drift) is then in the residuals once every stratum has two
+        # periods; with batches inside one period it would hide in the stratum means.
+        use = b * (steady.shape[0] // b)
+        proc.add(steady[:use].mean(axis=0), p % cycle)
+        samples += use
+        out = proc.look()
+        if out.stop:
+            outcome = out
         p += 1
     assert proc is not None
     est: dict[int, tuple[float, float, float]] = {}

@@ -55,6 +55,9 @@ from musku.errors import InputError
 
 FloatArray = NDArray[np.float64]
 
+BLOCK_BANDWIDTH = 1.5
+"""HAC bandwidth floor in periods: the Bartlett weights reach past one period's batches."""
+
 
 @dataclass(frozen=True)
 class Contrast:
@@ -93,11 +96,18 @@ class ScanOutcome:
 
 
 def contrast_estimate(
-    d: FloatArray, strata: NDArray[np.int64], n_strata: int, *, min_per_stratum: int = 2
+    d: FloatArray,
+    strata: NDArray[np.int64],
+    n_strata: int,
+    *,
+    min_per_stratum: int = 2,
+    min_bandwidth: float = 1.0,
 ) -> tuple[float, float, float, int] | None:
     """(mean, standard error, intrinsic time, df) of the mean of per-stratum means of the batch
     contrasts ``d`` (time order), or ``None`` until each of the ``n_strata`` strata has
-    ``min_per_stratum`` batches. The intrinsic time is ``S^2 / sum_s 1 / n_s`` batches."""
+    ``min_per_stratum`` batches. The intrinsic time is ``S^2 / sum_s 1 / n_s`` batches. The
+    HAC bandwidth is the Newey-West one, at least ``min_bandwidth`` lags (the procedure passes
+    the batches of one period: slow per-host drifts shift a whole period's batches together)."""
     d = np.asarray(d, dtype=float)
     strata = np.asarray(strata, dtype=np.int64)
     counts = np.bincount(strata, minlength=n_strata)[:n_strata]
@@ -109,7 +119,7 @@ def contrast_estimate(
     df = d.size - n_strata
     if df < 1:
         return None
-    bw = max(1.0, stats.nw_bandwidth(resid))
+    bw = max(1.0, min_bandwidth, stats.nw_bandwidth(resid))
     lrv = stats.hac_lrv(resid, bw) * d.size / df
     inv = float(np.sum(1.0 / counts))
     var = lrv * inv / (n_strata * n_strata)
@@ -131,6 +141,7 @@ class MultiArmProcedure:
         min_per_stratum: int = 2,
         n_opt: float | None = None,
         cap_batches: int | None = None,
+        block: int = 1,
     ) -> None:
         if isinstance(n_arms, bool) or not isinstance(n_arms, int) or n_arms < 2:
             raise InputError(f"a multi-arm scan needs >= 2 arms (baseline + 1), not {n_arms!r}")
@@ -151,6 +162,7 @@ class MultiArmProcedure:
         self.n_opt_given = n_opt
         self._n_opt: dict[tuple[int, int], float] = {}
         self.cap_batches = cap_batches
+        self.block = max(1, int(block))  # batches per period: the HAC bandwidth's floor
         self._y = np.empty((64, n_arms))  # batch rows, grown by doubling
         self._s = np.empty(64, dtype=np.int64)
         self._count = 0
@@ -185,7 +197,11 @@ class MultiArmProcedure:
         y = self._y[: self._count]
         strata = self._s[: self._count]
         got = contrast_estimate(
-            y[:, j] - y[:, i], strata, self.n_strata, min_per_stratum=self.min_per_stratum
+            y[:, j] - y[:, i],
+            strata,
+            self.n_strata,
+            min_per_stratum=self.min_per_stratum,
+            min_bandwidth=BLOCK_BANDWIDTH * self.block,
         )
         if got is None:
             return None

@@ -1,9 +1,9 @@
 """Multi-arm sequential inference on a crossover group: always-valid confidence sequences on
 every pairwise contrast, successive elimination, and the stopping rules.
 
-Data. In each batch (``b`` consecutive steady windows of one period) every arm runs on exactly
-one host of the group, all at the same time under the same live load. The procedure receives,
-per batch, the mean log primary metric of the host running each arm (sign-adjusted: higher is
+Data. In each observation (the group runner passes one per period: the mean of its steady
+windows) every arm runs on exactly one host of the group, all at the same time under the same
+live load. The procedure receives, per observation ("batch" below), the mean log primary metric of the host running each arm (sign-adjusted: higher is
 better) and the batch's *stratum* (the period's position in the design's cycle). A contrast
 ``j - i`` in one batch is the within-batch difference of two hosts' log metrics: the common load
 cancels, the two hosts' bias difference does not. Over one design cycle every arm runs on every

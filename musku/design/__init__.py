@@ -1,0 +1,12 @@
+"""Multi-arm crossover designs (issue 20, item 2): a knob's K settings and the baseline run
+as one experiment on a group of hosts.
+
+- :mod:`musku.design.williams`: the balanced rotation (a Williams square, two squares for an
+  odd number of arms): every host runs every arm in turn, host bias and period effects cancel.
+- :mod:`musku.design.sequential`: always-valid confidence sequences on every pairwise contrast
+  (Bonferroni over the family), successive elimination and the stopping rules.
+- :mod:`musku.design.group`: a simulated group of hosts (the sim model's host and noise model)
+  running the rotation with warm-up discard per switch and feeding the procedure.
+
+Not wired into ``musku sweep`` yet (docs/design.md).
+"""

@@ -1,0 +1,83 @@
+"""The simulated group and the scan runner on the shipped Web/Skylake model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from musku.design.group import SimGroup, run_scan
+from musku.domain import Decision
+from musku.errors import InputError
+from musku.experiment import load_experiment
+from musku.sim.model import SimModel
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def web():  # type: ignore[no-untyped-def]
+    exp = load_experiment(ROOT / "experiments" / "web-skylake.toml")
+    model = SimModel.load(exp.resolve(exp.hosts.options["model"]), space=exp.space)
+    return exp, model
+
+
+def test_group_hosts_share_the_load_and_keep_their_bias(web) -> None:  # type: ignore[no-untyped-def]
+    exp, model = web
+    g = SimGroup(model, 4, seed=3, bias_sd=0.03, initial=exp.baseline_config)
+    y = np.log(g.measure(4000))
+    # the common load dominates each host's series; differences remove it (what is left:
+    # each host's slope on the load, its routing share and slow wander, a few 0.1 %)
+    assert np.corrcoef(y[:, 0], y[:, 1])[0, 1] > 0.5
+    rel = (y - y[:, :1]).mean(axis=0)
+    expected = np.log1p(g.bias) - np.log1p(g.bias[0])
+    np.testing.assert_allclose(rel, expected, atol=0.01)
+    assert np.ptp(expected) > 0.03
+    assert g.t == pytest.approx(4000.0)
+
+
+def test_apply_changes_throughput_and_costs_time(web) -> None:  # type: ignore[no-untyped-def]
+    exp, model = web
+    base = exp.baseline_config
+    g = SimGroup(model, 2, seed=1, bias_sd=0.0, initial=base)
+    cost = g.apply([base, base.with_("prefetch", "all_off")])
+    assert cost == pytest.approx(model.timing.apply_s)
+    g.measure(600)  # past the warm-up
+    y = np.log(g.measure(3000))
+    assert (y[:, 1] - y[:, 0]).mean() == pytest.approx(np.log(0.955), abs=0.004)
+    assert g.apply([base, base.with_("prefetch", "all_off")]) == 0.0  # nothing changed
+
+
+def test_scan_prefers_the_baseline_when_every_setting_loses(web) -> None:  # type: ignore[no-untyped-def]
+    exp, model = web
+    base = exp.baseline_config
+    values = [v for v in exp.space["prefetch"] if v != base["prefetch"]]
+    arms = [base, *(base.with_("prefetch", v) for v in values)]
+    for seed in range(3):
+        g = SimGroup(model, len(arms), seed=seed, initial=base)
+        r = run_scan(g, arms, exp.stats)
+        assert r.outcome.stop and r.best == base
+        assert len(arms) - 1 in r.outcome.eliminated  # all_off, -4.5 %
+        assert r.host_hours == pytest.approx(len(arms) * r.host_time_s / 3600)
+
+
+def test_scan_finds_shp_300(web) -> None:  # type: ignore[no-untyped-def]
+    exp, model = web
+    base = exp.baseline_config
+    values = [v for v in exp.space["shp"] if v != base["shp"]]
+    arms = [base, *(base.with_("shp", v) for v in values)]
+    g = SimGroup(model, len(arms), seed=7, initial=base)
+    r = run_scan(g, arms, exp.stats)
+    assert r.outcome.decision is Decision.BETTER and r.best["shp"] == 300
+
+
+def test_bad_group(web) -> None:  # type: ignore[no-untyped-def]
+    exp, model = web
+    with pytest.raises(InputError, match=">= 2 hosts"):
+        SimGroup(model, 1)
+    g = SimGroup(model, 3, initial=exp.baseline_config)
+    with pytest.raises(InputError, match="one configuration per host"):
+        g.apply([exp.baseline_config])
+    with pytest.raises(InputError, match="group of 2 hosts, not 3"):
+        run_scan(g, [exp.baseline_config] * 2)

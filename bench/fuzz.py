@@ -11,7 +11,7 @@ sweep refuses). Catalogs, simulator models and agent configurations go through t
 
 Printed per kind: accepted / clean errors per exit status / internal errors (goal 0) / over
 budget (goal 0: a document over budget is timed once more, and counts if it is over twice) /
-check-accepted-but-sweep-refused (goal 0). Budgets: 2 s per document
+check-accepted-but-sweep-refused (goal 0). Budgets: 2 CPU seconds per document
 (tests/experiment/generators.BUDGET_S), 400 MiB peak RSS for the process.
 
     PYTHONPATH=. python bench/fuzz.py [-n 5000] [--seed 0] [--other 1000] [--agent 5000]
@@ -130,7 +130,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="musku-fuzz-") as d:
         work = Workdir(Path(d))
         warm_up(work)
-        print(f"budgets: {BUDGET_S:g} s per document, {RSS_BUDGET_MIB} MiB peak RSS")
+        print(f"budgets: {BUDGET_S:g} CPU s per document, {RSS_BUDGET_MIB} MiB peak RSS")
         for kind in BASES:
             n = args.n if kind == "experiment" else args.other
             r = fuzz_kind(kind, n, args.seed, work)

@@ -1,3 +1,35 @@
-"""Fixtures shared by several test folders."""
+"""Fixtures shared by several test folders, and the suite's hang guard scaled to the machine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.timing import slowdown
 
 pytest_plugins = ["tests.fixtures.toy", "tests.fixtures.sshd"]
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """pytest-timeout's limit (``timeout`` in pyproject.toml, or a test's own
+    ``@pytest.mark.timeout``) is a hang guard stated for an idle machine: scale it, like every
+    deadline in the suite (tests/timing.py), by how loaded the machine is when the test starts.
+    A CI run beside other work (load 20 on 2 CPUs) gives each process a tenth of a CPU; a test
+    that takes 40 s alone then takes minutes without hanging. Runs before pytest-timeout's own
+    wrapper reads the limit."""
+    marker = item.get_closest_marker("timeout")
+    base = None
+    if marker is not None:
+        base = marker.args[0] if marker.args else marker.kwargs.get("timeout")
+    if base is None:
+        base = item.config.getini("timeout")
+    try:
+        seconds = float(base)
+    except (TypeError, ValueError):
+        seconds = 0.0
+    factor = slowdown()
+    if seconds > 0 and factor > 1.0:
+        item.add_marker(pytest.mark.timeout(seconds * factor), append=False)
+    yield

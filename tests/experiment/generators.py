@@ -26,10 +26,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.timing import slowdown
+
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET_S = 2.0
-"""Most seconds loading or checking one generated document may take (the shipped documents
-take well under 0.1 s; the budget is generous for a loaded 2-core machine)."""
+"""Most CPU seconds loading or checking one generated document may take (the shipped documents
+take well under 0.1 s). CPU time of the checking thread, not wall time: what a hostile input
+can make musku spend, which a busy machine does not inflate (at load 20 on 2 CPUs a 1 s check
+takes 10 s of wall time). A document that blocks instead of computing is caught by
+:data:`STALL_S`."""
+STALL_S = 60.0
+"""Wall seconds after which a check counts as stalled (blocked on a device, a FIFO, a lock),
+an internal error; scaled by the machine's slowdown (tests/timing.py)."""
 RSS_BUDGET_MIB = 400
 """Peak RSS of the whole fuzzing process (Python, numpy, scipy, sqlalchemy, rich included)."""
 
@@ -316,7 +324,7 @@ def check_document(kind: str, text: str, work: Workdir) -> tuple[str, int, float
     path = work.dir / name
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
     before = _tree(work.dir)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.thread_time()
     outcome, status, message = "accepted", 0, ""
     try:
         if kind == "experiment":
@@ -340,7 +348,11 @@ def check_document(kind: str, text: str, work: Workdir) -> tuple[str, int, float
         outcome, status, message = "clean", int(exc.status), exc.one_line()
     except Exception as exc:  # noqa: BLE001 - the point is to catch every internal error
         outcome, status, message = "internal", 1, f"{type(exc).__name__}: {exc}"[:300]
-    seconds = time.perf_counter() - started
+    seconds = time.thread_time() - cpu_started
+    wall = time.perf_counter() - started
+    if wall > STALL_S * slowdown():
+        outcome, status = "internal", 1
+        message = f"stalled: {wall:.0f} s wall for {seconds:.2f} s CPU; {message}"[:300]
     after = _tree(work.dir)
     after.pop(name, None)
     before.pop(name, None)

@@ -18,7 +18,7 @@ def test_bench_quick_mode_prints_the_table(capsys: pytest.CaptureFixture[str]) -
     mod = importlib.util.module_from_spec(spec)
     sys.modules["abtest_stats"] = mod
     spec.loader.exec_module(mod)
-    mod.main(["--quick", "--workers", "1", "--only", "shipped model (web"])
+    mod.main(["--quick", "--jobs", "1", "--only", "shipped model (web"])
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("| shipped model"))
     cells = [c.strip() for c in row.strip("|").split("|")]

@@ -315,7 +315,10 @@ def main(argv: list[str] | None = None) -> int:
         help="worker processes (default 1: the machine is shared)",
     )  # fmt: skip
     ap.add_argument("--seed", type=int, default=1000, help="first seed")
-    ap.add_argument("--save", type=Path, help="append every run's outcome to this JSON-lines file")
+    ap.add_argument(
+        "--save", type=Path,
+        help="append every run's outcome to this JSON-lines file (runs it holds are skipped)",
+    )  # fmt: skip
     ap.add_argument(
         "--load", type=Path, nargs="+",
         help="no runs: print the tables from outcomes saved with --save (runs merged)",
@@ -352,6 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     # short (or read back from --save) has every row with comparable counts
     tasks.sort(key=lambda rt: rt[0])
     order = [t for _, t in tasks]
+    if args.save is not None and args.save.is_file():
+        # resume: what the file already holds is not run again
+        have = {
+            (conds[o.task.cond].name, o.task.kind, o.task.seed) for o in _load([args.save], conds)
+        }
+        order = [t for t in order if (conds[t.cond].name, t.kind, t.seed) not in have]
     workers = args.jobs
     print(f"{len(order)} comparisons on {workers} worker(s)...", flush=True)
     t0 = time.perf_counter()

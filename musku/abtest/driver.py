@@ -18,10 +18,15 @@ Design of one comparison (rule ``cs``)::
   ``spec.reboot_knobs``) plus the warm-up. Periods are three times that cost (<= 25 %
   overhead), at least four batches, at most a sixth of the sample cap; so swaps that need a
   reboot get longer periods. The swap cost is re-measured after the first swap.
-- **Warm-up.** After every apply at least ``spec.stats.warmup_s`` is discarded; then a probe
-  of windows is searched for the end of the transient (:func:`musku.abtest.stats.detect_warmup`)
-  and extended while the transient lasts. Windows with ``Sample.valid`` false (knob drift)
-  are recorded but never used.
+- **Warm-up, per configuration.** After every apply at least ``spec.stats.warmup_s`` is
+  discarded (or what was measured before for the configurations applied); everything since
+  the apply is then searched for the end of the transient: MSER-5 and a fitted exponential
+  (:func:`musku.abtest.stats.detect_warmup`, :func:`musku.abtest.stats.fit_transient`) on
+  each host's own series per offered request and on the CUPED-adjusted log-ratio; the probe
+  grows while the transient lasts, up to :data:`TRANSIENT_CAP_S` (then INCONCLUSIVE). Each
+  configuration's transient is remembered; a later, longer measurement drops an earlier
+  period's windows inside it after the fact. Windows with ``Sample.valid`` false (knob
+  drift) are recorded but never used.
 - **Batches.** The batch size comes from the AR(1) coefficient of the log-ratios (an upper
   bound, so neighbouring batch means correlate <= 0.05): from the pilot, then re-estimated from
   all steady windows at every period start (batches only grow; past ones are rebuilt). The

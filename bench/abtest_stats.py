@@ -70,6 +70,20 @@ CONDITIONS: list[Cond] = [
     Cond("host bias 3 %, calibrated", host_bias=0.03, calibrated=True),
     Cond("candidate warm-up +5 % tau 120 s", warmup=(0.05, 120.0), null_differs=True),
     Cond("candidate warm-up +10 % tau 300 s", warmup=(0.10, 300.0), null_differs=True),
+    # diagnostic: the warm-up rows without the per-host wander (their ~1 h periods let the
+    # wander move the host bias between periods, which the crossover does not remove)
+    Cond(
+        "candidate warm-up +5 % tau 120 s, no wander",
+        warmup=(0.05, 120.0),
+        null_differs=True,
+        noise={"wander_sd": 0.0},
+    ),  # fmt: skip
+    Cond(
+        "candidate warm-up +10 % tau 300 s, no wander",
+        warmup=(0.10, 300.0),
+        null_differs=True,
+        noise={"wander_sd": 0.0},
+    ),  # fmt: skip
     Cond("AR phi 0.9", noise={"ar_phi": 0.9}),
     Cond("wander sd 1 %", noise={"wander_sd": 0.01}),
     Cond("Student-t(3) innovations", noise={"innovation_df": 3.0}),

@@ -26,12 +26,13 @@ third: the CUPED gain (median samples with and without the covariate adjustment)
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import statistics
 import sys
 import time
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,20 @@ CONDITIONS: list[Cond] = [
     Cond("host bias 3 %, calibrated", host_bias=0.03, calibrated=True),
     Cond("candidate warm-up +5 % tau 120 s", warmup=(0.05, 120.0), null_differs=True),
     Cond("candidate warm-up +10 % tau 300 s", warmup=(0.10, 300.0), null_differs=True),
+    # diagnostic: the warm-up rows without the per-host wander (their ~1 h periods let the
+    # wander move the host bias between periods, which the crossover does not remove)
+    Cond(
+        "candidate warm-up +5 % tau 120 s, no wander",
+        warmup=(0.05, 120.0),
+        null_differs=True,
+        noise={"wander_sd": 0.0},
+    ),  # fmt: skip
+    Cond(
+        "candidate warm-up +10 % tau 300 s, no wander",
+        warmup=(0.10, 300.0),
+        null_differs=True,
+        noise={"wander_sd": 0.0},
+    ),  # fmt: skip
     Cond("AR phi 0.9", noise={"ar_phi": 0.9}),
     Cond("wander sd 1 %", noise={"wander_sd": 0.01}),
     Cond("Student-t(3) innovations", noise={"innovation_df": 3.0}),
@@ -212,6 +227,7 @@ def _stats(runs: list[Outcome]) -> dict[str, Any]:
     pw = [o for o in runs if o.task.kind == "power"]
     k, n, fp = _fp(null)
     good = sum(o.decision == "better" for o in pw)
+    plo, phi = clopper_pearson(good, len(pw)) if pw else (float("nan"), float("nan"))
     cov_runs = [o for o in runs if o.decision != "aborted"]
     cov = sum(o.ci_low <= o.truth <= o.ci_high for o in cov_runs)
     return {
@@ -220,6 +236,8 @@ def _stats(runs: list[Outcome]) -> dict[str, Any]:
         "fp": fp,
         "power_n": len(pw),
         "power": good / len(pw) if pw else float("nan"),
+        "power_ci": f"[{100 * plo:.1f}, {100 * phi:.1f}]",
+        "cov_n": len(cov_runs),
         "coverage": cov / len(cov_runs) if cov_runs else float("nan"),
         "median": statistics.median(o.samples for o in pw) if pw else float("nan"),
         "null_median": statistics.median(o.samples for o in null) if null else float("nan"),
@@ -232,8 +250,8 @@ def report(conds: list[Cond], outs: list[Outcome]) -> bool:
     for o in outs:
         by.setdefault(o.task.cond, []).append(o)
     ok = True
-    print("\n| condition | null runs | false positives [CP 95 %] | +1 % runs | power (sign right) "
-          "| coverage | median samples (+1 %) | targets |")  # fmt: skip
+    print("\n| condition | null runs | false positives [CP 95 %] | +1 % runs "
+          "| power, sign right [CP 95 %] | coverage | median samples (+1 %) | targets |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
     for i, c in enumerate(conds):
         if c.table != "main" or i not in by:
@@ -249,7 +267,8 @@ def report(conds: list[Cond], outs: list[Outcome]) -> bool:
             w for w, g in zip(("FP", "power", "coverage"), checks, strict=True) if not g) + ")"  # fmt: skip
         print(
             f"| {c.name} | {s['null_n']} | {s['fp']} | {s['power_n']} | "
-            f"{100 * s['power']:.1f} % | {100 * s['coverage']:.1f} % | {s['median']:,.0f} | {flag} |"
+            f"{100 * s['power']:.1f} % {s['power_ci']} | {100 * s['coverage']:.1f} % "
+            f"({s['cov_n']}) | {s['median']:,.0f} | {flag} |"
         )
     pairing = {c.name: by.get(i, []) for i, c in enumerate(conds) if c.table != "main"}
     if any(pairing.values()):
@@ -269,54 +288,117 @@ def report(conds: list[Cond], outs: list[Outcome]) -> bool:
     return ok
 
 
+def _save(path: Path, conds: list[Cond], outs: list[Outcome]) -> None:
+    """Append the outcomes as JSON lines keyed by condition name (``--load`` reads them)."""
+    with path.open("a") as f:
+        for o in outs:
+            row = asdict(o)
+            row["cond_name"] = conds[o.task.cond].name
+            f.write(json.dumps(row) + "\n")
+
+
+def _load(paths: list[Path], conds: list[Cond]) -> list[Outcome]:
+    index = {c.name: i for i, c in enumerate(conds)}
+    outs: list[Outcome] = []
+    seen: set[tuple[str, str, int]] = set()
+    for path in paths:
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            name = row.pop("cond_name")
+            task = row.pop("task")
+            key = (name, task["kind"], task["seed"])
+            if name not in index or key in seen:  # a run saved twice counts once
+                continue
+            seen.add(key)
+            outs.append(Outcome(Task(index[name], task["kind"], task["seed"]), **row))
+    return outs
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=300, help="null runs per condition (300)")
     ap.add_argument("--power-runs", type=int, default=None, help="+1 %% runs (runs / 3)")
     ap.add_argument("--pairing-runs", type=int, default=40, help="runs per pairing-table cell")
     ap.add_argument("--quick", action="store_true", help="smoke test: few runs, few rows")
-    ap.add_argument("--only", default="", help="run only conditions whose name has this text")
-    ap.add_argument("--workers", type=int, default=2, help="processes (at most 2)")
+    ap.add_argument(
+        "--only", action="append", default=[],
+        help="run only conditions whose name has this text (repeat for several)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--jobs", "--workers", dest="jobs", type=int, default=1,
+        help="worker processes (default 1: the machine is shared)",
+    )  # fmt: skip
     ap.add_argument("--seed", type=int, default=1000, help="first seed")
+    ap.add_argument(
+        "--save", type=Path,
+        help="append every run's outcome to this JSON-lines file (runs it holds are skipped)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--load", type=Path, nargs="+",
+        help="no runs: print the tables from outcomes saved with --save (runs merged)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
-    if args.runs < 1 or args.workers < 1 or args.pairing_runs < 0:
-        ap.error("--runs and --workers must be >= 1, --pairing-runs >= 0")
+    if args.runs < 1 or args.jobs < 1 or args.pairing_runs < 0:
+        ap.error("--runs and --jobs must be >= 1, --pairing-runs >= 0")
     conds = CONDITIONS + pairing_conds()
+    if args.load:
+        missing = [str(p) for p in args.load if not p.is_file()]
+        if missing:
+            ap.error(f"no such file: {missing[0]}")
+        saved = _load(args.load, conds)
+        print(f"{len(saved)} saved comparisons from {len(args.load)} file(s)")
+        return 0 if report(conds, saved) else 1
     runs, power_runs, pruns = args.runs, args.power_runs, args.pairing_runs
     if args.quick:
         conds = [CONDITIONS[0], CONDITIONS[4], CONDITIONS[8]]
         runs, power_runs, pruns = min(runs, 6), 3, 0
     if args.only:
-        conds = [c for c in conds if args.only in c.name]
+        conds = [c for c in conds if any(text in c.name for text in args.only)]
     if power_runs is None:
         power_runs = max(1, runs // 3)
-    tasks: list[Task] = []
+    tasks: list[tuple[int, Task]] = []  # (round, task)
     for i, c in enumerate(conds):
         if c.table == "main":
-            tasks += [Task(i, "null", args.seed + j) for j in range(runs)]
-            tasks += [Task(i, "power", args.seed + 100_000 + j) for j in range(power_runs)]
+            tasks += [(3 * j, Task(i, "null", args.seed + j)) for j in range(runs)]
+            tasks += [(9 * j, Task(i, "power", args.seed + 100_000 + j)) for j in range(power_runs)]
         else:
-            tasks += [Task(i, "power", args.seed + 100_000 + j) for j in range(pruns)]
+            tasks += [(j, Task(i, "power", args.seed + 100_000 + j)) for j in range(pruns)]
             if c.rule == "welch" or c.options == ():
-                tasks += [Task(i, "null", args.seed + j) for j in range(pruns)]
-    # the slow ones first (welch A/A runs go to the cap) for an even finish
-    tasks.sort(key=lambda t: conds[t.cond].rule != "welch")
-    workers = min(2, args.workers)
-    print(f"{len(tasks)} comparisons on {workers} worker(s)...", flush=True)
+                tasks += [(j, Task(i, "null", args.seed + j)) for j in range(pruns)]
+    # round-robin over the conditions (null runs three to a power run), so that a run cut
+    # short (or read back from --save) has every row with comparable counts
+    tasks.sort(key=lambda rt: rt[0])
+    order = [t for _, t in tasks]
+    if args.save is not None and args.save.is_file():
+        # resume: what the file already holds is not run again
+        have = {
+            (conds[o.task.cond].name, o.task.kind, o.task.seed) for o in _load([args.save], conds)
+        }
+        order = [t for t in order if (conds[t.cond].name, t.kind, t.seed) not in have]
+    workers = args.jobs
+    print(f"{len(order)} comparisons on {workers} worker(s)...", flush=True)
     t0 = time.perf_counter()
+    outs: list[Outcome] = []
+
+    def done(o: Outcome) -> None:
+        outs.append(o)
+        if args.save is not None:
+            _save(args.save, conds, [o])
+        if len(outs) % 200 == 0:
+            print(f"  {len(outs)} done, {time.perf_counter() - t0:.0f} s", flush=True)
+
     if workers == 1:
         _init(conds)
-        outs = [_run(t) for t in tasks]
+        for t in order:
+            done(_run(t))
     else:
         with mp.get_context("fork").Pool(workers, _init, (conds,)) as pool:
-            outs = []
-            for o in pool.imap_unordered(_run, tasks, chunksize=4):
-                outs.append(o)
-                if len(outs) % 500 == 0:
-                    print(f"  {len(outs)} done, {time.perf_counter() - t0:.0f} s", flush=True)
+            for o in pool.imap_unordered(_run, order, chunksize=2):
+                done(o)
     wall = time.perf_counter() - t0
     ok = report(conds, outs)
-    print(f"\nwall time {wall:.0f} s on {workers} worker(s)")
+    cpu = statistics.median(o.cpu_s for o in outs) if outs else 0.0
+    print(f"\nwall time {wall:.0f} s on {workers} worker(s); median CPU {cpu:.2f} s per comparison")
     return 0 if ok else 1
 
 

@@ -18,10 +18,15 @@ Design of one comparison (rule ``cs``)::
   ``spec.reboot_knobs``) plus the warm-up. Periods are three times that cost (<= 25 %
   overhead), at least four batches, at most a sixth of the sample cap; so swaps that need a
   reboot get longer periods. The swap cost is re-measured after the first swap.
-- **Warm-up.** After every apply at least ``spec.stats.warmup_s`` is discarded; then a probe
-  of windows is searched for the end of the transient (:func:`musku.abtest.stats.detect_warmup`)
-  and extended while the transient lasts. Windows with ``Sample.valid`` false (knob drift)
-  are recorded but never used.
+- **Warm-up, per configuration.** After every apply at least ``spec.stats.warmup_s`` is
+  discarded (or what was measured before for the configurations applied); everything since
+  the apply is then searched for the end of the transient: MSER-5 and a fitted exponential
+  (:func:`musku.abtest.stats.detect_warmup`, :func:`musku.abtest.stats.fit_transient`) on
+  each host's own series per offered request and on the CUPED-adjusted log-ratio; the probe
+  grows while the transient lasts, up to :data:`TRANSIENT_CAP_S` (then INCONCLUSIVE). Each
+  configuration's transient is remembered; a later, longer measurement drops an earlier
+  period's windows inside it after the fact. Windows with ``Sample.valid`` false (knob
+  drift) are recorded but never used.
 - **Batches.** The batch size comes from the AR(1) coefficient of the log-ratios (an upper
   bound, so neighbouring batch means correlate <= 0.05): from the pilot, then re-estimated from
   all steady windows at every period start (batches only grow; past ones are rebuilt). The
@@ -249,6 +254,11 @@ class _Comparison:
         self.log_b = _Buffer()
         self.d = _Buffer()
         self.win_period = _Buffer()  # period of each steady window
+        self.win_age = _Buffer()  # seconds from its period's apply to each steady window's end
+        self.apply_t = 0.0  # pair.now() after the current period's apply
+        self.period_applied: list[bool] = []  # whether each period applied anything
+        self.kept: NDArray[np.bool_] = np.ones(0, dtype=bool)  # steady windows still used
+        self.dropped = 0  # steady windows dropped later as transient (retro-trimmed)
         self.guard_b = {m: _Buffer() for m in self.guard_metrics}
         self.batch_d: list[float] = []
         self.batch_sign: list[int] = []
@@ -395,26 +405,46 @@ class _Comparison:
             np.log(probe.m1[v]) - np.log(probe.c1[v]),
         ]
 
+    def _adjusted_ratio(self, chunk: _Chunk) -> FloatArray:
+        """The log-ratio of ``chunk``'s valid windows, CUPED-adjusted when the hosts report
+        the covariate (the load's swings and bursts, which a host-specific slope on the load
+        would turn into trends in the raw ratio, divided out), with the coefficient fitted
+        on the chunk itself (a transient is unrelated to the offered load)."""
+        d = self._log_ratio(chunk)
+        if self.cov_metric is None or chunk.c0 is None or chunk.c1 is None or d.size < 20:
+            return d
+        v = chunk.valid
+        c = self.sign * (np.log(chunk.c1[v]) - np.log(chunk.c0[v]))
+        cc = c - c.mean()
+        sxx = float(cc @ cc)
+        if sxx <= 1e-12 * d.size:
+            return d
+        return d - (float(cc @ (d - d.mean())) / sxx) * c
+
     def _warmup(self) -> _Chunk:
         """Minimum warm-up (the spec's, or longer: what was measured before for the
-        configurations now applied), then the data-driven end of the transient, searched on
-        the log-ratio and on each host's own series (a transient both hosts share cancels in
-        the ratio but not in the hosts' own series). The probe doubles while the transient
-        lasts, up to :data:`TRANSIENT_CAP_S`. Returns the valid steady windows measured while
-        looking for it."""
+        configurations now applied), then the data-driven end of the transient. The
+        transient starts at the apply, so it is searched on everything measured since then
+        (the blind minimum included, where it is strongest): MSER-5 with its tests on the
+        log-ratio, and an exponential fitted to each host's own series per offered request
+        (a transient both hosts share cancels in the ratio but not there; one host's slow
+        tail is easier to see there, without the other host's noise). The probe doubles
+        while the transient lasts, up to :data:`TRANSIENT_CAP_S`. Returns the valid steady
+        windows measured while looking for it."""
         t_start = self.pair.now()
         cfgs = self._roles()
         known = max(self._known_transient(c) for c in cfgs)
         min_n = max(self.warm_n, int(math.ceil(known / self.interval - 1e-9)))
-        if min_n:
-            self._emit(self._measure(min_n), True)
+        head = self._measure(min_n) if min_n else self._columns([])
+        self._emit(head, True)
         if not self.rule.detect_warmup:
             self.warm_s.append(self.pair.now() - t_start)
             return self._columns([])
-        probe_n = max(PROBE_MIN, self.warm_n, 2 * (self.b or 0))
+        probe_n = max(PROBE_MIN, self.warm_n, 2 * (self.b or 0), min_n)
         chunks: list[_Chunk] = []
         discard = 0
         own = [0, 0]
+        n_head = len(head.samples)
         while True:
             try:
                 chunks.append(self._measure(probe_n))
@@ -423,15 +453,18 @@ class _Comparison:
                     self._emit(_concat(chunks), True)
                 raise
             probe = _concat(chunks)
-            hosts = self._host_series(probe)
-            found = [self._transient_end(self._log_ratio(probe), fit=False)]
+            full = _concat([head, probe]) if n_head else probe
+            hosts = self._host_series(full)
+            # the ratio is fitted too once the covariate has divided the load out of it
+            found = [self._transient_end(self._adjusted_ratio(full), fit=bool(hosts))]
             found += [self._transient_end(x, fit=True) for x in hosts]
             ends = [f[0] for f in found]
             own = ends[1:] or [ends[0], ends[0]]
-            discard = max(ends)
-            # go on while a transient may outlast the probe, or its end is not yet in it
-            # with room for steady data after it
-            longer = any(f[1] for f in found) or discard > len(probe.samples) // 2
+            discard = max(ends)  # valid windows since the apply
+            # go on while a transient may outlast the probe (a fit at its longest time
+            # constant, MSER at its search limit, a trend left), or its end is not yet in
+            # it with some steady data after it
+            longer = any(f[1] for f in found) or discard > len(full.samples) - PROBE_MIN // 2
             if not longer:
                 break
             if self.pair.now() - t_start >= TRANSIENT_CAP_S:
@@ -441,27 +474,28 @@ class _Comparison:
                     f"the warm-up transient after applying {cfgs[0].key()} / {cfgs[1].key()} "
                     f"did not end within {TRANSIENT_CAP_S:.0f} s: no decision"
                 )
-            # double the probe, within the cap
+            # double what was measured since the apply, within the cap
             left = int((TRANSIENT_CAP_S - (self.pair.now() - t_start)) / self.interval)
-            probe_n = max(1, min(len(probe.samples), left))
+            probe_n = max(1, min(len(full.samples), left))
         probe = _concat(chunks)
-        # map the discard count (valid windows) to the measured windows
-        valid_idx = np.flatnonzero(probe.valid)
-        cut = int(valid_idx[discard]) if discard < valid_idx.size else len(probe.samples)
+        full = _concat([head, probe]) if n_head else probe
+        # map the discard count (valid windows since the apply) to the probe's windows
+        valid_idx = np.flatnonzero(full.valid)
+        cut_full = int(valid_idx[discard]) if discard < valid_idx.size else len(full.samples)
+        cut = max(0, cut_full - n_head)
         warm = np.zeros(len(probe.samples), dtype=bool)
         warm[:cut] = True
         self._emit(probe, warm)
-        # remember each configuration's transient: its host's own series when the load
-        # divides out (covariate), else what the ratio needed
-        base_s = min_n * self.interval
+        # remember each configuration's transient (s after the apply): its host's own
+        # series when the load divides out (covariate), else what the ratio needed
         for h, cfg in enumerate(cfgs):
-            k = own[h] if probe.c0 is not None else discard
+            k = own[h] if full.c0 is not None else discard
             if k > 0:
-                got = base_s + self.interval * (int(valid_idx[k]) if k < valid_idx.size else cut)
+                got = self.interval * (int(valid_idx[k]) if k < valid_idx.size else cut_full)
             else:
-                # nothing left after the blind minimum: the transient may be shorter than what
-                # was discarded; remember half of it (at least the spec's warm-up), so a length
-                # that is no longer seen fades instead of ratcheting up
+                # nothing seen: the transient may be shorter than what was discarded blind;
+                # remember half of it (at least the spec's warm-up), so a length that is no
+                # longer seen fades instead of ratcheting up
                 got = max(self.warm_n * self.interval, 0.5 * self._known_transient(cfg))
             key = cfg.key()
             self.transients[key] = max(self.transients.get(key, 0.0), got)
@@ -481,7 +515,8 @@ class _Comparison:
             return v.discard, v.extend
         eps = TRANSIENT_EPS * math.log1p(self.spec.stats.min_effect)
         f = stats.fit_transient(x, eps=eps, threshold=TRANSIENT_T)
-        return max(v.discard, f.end), v.extend or f.at_limit
+        # a fitted transient that ends inside the series explains the trend MSER sees
+        return max(v.discard, f.end), f.at_limit or (v.extend and f.end == 0)
 
     def _pilot(self, steady: _Chunk) -> None:
         """Batch size, period length and the rule's tuning from the first steady windows
@@ -527,22 +562,50 @@ class _Comparison:
         self.window_bandwidth = bw
         return b
 
+    def _retro_mask(self, n: int) -> NDArray[np.bool_]:
+        """Which of the first ``n`` steady windows are still used: a window younger than
+        the transient now known for its period's configurations (measured at a later swap,
+        or remembered) is dropped after the fact. Only ever drops more."""
+        per = self.win_period.view()[:n].astype(np.int64)
+        age = self.win_age.view()[:n]
+        req = np.zeros(len(self.period_applied))
+        for p, applied in enumerate(self.period_applied):
+            if applied:
+                sign = self.period_sign[p]
+                cfgs = (
+                    (self.baseline, self.candidate) if sign > 0 else (self.candidate, self.baseline)
+                )
+                req[p] = max(self._known_transient(c) for c in cfgs)
+        keep = age - self.interval >= req[per] - 1e-9
+        if self.kept.size:
+            keep[: self.kept.size] &= self.kept[: min(self.kept.size, n)]
+        return keep
+
     def _rebatch(self) -> None:
         """Re-choose the batch size from all steady windows so far (their autocorrelation
-        within periods) and, when it changes, rebuild the batch means with it. Only at a
-        period start (every batch closed)."""
+        within periods) and drop, after the fact, windows that a transient measured since
+        (a later swap's, longer than what was discarded then) still covered; when either
+        changes, rebuild the batch means. Only at a period start (every batch closed)."""
         assert self.b is not None
         if self.rule.fixed_batch is not None or self.d_used.n < 8:
             return
-        d = self.d_used.view()
-        per = self.win_period.view()[: d.size]
+        d_all = self.d_used.view()
+        keep = self._retro_mask(d_all.size)
+        trimmed = int(np.count_nonzero(~keep)) != self.dropped
+        self.kept = keep
+        self.dropped = int(np.count_nonzero(~keep))
+        idx = np.flatnonzero(keep)
+        if idx.size < 8:
+            return
+        d = d_all[idx]
+        per = self.win_period.view()[idx]
         resid = d.copy()
         starts = np.flatnonzero(np.r_[True, per[1:] != per[:-1]])
         ends = np.r_[starts[1:], d.size]
         for s, e in zip(starts, ends, strict=True):
             resid[s:e] -= d[s:e].mean()
         b = self._batch_size(resid)
-        if b == self.b:
+        if b == self.b and not trimmed:
             return
         self.b = b
         self.batch_d.clear()
@@ -550,6 +613,7 @@ class _Comparison:
         self.batch_period.clear()
         for m in self.guard_metrics:
             self.batch_guard[m].clear()
+        guard = {m: self.guard_b[m].view()[idx] for m in self.guard_metrics}
         for s, e in zip(starts, ends, strict=True):
             p = int(per[s])
             sign = self.period_sign[p]
@@ -559,7 +623,7 @@ class _Comparison:
                 self.batch_sign.append(sign)
                 self.batch_period.append(p)
                 for m in self.guard_metrics:
-                    self.batch_guard[m].append(float(self.guard_b[m].view()[sl].mean()))
+                    self.batch_guard[m].append(float(guard[m][sl].mean()))
         self.batch_start = self.d.n
         self.period_len = self._period_length()
 
@@ -625,6 +689,8 @@ class _Comparison:
         else:
             self.c.extend(np.zeros(la.size))
         self.win_period.extend(np.full(la.size, float(self.period)))
+        ends = np.fromiter((s0.t for s0, _ in chunk.samples), dtype=float, count=v.size)
+        self.win_age.extend(ends[v] - self.apply_t)
         for m in self.guard_metrics:
             g = chunk.guard1[m][v] if self.sign > 0 else chunk.guard0[m][v]
             self.guard_b[m].extend(g)
@@ -680,7 +746,7 @@ class _Comparison:
             log_a=self.log_a.view(),
             log_b=self.log_b.view(),
             direction=self.dir,
-            samples=self.d.n,
+            samples=self.d.n - self.dropped,
             batch_size=self.b or 1,
         )
 
@@ -709,7 +775,7 @@ class _Comparison:
             return
         self.on_progress(
             Progress(
-                samples=self.d.n,
+                samples=self.d.n - self.dropped,
                 estimate=self.verdict.estimate,  # NaN until there is an estimate
                 ci_low=self.verdict.ci_low,
                 ci_high=self.verdict.ci_high,
@@ -750,9 +816,9 @@ class _Comparison:
         self.verdict = self.rule.look(self._evidence())
         self._check_bias()
         v = self.verdict
-        n = self.d.n
+        n = self.d.n - self.dropped  # steady windows used (retro-trimmed ones not)
         interval = f"interval [{pct(v.ci_low)}, {pct(v.ci_high)}]"
-        capped = n >= self.cap
+        capped = self.d.n >= self.cap
         final = v.decision is not None or capped
         broken = self._guardrails(final=final)
         if broken is not None and v.decision is not Decision.WORSE:
@@ -790,7 +856,10 @@ class _Comparison:
         try:
             outcome = self._loop()
         except _Stop:
-            outcome = (Decision.ABORTED, f"stopped on request after {self.d.n:,} samples")
+            outcome = (
+                Decision.ABORTED,
+                f"stopped on request after {self.d.n - self.dropped:,} samples",
+            )
         except _Transient as exc:
             outcome = (Decision.INCONCLUSIVE, str(exc))
         # what was measured about the pair goes back to its memory (the DB when stored:
@@ -817,7 +886,7 @@ class _Comparison:
             estimate=self.verdict.estimate if math.isfinite(self.verdict.estimate) else 0.0,
             ci_low=self.verdict.ci_low,
             ci_high=self.verdict.ci_high,
-            samples=self.d.n,
+            samples=self.d.n - self.dropped,
             host_time_s=self.pair.now() - self.t0,
             reason=reason + detail,
             guardrail_values=dict(self.guard_values),
@@ -831,9 +900,12 @@ class _Comparison:
             if self.period > 0 and not self.baseline.diff(self.candidate):
                 # A/A: swapping the roles changes neither host's configuration, so there is
                 # nothing to apply and no transient to wait for
+                self.period_applied.append(False)
                 steady = self._columns([])
             else:
+                self.period_applied.append(True)
                 self._apply()
+                self.apply_t = self.pair.now()
                 if self.period == 1 and self.rule.crossover:
                     self.swap_measured = True
                 steady = self._warmup()
@@ -898,9 +970,12 @@ def _detrend(x: FloatArray) -> FloatArray:
 
 
 def _concat(chunks: list[_Chunk]) -> _Chunk:
+    """One chunk of ``chunks`` in order; the covariate only when every chunk has it."""
+    chunks = [c for c in chunks if len(c.samples)] or chunks[:1]
     if len(chunks) == 1:
         return chunks[0]
     keys = chunks[0].guard0.keys()
+    cov = all(c.c0 is not None and c.c1 is not None for c in chunks)
     return _Chunk(
         np.concatenate([c.m0 for c in chunks]),
         np.concatenate([c.m1 for c in chunks]),
@@ -908,6 +983,8 @@ def _concat(chunks: list[_Chunk]) -> _Chunk:
         {k: np.concatenate([c.guard0[k] for c in chunks]) for k in keys},
         {k: np.concatenate([c.guard1[k] for c in chunks]) for k in keys},
         [s for c in chunks for s in c.samples],
+        np.concatenate([c.c0 for c in chunks if c.c0 is not None]) if cov else None,
+        np.concatenate([c.c1 for c in chunks if c.c1 is not None]) if cov else None,
     )
 
 

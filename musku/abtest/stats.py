@@ -238,7 +238,11 @@ class TransientFit:
 
 
 def fit_transient(
-    x: FloatArray, *, eps: float, threshold: float = 2.0, taus: FloatArray | None = None
+    x: FloatArray,
+    *,
+    eps: float,
+    threshold: float = 2.0,
+    taus: FloatArray | None = None,
 ) -> TransientFit:
     """Least-squares fit of ``c + a exp(-t / tau)`` to ``x`` over a geometric grid of ``tau``
     (2 points to the series' length; linear least squares in (c, a) for each), and the
@@ -251,27 +255,25 @@ def fit_transient(
     if n < 20:
         return TransientFit(0.0, 0.0, 0.0, 0, False)
     t = np.arange(n, dtype=float)
-    grid = taus if taus is not None else np.geomspace(2.0, float(n), 40)
+    grid = np.asarray(taus if taus is not None else np.geomspace(2.0, float(n), 40), dtype=float)
     xc = x - x.mean()
-    best = (math.inf, 0.0, 0.0, 0.0)
-    for tau in grid:
-        e = np.exp(-t / tau)
-        ec = e - e.mean()
-        see = float(ec @ ec)
-        if see <= 1e-12:
-            continue
-        a = float(ec @ xc) / see
-        r = xc - a * ec
-        sse = float(r @ r)
-        if sse < best[0]:
-            best = (sse, float(tau), a, see)
-    sse, tau, a, see = best
-    if not math.isfinite(sse) or tau == 0.0:
+    # every tau at once: columns of centred exponentials
+    e = np.exp(-t[:, None] / grid[None, :])
+    ec = e - e.mean(axis=0)
+    see = np.einsum("ij,ij->j", ec, ec)
+    ok = see > 1e-12
+    if not ok.any():
         return TransientFit(0.0, 0.0, 0.0, 0, False)
-    e = np.exp(-t / tau)
-    resid = xc - a * (e - e.mean())
+    a_all = np.where(ok, (ec.T @ xc) / np.where(ok, see, 1.0), 0.0)
+    sse_all = np.where(ok, float(xc @ xc) - a_all * a_all * see, np.inf)
+    j = int(np.argmin(sse_all))
+    sse, tau, a = float(sse_all[j]), float(grid[j]), float(a_all[j])
+    if not math.isfinite(sse):
+        return TransientFit(0.0, 0.0, 0.0, 0, False)
+    resid = xc - a * ec[:, j]
     rho = max(0.0, ar1_coefficient(resid))
-    se = math.sqrt(sse / (n - 3) * long_run_variance_factor(rho) / see)
+    s2_lr = max(sse, 0.0) / (n - 3) * long_run_variance_factor(rho)
+    se = math.sqrt(s2_lr / float(see[j]))
     t_stat = a / se if se > 0 else 0.0
     at_limit = tau >= float(grid[-2])
     if abs(t_stat) < threshold or abs(a) <= eps:

@@ -27,7 +27,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_SCRIPT = ROOT / "scripts" / "pg-test-server"
-EXPERIMENT = ROOT / "tests" / "storage" / "data" / "experiment.toml"
+EXPERIMENT = ROOT / "musku" / "testing" / "storage-experiment.toml"
 
 
 def make_rows(n: int, seq0: int) -> list[dict[str, Any]]:

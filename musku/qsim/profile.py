@@ -26,11 +26,14 @@ latency. The model (docs/qsim.md, "Profiling a μSuite service"):
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from musku.errors import InputError, UnsupportedError
 
@@ -88,22 +91,19 @@ def process_cpu_s(stats: dict[str, Any]) -> float:
 
 
 def _cpu_busy(cpus: Sequence[int]) -> float | None:
-    """Busy seconds of these CPUs since boot (/proc/stat), or None."""
+    """Busy seconds of these CPUs since boot (psutil's per-CPU times, as the host sampler in
+    musku.metrics.host counts them: everything but idle and iowait), or None."""
     try:
-        lines = Path("/proc/stat").read_text().splitlines()
+        per_cpu = psutil.cpu_times(percpu=True)
     except OSError:
         return None
-    import os
-
-    hz = os.sysconf("SC_CLK_TCK")
     busy = 0.0
     for c in cpus:
-        row = next((ln.split() for ln in lines if ln.startswith(f"cpu{c} ")), None)
-        if row is None:
+        if not 0 <= c < len(per_cpu):
             return None
-        v = [int(x) for x in row[1:]]
-        busy += sum(v[:3]) + sum(v[5:8])  # user nice system (idle iowait) irq softirq steal
-    return busy / hz
+        t = per_cpu[c]
+        busy += t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0)
+    return busy
 
 
 _SPIN = """
@@ -228,14 +228,12 @@ def measure(
 def renice(dep: Any, nice: int) -> None:
     """Set every thread of the deployment's servers to ``nice`` (a thread's nice value is its own:
     the threads already exist). Negative values need root; HostError if refused."""
-    import os
-
     from musku.errors import HostError
 
     for proc in [dep.midtier, *dep.leaves]:
-        for tid in os.listdir(f"/proc/{proc.pid}/task"):
+        for thread in psutil.Process(proc.pid).threads():
             try:
-                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+                os.setpriority(os.PRIO_PROCESS, thread.id, nice)
             except PermissionError as e:
                 raise HostError(f"cannot set nice {nice} on {proc.name}: {e.strerror}") from None
             except ProcessLookupError:
@@ -352,8 +350,6 @@ def measure_deployment(
 
 
 def _ncpu() -> int:
-    import os
-
     return os.cpu_count() or 1
 
 

@@ -19,8 +19,9 @@ deadline in each state, every buffer a cap, and the connection counts are limite
   :data:`~musku.agent.protocol.MAX_LINE` bytes and must complete within ``line_deadline_s``
   once started; a connection idle for ``idle_timeout_s`` is closed; a reply must drain
   within ``write_deadline_s``;
-- out of file descriptors (EMFILE), the loop stops accepting for a second (asyncio's back-off)
-  instead of spinning; the soft ``RLIMIT_NOFILE`` is raised towards ``nofile`` at start and the
+- out of file descriptors (EMFILE), the loop stops accepting for a second instead of spinning
+  (musku accepts itself: Python 3.11's ``create_server`` retries ``accept`` ``backlog`` times
+  per wake-up and schedules as many retries, thousands of failed accepts a second); the soft ``RLIMIT_NOFILE`` is raised towards ``nofile`` at start and the
   pending limit shrunk to fit what the process may open.
 """
 
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("musku.agent")
 _UCRED = struct.Struct("3i")
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+ACCEPT_RETRY_S = 1.0  # how long accepting pauses when the process is out of descriptors
 
 
 @dataclass(frozen=True)
@@ -154,15 +157,10 @@ class _Hub:
         self._last_auth_warning, self._unlogged = now, 0
 
     def on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        """asyncio's error hook: out of descriptors is a warning (asyncio then pauses accepting
+        """asyncio's error hook: out of descriptors is a warning (the acceptor then pauses
         for a second), at most every 10 s; anything else is logged as an error."""
         exc = context.get("exception")
-        if isinstance(exc, OSError) and exc.errno in (
-            errno.EMFILE,
-            errno.ENFILE,
-            errno.ENOBUFS,
-            errno.ENOMEM,
-        ):
+        if isinstance(exc, OSError) and exc.errno in _OUT_OF_RESOURCES:
             self.refused("fd-limit")
             now = time.monotonic()
             if now - self._last_fd_warning > 10.0:
@@ -557,6 +555,66 @@ def _tcp_listener(address: str, backlog: int) -> socket.socket:
     return sock
 
 
+class _Acceptor:
+    """Accepts on one listening socket in the event loop: up to ``burst`` connections per
+    wake-up, each handed to ``loop.connect_accepted_socket``. Out of descriptors (or kernel
+    memory) it stops watching the socket for :data:`ACCEPT_RETRY_S`, once, and tells the hub;
+    the clients wait in the kernel's backlog meanwhile."""
+
+    burst = 64
+
+    def __init__(self, hub: _Hub, sock: socket.socket, kind: str) -> None:
+        assert hub.loop is not None
+        self.hub, self.sock, self.kind, self.loop = hub, sock, kind, hub.loop
+        self.fd = sock.fileno()
+        self.retry: asyncio.TimerHandle | None = None
+        self.attaching: set[asyncio.Task[Any]] = set()
+        self.closed = False
+
+    def start(self) -> None:
+        self.retry = None
+        if not self.closed:
+            self.loop.add_reader(self.fd, self._accept)
+
+    def _accept(self) -> None:
+        for _ in range(self.burst):
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_RESOURCES:
+                    raise  # the loop's error hook logs it
+                self.loop.remove_reader(self.fd)
+                self.retry = self.loop.call_later(ACCEPT_RETRY_S, self.start)
+                self.loop.call_exception_handler(
+                    {"message": "accept() out of system resources", "exception": exc}
+                )
+                return
+            conn.setblocking(False)
+            task = self.loop.create_task(self._attach(conn))
+            self.attaching.add(task)
+            task.add_done_callback(self.attaching.discard)
+
+    async def _attach(self, conn: socket.socket) -> None:
+        try:
+            await self.loop.connect_accepted_socket(lambda: _Connection(self.hub, self.kind), conn)
+        except BaseException:
+            conn.close()
+            raise
+
+    async def close(self) -> None:
+        """Stop accepting, let accepts under way attach (their connections are then aborted
+        with the rest), close the listening socket."""
+        self.closed = True
+        self.loop.remove_reader(self.fd)
+        if self.retry is not None:
+            self.retry.cancel()
+        if self.attaching:
+            await asyncio.wait(list(self.attaching), timeout=5)
+        self.sock.close()
+
+
 class Listeners:
     """Starts and stops the agent's listeners: one event-loop thread for the API sockets, a
     pool of ``limits.workers`` request threads, one thread for the Prometheus endpoint."""
@@ -567,8 +625,7 @@ class Listeners:
         self.hub: _Hub | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._servers: list[asyncio.AbstractServer] = []
-        self._listen_fds: list[int] = []
+        self._acceptors: list[_Acceptor] = []
         self._socket_id: tuple[int, int] | None = None
         self._http: Any = None
 
@@ -619,20 +676,11 @@ class Listeners:
 
         async def serve() -> None:
             for sock, kind in socks:
-
-                def factory(kind: str = kind) -> _Connection:
-                    return _Connection(hub, kind)
-
-                if kind == "unix":
-                    srv = await loop.create_unix_server(
-                        factory, sock=sock, backlog=hub.limits.backlog
-                    )
-                else:
-                    srv = await loop.create_server(factory, sock=sock, backlog=hub.limits.backlog)
-                self._servers.append(srv)
+                acceptor = _Acceptor(hub, sock, kind)
+                acceptor.start()
+                self._acceptors.append(acceptor)
 
         asyncio.run_coroutine_threadsafe(serve(), loop).result(timeout=30)
-        self._listen_fds = [sock.fileno() for sock, _ in socks]
 
     def _start_http(self, address: str) -> None:
         """The Prometheus endpoint: a single-threaded WSGI server (one scrape at a time, 5 s
@@ -673,14 +721,10 @@ class Listeners:
         if loop is not None and hub is not None and self._thread is not None:
 
             async def shutdown() -> None:
-                # stop accepting first and let accepts under way attach: closing a server
-                # while one is under way leaks its socket (Python 3.11 asserts in
-                # Server._attach, and asyncio swallows it)
-                for fd in self._listen_fds:
-                    loop.remove_reader(fd)
+                # stop accepting first and let accepts under way attach, then abort them all
+                for acceptor in self._acceptors:
+                    await acceptor.close()
                 await _abort_all(hub)
-                for srv in self._servers:
-                    srv.close()
 
             try:
                 asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=10)
@@ -695,8 +739,7 @@ class Listeners:
                 loop.run_until_complete(_abort_all(hub))
                 loop.close()
             self._loop = self._thread = None
-            self._servers = []
-            self._listen_fds = []
+            self._acceptors = []
         if self._http is not None:
             server, thread = self._http
             server.shutdown()

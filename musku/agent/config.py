@@ -34,6 +34,11 @@ class AgentConfig:
     # co-tuning's threading tables; the mid-tier loads them, so its user must be able to read
     # them (state_dir is 0700): None = state_dir/threading-tables
     threading_tables: Path | None = None
+    # reboot-mode knobs (musku/agent/reboot.py): the argv that reboots this host, how long it
+    # may run, and whether a boot that failed verification is rolled back with another reboot
+    reboot_hook: tuple[str, ...] = ()
+    reboot_hook_timeout_s: float = 120.0
+    reboot_after_rollback: bool = False
 
     @property
     def table_dir(self) -> Path:
@@ -99,6 +104,9 @@ def _config(data: dict[str, Any], where: str, text: str | None, base: Path | Non
         prometheus_listen=agent.prometheus_listen,
         log_level=agent.log_level,
         threading_tables=path(agent.threading_tables) if agent.threading_tables else None,
+        reboot_hook=tuple(agent.reboot_hook),
+        reboot_hook_timeout_s=agent.reboot_hook_timeout_s,
+        reboot_after_rollback=agent.reboot_after_rollback,
         samplers={str(k): dict(v) for k, v in f.samplers.items()},
         knobs={str(k): dict(v) for k, v in f.knobs.items()},
     )

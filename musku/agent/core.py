@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from musku import __version__
+from musku.agent import reboot as reboot_mode
 from musku.agent.core_errors import error_reply
 from musku.agent.cotune import AdminEndpoint, AgentRequest, ServiceTrainer
 from musku.agent.journal import Journal, TxKind
@@ -186,6 +187,9 @@ class Agent:
         self._threading_endpoint = threading_endpoint
         self._threading_trainer = threading_trainer
         self.threading = ""  # what the mid-tier ran after the last co-tuned apply
+        # reboot-mode knobs (musku/agent/reboot.py): written, waiting for the next boot
+        self.reboot_pending: dict[str, Value] = {}
+        self.reboot_status: dict[str, Any] = reboot_mode.load_status(config.state_dir)
 
     # ------------------------------------------------------------------ knobs
 
@@ -230,7 +234,7 @@ class Agent:
                 snap: Snapshot = knob.snapshot()
                 seq = self.journal.record_step(name, snap.to_json(), value)
                 knob.apply(value)
-                if not knob.verify(value):
+                if not knob.verify(value) and not reboot_mode.defer(self, name, value):
                     raise HostError(f"{name} did not take {value!r} (read back {knob.read()!r})")
                 self.journal.mark_done(seq)
                 changed.append(name)
@@ -267,8 +271,11 @@ class Agent:
         """At start: roll back an unfinished transaction, re-establish a deployed soft SKU."""
         with self.lock:
             msgs: list[str] = []
+            # a journaled pending reboot: verified (the experiment goes on) or rolled back
+            rebooted, kept = reboot_mode.resume(self)
+            msgs += [rebooted] if rebooted else []
             kind = self.journal.open_tx()
-            if kind is not None:
+            if kind is not None and not kept:
                 n = len(self.journal.steps())
                 threading_info = self.journal.tx_info().get("threading")
                 try:
@@ -285,7 +292,7 @@ class Agent:
                 msgs.append(f"rolled back an unfinished {kind.value} ({n} write(s), reverse order)")
                 self.metrics.rollbacks.labels(reason="recovery").inc()
             deployed = self._deployed_values()
-            if deployed:
+            if deployed and not kept:
                 try:
                     cfg = _config_of(deployed, "deployed soft SKU")
                     values = self._validate(cfg)
@@ -302,7 +309,7 @@ class Agent:
                 except MuskuError as exc:
                     self.degraded.append(f"deployed soft SKU not re-applied: {exc.one_line()}")
                     log.error("deployed soft SKU not re-applied: %s", exc.one_line())
-            self.expected = dict(deployed)
+            self.expected = {**deployed, **kept}
             for m in msgs:
                 log.info("recovery: %s", m)
             self.recovered = msgs
@@ -334,7 +341,9 @@ class Agent:
         """Stop. An open experiment is rolled back (its lease cannot be honoured while the agent
         is down); a deployed soft SKU stays (TuneD #416)."""
         with self.lock:
-            if rollback_experiment and self.journal.open_tx() is TxKind.EXPERIMENT:
+            if reboot_mode.pending(self) is not None:
+                log.info("stopping for the pending reboot: the experiment stays journaled")
+            elif rollback_experiment and self.journal.open_tx() is TxKind.EXPERIMENT:
                 log.info("stopping: rolling back the running experiment; deployed SKU kept")
                 self._rollback_experiment("stop")
             for s in self.samplers:
@@ -559,9 +568,13 @@ class Agent:
                 began = True
             mark = self.journal.last_seq()
             threading: dict[str, Any] | None = None
+            rebooting: dict[str, Any] | None = None
+            self.reboot_pending = {}
             try:
                 changed = self._write(values)
-                if cotune is not None:
+                if self.reboot_pending:  # journal, run the hook; a failed hook rolls back
+                    rebooting = reboot_mode.start(self, mark, lease)
+                if cotune is not None and rebooting is None:
                     try:
                         threading = self._cotune(cotune, cfg)
                     except MuskuError as exc:
@@ -582,7 +595,8 @@ class Agent:
                 raise
             self.expected = {**self._deployed_values(), **self.expected, **values}
             self.lease_s = lease
-            self.lease_deadline = self._clock() + lease
+            # rebooting: no lease until the agent is back and has verified the boot
+            self.lease_deadline = None if rebooting else self._clock() + lease
             self.metrics.applies.labels(outcome="ok").inc()
             log.info(
                 "applied %s (changed: %s), lease %.1fs", cfg, ", ".join(changed) or "none", lease
@@ -597,6 +611,9 @@ class Agent:
             }
             if threading is not None:
                 reply["threading"] = threading
+            if rebooting is not None:
+                reply["rebooting"] = True
+                reply["reboot"] = rebooting
             return reply
 
     def op_renew(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -694,6 +711,8 @@ class Agent:
                 "uptime_s": time.time() - self.started,
                 "samplers": dict(self._sampler_backends),
                 "threading": self.threading,
+                "reboot": dict(self.reboot_status),
+                "started": self.started,
             }
 
     def op_metrics(self, req: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ them into one :class:`~musku.domain.Sample` per host.
     known_hosts = "~/.ssh/known_hosts"  # host keys are checked (unknown hosts refused)
     remote_command = ["musku", "agent", "rpc"]
     lease_s = 30                        # the agents revert if not renewed within this
+    reboot_timeout_s = 900              # reboot-mode knobs: how long a host may take to return
     connect_timeout_s = 10
 
 A host table with ``socket`` and no ``host`` is reached on that Unix socket directly; with both,
@@ -51,6 +52,7 @@ from musku.domain import Configuration, Sample
 from musku.errors import HostError, InputError, MuskuError
 from musku.hosts.base import Host, HostPair
 from musku.hosts.cotune import ControllerTables, timeout_for
+from musku.hosts.reboot import DEFAULT_TIMEOUT_S, wait_for_reboot
 from musku.schema.hosts import AgentOptions, host_name, parse_options
 
 if TYPE_CHECKING:
@@ -415,9 +417,11 @@ class AgentPair(HostPair):
         lease_s: float = 30.0,
         name: str = "",
         cotune: ControllerTables | None = None,
+        reboot_timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.hosts = hosts
         self.lease_s = lease_s
+        self.reboot_timeout_s = reboot_timeout_s  # a reboot-mode apply: wait this long at most
         self.cotune = cotune
         self.experiment = name or f"musku-{int(time.time())}"
         self._t0 = time.monotonic()
@@ -436,14 +440,18 @@ class AgentPair(HostPair):
             if self.cotune is not None:
                 h = self.hosts[i]
                 fields["threading"] = self.cotune.request(h.hostname, configs[i], h.midtier)
-            return self.hosts[i].link.call(
+            reply = self.hosts[i].link.call(
                 "apply",
                 config=configs[i].as_dict(),
                 lease_s=self.lease_s,
                 experiment=self.experiment,
                 **fields,
             )
+            if isinstance(reply, dict) and reply.get("rebooting"):  # counted in host time
+                wait_for_reboot(self.hosts[i], reply, self.reboot_timeout_s)
+            return reply
 
+        self._keeper.start()  # renews the other host's lease while one reboots
         with ThreadPoolExecutor(2) as pool:
             futures = [pool.submit(one, i) for i in (0, 1)]
             errors = []
@@ -634,6 +642,7 @@ def open_pair(experiment: Experiment, seed: int = 0) -> AgentPair:
             lease_s=float(lease),
             name=experiment.name,
             cotune=tables,
+            reboot_timeout_s=float(options.reboot_timeout_s),
         )
     except BaseException:
         for link in links:

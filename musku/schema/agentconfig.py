@@ -61,6 +61,12 @@ def _check(ok: Callable[[Any], bool], message: str) -> Check:
     return Check(check)
 
 
+def _argv(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(a, str) and a and "\0" not in a and len(a) <= MAX_PATH_CHARS for a in value
+    )
+
+
 Path_ = Annotated[str, Check(_path, minLength=1, maxLength=MAX_PATH_CHARS)]
 OptionalPath = Annotated[str, Check(lambda v: v if v == "" else _path(v), maxLength=MAX_PATH_CHARS)]
 """A path that may be left empty (``""``: not given)."""
@@ -102,6 +108,14 @@ class AgentTable(Strict):
         Check(lambda v: v, enum=list(LOG_LEVELS)),
     ] = "info"
     threading_tables: OptionalPath | None = None
+    reboot_hook: Annotated[
+        list[str],
+        _check(_argv, '{at} must be a command as a list of strings, e.g. ["systemctl", "reboot"]'),
+    ] = Field(default_factory=list, description="argv run to reboot for reboot-mode knobs")
+    reboot_hook_timeout_s: Annotated[float, _between(1.0, 3600.0)] = 120.0
+    reboot_after_rollback: Annotated[
+        bool, _check(lambda v: isinstance(v, bool), "{at} must be true or false")
+    ] = False
 
     @model_validator(mode="after")
     def _together(self) -> AgentTable:

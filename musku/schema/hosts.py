@@ -179,6 +179,9 @@ class AgentOptions(HostOptions):
     known_hosts: FileName | None = None
     connect_timeout_s: Annotated[float, _number(0.1, 600.0)] = 10.0
     lease_s: Annotated[float, _number(1.0, 3600.0)] = 30.0
+    reboot_timeout_s: Annotated[float, _number(1.0, 86400.0)] = Field(
+        default=900.0, description="reboot-mode knobs: how long a host may take to come back"
+    )
 
     @classmethod
     def shape(cls, data: dict[str, Any]) -> None:

@@ -1,0 +1,229 @@
+"""Reboot-mode knobs through the agent (docs/agent.md "Reboots").
+
+A knob whose new value only takes effect at the next boot (``core_count`` in reboot mode: the
+``isolcpus=`` word of ``GRUB_CMDLINE_LINUX`` in ``/etc/default/grub``) has been written by the
+knob itself: atomically (temporary file + rename), with a backup, and the configured update
+command (``update-grub``) run; its snapshot is journaled like any other step, so a rollback
+restores the old file and regenerates the boot configuration.
+
+The agent then:
+
+1. journals, in the open experiment's transaction, ``reboot = {state: "pending", expect:
+   CMDLINE, knobs: {...}, lease_s}`` (fsync'd: the reboot itself, or a crash, cannot lose it);
+2. runs the configured hook (``[agent] reboot_hook``, an argv list, no shell). A hook that
+   cannot start, exits non-zero or outlives ``reboot_hook_timeout_s`` rolls back this request's
+   writes (the GRUB backup is restored) and the apply fails with one line;
+3. answers the apply with ``rebooting: true`` (the controller then polls ``status``).
+
+At the next start, :func:`resume` finds the pending reboot: every word of the expected command
+line must be in ``/proc/cmdline`` (under the host root) and every knob must read back its
+value. Then the experiment goes on (its lease restarts) and ``status`` reports ``reboot.state
+= "verified"``; otherwise the experiment is rolled back (GRUB restored and regenerated), the
+hook is run once more when ``reboot_after_rollback`` is set (to boot the restored command
+line), and ``status`` reports ``reboot.state = "failed"`` with one line that says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import subprocess
+import time
+from typing import TYPE_CHECKING, Any
+
+from musku.errors import HostError, MuskuError
+from musku.hostfs import GRUB_DEFAULT, PROC_CMDLINE
+from musku.knobs.base import Knob
+
+if TYPE_CHECKING:
+    from musku.agent.core import Agent
+    from musku.domain import Value
+
+log = logging.getLogger("musku.agent")
+
+KEY = "reboot"  # the key of the open transaction's info that holds a pending reboot
+PENDING, VERIFIED, FAILED = "pending", "verified", "failed"
+
+
+def needs_reboot(knob: Knob) -> bool:
+    """The knob's written value waits for a reboot (the boot configuration differs from what
+    the kernel booted)."""
+    pending = getattr(knob, "pending_reboot", None)
+    if pending is None:
+        return False
+    try:
+        return bool(pending())
+    except MuskuError:
+        return False
+
+
+def expected_cmdline(agent: Agent) -> str:
+    """The kernel command line the boot configuration now asks for (``GRUB_CMDLINE_LINUX``
+    of the host root's ``/etc/default/grub``)."""
+    from musku.knobs.core_count import parse_grub_cmdline
+
+    _, _, value = parse_grub_cmdline(agent.fs.read_text(GRUB_DEFAULT))
+    return value
+
+
+def cmdline_matches(booted: str, expect: str) -> list[str]:
+    """The words of ``expect`` missing from the booted command line (empty: it matches)."""
+    have = set(booted.split())
+    return [w for w in expect.split() if w not in have]
+
+
+def run_hook(argv: list[str], timeout: float) -> None:
+    """Run the reboot hook; HostError (one line) when it cannot start, fails or hangs."""
+    if not argv:
+        raise HostError("a knob needs a reboot but the agent has no [agent] reboot_hook")
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise HostError(f"reboot hook {shlex.join(argv)} did not finish in {timeout:g}s") from None
+    except OSError as exc:
+        raise HostError(f"reboot hook {shlex.join(argv)} failed: {exc.strerror}") from None
+    if proc.returncode != 0:
+        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+        tail = f": {last[0][:200]}" if last[0] else ""
+        raise HostError(f"reboot hook {shlex.join(argv)} exited {proc.returncode}{tail}")
+
+
+def begin(agent: Agent, knobs: dict[str, Value], lease_s: float) -> dict[str, Any]:
+    """Journal the pending reboot, then run the hook (caller holds the lock, inside the open
+    experiment). HostError when the hook fails: the caller rolls back."""
+    expect = expected_cmdline(agent)
+    info = agent.journal.tx_info()
+    pending = {
+        "state": PENDING,
+        "expect": expect,
+        "knobs": dict(knobs),
+        "lease_s": lease_s,
+        "at": time.time(),
+    }
+    info[KEY] = pending
+    agent.journal.set_tx_info(info)  # before the hook: the reboot cannot lose it
+    save_status(agent, pending)
+    log.warning("pending reboot: expect cmdline %r (%s)", expect, ", ".join(sorted(knobs)))
+    try:
+        run_hook(list(agent.config.reboot_hook), agent.config.reboot_hook_timeout_s)
+    except HostError as exc:
+        info.pop(KEY, None)
+        agent.journal.set_tx_info(info)
+        save_status(agent, {**pending, "state": FAILED, "message": exc.one_line()})
+        raise
+    return pending
+
+
+def pending(agent: Agent) -> dict[str, Any] | None:
+    """The journaled reboot the open transaction waits for, if any."""
+    r = agent.journal.tx_info().get(KEY)
+    return r if isinstance(r, dict) and r.get("state") == PENDING else None
+
+
+def resume(agent: Agent) -> tuple[str, dict[str, Value]]:
+    """At start (caller holds the lock): settle a journaled pending reboot. Returns a line for
+    the recovery log ("" when no reboot was pending) and, when the boot is verified, the
+    values the experiment holds (the caller keeps the experiment instead of rolling it back)."""
+    from musku.agent.journal import TxKind
+
+    if agent.journal.open_tx() is not TxKind.EXPERIMENT:
+        return "", {}
+    info = agent.journal.tx_info()
+    p = info.get(KEY)
+    if not isinstance(p, dict) or p.get("state") != PENDING:
+        return "", {}
+    expect = str(p.get("expect", ""))
+    knobs: dict[str, Value] = dict(p.get("knobs") or {})
+    why = ""
+    try:
+        missing = cmdline_matches(agent.fs.read_text(PROC_CMDLINE), expect)
+        if missing:
+            why = f"booted without {' '.join(missing)} on the kernel command line"
+        else:
+            for name, value in knobs.items():
+                if not agent.knob(name).verify(value):
+                    why = f"{name} reads back {agent.knob(name).read()!r}, not {value!r}"
+                    break
+    except MuskuError as exc:
+        why = exc.one_line()
+    if not why:
+        p = {**p, "state": VERIFIED, "verified_at": time.time()}
+        info[KEY] = p
+        agent.journal.set_tx_info(info)
+        save_status(agent, p)
+        kept = {s.knob: s.value for s in agent.journal.steps()}  # the whole experiment
+        agent.experiment = {"id": info.get("experiment", "")}
+        agent.lease_s = float(p.get("lease_s") or agent.config.default_lease_s)
+        agent.lease_deadline = agent._clock() + agent.lease_s
+        msg = f"reboot verified: the kernel booted {expect!r}; {', '.join(sorted(knobs))} in place"
+        log.info("%s", msg)
+        return msg, kept
+    # not what was asked for: roll the experiment back (the GRUB backup is restored)
+    line = f"reboot not verified ({why}): rolled back"
+    try:
+        agent._rollback_experiment("reboot")
+    except MuskuError as exc:
+        line = f"reboot not verified ({why}); ROLLBACK FAILED: {exc.one_line()}"
+    save_status(agent, {**p, "state": FAILED, "message": line})
+    log.error("%s", line)
+    if agent.config.reboot_after_rollback and not agent.blocked:
+        try:
+            run_hook(list(agent.config.reboot_hook), agent.config.reboot_hook_timeout_s)
+        except HostError as exc:
+            log.error("reboot after rollback: %s", exc.one_line())
+    return line, {}
+
+
+STATUS_FILE = "reboot-status.json"
+
+
+def defer(agent: Agent, name: str, value: Value) -> bool:
+    """Called when a written knob does not verify: True (and noted) when it waits for a
+    reboot, False when it simply did not take."""
+    if not needs_reboot(agent.knob(name)):
+        return False
+    agent.reboot_pending[name] = value
+    return True
+
+
+def start(agent: Agent, mark: int, lease_s: float) -> dict[str, Any]:
+    """Journal the pending reboot and run the hook; a failed hook rolls back this request's
+    writes (journal steps after ``mark``: the GRUB backup is restored) and raises HostError."""
+    try:
+        return begin(agent, dict(agent.reboot_pending), lease_s)
+    except MuskuError as exc:
+        undone = agent._undo(after=mark)
+        agent.reboot_pending = {}
+        raise HostError(f"{exc.one_line()}; rolled back {undone} write(s)") from None
+
+
+def load_status(state_dir: Any) -> dict[str, Any]:
+    """The last reboot's outcome, kept in the state directory across restarts."""
+    import json
+    from pathlib import Path
+
+    path = Path(state_dir) / STATUS_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def save_status(agent: Agent, status: dict[str, Any]) -> None:
+    """Record the reboot's state (atomically: temporary file + rename) and show it in
+    ``status``."""
+    import json
+    import os
+
+    agent.reboot_status = dict(status)
+    path = agent.config.state_dir / STATUS_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w") as f:
+            json.dump(status, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.error("cannot record the reboot status in %s: %s", path, exc.strerror)

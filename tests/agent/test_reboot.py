@@ -1,0 +1,125 @@
+"""Reboot-mode core_count through the agent (musku/agent/reboot.py), in process: the agent
+writes GRUB, journals the pending reboot, runs a real hook; a new Agent on the same state
+directory plays the rebooted host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from musku.agent.core import Agent
+from musku.agent.journal import TxKind
+from musku.hostfs import GRUB_DEFAULT, PROC_CMDLINE
+from musku.testing.fakehost import FakeHost, vm_host
+from tests.agent.helpers import THP, config, fs_of
+from tests.agent.reboot_hook import hook_argv, reboots, write_hook
+
+CMDLINE = "BOOT_IMAGE=/boot/vmlinuz root=/dev/vda ro console=ttyS0"
+
+
+def _host(root: Path) -> FakeHost:
+    return vm_host(root).grub("console=ttyS0").cmdline(CMDLINE)  # 2 cores: cpu0, cpu1
+
+
+def _agent(tmp: Path, host: FakeHost, mode: str = "boot", **over: Any) -> Agent:
+    hook = write_hook(tmp / "hook")
+    over.setdefault("reboot_hook", tuple(hook_argv(hook, host.root, tmp / "marker", mode)))
+    agent = Agent(config(tmp, root=str(host.root), **over), fs=fs_of(host))
+    agent.recover()
+    return agent
+
+
+def _reboot(tmp: Path, host: FakeHost, agent: Agent, mode: str = "boot", **over: Any) -> Agent:
+    """The host goes down (the agent stops as systemd stops it) and a new agent starts."""
+    agent.close()
+    return _agent(tmp, host, mode, **over)
+
+
+def _ok(reply: dict[str, Any]) -> Any:
+    assert reply["ok"], reply
+    return reply["result"]
+
+
+def test_apply_reboots_and_the_new_boot_is_verified(tmp_path: Path) -> None:
+    host = _host(tmp_path / "host")
+    grub_before = host.read(GRUB_DEFAULT)
+    agent = _agent(tmp_path, host)
+    res = _ok(agent.handle({"op": "apply", "config": {"core_count": 1, "thp": "never"}}))
+    assert res["rebooting"] and res["reboot"]["expect"] == "console=ttyS0 isolcpus=1"
+    assert 'GRUB_CMDLINE_LINUX="console=ttyS0 isolcpus=1"' in host.read(GRUB_DEFAULT)
+    assert host.p(GRUB_DEFAULT + ".musku.bak").read_text() == grub_before
+    assert reboots(tmp_path / "marker") == 1
+    # journaled before the hook ran, so the reboot cannot lose it
+    assert agent.journal.tx_info()["reboot"]["state"] == "pending"
+    st = _ok(agent.handle({"op": "status"}))
+    assert st["reboot"]["state"] == "pending" and st["lease_remaining_s"] is None
+    agent = _reboot(tmp_path, host, agent)  # stopping for a pending reboot keeps the experiment
+    assert "isolcpus=1" in host.read(PROC_CMDLINE)
+    st = _ok(agent.handle({"op": "status"}))
+    assert st["reboot"]["state"] == "verified", st
+    assert st["expected"] == {"core_count": 1, "thp": "never"}
+    assert st["lease_remaining_s"] is not None and "[never]" in host.read(THP)
+    assert agent.knob("core_count").read() == 1
+    _ok(agent.handle({"op": "renew", "lease_s": 30}))
+    # the experiment ends: GRUB (and thp) come back; the next boot returns to all cores
+    _ok(agent.handle({"op": "rollback"}))
+    assert host.read(GRUB_DEFAULT) == grub_before and "[never]" not in host.read(THP)
+    agent.close()
+
+
+def test_failing_hook_rolls_back_everything(tmp_path: Path) -> None:
+    host = _host(tmp_path / "host")
+    grub, thp = host.read(GRUB_DEFAULT), host.read(THP)
+    agent = _agent(tmp_path, host, "fail")
+    reply = agent.handle({"op": "apply", "config": {"core_count": 1, "thp": "never"}})
+    assert not reply["ok"] and reply["error"]["status"] == 6
+    msg = reply["error"]["message"]
+    assert "exited 1: Failed to reboot: access denied" in msg and "rolled back 2" in msg, msg
+    assert "\n" not in msg
+    assert host.read(GRUB_DEFAULT) == grub and host.read(THP) == thp
+    assert agent.journal.open_tx() is None
+    assert _ok(agent.handle({"op": "status"}))["reboot"]["state"] == "failed"
+    agent.close()
+
+
+def test_no_hook_configured_is_refused_and_rolled_back(tmp_path: Path) -> None:
+    host = _host(tmp_path / "host")
+    grub = host.read(GRUB_DEFAULT)
+    agent = _agent(tmp_path, host, reboot_hook=())
+    reply = agent.handle({"op": "apply", "config": {"core_count": 1}})
+    assert not reply["ok"] and "no [agent] reboot_hook" in reply["error"]["message"]
+    assert host.read(GRUB_DEFAULT) == grub and agent.journal.open_tx() is None
+    agent.close()
+
+
+@pytest.mark.parametrize("again", [False, True])
+def test_boot_without_the_new_cmdline_is_rolled_back(tmp_path: Path, again: bool) -> None:
+    host = _host(tmp_path / "host")
+    grub, thp = host.read(GRUB_DEFAULT), host.read(THP)
+    agent = _agent(tmp_path, host, "stay", reboot_after_rollback=again)
+    assert _ok(agent.handle({"op": "apply", "config": {"core_count": 1, "thp": "never"}}))[
+        "rebooting"
+    ]
+    agent = _reboot(tmp_path, host, agent, "stay", reboot_after_rollback=again)
+    st = _ok(agent.handle({"op": "status"}))
+    assert st["reboot"]["state"] == "failed" and st["experiment"] == ""
+    assert "booted without isolcpus=1 on the kernel command line" in st["reboot"]["message"]
+    assert host.read(GRUB_DEFAULT) == grub and host.read(THP) == thp
+    assert agent.journal.open_tx() is None
+    # the restored command line is booted by another reboot only when configured
+    assert reboots(tmp_path / "marker") == (2 if again else 1)
+    agent.close()
+
+
+def test_crash_before_reboot_keeps_the_pending_record(tmp_path: Path) -> None:
+    """The agent dies (no close) after the hook: the new start still finds the record."""
+    host = _host(tmp_path / "host")
+    agent = _agent(tmp_path, host)
+    _ok(agent.handle({"op": "apply", "config": {"core_count": 1}}))
+    agent.journal.close()  # a SIGKILL: nothing is cleaned up
+    agent = _agent(tmp_path, host)
+    assert agent.journal.open_tx() is TxKind.EXPERIMENT
+    assert agent.reboot_status["state"] == "verified" and agent.expected == {"core_count": 1}
+    agent.close()

@@ -38,6 +38,7 @@ class AgentConfig:
     # may run, and whether a boot that failed verification is rolled back with another reboot
     reboot_hook: tuple[str, ...] = ()
     reboot_hook_timeout_s: float = 120.0
+    reboot_delay_s: float = 1.0
     reboot_after_rollback: bool = False
 
     @property
@@ -106,6 +107,7 @@ def _config(data: dict[str, Any], where: str, text: str | None, base: Path | Non
         threading_tables=path(agent.threading_tables) if agent.threading_tables else None,
         reboot_hook=tuple(agent.reboot_hook),
         reboot_hook_timeout_s=agent.reboot_hook_timeout_s,
+        reboot_delay_s=agent.reboot_delay_s,
         reboot_after_rollback=agent.reboot_after_rollback,
         samplers={str(k): dict(v) for k, v in f.samplers.items()},
         knobs={str(k): dict(v) for k, v in f.knobs.items()},

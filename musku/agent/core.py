@@ -190,6 +190,7 @@ class Agent:
         # reboot-mode knobs (musku/agent/reboot.py): written, waiting for the next boot
         self.reboot_pending: dict[str, Value] = {}
         self.reboot_status: dict[str, Any] = reboot_mode.load_status(config.state_dir)
+        self.reboot_thread: threading.Thread | None = None  # runs the hook after the reply
 
     # ------------------------------------------------------------------ knobs
 

@@ -10,10 +10,13 @@ The agent then:
 
 1. journals, in the open experiment's transaction, ``reboot = {state: "pending", expect:
    CMDLINE, knobs: {...}, lease_s}`` (fsync'd: the reboot itself, or a crash, cannot lose it);
-2. runs the configured hook (``[agent] reboot_hook``, an argv list, no shell). A hook that
-   cannot start, exits non-zero or outlives ``reboot_hook_timeout_s`` rolls back this request's
-   writes (the GRUB backup is restored) and the apply fails with one line;
-3. answers the apply with ``rebooting: true`` (the controller then polls ``status``).
+2. answers the apply with ``rebooting: true`` and the record (the controller then polls
+   ``status``);
+3. ``reboot_delay_s`` later (so that the reply reaches the controller before the host goes
+   down), runs the configured hook (``[agent] reboot_hook``, an argv list, no shell). A hook
+   that cannot start, exits non-zero or outlives ``reboot_hook_timeout_s`` rolls the
+   experiment back (the GRUB backup is restored) and ``status`` reports ``reboot.state =
+   "failed"`` with one line. Without a hook configured the apply is refused and rolled back.
 
 At the next start, :func:`resume` finds the pending reboot: every word of the expected command
 line must be in ``/proc/cmdline`` (under the host root) and every knob must read back its
@@ -28,6 +31,7 @@ from __future__ import annotations
 import logging
 import shlex
 import subprocess
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -74,8 +78,6 @@ def cmdline_matches(booted: str, expect: str) -> list[str]:
 
 def run_hook(argv: list[str], timeout: float) -> None:
     """Run the reboot hook; HostError (one line) when it cannot start, fails or hangs."""
-    if not argv:
-        raise HostError("a knob needs a reboot but the agent has no [agent] reboot_hook")
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
@@ -89,29 +91,51 @@ def run_hook(argv: list[str], timeout: float) -> None:
 
 
 def begin(agent: Agent, knobs: dict[str, Value], lease_s: float) -> dict[str, Any]:
-    """Journal the pending reboot, then run the hook (caller holds the lock, inside the open
-    experiment). HostError when the hook fails: the caller rolls back."""
+    """Journal the pending reboot and schedule the hook (caller holds the lock, inside the
+    open experiment). The hook runs in a thread ``reboot_delay_s`` later, so that the apply's
+    reply reaches the controller before the host goes down; a hook that fails rolls the
+    experiment back and records the failure (``status``)."""
+    if not agent.config.reboot_hook:
+        raise HostError("a knob needs a reboot but the agent has no [agent] reboot_hook")
     expect = expected_cmdline(agent)
     info = agent.journal.tx_info()
-    pending = {
+    record = {
         "state": PENDING,
         "expect": expect,
         "knobs": dict(knobs),
         "lease_s": lease_s,
+        "experiment": info.get("experiment", ""),
         "at": time.time(),
     }
-    info[KEY] = pending
+    info[KEY] = record
     agent.journal.set_tx_info(info)  # before the hook: the reboot cannot lose it
-    save_status(agent, pending)
+    save_status(agent, record)
     log.warning("pending reboot: expect cmdline %r (%s)", expect, ", ".join(sorted(knobs)))
+    t = threading.Thread(target=_reboot_later, args=(agent, record), name="musku-reboot")
+    t.daemon = True
+    agent.reboot_thread = t
+    t.start()
+    return record
+
+
+def _reboot_later(agent: Agent, record: dict[str, Any]) -> None:
+    time.sleep(agent.config.reboot_delay_s)
     try:
         run_hook(list(agent.config.reboot_hook), agent.config.reboot_hook_timeout_s)
+        return
     except HostError as exc:
-        info.pop(KEY, None)
-        agent.journal.set_tx_info(info)
-        save_status(agent, {**pending, "state": FAILED, "message": exc.one_line()})
-        raise
-    return pending
+        failure = exc.one_line()
+    with agent.lock:
+        p = pending(agent)
+        if p is None or p.get("at") != record["at"]:
+            return  # rolled back meanwhile (the controller gave up)
+        try:
+            n = agent._rollback_experiment("reboot")
+            line = f"{failure}; rolled back {n} write(s)"
+        except MuskuError as rb:
+            line = f"{failure}; {rb.one_line()}"
+        save_status(agent, {**record, "state": FAILED, "message": line})
+        log.error("%s", line)
 
 
 def pending(agent: Agent) -> dict[str, Any] | None:
@@ -187,8 +211,9 @@ def defer(agent: Agent, name: str, value: Value) -> bool:
 
 
 def start(agent: Agent, mark: int, lease_s: float) -> dict[str, Any]:
-    """Journal the pending reboot and run the hook; a failed hook rolls back this request's
-    writes (journal steps after ``mark``: the GRUB backup is restored) and raises HostError."""
+    """Journal the pending reboot and schedule the hook; when that is refused (no hook
+    configured, an unreadable boot configuration) roll back this request's writes (journal
+    steps after ``mark``: the GRUB backup is restored) and raise HostError."""
     try:
         return begin(agent, dict(agent.reboot_pending), lease_s)
     except MuskuError as exc:

@@ -113,6 +113,7 @@ class AgentTable(Strict):
         _check(_argv, '{at} must be a command as a list of strings, e.g. ["systemctl", "reboot"]'),
     ] = Field(default_factory=list, description="argv run to reboot for reboot-mode knobs")
     reboot_hook_timeout_s: Annotated[float, _between(1.0, 3600.0)] = 120.0
+    reboot_delay_s: Annotated[float, _between(0.0, 600.0)] = 1.0
     reboot_after_rollback: Annotated[
         bool, _check(lambda v: isinstance(v, bool), "{at} must be true or false")
     ] = False

@@ -26,6 +26,7 @@ def _host(root: Path) -> FakeHost:
 def _agent(tmp: Path, host: FakeHost, mode: str = "boot", **over: Any) -> Agent:
     hook = write_hook(tmp / "hook")
     over.setdefault("reboot_hook", tuple(hook_argv(hook, host.root, tmp / "marker", mode)))
+    over.setdefault("reboot_delay_s", 0.0)
     agent = Agent(config(tmp, root=str(host.root), **over), fs=fs_of(host))
     agent.recover()
     return agent
@@ -42,6 +43,13 @@ def _ok(reply: dict[str, Any]) -> Any:
     return reply["result"]
 
 
+def _hook_done(agent: Agent) -> None:
+    """The hook runs in a thread after the apply's reply: wait for it."""
+    assert agent.reboot_thread is not None
+    agent.reboot_thread.join(timeout=60)
+    assert not agent.reboot_thread.is_alive()
+
+
 def test_apply_reboots_and_the_new_boot_is_verified(tmp_path: Path) -> None:
     host = _host(tmp_path / "host")
     grub_before = host.read(GRUB_DEFAULT)
@@ -50,6 +58,7 @@ def test_apply_reboots_and_the_new_boot_is_verified(tmp_path: Path) -> None:
     assert res["rebooting"] and res["reboot"]["expect"] == "console=ttyS0 isolcpus=1"
     assert 'GRUB_CMDLINE_LINUX="console=ttyS0 isolcpus=1"' in host.read(GRUB_DEFAULT)
     assert host.p(GRUB_DEFAULT + ".musku.bak").read_text() == grub_before
+    _hook_done(agent)
     assert reboots(tmp_path / "marker") == 1
     # journaled before the hook ran, so the reboot cannot lose it
     assert agent.journal.tx_info()["reboot"]["state"] == "pending"
@@ -73,14 +82,17 @@ def test_failing_hook_rolls_back_everything(tmp_path: Path) -> None:
     host = _host(tmp_path / "host")
     grub, thp = host.read(GRUB_DEFAULT), host.read(THP)
     agent = _agent(tmp_path, host, "fail")
-    reply = agent.handle({"op": "apply", "config": {"core_count": 1, "thp": "never"}})
-    assert not reply["ok"] and reply["error"]["status"] == 6
-    msg = reply["error"]["message"]
-    assert "exited 1: Failed to reboot: access denied" in msg and "rolled back 2" in msg, msg
+    assert _ok(agent.handle({"op": "apply", "config": {"core_count": 1, "thp": "never"}}))[
+        "rebooting"
+    ]
+    _hook_done(agent)
+    st = _ok(agent.handle({"op": "status"}))
+    msg = st["reboot"]["message"]
+    assert st["reboot"]["state"] == "failed" and st["experiment"] == ""
+    assert "exited 1: Failed to reboot: access denied; rolled back 2 write(s)" in msg, msg
     assert "\n" not in msg
     assert host.read(GRUB_DEFAULT) == grub and host.read(THP) == thp
     assert agent.journal.open_tx() is None
-    assert _ok(agent.handle({"op": "status"}))["reboot"]["state"] == "failed"
     agent.close()
 
 
@@ -102,6 +114,7 @@ def test_boot_without_the_new_cmdline_is_rolled_back(tmp_path: Path, again: bool
     assert _ok(agent.handle({"op": "apply", "config": {"core_count": 1, "thp": "never"}}))[
         "rebooting"
     ]
+    _hook_done(agent)
     agent = _reboot(tmp_path, host, agent, "stay", reboot_after_rollback=again)
     st = _ok(agent.handle({"op": "status"}))
     assert st["reboot"]["state"] == "failed" and st["experiment"] == ""
@@ -118,6 +131,7 @@ def test_crash_before_reboot_keeps_the_pending_record(tmp_path: Path) -> None:
     host = _host(tmp_path / "host")
     agent = _agent(tmp_path, host)
     _ok(agent.handle({"op": "apply", "config": {"core_count": 1}}))
+    _hook_done(agent)
     agent.journal.close()  # a SIGKILL: nothing is cleaned up
     agent = _agent(tmp_path, host)
     assert agent.journal.open_tx() is TxKind.EXPERIMENT

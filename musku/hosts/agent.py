@@ -70,9 +70,11 @@ class Link(Protocol):
 class SocketLink:
     """An agent on this machine, through its Unix socket (thread-safe)."""
 
-    def __init__(self, path: str | Path, *, timeout: float = 120.0) -> None:
+    def __init__(
+        self, path: str | Path, *, timeout: float = 120.0, connect_timeout: float = 10.0
+    ) -> None:
         self.where = str(path)
-        self._client = AgentClient(path, timeout=timeout)
+        self._client = AgentClient(path, timeout=timeout, connect_timeout=connect_timeout)
         self._lock = threading.Lock()
 
     def call(self, op: str, **fields: Any) -> Any:

@@ -75,6 +75,10 @@ def status(
     typer.echo(f"samplers:    {st['samplers']}")
     for line in st.get("recovered", []):
         typer.echo(f"recovered:   {line}")
+    reboot = st.get("reboot") or {}
+    if reboot:  # the last reboot-mode apply (docs/agent.md "Reboots")
+        what = reboot.get("message") or f"expect cmdline {reboot.get('expect', '')!r}"
+        typer.echo(f"reboot:      {reboot.get('state', '?')}: {what}")
     for line in st.get("degraded", []):
         typer.echo(f"DEGRADED:    {line}")
 

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from musku.agent.config import parse_config
 from musku.agent.core import Agent
 from musku.agent.journal import TxKind
+from musku.errors import InputError
 from musku.hostfs import GRUB_DEFAULT, PROC_CMDLINE
 from musku.testing.fakehost import FakeHost, vm_host
 from tests.agent.helpers import THP, config, fs_of
@@ -137,3 +139,25 @@ def test_crash_before_reboot_keeps_the_pending_record(tmp_path: Path) -> None:
     assert agent.journal.open_tx() is TxKind.EXPERIMENT
     assert agent.reboot_status["state"] == "verified" and agent.expected == {"core_count": 1}
     agent.close()
+
+
+@pytest.mark.parametrize(
+    ("agent", "message"),
+    [
+        ({"reboot_hook": "systemctl reboot"}, "reboot_hook must be a command as a list of strings"),
+        ({"reboot_hook": ["systemctl", ""]}, "reboot_hook must be a command as a list of strings"),
+        ({"reboot_hook_timeout_s": 0}, "reboot_hook_timeout_s must be between 1 and 3600"),
+        ({"reboot_after_rollback": "yes"}, "reboot_after_rollback must be true or false"),
+    ],
+)
+def test_bad_reboot_settings_are_one_line(agent: dict[str, Any], message: str) -> None:
+    with pytest.raises(InputError) as err:
+        parse_config({"agent": agent})
+    assert message in err.value.one_line() and "\n" not in err.value.one_line()
+    assert err.value.status == 3
+
+
+def test_reboot_settings_parse() -> None:
+    cfg = parse_config({"agent": {"reboot_hook": ["systemctl", "reboot"], "reboot_delay_s": 0}})
+    assert cfg.reboot_hook == ("systemctl", "reboot") and cfg.reboot_delay_s == 0.0
+    assert not cfg.reboot_after_rollback and cfg.reboot_hook_timeout_s == 120.0

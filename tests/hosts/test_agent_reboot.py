@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -127,6 +129,24 @@ def test_two_hosts_reboot_come_back_and_the_comparison_goes_on(tmp_path: Path) -
         assert all(s["reboot"]["state"] == "verified" for s in status)
         assert seconds >= max(s["reboot"]["verified_at"] - s["reboot"]["at"] for s in status)
         assert [s["expected"] for s in status] == [a.as_dict(), b.as_dict()]
+        # what an SRE sees on the host
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "musku",
+                "agent",
+                "status",
+                "--socket",
+                str(fleet.cfgs[0].socket),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert "reboot:      verified: expect cmdline 'console=ttyS0 isolcpus=1'" in out, out
+        assert "recovered:   reboot verified: the kernel booted 'console=ttyS0 isolcpus=1'" in out
         # the comparison goes on: windows on the new boot, then the arms swap (no reboot)
         for _ in range(2):
             sa, sb = pair.window(0.3)

@@ -474,6 +474,8 @@ class Agent:
     def _drifted(self) -> list[str]:
         out = []
         for name, value in self.expected.items():
+            if name in self.reboot_pending:  # written, waiting for the boot: not drift
+                continue
             try:
                 if not self.knob(name).verify(value):
                     out.append(name)

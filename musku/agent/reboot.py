@@ -129,6 +129,7 @@ def _reboot_later(agent: Agent, record: dict[str, Any]) -> None:
         p = pending(agent)
         if p is None or p.get("at") != record["at"]:
             return  # rolled back meanwhile (the controller gave up)
+        agent.reboot_pending = {}
         try:
             n = agent._rollback_experiment("reboot")
             line = f"{failure}; rolled back {n} write(s)"

@@ -117,6 +117,10 @@ def test_boot_without_the_new_cmdline_is_rolled_back(tmp_path: Path, again: bool
         "rebooting"
     ]
     _hook_done(agent)
+    # before the boot: core_count waits for it, which is not an outside change
+    agent.sample_once()
+    rows, _ = agent.spool.collect(0, 100)
+    assert rows and rows[-1].valid and rows[-1].note == ""
     agent = _reboot(tmp_path, host, agent, "stay", reboot_after_rollback=again)
     st = _ok(agent.handle({"op": "status"}))
     assert st["reboot"]["state"] == "failed" and st["experiment"] == ""

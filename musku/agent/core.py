@@ -714,7 +714,7 @@ class Agent:
                 "uptime_s": time.time() - self.started,
                 "samplers": dict(self._sampler_backends),
                 "threading": self.threading,
-                "reboot": dict(self.reboot_status),
+                "reboot": reboot_mode.status_of(self),
                 "started": self.started,
             }
 

@@ -223,6 +223,18 @@ def start(agent: Agent, mark: int, lease_s: float) -> dict[str, Any]:
         raise HostError(f"{exc.one_line()}; rolled back {undone} write(s)") from None
 
 
+def status_of(agent: Agent) -> dict[str, Any]:
+    """The last reboot's record for ``status`` (caller holds the lock). A pending reboot whose
+    experiment was rolled back meanwhile (the controller gave up waiting) says so."""
+    st = dict(agent.reboot_status)
+    if st.get("state") == PENDING:
+        p = pending(agent)
+        if p is None or p.get("at") != st.get("at"):
+            st["state"] = FAILED
+            st["message"] = "rolled back before the reboot"
+    return st
+
+
 def load_status(state_dir: Any) -> dict[str, Any]:
     """The last reboot's outcome, kept in the state directory across restarts."""
     import json

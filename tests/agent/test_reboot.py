@@ -165,3 +165,18 @@ def test_reboot_settings_parse() -> None:
     cfg = parse_config({"agent": {"reboot_hook": ["systemctl", "reboot"], "reboot_delay_s": 0}})
     assert cfg.reboot_hook == ("systemctl", "reboot") and cfg.reboot_delay_s == 0.0
     assert not cfg.reboot_after_rollback and cfg.reboot_hook_timeout_s == 120.0
+
+
+def test_rollback_while_waiting_for_the_reboot(tmp_path: Path) -> None:
+    """The hook ran but the host never went down: the controller gives up and rolls back."""
+    host = _host(tmp_path / "host")
+    grub = host.read(GRUB_DEFAULT)
+    agent = _agent(tmp_path, host, "stay")
+    _ok(agent.handle({"op": "apply", "config": {"core_count": 1}}))
+    _hook_done(agent)
+    assert _ok(agent.handle({"op": "status"}))["reboot"]["state"] == "pending"
+    assert _ok(agent.handle({"op": "rollback"}))["rolled_back"] == 1
+    st = _ok(agent.handle({"op": "status"}))["reboot"]
+    assert st["state"] == "failed" and st["message"] == "rolled back before the reboot"
+    assert host.read(GRUB_DEFAULT) == grub
+    agent.close()

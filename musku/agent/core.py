@@ -575,7 +575,7 @@ class Agent:
             self.reboot_pending = {}
             try:
                 changed = self._write(values)
-                if self.reboot_pending:  # journal, run the hook; a failed hook rolls back
+                if reboot_mode.due(self, values):  # journal, run the hook; a bad hook rolls back
                     rebooting = reboot_mode.start(self, mark, lease)
                 if cotune is not None and rebooting is None:
                     try:

@@ -176,7 +176,8 @@ def resume(agent: Agent) -> tuple[str, dict[str, Value]]:
         info[KEY] = p
         agent.journal.set_tx_info(info)
         save_status(agent, p)
-        kept = {s.knob: s.value for s in agent.journal.steps()}  # the whole experiment
+        # the whole experiment (its writes, and the knobs that only needed the boot)
+        kept = {**{s.knob: s.value for s in agent.journal.steps()}, **knobs}
         agent.experiment = {"id": info.get("experiment", "")}
         agent.lease_s = float(p.get("lease_s") or agent.config.default_lease_s)
         agent.lease_deadline = agent._clock() + agent.lease_s
@@ -209,6 +210,18 @@ def defer(agent: Agent, name: str, value: Value) -> bool:
         return False
     agent.reboot_pending[name] = value
     return True
+
+
+def due(agent: Agent, values: dict[str, Value]) -> bool:
+    """Whether this apply needs a reboot: a knob written here waits for one (noted by
+    :func:`defer`), or a knob already configured for ``values`` is not what the kernel booted
+    (an earlier experiment's boot, its GRUB edit since rolled back)."""
+    for name, value in values.items():
+        if name in agent.reboot_pending or not needs_reboot(agent.knob(name)):
+            continue
+        if not agent.knob(name).verify(value):
+            agent.reboot_pending[name] = value
+    return bool(agent.reboot_pending)
 
 
 def start(agent: Agent, mark: int, lease_s: float) -> dict[str, Any]:

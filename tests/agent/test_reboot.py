@@ -77,6 +77,18 @@ def test_apply_reboots_and_the_new_boot_is_verified(tmp_path: Path) -> None:
     # the experiment ends: GRUB (and thp) come back; the next boot returns to all cores
     _ok(agent.handle({"op": "rollback"}))
     assert host.read(GRUB_DEFAULT) == grub_before and "[never]" not in host.read(THP)
+    # the kernel still runs isolcpus=1: asking for both cores again needs a reboot, although
+    # GRUB already says so
+    assert agent.knob("core_count").read() == 1
+    res = _ok(agent.handle({"op": "apply", "config": {"core_count": 2}}))
+    assert res["rebooting"] and res["changed"] == [] and res["reboot"]["expect"] == "console=ttyS0"
+    _hook_done(agent)
+    agent = _reboot(tmp_path, host, agent)
+    st = _ok(agent.handle({"op": "status"}))
+    assert st["reboot"]["state"] == "verified" and st["expected"] == {"core_count": 2}
+    _ok(agent.handle({"op": "renew", "lease_s": 30}))  # the experiment goes on
+    assert agent.knob("core_count").read() == 2 and "isolcpus" not in host.read(PROC_CMDLINE)
+    assert reboots(tmp_path / "marker") == 2
     agent.close()
 
 

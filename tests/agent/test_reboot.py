@@ -192,3 +192,15 @@ def test_rollback_while_waiting_for_the_reboot(tmp_path: Path) -> None:
     assert st["state"] == "failed" and st["message"] == "rolled back before the reboot"
     assert host.read(GRUB_DEFAULT) == grub
     agent.close()
+
+
+@pytest.mark.parametrize("bad", [0, "15m", True, 1e9])
+def test_bad_reboot_timeout_is_one_line(bad: object) -> None:
+    from musku.schema.hosts import AgentOptions, parse_options
+
+    opts = {"backend": "agent", "hosts": ["a", "b"], "reboot_timeout_s": bad}
+    with pytest.raises(InputError) as err:
+        parse_options(AgentOptions, opts)
+    assert err.value.one_line() == "[hosts] reboot_timeout_s must be a number in [1, 86400]"
+    assert err.value.status == 3
+    assert parse_options(AgentOptions, {**opts, "reboot_timeout_s": 600}).reboot_timeout_s == 600

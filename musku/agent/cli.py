@@ -138,11 +138,14 @@ def rollback(
 def _offline_rollback(config: Path | None, undeploy: bool) -> dict[str, Any]:
     """The daemon is not running: recover its journal here (holding its lock)."""
     # lazy: see run()
+    import dataclasses
+
     from musku.agent.config import DEFAULT_CONFIG, load_config
     from musku.agent.core import Agent
     from musku.agent.daemon import _lock
 
-    cfg = load_config(config or DEFAULT_CONFIG)
+    # a rollback from the command line never reboots the host (reboot_after_rollback)
+    cfg = dataclasses.replace(load_config(config or DEFAULT_CONFIG), reboot_after_rollback=False)
     locks = _lock(cfg)
     agent = Agent(cfg)
     try:

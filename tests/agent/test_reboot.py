@@ -204,3 +204,32 @@ def test_bad_reboot_timeout_is_one_line(bad: object) -> None:
     assert err.value.one_line() == "[hosts] reboot_timeout_s must be a number in [1, 86400]"
     assert err.value.status == 3
     assert parse_options(AgentOptions, {**opts, "reboot_timeout_s": 600}).reboot_timeout_s == 600
+
+
+def test_offline_rollback_never_reboots(tmp_path: Path) -> None:
+    """``musku agent rollback`` with the daemon stopped settles a pending reboot without
+    running the hook, even with reboot_after_rollback."""
+    import json
+
+    from musku.agent.cli import _offline_rollback
+
+    host = _host(tmp_path / "host")
+    grub = host.read(GRUB_DEFAULT)
+    agent = _agent(tmp_path, host, "stay", reboot_after_rollback=True)
+    _ok(agent.handle({"op": "apply", "config": {"core_count": 1}}))
+    _hook_done(agent)
+    argv = list(agent.config.reboot_hook)
+    agent.close()  # stopped for the reboot, which booted the old command line
+    path = tmp_path / "agent.toml"
+    path.write_text(
+        "[agent]\n"
+        f"root = {json.dumps(str(host.root))}\n"
+        f"state_dir = {json.dumps(str(tmp_path / 'state'))}\n"
+        f"socket = {json.dumps(str(tmp_path / 'agent.sock'))}\n"
+        f"reboot_hook = {json.dumps(argv)}\n"
+        "reboot_after_rollback = true\n"
+    )
+    result = _offline_rollback(path, False)
+    assert any("reboot not verified" in line for line in result["recovered"]), result
+    assert host.read(GRUB_DEFAULT) == grub
+    assert reboots(tmp_path / "marker") == 1  # only the experiment's reboot

@@ -153,7 +153,8 @@ def sweep(
     # (display), SQLAlchemy (storage) and matplotlib (report) load only for the command that
     # needs them, so `musku --help` stays instant
     from musku.display import LiveProgress
-    from musku.experiment import check_host_files, load_experiment
+    from musku.experiment import load_experiment
+    from musku.summary import check_host_files
     from musku.sweep import run_sweep
 
     experiment = load_experiment(file)
@@ -295,8 +296,9 @@ def pair_calibrate(
     """Measure the pair's host bias (an A/A on the baseline) and store it in the results DB."""
     from rich.markup import escape  # lazy: see sweep()
 
-    from musku.abtest.calibration import calibrate_experiment
-    from musku.experiment import check_host_files, load_experiment
+    from musku.experiment import load_experiment
+    from musku.summary import check_host_files
+    from musku.sweep import calibrate_experiment
 
     if not 0.0 < precision < 0.5:
         raise InputError(f"--precision {precision!r} must be in (0, 0.5)")

@@ -329,40 +329,18 @@ def _check_host_options(src: Document, backend: str, options: Mapping[str, Any])
         src.validate(model, {**options, "backend": backend}, prefix=("hosts",))
 
 
-def check_host_files(exp: Experiment) -> None:
-    """What the backend's factory reads before it opens a host, read and checked the same
-    way, without opening one: for ``sim``, the model file against the experiment. ``musku
-    check`` calls this, so that it refuses what ``musku sweep`` would (nothing is simulated
-    or written)."""
-    if exp.hosts.backend != "sim":
-        return
-    from musku.sim.model import SimModel  # here: musku.sim.model reads catalogs from this module
-
-    where = str(exp.path)
-    model = SimModel.load(exp.resolve(str(exp.hosts.options["model"])), space=exp.space)
-    for cfg in (exp.stock, exp.production):
-        for knob, value in cfg.settings:
-            if model.knobs.get(knob) and value not in model.knobs[knob].throughput:
-                raise InputError(
-                    f"model {model.source} does not model the experiment's {knob}={value!r}",
-                    where=where,
-                )
-    if exp.cotune is not None and model.threading is None:
-        raise InputError(
-            f"[threading] cotune = true, but the sim model {model.source} has no [threading] "
-            "section (which threading serves each configuration best)",
-            where=where,
-        )
+EXHAUSTIVE_LIMIT = 512
+"""Exhaustive sweeps larger than this are refused (narrow [platform.settings] or use search);
+the model's limit, which :mod:`musku.sweep.strategies` applies again to experiments built in
+code."""
 
 
 def _check_exhaustive(exp: Experiment) -> None:
-    """An exhaustive sweep over :data:`~musku.sweep.strategies.EXHAUSTIVE_LIMIT`
+    """An exhaustive sweep over :data:`EXHAUSTIVE_LIMIT`
     configurations is refused here, by ``check`` and ``sweep`` alike, before anything is
     recorded (the strategy repeats the check for experiments built in code)."""
     if exp.mode is not SweepMode.EXHAUSTIVE:
         return
-    from musku.sweep.strategies import EXHAUSTIVE_LIMIT  # here: the sweep imports this module
-
     size = math.prod(len(exp.space[k]) for k in exp.service.knobs)
     if size > EXHAUSTIVE_LIMIT:
         raise InputError(

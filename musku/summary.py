@@ -11,8 +11,9 @@ from typing import Any
 
 from musku.domain import SoftSku, Value
 from musku.errors import InputError
-from musku.experiment import Experiment, check_host_files, load_experiment
+from musku.experiment import Experiment, load_experiment
 from musku.knobs.spec import sort_key
+from musku.sim.model import SimModel
 
 
 def experiment_summary(exp: Experiment) -> dict[str, Any]:
@@ -44,6 +45,32 @@ def experiment_summary(exp: Experiment) -> dict[str, Any]:
             "seconds_per_point": ct.duration_s + ct.warmup_s,
         }
     return data
+
+
+def check_host_files(exp: Experiment) -> None:
+    """What the backend's factory reads before it opens a host, read and checked the same
+    way, without opening one: for ``sim``, the model file against the experiment. ``musku
+    check``, ``sweep`` and ``pair calibrate`` call this, so that check refuses what the sweep
+    would (nothing is simulated or written). Here, above the experiment model, because it
+    reads the simulator's model (which reads platform catalogs through the experiment's
+    loader)."""
+    if exp.hosts.backend != "sim":
+        return
+    where = str(exp.path)
+    model = SimModel.load(exp.resolve(str(exp.hosts.options["model"])), space=exp.space)
+    for cfg in (exp.stock, exp.production):
+        for knob, value in cfg.settings:
+            if model.knobs.get(knob) and value not in model.knobs[knob].throughput:
+                raise InputError(
+                    f"model {model.source} does not model the experiment's {knob}={value!r}",
+                    where=where,
+                )
+    if exp.cotune is not None and model.threading is None:
+        raise InputError(
+            f"[threading] cotune = true, but the sim model {model.source} has no [threading] "
+            "section (which threading serves each configuration best)",
+            where=where,
+        )
 
 
 def check_experiment(path: str | Path) -> tuple[Experiment, dict[str, Any]]:

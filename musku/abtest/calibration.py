@@ -1,9 +1,11 @@
 """Pair calibration: the host bias of a pair measured by an A/A, and what the tester remembers
 about a pair between comparisons (its calibration, each configuration's warm-up transient).
 
-``musku pair calibrate EXPERIMENT_FILE`` runs :func:`calibrate_pair` (the experiment's baseline
-on both roles, crossover periods, no early path) and stores the :class:`PairCalibration` in the
-results DB. :func:`musku.abtest.run_comparison` takes it (``memory=PairMemory(...)``):
+``musku pair calibrate EXPERIMENT_FILE`` runs :func:`musku.abtest.calibrate.calibrate_pair` (the
+experiment's baseline on both roles, crossover periods, no early path; the workflow is
+:func:`musku.sweep.calibrate_experiment`) and stores the :class:`PairCalibration` in the
+results DB. This module is below the driver (which imports :class:`PairMemory`); the A/A, which
+runs through the driver, is in :mod:`musku.abtest.calibrate`. :func:`musku.abtest.run_comparison` takes it (``memory=PairMemory(...)``):
 
 - the early, pre-crossover decision is allowed only with a usable calibration, and only within
   its bound (the larger end of the bias interval, in absolute value);
@@ -17,7 +19,6 @@ results DB. :func:`musku.abtest.run_comparison` takes it (``memory=PairMemory(..
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -125,48 +126,6 @@ class PairMemory:
         return cal.bound if cal is not None else UNCALIBRATED_BOUND
 
 
-def calibrate_pair(
-    pair: Any,
-    config: Any,
-    spec: Any,
-    *,
-    precision: float = 0.0025,
-    seed: int | None = None,
-    on_window: Callable[[list[dict[str, Any]]], None] | None = None,
-    should_stop: Callable[[], bool] | None = None,
-) -> tuple[PairCalibration | None, Any]:
-    """An A/A on ``pair`` (``config`` on both hosts, roles swapped every period): measure the
-    host bias until its confidence sequence is within ``precision`` (relative) of the estimate
-    or the sample cap is reached. Returns (calibration or None when it could not be measured,
-    the comparison result)."""
-    from musku.abtest.driver import run_comparison
-    from musku.abtest.rules import CalibrationRule
-
-    rule = CalibrationRule(seed=seed if seed is not None else spec.stats.seed, precision=precision)
-    result = run_comparison(
-        pair, config, config, spec, on_window=on_window, should_stop=should_stop, rule=rule
-    )
-    got = rule.bias_interval(1.0 - spec.stats.confidence)
-    if got is None:
-        return None, result
-    bias, lo, hi = got
-    key, hw = pair_identity(pair.describe())
-    direction = 1.0 if spec.direction.value == "higher" else -1.0
-    rel = [math.expm1(direction * v) for v in (bias, lo, hi)]
-    lo_r, hi_r = sorted(rel[1:])
-    cal = PairCalibration(
-        pair=key,
-        hardware=hw,
-        metric=spec.metric,
-        bias=rel[0],
-        ci_low=lo_r,
-        ci_high=hi_r,
-        samples=result.samples,
-        taken_at=datetime.now(UTC),
-    )
-    return cal, result
-
-
 def memory_for(pair: Any, store: Any | None, *, max_age_s: float | None = None) -> PairMemory:
     """The :class:`PairMemory` of ``pair``: its newest calibration and its per-configuration
     transients from ``store`` (a breach marks the calibration there), or an in-memory one
@@ -198,41 +157,3 @@ def memory_for(pair: Any, store: Any | None, *, max_age_s: float | None = None) 
         transients=store.transients(key, hw),
         on_breach=breach,
     )
-
-
-def calibrate_experiment(
-    experiment: Any,
-    store: Any | None,
-    *,
-    seed: int | None = None,
-    precision: float = 0.0025,
-    should_stop: Callable[[], bool] | None = None,
-) -> tuple[PairCalibration | None, Any]:
-    """``musku pair calibrate``: open the experiment's pair, run the A/A on its baseline
-    configuration, store the calibration (when one could be measured), put the hosts back."""
-    from musku.sweep.sweep import open_pair
-
-    pair = open_pair(experiment, seed=seed)
-    try:
-        if store is not None:
-            pair.use_store(store)
-        cal, result = calibrate_pair(
-            pair,
-            experiment.baseline_config,
-            experiment.spec,
-            precision=precision,
-            seed=seed,
-            should_stop=should_stop,
-        )
-        if cal is not None and store is not None:
-            cal = replace_id(cal, store.save_calibration(cal))
-        pair.restore()
-        return cal, result
-    finally:
-        pair.close()
-
-
-def replace_id(cal: PairCalibration, id_: int) -> PairCalibration:
-    from dataclasses import replace
-
-    return replace(cal, id=id_)

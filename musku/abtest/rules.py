@@ -356,7 +356,7 @@ class ConfidenceSequenceRule(DecisionRule):
 
 
 class CalibrationRule(ConfidenceSequenceRule):
-    """A/A pair calibration (:func:`musku.abtest.calibration.calibrate_pair`): crossover, no
+    """A/A pair calibration (:func:`musku.abtest.calibrate.calibrate_pair`): crossover, no
     early path, no effect decision; stops (NO_DIFFERENCE) once the host bias's confidence
     sequence is within ``precision`` (relative) of its estimate, after ``min_batches``."""
 

@@ -82,6 +82,14 @@ class HostOptions(Strict):
         return data
 
 
+def _model_named(data: Any, refusal: str) -> Any:
+    """A simulator backend's options name their model file (``model = "..."``): else refused
+    with the backend's own one-line message, at the ``[hosts]`` table."""
+    if isinstance(data, dict) and not isinstance(data.get("model"), str):
+        raise Refusal(refusal, line_key="hosts")
+    return data
+
+
 class SimOptions(HostOptions):
     """``backend = "sim"``: simulated hosts (docs/sim.md)."""
 
@@ -96,11 +104,7 @@ class SimOptions(HostOptions):
     @model_validator(mode="before")
     @classmethod
     def _needs_model(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not isinstance(data.get("model"), str):
-            raise Refusal(
-                "[hosts] backend 'sim' needs model = \"path/to/model.toml\"", line_key="hosts"
-            )
-        return data
+        return _model_named(data, "[hosts] backend 'sim' needs model = \"path/to/model.toml\"")
 
 
 class AgentHostEntry(Strict):
@@ -271,11 +275,7 @@ class QsimOptions(HostOptions):
     @model_validator(mode="before")
     @classmethod
     def _needs_model(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not isinstance(data.get("model"), str):
-            raise Refusal(
-                '[hosts] backend "qsim" needs model = "path/to/model.toml"', line_key="hosts"
-            )
-        return data
+        return _model_named(data, '[hosts] backend "qsim" needs model = "path/to/model.toml"')
 
 
 HOST_MODELS: dict[str, type[HostOptions]] = {

@@ -11,7 +11,6 @@ package is cheap: SQLAlchemy and alembic load on first use, so ``musku --help`` 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from musku.storage.records import (
@@ -27,11 +26,13 @@ from musku.storage.records import (
     result_to_dict,
     softsku_to_dict,
 )
+from musku.storage.urls import ENV_URL, default_path, default_url
 
 if TYPE_CHECKING:
     from musku.storage.store import Store
 
 __all__ = [
+    "ENV_URL",
     "EXPERIMENT_TRANSITIONS",
     "ComparisonRecord",
     "ComparisonStatus",
@@ -42,6 +43,7 @@ __all__ = [
     "Store",
     "ThreadingTableRecord",
     "current_revision",
+    "default_path",
     "default_url",
     "head_revision",
     "open_store",
@@ -50,28 +52,6 @@ __all__ = [
     "softsku_to_dict",
     "upgrade",
 ]
-
-ENV_URL = "MUSKU_DB"
-"""Environment variable overriding the default database URL."""
-
-
-def default_path() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("musku")) / "results.db"
-
-
-def default_url() -> str:
-    """``$MUSKU_DB`` if set, else ``sqlite:///<user data dir>/musku/results.db`` (the
-    directory is created)."""
-    import os
-
-    env = os.environ.get(ENV_URL)
-    if env:
-        return env
-    path = default_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path}"
 
 
 def open_store(url: str | None = None, *, create: bool = True) -> Store:

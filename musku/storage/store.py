@@ -54,6 +54,7 @@ from musku.storage.records import (
     SoftSkuRecord,
     ThreadingTableRecord,
 )
+from musku.storage.urls import default_url
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -103,12 +104,10 @@ def _guard(method: Callable[P, R]) -> Callable[P, R]:
 
 
 def open_store(url: str | None = None, *, create: bool = True) -> Store:
-    """Open the results database at ``url`` (default: :func:`musku.storage.default_url`).
+    """Open the results database at ``url`` (default: :func:`musku.storage.urls.default_url`).
 
     A new, empty database is created at the newest schema when ``create``; a database at an
     older (or newer) schema revision raises :class:`~musku.errors.SchemaOutOfDate`."""
-    from musku.storage import default_url
-
     explicit = url is not None
     url = url if url is not None else default_url()
     engine = make_engine(url)
@@ -1089,7 +1088,6 @@ class StoredTransients(MutableMapping[str, float]):
 
 def upgrade(url: str | None = None) -> tuple[str | None, str]:
     """Create or upgrade the database at ``url`` to the newest schema: (from, to)."""
-    from musku.storage import default_url
     from musku.storage.migrate import upgrade_engine
 
     engine = make_engine(url if url is not None else default_url())
@@ -1103,7 +1101,6 @@ def current_revision(url: str | None = None) -> str | None:
     """The schema revision of the database at ``url`` (None: no musku schema there)."""
     from pathlib import Path
 
-    from musku.storage import default_url
     from musku.storage.engine import parse_url
     from musku.storage.migrate import revision_of
 

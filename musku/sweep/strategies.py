@@ -16,6 +16,7 @@ import math
 
 from musku.domain import ComparisonResult, Configuration, Decision
 from musku.errors import InputError
+from musku.experiment import EXHAUSTIVE_LIMIT  # the experiment model refuses the same
 from musku.knobs.spec import spec_of
 from musku.sweep.runner import KnobOutcome, Runner
 
@@ -24,9 +25,6 @@ STRATEGIES: dict[str, str] = {
     "exhaustive": "musku.sweep.strategies:exhaustive",
     "search": "musku.sweep.strategies:search",
 }
-
-EXHAUSTIVE_LIMIT = 512
-"""Exhaustive sweeps larger than this are refused (narrow [platform.settings] or use search)."""
 
 
 def _ordered(knob: str) -> bool:

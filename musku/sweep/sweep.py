@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from musku.abtest.calibrate import calibrate_pair
+from musku.abtest.calibration import PairCalibration
 from musku.domain import ComparisonResult, Configuration, ExperimentStatus
 from musku.errors import HostError, Interrupted, MuskuError
 from musku.experiment import Experiment
@@ -150,3 +153,33 @@ def run_abtest(
         experiment, store=store, progress=progress, stop=stop, seed=seed, mode="abtest"
     ) as runner:
         return runner.compare("abtest", baseline, candidate)
+
+
+def calibrate_experiment(
+    experiment: Experiment,
+    store: Any | None,
+    *,
+    seed: int | None = None,
+    precision: float = 0.0025,
+    should_stop: Callable[[], bool] | None = None,
+) -> tuple[PairCalibration | None, Any]:
+    """``musku pair calibrate``: open the experiment's pair, run the A/A on its baseline
+    configuration, store the calibration (when one could be measured), put the hosts back."""
+    pair = open_pair(experiment, seed=seed)
+    try:
+        if store is not None:
+            pair.use_store(store)
+        cal, result = calibrate_pair(
+            pair,
+            experiment.baseline_config,
+            experiment.spec,
+            precision=precision,
+            seed=seed,
+            should_stop=should_stop,
+        )
+        if cal is not None and store is not None:
+            cal = dataclasses.replace(cal, id=store.save_calibration(cal))
+        pair.restore()
+        return cal, result
+    finally:
+        pair.close()

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from musku.abtest import run_comparison
-from musku.abtest.calibration import PairMemory, calibrate_pair
+from musku.abtest.calibrate import calibrate_pair
+from musku.abtest.calibration import PairMemory
 from musku.domain import ComparisonSpec, Decision, StatsSettings
 from musku.sim import SimModel, SimPair
 from tests.abtest.fakes import A, B, FakePair, freq_level

@@ -10,34 +10,15 @@ import pytest
 from musku.errors import MuskuError
 from musku.qsim.model import load
 from musku.qsim.power import PowerModel, QosPowerManager, run_controlled, run_managed
+from tests.qsim.conftest import MM1
 
-ONE = """\
-[run]
-duration_s = {duration}
-warmup_s = 0.1
-seed = 5
-
-[[machines]]
-name = "m"
-cores = 1
-
-[[services]]
-name = "server"
-execution = "simple"
-
-  [[services.stages]]
-  name = "work"
-  time = {{ dist = "const", mean_us = 10 }}
-  dvfs_scale = 1.0
-
-[[paths]]
-  [[paths.nodes]]
-  name = "only"
-  service = "server"
-
-[client]
-qps = {qps}
-"""
+# conftest's M/M/1 server with a constant service time and a DVFS-scaled stage
+ONE = (
+    MM1.replace('dist = "exp"', 'dist = "const"')
+    .replace("warmup_s = 0.05", "warmup_s = 0.1")
+    .replace("seed = 3", "seed = 5")
+    .replace("mean_us = 10 }}\n", "mean_us = 10 }}\n  dvfs_scale = 1.0\n")
+)
 
 TWO = """\
 [run]

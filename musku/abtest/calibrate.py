@@ -1,0 +1,53 @@
+"""The A/A that calibrates a pair: measure its host bias through the driver and return the
+:class:`~musku.abtest.calibration.PairCalibration` (which, with the pair's memory, lives below
+the driver in :mod:`musku.abtest.calibration`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from musku.abtest.calibration import PairCalibration, pair_identity
+from musku.abtest.driver import run_comparison
+from musku.abtest.rules import CalibrationRule
+
+
+def calibrate_pair(
+    pair: Any,
+    config: Any,
+    spec: Any,
+    *,
+    precision: float = 0.0025,
+    seed: int | None = None,
+    on_window: Callable[[list[dict[str, Any]]], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> tuple[PairCalibration | None, Any]:
+    """An A/A on ``pair`` (``config`` on both hosts, roles swapped every period): measure the
+    host bias until its confidence sequence is within ``precision`` (relative) of the estimate
+    or the sample cap is reached. Returns (calibration or None when it could not be measured,
+    the comparison result)."""
+    rule = CalibrationRule(seed=seed if seed is not None else spec.stats.seed, precision=precision)
+    result = run_comparison(
+        pair, config, config, spec, on_window=on_window, should_stop=should_stop, rule=rule
+    )
+    got = rule.bias_interval(1.0 - spec.stats.confidence)
+    if got is None:
+        return None, result
+    bias, lo, hi = got
+    key, hw = pair_identity(pair.describe())
+    direction = 1.0 if spec.direction.value == "higher" else -1.0
+    rel = [math.expm1(direction * v) for v in (bias, lo, hi)]
+    lo_r, hi_r = sorted(rel[1:])
+    cal = PairCalibration(
+        pair=key,
+        hardware=hw,
+        metric=spec.metric,
+        bias=rel[0],
+        ci_low=lo_r,
+        ci_high=hi_r,
+        samples=result.samples,
+        taken_at=datetime.now(UTC),
+    )
+    return cal, result

@@ -33,15 +33,41 @@ import shlex
 import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from musku.errors import HostError, MuskuError
-from musku.hostfs import GRUB_DEFAULT, PROC_CMDLINE
+from musku.hostfs import GRUB_DEFAULT, PROC_CMDLINE, HostFS
 from musku.knobs.base import Knob
 
 if TYPE_CHECKING:
-    from musku.agent.core import Agent
+    from musku.agent.config import AgentConfig
+    from musku.agent.journal import Journal
     from musku.domain import Value
+
+
+class Agent(Protocol):
+    """What a reboot needs of the agent (musku.agent.core.Agent, which calls this module)."""
+
+    config: AgentConfig
+    fs: HostFS
+    journal: Journal
+    lock: Any
+    experiment: dict[str, Any]
+    blocked: str
+    lease_deadline: float | None
+    lease_s: float
+    reboot_pending: dict[str, Value]
+    reboot_status: dict[str, Any]
+    reboot_thread: threading.Thread | None
+    _clock: Callable[[], float]
+
+    def knob(self, name: str) -> Knob: ...
+
+    def _undo(self, after: int = 0) -> int: ...
+
+    def _rollback_experiment(self, reason: str) -> int: ...
+
 
 log = logging.getLogger("musku.agent")
 

@@ -14,12 +14,25 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from musku.errors import HostError, MuskuError
 
-if TYPE_CHECKING:
-    from musku.hosts.agent import AgentHost
+
+class _Link(Protocol):
+    def call(self, op: str, **fields: Any) -> Any: ...
+
+
+class AgentHost(Protocol):
+    """What the wait needs of a host (musku.hosts.agent.AgentHost, which calls it)."""
+
+    name: str
+
+    @property
+    def link(self) -> _Link: ...
+
+    def hello(self, probes: int = 3) -> dict[str, Any]: ...
+
 
 log = logging.getLogger("musku.hosts")
 

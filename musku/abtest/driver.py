@@ -190,6 +190,7 @@ class _Chunk:
     samples: list[tuple[Sample, Sample]]
     c0: FloatArray | None = None  # covariate (offered load), host 0; None: not reported
     c1: FloatArray | None = None
+    seq: NDArray[np.int64] | None = None  # each window's ``seq`` once emitted
 
     def select(self, mask: NDArray[np.bool_]) -> _Chunk:
         idx = np.flatnonzero(mask)
@@ -202,6 +203,7 @@ class _Chunk:
             [self.samples[i] for i in idx],
             None if self.c0 is None else self.c0[idx],
             None if self.c1 is None else self.c1[idx],
+            None if self.seq is None else self.seq[idx],
         )
 
 
@@ -217,8 +219,10 @@ class _Comparison:
         on_progress: Callable[[Progress], None] | None,
         should_stop: Callable[[], bool] | None,
         memory: PairMemory | None = None,
+        on_warmup: Callable[[list[int]], None] | None = None,
     ) -> None:
         self.pair = pair
+        self.on_warmup = on_warmup
         self.memory = memory if memory is not None else PairMemory()
         self.cov_metric: str | None = getattr(rule, "covariate", None) if rule.crossover else None
         self.c = _Buffer()  # covariate log-ratio B vs A per steady window
@@ -255,6 +259,7 @@ class _Comparison:
         self.d = _Buffer()
         self.win_period = _Buffer()  # period of each steady window
         self.win_age = _Buffer()  # seconds from its period's apply to each steady window's end
+        self.win_seq = _Buffer()  # ``seq`` of each steady window (as given to on_window)
         self.apply_t = 0.0  # pair.now() after the current period's apply
         self.period_applied: list[bool] = []  # whether each period applied anything
         self.kept: NDArray[np.bool_] = np.ones(0, dtype=bool)  # steady windows still used
@@ -337,6 +342,7 @@ class _Comparison:
         return _Chunk(m0, m1, ok, g0, g1, samples, c0, c1)
 
     def _emit(self, chunk: _Chunk, warmup: NDArray[np.bool_] | bool) -> None:
+        chunk.seq = np.arange(self.seq, self.seq + len(chunk.samples), dtype=np.int64)
         if self.on_window is None:
             self.seq += len(chunk.samples)
             return
@@ -592,6 +598,13 @@ class _Comparison:
         d_all = self.d_used.view()
         keep = self._retro_mask(d_all.size)
         trimmed = int(np.count_nonzero(~keep)) != self.dropped
+        if trimmed:
+            # the windows newly dropped after the fact are warm-up now: say so to whoever
+            # stores them (their rows went out as steady), so the stored flags give the
+            # tester's windows
+            was = np.ones(keep.size, dtype=bool)
+            was[: self.kept.size] = self.kept[: keep.size]
+            self._mark_warmup(was & ~keep)
         self.kept = keep
         self.dropped = int(np.count_nonzero(~keep))
         idx = np.flatnonzero(keep)
@@ -626,6 +639,13 @@ class _Comparison:
                     self.batch_guard[m].append(float(guard[m][sl].mean()))
         self.batch_start = self.d.n
         self.period_len = self._period_length()
+
+    def _mark_warmup(self, newly: NDArray[np.bool_]) -> None:
+        """Tell ``on_warmup`` the ``seq`` of the steady windows in ``newly`` (now dropped)."""
+        if self.on_warmup is None or not newly.any():
+            return
+        seqs = self.win_seq.view()[: newly.size][newly]
+        self.on_warmup(sorted(int(q) for q in seqs if q >= 0))
 
     def _period_length(self) -> int:
         """Steady windows per (full) period: SWAP_OVERHEAD x the swap cost in windows."""
@@ -691,6 +711,8 @@ class _Comparison:
         self.win_period.extend(np.full(la.size, float(self.period)))
         ends = np.fromiter((s0.t for s0, _ in chunk.samples), dtype=float, count=v.size)
         self.win_age.extend(ends[v] - self.apply_t)
+        seq = chunk.seq if chunk.seq is not None else np.full(v.size, -1, dtype=np.int64)
+        self.win_seq.extend(seq[v].astype(float))
         for m in self.guard_metrics:
             g = chunk.guard1[m][v] if self.sign > 0 else chunk.guard0[m][v]
             self.guard_b[m].extend(g)
@@ -985,6 +1007,9 @@ def _concat(chunks: list[_Chunk]) -> _Chunk:
         [s for c in chunks for s in c.samples],
         np.concatenate([c.c0 for c in chunks if c.c0 is not None]) if cov else None,
         np.concatenate([c.c1 for c in chunks if c.c1 is not None]) if cov else None,
+        np.concatenate([c.seq for c in chunks if c.seq is not None])
+        if all(c.seq is not None for c in chunks)
+        else None,
     )
 
 
@@ -1057,13 +1082,17 @@ def run_comparison(
     rule: str | DecisionRule = "cs",
     rule_options: Mapping[str, Any] | None = None,
     memory: PairMemory | None = None,
+    on_warmup: Callable[[list[int]], None] | None = None,
 ) -> ComparisonResult:
     """Run one sequential A/B comparison of ``candidate`` (role B) against ``baseline``
     (role A) on ``pair`` and return what it found.
 
     ``on_window(rows)`` receives every measured window (two rows, one per host, with keys
     ``seq, t, host, role, period, warmup, valid, metrics``); ``on_progress(progress)`` a
-    :class:`Progress` after every look; ``should_stop()`` is polled between pieces of
+    :class:`Progress` after every look; ``on_warmup(seqs)`` the ``seq`` of windows that went
+    out as steady and were dropped later as warm-up (a longer transient measured at a later
+    swap): a store sets their ``warmup`` flag, so the stored steady windows are the ones the
+    result used; ``should_stop()`` is polled between pieces of
     measurement and, when true, the comparison returns at once with ``Decision.ABORTED``.
     ``seed`` (default ``spec.stats.seed``) seeds the rule (the randomised role order).
     Raises :class:`InputError` for an invalid spec or a metric the hosts do not report, and
@@ -1075,7 +1104,16 @@ def run_comparison(
     memory = memory if memory is not None else PairMemory()
     warning = _early_gate(pair, rule_obj, memory)
     cmp = _Comparison(
-        pair, baseline, candidate, spec, rule_obj, on_window, on_progress, should_stop, memory
+        pair,
+        baseline,
+        candidate,
+        spec,
+        rule_obj,
+        on_window,
+        on_progress,
+        should_stop,
+        memory,
+        on_warmup,
     )
     if warning:
         cmp.notes.append(warning)

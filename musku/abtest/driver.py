@@ -75,6 +75,7 @@ TRANSIENT_CAP_S = 3600.0  # a transient still going after this long: INCONCLUSIV
 TRANSIENT_EPS = 0.1  # a transient has ended where it is below this x min_effect
 TRANSIENT_T = 2.0  # a fitted transient counts beyond this many standard errors
 SWAP_OVERHEAD = 3.0  # period length / swap cost (k: periods >= k x the measured transient)
+FIRST_PERIOD_SHARE = 0.5  # the first period's length / a full period's (A-B-B-A half-periods)
 BATCH_CORRELATION = 0.05  # target correlation of neighbouring batch means
 MIN_BATCHES_IN_CAP = 12  # the batch size never exceeds cap / this (else no decision fits)
 MEASURE_PIECE_S = 60.0  # host seconds measured per pair.windows() call, at most
@@ -688,7 +689,8 @@ class _Comparison:
             return self.cap
         assert self.period_len is not None and self.b is not None
         if self.period == 0:
-            return max(2 * self.b, int(math.ceil(self.period_len / 2 / self.b) * self.b))
+            first = FIRST_PERIOD_SHARE * self.period_len
+            return max(2 * self.b, int(math.ceil(first / self.b) * self.b))
         return self.period_len
 
     # ------------------------------------------------------------------ steady state

@@ -2,7 +2,7 @@
 
 Design of one comparison (rule ``cs``)::
 
-    period 0 (L/2)    period 1 (L)      period 2 (L)      period 3 (L)   ...
+    period 0 (L/3)    period 1 (L)      period 2 (L)      period 3 (L)   ...
     host0: A  host1: B | host0: B host1: A | host0: A host1: B | host0: B ...
     [apply][min warm-up][probe: MSER-5 + tests][batch][batch]...[apply]...
 
@@ -11,11 +11,13 @@ Design of one comparison (rule ``cs``)::
   hosts cancels, and ``dir = -1`` for lower-is-better metrics makes ``d > 0`` mean "B better".
 - **Crossover.** Host roles alternate by period; a fixed host bias ``delta`` enters as
   ``+delta`` in one role order and ``-delta`` in the other and drops out of the crossover
-  estimator. The first period is half as long as the others: the sequence of role orders is
-  then A-B-B-A A-B-B-A in half-periods, which also cancels a linear drift of the bias (e.g. a
-  host-specific sensitivity to the slowly varying live load) at every block boundary.
+  estimator. The first period is a third as long as the others (:data:`FIRST_PERIOD_SHARE`):
+  both role orders have data sooner, which a decision needs (the crossover estimate's
+  information is limited by the smaller order); half would make the role orders run
+  A-B-B-A in half-periods and cancel a linear bias drift exactly at each block boundary, but
+  it cost samples (bench/abtest_stats.py).
 - **Period length.** A swap costs one re-apply (the apply's host seconds: reboots for
-  ``spec.reboot_knobs``) plus the warm-up. Periods are three times that cost (<= 25 %
+  ``spec.reboot_knobs``) plus the warm-up. Periods are twice that cost (<= 33 %
   overhead), at least four batches, at most a sixth of the sample cap; so swaps that need a
   reboot get longer periods. The swap cost is re-measured after the first swap.
 - **Warm-up, per configuration.** After every apply at least ``spec.stats.warmup_s`` is
@@ -74,7 +76,8 @@ PROBE_MIN = 180  # windows searched for the end of the transient after the minim
 TRANSIENT_CAP_S = 3600.0  # a transient still going after this long: INCONCLUSIVE
 TRANSIENT_EPS = 0.1  # a transient has ended where it is below this x min_effect
 TRANSIENT_T = 2.0  # a fitted transient counts beyond this many standard errors
-SWAP_OVERHEAD = 3.0  # period length / swap cost (k: periods >= k x the measured transient)
+SWAP_OVERHEAD = 2.0  # period length / swap cost (k: periods >= k x the measured transient)
+FIRST_PERIOD_SHARE = 1 / 3  # the first period's length / a full period's (an earlier first swap)
 BATCH_CORRELATION = 0.05  # target correlation of neighbouring batch means
 MIN_BATCHES_IN_CAP = 12  # the batch size never exceeds cap / this (else no decision fits)
 MEASURE_PIECE_S = 60.0  # host seconds measured per pair.windows() call, at most
@@ -190,6 +193,7 @@ class _Chunk:
     samples: list[tuple[Sample, Sample]]
     c0: FloatArray | None = None  # covariate (offered load), host 0; None: not reported
     c1: FloatArray | None = None
+    seq: NDArray[np.int64] | None = None  # each window's ``seq`` once emitted
 
     def select(self, mask: NDArray[np.bool_]) -> _Chunk:
         idx = np.flatnonzero(mask)
@@ -202,6 +206,7 @@ class _Chunk:
             [self.samples[i] for i in idx],
             None if self.c0 is None else self.c0[idx],
             None if self.c1 is None else self.c1[idx],
+            None if self.seq is None else self.seq[idx],
         )
 
 
@@ -217,8 +222,10 @@ class _Comparison:
         on_progress: Callable[[Progress], None] | None,
         should_stop: Callable[[], bool] | None,
         memory: PairMemory | None = None,
+        on_warmup: Callable[[list[int]], None] | None = None,
     ) -> None:
         self.pair = pair
+        self.on_warmup = on_warmup
         self.memory = memory if memory is not None else PairMemory()
         self.cov_metric: str | None = getattr(rule, "covariate", None) if rule.crossover else None
         self.c = _Buffer()  # covariate log-ratio B vs A per steady window
@@ -255,6 +262,7 @@ class _Comparison:
         self.d = _Buffer()
         self.win_period = _Buffer()  # period of each steady window
         self.win_age = _Buffer()  # seconds from its period's apply to each steady window's end
+        self.win_seq = _Buffer()  # ``seq`` of each steady window (as given to on_window)
         self.apply_t = 0.0  # pair.now() after the current period's apply
         self.period_applied: list[bool] = []  # whether each period applied anything
         self.kept: NDArray[np.bool_] = np.ones(0, dtype=bool)  # steady windows still used
@@ -337,6 +345,7 @@ class _Comparison:
         return _Chunk(m0, m1, ok, g0, g1, samples, c0, c1)
 
     def _emit(self, chunk: _Chunk, warmup: NDArray[np.bool_] | bool) -> None:
+        chunk.seq = np.arange(self.seq, self.seq + len(chunk.samples), dtype=np.int64)
         if self.on_window is None:
             self.seq += len(chunk.samples)
             return
@@ -592,6 +601,13 @@ class _Comparison:
         d_all = self.d_used.view()
         keep = self._retro_mask(d_all.size)
         trimmed = int(np.count_nonzero(~keep)) != self.dropped
+        if trimmed:
+            # the windows newly dropped after the fact are warm-up now: say so to whoever
+            # stores them (their rows went out as steady), so the stored flags give the
+            # tester's windows
+            was = np.ones(keep.size, dtype=bool)
+            was[: self.kept.size] = self.kept[: keep.size]
+            self._mark_warmup(was & ~keep)
         self.kept = keep
         self.dropped = int(np.count_nonzero(~keep))
         idx = np.flatnonzero(keep)
@@ -626,6 +642,13 @@ class _Comparison:
                     self.batch_guard[m].append(float(guard[m][sl].mean()))
         self.batch_start = self.d.n
         self.period_len = self._period_length()
+
+    def _mark_warmup(self, newly: NDArray[np.bool_]) -> None:
+        """Tell ``on_warmup`` the ``seq`` of the steady windows in ``newly`` (now dropped)."""
+        if self.on_warmup is None or not newly.any():
+            return
+        seqs = self.win_seq.view()[: newly.size][newly]
+        self.on_warmup(sorted(int(q) for q in seqs if q >= 0))
 
     def _period_length(self) -> int:
         """Steady windows per (full) period: SWAP_OVERHEAD x the swap cost in windows."""
@@ -668,7 +691,8 @@ class _Comparison:
             return self.cap
         assert self.period_len is not None and self.b is not None
         if self.period == 0:
-            return max(2 * self.b, int(math.ceil(self.period_len / 2 / self.b) * self.b))
+            first = FIRST_PERIOD_SHARE * self.period_len
+            return max(2 * self.b, int(math.ceil(first / self.b) * self.b))
         return self.period_len
 
     # ------------------------------------------------------------------ steady state
@@ -691,6 +715,8 @@ class _Comparison:
         self.win_period.extend(np.full(la.size, float(self.period)))
         ends = np.fromiter((s0.t for s0, _ in chunk.samples), dtype=float, count=v.size)
         self.win_age.extend(ends[v] - self.apply_t)
+        seq = chunk.seq if chunk.seq is not None else np.full(v.size, -1, dtype=np.int64)
+        self.win_seq.extend(seq[v].astype(float))
         for m in self.guard_metrics:
             g = chunk.guard1[m][v] if self.sign > 0 else chunk.guard0[m][v]
             self.guard_b[m].extend(g)
@@ -985,6 +1011,9 @@ def _concat(chunks: list[_Chunk]) -> _Chunk:
         [s for c in chunks for s in c.samples],
         np.concatenate([c.c0 for c in chunks if c.c0 is not None]) if cov else None,
         np.concatenate([c.c1 for c in chunks if c.c1 is not None]) if cov else None,
+        np.concatenate([c.seq for c in chunks if c.seq is not None])
+        if all(c.seq is not None for c in chunks)
+        else None,
     )
 
 
@@ -1057,13 +1086,17 @@ def run_comparison(
     rule: str | DecisionRule = "cs",
     rule_options: Mapping[str, Any] | None = None,
     memory: PairMemory | None = None,
+    on_warmup: Callable[[list[int]], None] | None = None,
 ) -> ComparisonResult:
     """Run one sequential A/B comparison of ``candidate`` (role B) against ``baseline``
     (role A) on ``pair`` and return what it found.
 
     ``on_window(rows)`` receives every measured window (two rows, one per host, with keys
     ``seq, t, host, role, period, warmup, valid, metrics``); ``on_progress(progress)`` a
-    :class:`Progress` after every look; ``should_stop()`` is polled between pieces of
+    :class:`Progress` after every look; ``on_warmup(seqs)`` the ``seq`` of windows that went
+    out as steady and were dropped later as warm-up (a longer transient measured at a later
+    swap): a store sets their ``warmup`` flag, so the stored steady windows are the ones the
+    result used; ``should_stop()`` is polled between pieces of
     measurement and, when true, the comparison returns at once with ``Decision.ABORTED``.
     ``seed`` (default ``spec.stats.seed``) seeds the rule (the randomised role order).
     Raises :class:`InputError` for an invalid spec or a metric the hosts do not report, and
@@ -1075,7 +1108,16 @@ def run_comparison(
     memory = memory if memory is not None else PairMemory()
     warning = _early_gate(pair, rule_obj, memory)
     cmp = _Comparison(
-        pair, baseline, candidate, spec, rule_obj, on_window, on_progress, should_stop, memory
+        pair,
+        baseline,
+        candidate,
+        spec,
+        rule_obj,
+        on_window,
+        on_progress,
+        should_stop,
+        memory,
+        on_warmup,
     )
     if warning:
         cmp.notes.append(warning)

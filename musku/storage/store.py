@@ -559,6 +559,27 @@ class Store:
         return len(tuples)
 
     @_guard
+    def mark_warmup(self, cmp_id: int, seqs: Sequence[int]) -> int:
+        """Set ``warmup`` on the windows ``seqs`` (both hosts) of a running comparison: the
+        A/B driver's windows that went out as steady and were dropped later as warm-up (a
+        longer transient measured at a later swap). Returns the number of rows changed."""
+        if not seqs:
+            return 0
+        self._meta(cmp_id)  # a running comparison, as for add_samples
+        changed = 0
+        todo = sorted({int(q) for q in seqs})
+        with self.engine.begin() as conn:
+            for i in range(0, len(todo), 500):  # within SQLite's bound-parameter limit
+                res = conn.execute(
+                    update(SampleRow)
+                    .where(SampleRow.comparison_id == cmp_id)
+                    .where(SampleRow.seq.in_(todo[i : i + 500]))
+                    .values(warmup=True)
+                )
+                changed += int(res.rowcount or 0)
+        return changed
+
+    @_guard
     def samples(self, cmp_id: int) -> list[dict[str, Any]]:
         """A comparison's samples in ``(host, seq)`` order, shaped like ``add_samples`` rows
         (plus ``value``, the experiment's primary metric)."""

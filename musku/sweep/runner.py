@@ -161,6 +161,7 @@ class Runner:
         self.progress.comparison_started(purpose, baseline, candidate)
         cmp_id = None
         on_window: Callable[[list[dict[str, Any]]], None] | None = None
+        on_warmup: Callable[[list[int]], None] | None = None
         if self.store is not None and self.experiment_id is not None:
             cmp_id = self.store.start_comparison(self.experiment_id, purpose, baseline, candidate)
             store, cid = self.store, cmp_id
@@ -168,12 +169,16 @@ class Runner:
             def on_window(rows: list[dict[str, Any]]) -> None:
                 store.add_samples(cid, rows)
 
+            def on_warmup(seqs: list[int]) -> None:
+                store.mark_warmup(cid, seqs)
+
         result = run_comparison(
             self.pair,
             baseline,
             candidate,
             self.experiment.spec,
             on_window=on_window,
+            on_warmup=on_warmup,
             on_progress=self.progress.comparison_progress,
             should_stop=self.stop.is_set,
             seed=self.seed * 100_003 + self._counter,

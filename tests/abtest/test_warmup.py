@@ -17,7 +17,10 @@ from musku.abtest import run_comparison, stats
 from musku.abtest.calibration import PairMemory
 from musku.abtest.driver import Progress
 from musku.domain import ComparisonSpec, Decision, StatsSettings
+from musku.experiment import load_experiment
 from musku.sim import SimModel, SimPair
+from musku.storage import open_store
+from musku.testing.storage import EXPERIMENT
 from tests.abtest.fakes import A, B, FakePair, freq_level
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,3 +135,65 @@ def test_transient_cap_reason_names_both_configurations(amp: float) -> None:
     assert r.decision is Decision.INCONCLUSIVE
     assert "did not end within 3600 s: no decision" in r.reason
     assert '"prefetch":"all_on"' in r.reason and r.samples == 0
+
+
+def test_windows_dropped_after_the_fact_are_stored_as_warmup(tmp_path: Path) -> None:
+    """The candidate warms up 5 % slower (tau 120 s): a later swap measures its transient
+    longer than an earlier period discarded, and the tester drops those windows after the
+    fact. Their stored rows must then say warmup = true: the DB's steady windows are the
+    tester's (count per host = result.samples), and the crossover estimate rebuilt from them
+    (CUPED with one coefficient, batches of the final size) is the tester's point estimate."""
+    model = slow_candidate_model(0.05, 120.0)
+    assert model.reference_config is not None
+    base = model.reference_config.with_("prefetch", "l2hw_dcu")
+    cand = base.with_("prefetch", "all_on")
+    marked: list[int] = []
+    with open_store(f"sqlite:///{tmp_path / 'results.db'}") as store:
+        exp_id = store.create_experiment(load_experiment(EXPERIMENT))
+        cmp_id = store.start_comparison(exp_id, "abtest", base, cand)
+
+        def on_warmup(seqs: list[int]) -> None:
+            marked.extend(seqs)
+            store.mark_warmup(cmp_id, seqs)
+
+        pair = SimPair(model, seed=502, initial=(base, base))
+        r = run_comparison(pair, base, cand, SIM_SPEC, seed=502, memory=PairMemory(),
+                           on_window=lambda rows: store.add_samples(cmp_id, rows),
+                           on_warmup=on_warmup)  # fmt: skip
+        store.finish_comparison(cmp_id, r)
+        rows = store.samples(cmp_id)
+    assert r.decision is not Decision.INCONCLUSIVE and r.ci_low <= 0.0 <= r.ci_high
+    assert len(marked) >= 50, "the test needs windows dropped after the fact"
+    flagged = {x["seq"] for x in rows if x["warmup"]}
+    assert set(marked) <= flagged
+    for host in (0, 1):
+        steady = [x for x in rows if x["host"] == host and x["valid"] and not x["warmup"]]
+        assert len(steady) == r.samples
+    # rebuild: per-window log-ratio B vs A (higher is better) and the offered-load log-ratio
+    by = {(x["seq"], x["host"]): x for x in rows if x["valid"] and not x["warmup"]}
+    seqs = sorted(q for q, h in by if h == 0)
+    d, c, per = [], [], []
+    for q in seqs:
+        x0, x1 = by[(q, 0)], by[(q, 1)]
+        s = 1.0 if x0["role"] == "A" else -1.0
+        d.append(s * (math.log(x1["metrics"]["mips"]) - math.log(x0["metrics"]["mips"])))
+        c.append(s * (math.log(x1["metrics"]["offered_qps"]) - math.log(x0["metrics"]["offered_qps"])))  # fmt: skip
+        per.append(x0["period"])
+    da, ca, pa = np.array(d), np.array(c), np.array(per)
+    dc, cc = da.copy(), ca.copy()
+    for p in np.unique(pa):
+        dc[pa == p] -= da[pa == p].mean()
+        cc[pa == p] -= ca[pa == p].mean()
+    adj = da - float(cc @ dc) / float(cc @ cc) * ca
+    b = int(r.method.split("batch means b=")[1].split(" ")[0])
+    means, signs = [], []
+    for p in np.unique(pa):
+        xs = adj[pa == p]
+        role0 = next(by[(q, 0)]["role"] for q, pp in zip(seqs, per, strict=True) if pp == p)
+        for k in range(xs.size // b):
+            means.append(float(xs[k * b : (k + 1) * b].mean()))
+            signs.append(1 if role0 == "A" else -1)
+    est = stats.crossover_estimate(np.array(means), np.array(signs), np.zeros(len(means)))
+    assert est is not None
+    half = 0.5 * (r.ci_high - r.ci_low)
+    assert abs(math.expm1(est.mean) - r.estimate) < 0.05 * half

@@ -207,8 +207,8 @@ class ConfidenceSequenceRule(DecisionRule):
             lrv = sd * sd * stats.long_run_variance_factor(setup.pilot_rho)
             # (tuned to twice min_effect: 3 standard errors = 2 x min_effect, a quarter of
             # the windows; a larger effect decides sooner, and one near min_effect is
-            # still covered, only less tightly; with k = 2 and a one-third first period,
-            # bench/abtest_stats.py: 916 -> 836 median samples for +1 % on the shipped model)
+            # still covered, only less tightly; bench/abtest_stats.py: 841 -> 631 median
+            # samples for +1 % on the shipped model with k = 2 and a one-third first period)
             n = lrv * (1.5 / math.log1p(setup.min_effect)) ** 2
         else:
             n = 32.0 * b

@@ -2,7 +2,7 @@
 
 Design of one comparison (rule ``cs``)::
 
-    period 0 (L/3)    period 1 (L)      period 2 (L)      period 3 (L)   ...
+    period 0 (L/2)    period 1 (L)      period 2 (L)      period 3 (L)   ...
     host0: A  host1: B | host0: B host1: A | host0: A host1: B | host0: B ...
     [apply][min warm-up][probe: MSER-5 + tests][batch][batch]...[apply]...
 
@@ -11,13 +11,11 @@ Design of one comparison (rule ``cs``)::
   hosts cancels, and ``dir = -1`` for lower-is-better metrics makes ``d > 0`` mean "B better".
 - **Crossover.** Host roles alternate by period; a fixed host bias ``delta`` enters as
   ``+delta`` in one role order and ``-delta`` in the other and drops out of the crossover
-  estimator. The first period is a third as long as the others (:data:`FIRST_PERIOD_SHARE`):
-  both role orders have data sooner, which a decision needs (the crossover estimate's
-  information is limited by the smaller order); half would make the role orders run
-  A-B-B-A in half-periods and cancel a linear bias drift exactly at each block boundary, but
-  it cost samples (bench/abtest_stats.py).
+  estimator. The first period is half as long as the others: the sequence of role orders is
+  then A-B-B-A A-B-B-A in half-periods, which also cancels a linear drift of the bias (e.g. a
+  host-specific sensitivity to the slowly varying live load) at every block boundary.
 - **Period length.** A swap costs one re-apply (the apply's host seconds: reboots for
-  ``spec.reboot_knobs``) plus the warm-up. Periods are twice that cost (<= 33 %
+  ``spec.reboot_knobs``) plus the warm-up. Periods are three times that cost (<= 25 %
   overhead), at least four batches, at most a sixth of the sample cap; so swaps that need a
   reboot get longer periods. The swap cost is re-measured after the first swap.
 - **Warm-up, per configuration.** After every apply at least ``spec.stats.warmup_s`` is
@@ -76,8 +74,8 @@ PROBE_MIN = 180  # windows searched for the end of the transient after the minim
 TRANSIENT_CAP_S = 3600.0  # a transient still going after this long: INCONCLUSIVE
 TRANSIENT_EPS = 0.1  # a transient has ended where it is below this x min_effect
 TRANSIENT_T = 2.0  # a fitted transient counts beyond this many standard errors
-SWAP_OVERHEAD = 2.0  # period length / swap cost (k: periods >= k x the measured transient)
-FIRST_PERIOD_SHARE = 1 / 3  # the first period's length / a full period's (an earlier first swap)
+SWAP_OVERHEAD = 3.0  # period length / swap cost (k: periods >= k x the measured transient)
+FIRST_PERIOD_SHARE = 0.5  # the first period's length / a full period's (A-B-B-A half-periods)
 BATCH_CORRELATION = 0.05  # target correlation of neighbouring batch means
 MIN_BATCHES_IN_CAP = 12  # the batch size never exceeds cap / this (else no decision fits)
 MEASURE_PIECE_S = 60.0  # host seconds measured per pair.windows() call, at most

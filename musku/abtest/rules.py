@@ -199,17 +199,13 @@ class ConfidenceSequenceRule(DecisionRule):
 
     def start(self, setup: RuleSetup) -> None:
         super().start(setup)
-        # tightest where a CS (~3 standard errors wide) reaches 2 x min_effect; fixed in windows
+        # tightest where a CS (~3 standard errors wide) reaches min_effect; fixed in windows
         # at the start so later re-batching does not retune it
         sd = setup.pilot_sd
         b = setup.batch_size
         if math.isfinite(sd) and sd > 0:
             lrv = sd * sd * stats.long_run_variance_factor(setup.pilot_rho)
-            # (tuned to twice min_effect: 3 standard errors = 2 x min_effect, a quarter of
-            # the windows; a larger effect decides sooner, and one near min_effect is
-            # still covered, only less tightly; bench/abtest_stats.py: 841 -> 631 median
-            # samples for +1 % on the shipped model with k = 2 and a one-third first period)
-            n = lrv * (1.5 / math.log1p(setup.min_effect)) ** 2
+            n = lrv * (3.0 / math.log1p(setup.min_effect)) ** 2
         else:
             n = 32.0 * b
         self.n_opt_windows = float(

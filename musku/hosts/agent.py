@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from musku import owner
 from musku.agent.client import AgentClient
 from musku.agent.protocol import raise_for
 from musku.agent.spool import Row
@@ -51,7 +52,6 @@ from musku.domain import Configuration, Sample
 from musku.errors import HostError, InputError, MuskuError
 from musku.hosts.base import Host, HostPair
 from musku.hosts.cotune import ControllerTables, timeout_for
-from musku import owner
 from musku.owner import controller_id
 from musku.schema.hosts import AgentOptions, host_name, parse_options
 

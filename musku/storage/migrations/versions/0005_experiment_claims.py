@@ -39,6 +39,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("experiments") as batch:
-        for name in reversed(_COLUMNS):
-            batch.drop_column(name)
+    # plain DROP COLUMN (SQLite >= 3.35): a batch copy of experiments would break the views
+    for name in reversed(_COLUMNS):
+        op.drop_column("experiments", name)

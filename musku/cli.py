@@ -147,6 +147,23 @@ def sweep(
             "the host time; write nothing.",
         ),
     ] = False,
+    take_over_agents: Annotated[
+        bool,
+        typer.Option(
+            "--take-over-agents",
+            help="Operator override: take the hosts' agents over even if another experiment "
+            "or controller holds their lease (its experiment is rolled back).",
+        ),
+    ] = False,
+    claim_stale: Annotated[
+        float,
+        typer.Option(
+            "--claim-stale",
+            min=1.0,
+            help="Seconds without a heartbeat after which another controller's claim on the "
+            "experiment counts as dead and is taken over.",
+        ),
+    ] = 60.0,
 ) -> None:
     """Sweep the experiment's knobs, compose the soft SKU, validate it, store everything."""
     # lazy (here and in every command): the experiment model, numpy/scipy (sweep), rich
@@ -168,8 +185,18 @@ def sweep(
     try:
         with _StopFlag() as stop, LiveProgress(enabled=not quiet and not json_out) as progress:
             try:
+                if take_over_agents:
+                    from musku import owner  # lazy: see above
+
+                    owner.take_over_agents = True
                 report = run_sweep(
-                    experiment, store=store, resume=resume, progress=progress, stop=stop, seed=seed
+                    experiment,
+                    store=store,
+                    resume=resume,
+                    progress=progress,
+                    stop=stop,
+                    seed=seed,
+                    claim_stale_s=claim_stale,
                 )
             except Interrupted as exc:
                 raise Interrupted(

@@ -69,6 +69,12 @@ def status(
     lease = st.get("lease_remaining_s")
     typer.echo(f"experiment:  {st['experiment'] or '-'}")
     typer.echo(f"lease:       {'-' if lease is None else f'{lease:.1f}s left'}")
+    owner = st.get("owner")
+    if owner:
+        typer.echo(
+            f"owner:       experiment {owner['experiment']}, "
+            f"controller {owner['controller'] or 'anonymous'}"
+        )
     typer.echo(f"expected:    {st['expected'] or '-'}")
     typer.echo(f"deployed:    {st['deployed'] or '-'}")
     typer.echo(f"spool:       {st['spool_rows']} rows ({st['spool_dropped']} dropped)")
@@ -113,10 +119,19 @@ def rollback(
             "--undeploy", help="also remove the deployed soft SKU (back to pre-musku state)"
         ),
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="operator override: roll back even an experiment another controller holds",
+        ),
+    ] = False,
 ) -> None:
     """Roll back the running experiment (and with --undeploy the deployed soft SKU).
 
-    Works with the daemon running (through its socket) or stopped (directly on its journal)."""
+    Works with the daemon running (through its socket) or stopped (directly on its journal).
+    While a controller's lease is live the agent refuses (exit 6, naming the owner) unless
+    --force is given; with the daemon stopped nothing holds the lease and it always proceeds."""
     try:
         from musku.agent.client import AgentClient  # lazy: see status()
         from musku.agent.rpc import default_socket
@@ -124,7 +139,8 @@ def rollback(
         sock = default_socket(config, socket)
         try:
             client = AgentClient(sock, timeout=300)
-            result = client.call("rollback", undeploy=undeploy)
+            fields: dict[str, Any] = {"override": True} if force else {}
+            result = client.call("rollback", undeploy=undeploy, **fields)
             client.close()
         except HostError as exc:
             if "cannot reach" not in exc.message:
@@ -150,7 +166,8 @@ def _offline_rollback(config: Path | None, undeploy: bool) -> dict[str, Any]:
     agent = Agent(cfg)
     try:
         recovered = agent.recover()
-        result = agent.op_rollback({"undeploy": undeploy})
+        # the daemon is stopped: no controller can be using the lease (docs/agent.md)
+        result = agent.op_rollback({"undeploy": undeploy, "override": True})
         result["recovered"] = recovered
         return result
     finally:

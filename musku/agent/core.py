@@ -71,18 +71,21 @@ OPS = (
     "metrics",
 )
 
+# who asks (docs/agent.md "Ownership"): the experiment, the controller process, and an explicit
+# operator override of another owner's lease. A request without "controller" is anonymous.
+OWNER_FIELDS = frozenset({"experiment", "controller", "override"})
 # the fields each op takes besides "op" (anything else is refused: a misspelt "undeploy"
 # must not be silently ignored)
 FIELDS: dict[str, frozenset[str]] = {
     "hello": frozenset(),
     "capabilities": frozenset(),
     "check": frozenset({"config"}),
-    "apply": frozenset({"config", "lease_s", "experiment", "threading"}),
-    "renew": frozenset({"lease_s"}),
+    "apply": frozenset({"config", "lease_s", "experiment", "threading", *OWNER_FIELDS}),
+    "renew": frozenset({"lease_s", *OWNER_FIELDS}),
     "collect": frozenset({"cursor", "limit", "ack"}),
     "ack": frozenset({"cursor"}),
-    "deploy": frozenset({"config"}),
-    "rollback": frozenset({"undeploy"}),
+    "deploy": frozenset({"config", *OWNER_FIELDS}),
+    "rollback": frozenset({"undeploy", *OWNER_FIELDS}),
     "status": frozenset(),
     "metrics": frozenset(),
 }
@@ -140,6 +143,17 @@ def _flag(req: Mapping[str, Any], key: str, default: bool) -> bool:
     if not isinstance(v, bool):
         raise InputError(f"{key} must be true or false, not {_short(v)}")
     return v
+
+
+def _owner_of(req: Mapping[str, Any]) -> tuple[str, str]:
+    """(experiment, controller) a request speaks for; "" is anonymous / unnamed."""
+    out = []
+    for key in ("experiment", "controller"):
+        v = req.get(key, "")
+        if not isinstance(v, str) or len(v) > MAX_NAME:
+            raise InputError(f"{key} must be a string of at most {MAX_NAME} characters")
+        out.append(v)
+    return out[0], out[1]
 
 
 def _short(v: object) -> str:
@@ -276,6 +290,8 @@ class Agent:
             rebooted, kept = reboot_mode.resume(self)
             msgs += [rebooted] if rebooted else []
             kind = self.journal.open_tx()
+            if kind is TxKind.EXPERIMENT:
+                self._restore_owner(self.journal.tx_info())
             if kind is not None and not kept:
                 n = len(self.journal.steps())
                 threading_info = self.journal.tx_info().get("threading")
@@ -515,6 +531,7 @@ class Agent:
             "time": time.time(),
             "sample_interval_s": self.config.sample_interval_s,
             "samplers": dict(self._sampler_backends),
+            "ownership": True,  # takes experiment/controller/override (docs/agent.md)
         }
 
     def op_capabilities(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -544,6 +561,78 @@ class Agent:
             }
             return {"config": values, "writes": plan}
 
+    # ------------------------------------------------------------------ ownership
+
+    def _lease_owner(self) -> tuple[str, str, float] | None:
+        """(experiment, controller, lease remaining) of a live lease; None when the agent is free
+        (no experiment, or its lease lapsed: the next tick rolls it back)."""
+        if not self.experiment or self.lease_deadline is None:
+            return None
+        remaining = self.lease_deadline - self._clock()
+        if remaining <= 0:
+            return None
+        return self.experiment["id"], self.experiment.get("controller", ""), remaining
+
+    def _check_owner(self, req: Mapping[str, Any], op: str) -> bool:
+        """Refuse another owner's request (HostError naming the owner) unless it carries
+        ``override``; True when this request takes over (an override, or another owner after
+        the lease lapsed): the old experiment must be rolled back first. Call under the lock."""
+        held = self._lease_owner()
+        exp, controller = _owner_of(req)
+        override = _flag(req, "override", False)
+        if held is None:
+            # a lapsed lease the next tick would roll back: another owner's apply does it now
+            return bool(self.experiment) and (
+                controller != self.experiment.get("controller", "")
+                or exp not in ("", self.experiment["id"])
+            )
+        h_exp, h_ctl, remaining = held
+        if controller == h_ctl and exp in ("", h_exp):
+            return False
+        who = (
+            f"experiment {h_exp!r} (controller {h_ctl or 'anonymous'}, lease {remaining:.0f}s left)"
+        )
+        if not override:
+            raise HostError(
+                f"{op} refused: this agent is held by {who}; an operator can override "
+                "('musku agent rollback --force', 'musku sweep --take-over-agents')"
+            )
+        log.warning(
+            "operator override: %s by experiment %r (controller %s) takes over from %s",
+            op,
+            exp,
+            controller or "anonymous",
+            who,
+        )
+        return True
+
+    def _journal_lease(self, lease: float) -> None:
+        """Keep the lease's wall-clock end in the journal: the owner outlives an agent restart."""
+        if self.journal.open_tx() is TxKind.EXPERIMENT:
+            self.journal.set_tx_info({**self.journal.tx_info(), "lease_until": time.time() + lease})
+
+    def _restore_owner(self, info: Mapping[str, Any]) -> None:
+        """At recovery: the journaled owner keeps the agent for what is left of its lease."""
+        left = float(info.get("lease_until", 0) or 0) - time.time()
+        if info.get("experiment") and left > 0:
+            self.experiment = {
+                "id": str(info["experiment"]),
+                "controller": str(info.get("controller", "")),
+            }
+            self.lease_deadline = self._clock() + left
+            log.info(
+                "recovery: experiment %r (controller %s) keeps this agent for %.0fs more",
+                self.experiment["id"],
+                self.experiment["controller"] or "anonymous",
+                left,
+            )
+
+    def _owner_status(self) -> dict[str, Any] | None:
+        held = self._lease_owner()
+        if held is None:
+            return None
+        return {"experiment": held[0], "controller": held[1], "lease_remaining_s": held[2]}
+
     def _check_not_blocked(self) -> None:
         if self.blocked:
             raise HostError(
@@ -562,12 +651,24 @@ class Agent:
         cotune = AgentRequest.parse(req.get("threading"))  # bad input: refused, nothing written
         t0 = time.monotonic()
         with self.lock:
+            if self._check_owner(req, "apply"):  # an override or a lapsed lease: it ends
+                self._rollback_experiment("override")
+            if reboot_mode.pending(self) is not None:
+                raise HostError("apply refused: this host is rebooting into the last apply")
             values = self._validate(cfg)
             began = False
             if self.journal.open_tx() is None:
                 exp = experiment or f"exp-{int(time.time())}"
-                self.journal.begin(TxKind.EXPERIMENT, {"experiment": exp})
-                self.experiment = {"id": exp}
+                controller = _owner_of(req)[1]
+                self.journal.begin(
+                    TxKind.EXPERIMENT,
+                    {
+                        "experiment": exp,
+                        "controller": controller,
+                        "lease_until": time.time() + lease,
+                    },
+                )
+                self.experiment = {"id": exp, "controller": controller}
                 began = True
             mark = self.journal.last_seq()
             threading: dict[str, Any] | None = None
@@ -600,6 +701,7 @@ class Agent:
             self.lease_s = lease
             # rebooting: no lease until the agent is back and has verified the boot
             self.lease_deadline = None if rebooting else self._clock() + lease
+            self._journal_lease(lease)
             self.metrics.applies.labels(outcome="ok").inc()
             log.info(
                 "applied %s (changed: %s), lease %.1fs", cfg, ", ".join(changed) or "none", lease
@@ -624,10 +726,12 @@ class Agent:
         if not 0 < lease <= self.config.max_lease_s:
             raise InputError(f"lease_s must be in (0, {self.config.max_lease_s:g}]")
         with self.lock:
+            self._check_owner(req, "renew")
             if self.journal.open_tx() is not TxKind.EXPERIMENT or self.lease_deadline is None:
                 raise HostError("no experiment is running here (lease lapsed or agent restarted)")
             self.lease_s = lease
             self.lease_deadline = self._clock() + lease
+            self._journal_lease(lease)
             return {
                 "lease_s": lease,
                 "experiment": self.experiment.get("id", ""),
@@ -653,6 +757,7 @@ class Agent:
         self._check_not_blocked()
         cfg = _config_of(req.get("config"))
         with self.lock:
+            self._check_owner(req, "deploy")
             values = self._validate(cfg)
             if self.journal.open_tx() is TxKind.EXPERIMENT:
                 self._rollback_experiment("deploy")
@@ -675,6 +780,7 @@ class Agent:
     def op_rollback(self, req: dict[str, Any]) -> dict[str, Any]:
         undeploy = _flag(req, "undeploy", False)
         with self.lock:
+            self._check_owner(req, "rollback")
             n = self._rollback_experiment("request")
             if not undeploy:
                 return {"rolled_back": n, "deployed": self._deployed_values()}
@@ -702,6 +808,7 @@ class Agent:
             )
             return {
                 "experiment": self.experiment.get("id", "") if tx is TxKind.EXPERIMENT else "",
+                "owner": self._owner_status(),
                 "expected": dict(self.expected),
                 "deployed": self._deployed_values(),
                 "lease_remaining_s": remaining,

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from musku import owner
 from musku.agent.client import AgentClient
 from musku.agent.protocol import raise_for
 from musku.agent.spool import Row
@@ -53,6 +54,7 @@ from musku.errors import HostError, InputError, MuskuError
 from musku.hosts.base import Host, HostPair
 from musku.hosts.cotune import ControllerTables, timeout_for
 from musku.hosts.reboot import DEFAULT_TIMEOUT_S, wait_for_reboot
+from musku.owner import controller_id
 from musku.schema.hosts import AgentOptions, host_name, parse_options
 
 if TYPE_CHECKING:
@@ -273,6 +275,16 @@ class AgentHost(Host):
         self.metric_names: set[str] = set()
         self.threading = ""  # what its mid-tier runs (co-tuning), from the last apply's reply
 
+    def owner_fields(self, experiment: str, *, override: bool = False) -> dict[str, Any]:
+        """Who asks (docs/agent.md "Ownership"); nothing for an agent older than ownership
+        (it would refuse the unknown fields)."""
+        if not self.info.get("ownership"):
+            return {}
+        fields: dict[str, Any] = {"experiment": experiment, "controller": controller_id()}
+        if override:
+            fields["override"] = True
+        return fields
+
     @property
     def hostname(self) -> str:
         """The name threading tables are stored under: the agent's own host name."""
@@ -376,6 +388,7 @@ class LeaseKeeper:
         self.hosts = list(hosts)
         self.lease_s = lease_s
         self.error: str = ""
+        self.experiment = ""  # the owner the renewals speak for (AgentPair sets it)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -390,7 +403,9 @@ class LeaseKeeper:
             for h in self.hosts:
                 try:
                     sent = time.time()
-                    res = h.link.call("renew", lease_s=self.lease_s)
+                    res = h.link.call(
+                        "renew", lease_s=self.lease_s, **h.owner_fields(self.experiment)
+                    )
                     got = time.time()
                     # Clocks drift: a tight round trip (under 1 s, and within 2x the one the
                     # current estimate rests on) re-estimates.
@@ -426,8 +441,10 @@ class AgentPair(HostPair):
         self.reboot_timeout_s = reboot_timeout_s  # a reboot-mode apply: wait this long at most
         self.cotune = cotune
         self.experiment = name or f"musku-{int(time.time())}"
+        self.override = owner.take_over_agents  # --take-over-agents: the first apply takes over
         self._t0 = time.monotonic()
         self._keeper = LeaseKeeper(hosts, lease_s)
+        self._keeper.experiment = self.experiment
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda h: h.hello(), hosts))
 
@@ -446,8 +463,11 @@ class AgentPair(HostPair):
                 "apply",
                 config=configs[i].as_dict(),
                 lease_s=self.lease_s,
-                experiment=self.experiment,
                 **fields,
+                **{
+                    "experiment": self.experiment,
+                    **self.hosts[i].owner_fields(self.experiment, override=self.override),
+                },
             )
             if isinstance(reply, dict) and reply.get("rebooting"):  # counted in host time
                 wait_for_reboot(self.hosts[i], reply, self.reboot_timeout_s)
@@ -471,6 +491,7 @@ class AgentPair(HostPair):
             if isinstance(first, MuskuError):
                 raise type(first)(f"{first.one_line()} (both hosts rolled back)")
             raise HostError(f"apply failed: {first} (both hosts rolled back)")
+        self.override = False  # taken over: from now on the lease is ours
         self._keeper.error = ""
         self._keeper.start()  # first: the lease runs from the apply on
         if self.cotune is not None:
@@ -501,7 +522,7 @@ class AgentPair(HostPair):
         self._keeper.stop()
         for h in self.hosts:
             try:
-                h.link.call("rollback")
+                h.link.call("rollback", **h.owner_fields(self.experiment))
             except MuskuError as exc:
                 log.error("%s: rollback failed: %s", h.name, exc.one_line())
 

@@ -78,6 +78,11 @@ class ExperimentRow(Base):
     created_at: Mapped[datetime] = mapped_column(TS)
     started_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+    # revision 0005: the controller process running it, and its heartbeat (NULL: unclaimed)
+    claim_controller: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    claim_host: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    claim_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    claim_heartbeat: Mapped[datetime | None] = mapped_column(TS, nullable=True)
 
 
 class HostRow(Base):

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -101,6 +102,19 @@ def _guard(method: Callable[P, R]) -> Callable[P, R]:
             raise DatabaseError(f"{method.__name__}: {first_line(exc)}") from None
 
     return wrapper
+
+
+class ClaimHeld(DatabaseError):
+    """Another live controller holds the experiment (exit status 5, database)."""
+
+
+def _held_message(row: ExperimentRow, stamp: Any) -> str:
+    beat = convert.aware(row.claim_heartbeat)
+    ago = f"{max(0.0, (stamp - beat).total_seconds()):.0f}s ago" if beat else "never"
+    return (
+        f"experiment {row.id} is held by controller {row.claim_controller} on host "
+        f"{row.claim_host} (pid {row.claim_pid}), heartbeat {ago}"
+    )
 
 
 def open_store(url: str | None = None, *, create: bool = True) -> Store:
@@ -426,6 +440,77 @@ class Store:
                 row.started_at = stamp
             if status in (ExperimentStatus.DONE, ExperimentStatus.FAILED):
                 row.finished_at = stamp
+
+    # ------------------------------------------------------------------ controller claims
+
+    @_guard
+    def claim(
+        self, exp_id: int, controller: str, host: str, pid: int, *, stale_s: float = 60.0
+    ) -> None:
+        """Claim experiment ``exp_id`` for this controller (docs/cli.md "Several controllers").
+
+        Refused with :class:`ClaimHeld` (one line naming the holder) while another controller's
+        heartbeat is younger than ``stale_s``; an unclaimed experiment, this controller's own,
+        or a stale claim is taken atomically: the row is locked (``SELECT ... FOR UPDATE`` on
+        PostgreSQL; on SQLite the write transaction begins IMMEDIATE) and the conditional
+        ``UPDATE ... WHERE claim_heartbeat < cutoff`` must change exactly one row."""
+        with self._session() as s, s.begin():
+            row = s.scalars(
+                select(ExperimentRow).where(ExperimentRow.id == exp_id).with_for_update()
+            ).first()
+            if row is None:
+                raise DatabaseError(f"no experiment with id {exp_id}")
+            stamp = convert.now()
+            cutoff = stamp - timedelta(seconds=stale_s)
+            free = or_(
+                ExperimentRow.claim_controller.is_(None),
+                ExperimentRow.claim_controller == controller,
+                ExperimentRow.claim_heartbeat.is_(None),
+                ExperimentRow.claim_heartbeat < cutoff,
+            )
+            res = s.execute(
+                update(ExperimentRow)
+                .where(ExperimentRow.id == exp_id, free)
+                .values(
+                    claim_controller=controller,
+                    claim_host=host,
+                    claim_pid=pid,
+                    claim_heartbeat=stamp,
+                )
+                .execution_options(synchronize_session=False)
+            )
+            if res.rowcount != 1:  # type: ignore[attr-defined]
+                raise ClaimHeld(_held_message(row, stamp))
+
+    def heartbeat(self, exp_id: int, controller: str) -> bool:
+        """Refresh this controller's claim; False when it no longer holds it (taken over).
+        Safe from another thread: it uses the engine only, not this Store's sessions."""
+        try:
+            with self.engine.begin() as conn:
+                res = conn.execute(
+                    update(ExperimentRow)
+                    .where(
+                        ExperimentRow.id == exp_id,
+                        ExperimentRow.claim_controller == controller,
+                    )
+                    .values(claim_heartbeat=convert.now())
+                )
+                return bool(res.rowcount == 1)
+        except SQLAlchemyError as exc:
+            raise DatabaseError(f"heartbeat: {first_line(exc)}") from None
+
+    @_guard
+    def release(self, exp_id: int, controller: str) -> None:
+        """Give the claim up (the end of a run); a claim another controller took is left alone."""
+        with self._session() as s, s.begin():
+            s.execute(
+                update(ExperimentRow)
+                .where(ExperimentRow.id == exp_id, ExperimentRow.claim_controller == controller)
+                .values(
+                    claim_controller=None, claim_host=None, claim_pid=None, claim_heartbeat=None
+                )
+                .execution_options(synchronize_session=False)
+            )
 
     @_guard
     def resume(self, exp_id: int) -> int:

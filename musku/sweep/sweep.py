@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
+import os
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,9 +17,50 @@ from musku.domain import ComparisonResult, Configuration, ExperimentStatus
 from musku.errors import HostError, Interrupted, MuskuError
 from musku.experiment import Experiment
 from musku.hosts.base import BACKENDS, HostPair
+from musku.owner import controller_id
 from musku.registry import load
 from musku.sweep.runner import Progress, Runner, SweepReport
 from musku.sweep.strategies import STRATEGIES
+
+log = logging.getLogger(__name__)
+
+CLAIM_STALE_S = 60.0  # a claim whose heartbeat is older than this is taken over
+HEARTBEAT_S = 10.0  # how often a running controller renews its claim
+
+
+class ClaimKeeper:
+    """Heartbeats this controller's claim on an experiment from a thread (the Store's engine
+    only: the runner keeps the Store's sessions), and releases it at the end."""
+
+    def __init__(self, store: Any, exp_id: int, controller: str, every_s: float) -> None:
+        self.store, self.exp_id, self.controller, self.every_s = store, exp_id, controller, every_s
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="musku-claim", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                if not self.store.heartbeat(self.exp_id, self.controller):
+                    self.lost = True
+                    log.error("experiment %d: another controller took the claim over", self.exp_id)
+                    return
+            except MuskuError as exc:  # a DB hiccup: the next beat retries
+                log.error("experiment %d: heartbeat failed: %s", self.exp_id, exc.one_line())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        if not self.lost:
+            try:
+                self.store.release(self.exp_id, self.controller)
+            except MuskuError as exc:  # it goes stale on its own
+                log.error("experiment %d: claim not released: %s", self.exp_id, exc.one_line())
+
+
+def _claim(store: Any, exp_id: int, stale_s: float) -> None:
+    store.claim(exp_id, controller_id(), socket.gethostname(), os.getpid(), stale_s=stale_s)
 
 
 def open_pair(experiment: Experiment, *, seed: int | None = None) -> HostPair:
@@ -36,6 +80,8 @@ def experiment_run(
     stop: threading.Event | None = None,
     seed: int | None = None,
     mode: str | None = None,
+    claim_stale_s: float = CLAIM_STALE_S,
+    heartbeat_s: float = HEARTBEAT_S,
 ) -> Iterator[Runner]:
     """One run of an experiment on its host pair: the life cycle every command shares.
 
@@ -43,8 +89,14 @@ def experiment_run(
     name), opens the pair, yields a :class:`Runner`, and on the way out puts the hosts back
     and marks the run done; interrupted on Ctrl-C or a host failure (what was measured is
     kept for ``--resume``); failed on anything else.
+
+    The run is claimed for this controller in the DB and heartbeated every ``heartbeat_s``:
+    a run another live controller holds (heartbeat younger than ``claim_stale_s``) is refused
+    with :class:`~musku.storage.store.ClaimHeld` before anything changes; a stale claim (a
+    crashed controller) is taken over.
     """
     exp_id = None
+    keeper: ClaimKeeper | None = None
     if store is not None:
         previous = store.find_experiment(experiment.name) if resume else None
         if previous is not None and ExperimentStatus(previous.status) in (
@@ -52,12 +104,35 @@ def experiment_run(
             ExperimentStatus.RUNNING,  # a crashed run: its open comparisons become aborted
         ):
             exp_id = previous.id
-            store.resume(exp_id)
+            _claim(store, exp_id, claim_stale_s)  # first: a live controller's run is not ours
+            try:
+                store.resume(exp_id)
+            except BaseException:
+                store.release(exp_id, controller_id())
+                raise
         else:
+            # a new run is an experiment row of its own: runs of one file may go on side by side
             if progress is not None and resume:
                 progress.message(f"nothing to resume for {experiment.name}: starting a new run")
             exp_id = store.create_experiment(experiment, mode=mode)
+            _claim(store, exp_id, claim_stale_s)
             store.set_status(exp_id, ExperimentStatus.RUNNING)
+        keeper = ClaimKeeper(store, exp_id, controller_id(), heartbeat_s)
+    try:
+        yield from _run_claimed(experiment, store, exp_id, progress, stop, seed)
+    finally:
+        if keeper is not None:
+            keeper.close()
+
+
+def _run_claimed(
+    experiment: Experiment,
+    store: Any | None,
+    exp_id: int | None,
+    progress: Progress | None,
+    stop: threading.Event | None,
+    seed: int | None,
+) -> Iterator[Runner]:
 
     def mark(status: ExperimentStatus) -> None:
         if store is not None and exp_id is not None:
@@ -108,6 +183,7 @@ def run_sweep(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
     seed: int | None = None,
+    claim_stale_s: float = CLAIM_STALE_S,
 ) -> SweepReport:
     """Run the experiment's sweep and generate its soft SKU.
 
@@ -118,7 +194,13 @@ def run_sweep(
     """
     strategy = load(experiment.mode.value, STRATEGIES, kind="sweep mode")
     with experiment_run(
-        experiment, store=store, resume=resume, progress=progress, stop=stop, seed=seed
+        experiment,
+        store=store,
+        resume=resume,
+        progress=progress,
+        stop=stop,
+        seed=seed,
+        claim_stale_s=claim_stale_s,
     ) as runner:
         best, outcomes = strategy(runner)
         sku = runner.generate_softsku(best)

@@ -65,6 +65,8 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "ack": st.integers(min_value=0, max_value=50) | JSON,
     "limit": st.integers(min_value=1, max_value=500) | JSON,
     "undeploy": st.booleans() | JSON,
+    "controller": st.sampled_from(["", "ctl-a", "ctl-b"]) | JSON,
+    "override": st.booleans() | JSON,
 }
 
 

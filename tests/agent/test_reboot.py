@@ -66,6 +66,10 @@ def test_apply_reboots_and_the_new_boot_is_verified(tmp_path: Path) -> None:
     assert agent.journal.tx_info()["reboot"]["state"] == "pending"
     st = _ok(agent.handle({"op": "status"}))
     assert st["reboot"]["state"] == "pending" and st["lease_remaining_s"] is None
+    # nothing else is applied on top of a pending reboot
+    late = agent.handle({"op": "apply", "config": {"thp": "always"}})
+    assert not late["ok"] and "is rebooting into the last apply" in late["error"]["message"]
+    assert "[never]" in host.read(THP)
     agent = _reboot(tmp_path, host, agent)  # stopping for a pending reboot keeps the experiment
     assert "isolcpus=1" in host.read(PROC_CMDLINE)
     st = _ok(agent.handle({"op": "status"}))

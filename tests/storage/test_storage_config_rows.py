@@ -91,7 +91,8 @@ def _dump(conn: Any) -> dict[str, list[tuple[Any, ...]]]:
             continue
         if table == "configuration_settings":
             continue
-        cols = [c["name"] for c in insp.get_columns(table)]
+        # columns later revisions add (0005: experiment claims, NULL on carried-over rows)
+        cols = [c["name"] for c in insp.get_columns(table) if not c["name"].startswith("claim_")]
         # JSON columns compare as text on both backends
         select = ", ".join(f"CAST({c} AS TEXT)" for c in cols)
         order = ", ".join(str(i + 1) for i in range(len(cols)))
@@ -150,7 +151,7 @@ def test_a_0003_database_is_carried_over_without_loss(
     assert len(wide_0003) > 2 and any(r[3] == 1 for r in wide_0003)  # the turbo row is there
     assert any(rows for rows in queries_0003.values())
 
-    assert upgrade(db_url) == ("0003", head_revision()) and head_revision() == "0004"
+    assert upgrade(db_url) == ("0003", head_revision()) and head_revision() >= "0004"
     engine = make_engine(db_url)
     try:
         with engine.connect() as conn:

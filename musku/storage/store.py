@@ -421,11 +421,7 @@ class Store:
         """Move an experiment along ``created -> running -> (interrupted -> running)* ->
         done | failed``; any other change raises :class:`InvalidTransition`."""
         with self._session() as s, s.begin():
-            row = s.scalars(
-                select(ExperimentRow).where(ExperimentRow.id == exp_id).with_for_update()
-            ).first()
-            if row is None:
-                raise DatabaseError(f"no experiment with id {exp_id}")
+            row = _locked_experiment(s, exp_id)
             current = ExperimentStatus(row.status)
             allowed = EXPERIMENT_TRANSITIONS[current]
             if status not in allowed:
@@ -455,11 +451,7 @@ class Store:
         PostgreSQL; on SQLite the write transaction begins IMMEDIATE) and the conditional
         ``UPDATE ... WHERE claim_heartbeat < cutoff`` must change exactly one row."""
         with self._session() as s, s.begin():
-            row = s.scalars(
-                select(ExperimentRow).where(ExperimentRow.id == exp_id).with_for_update()
-            ).first()
-            if row is None:
-                raise DatabaseError(f"no experiment with id {exp_id}")
+            row = _locked_experiment(s, exp_id)
             stamp = convert.now()
             cutoff = stamp - timedelta(seconds=stale_s)
             free = or_(
@@ -1227,3 +1219,14 @@ def current_revision(url: str | None = None) -> str | None:
         raise connect_error(engine, exc) from None
     finally:
         engine.dispose()
+
+
+def _locked_experiment(s: Session, exp_id: int) -> ExperimentRow:
+    """Experiment ``exp_id``'s row, locked for this transaction (``SELECT ... FOR UPDATE``;
+    SQLite's write transaction is IMMEDIATE already)."""
+    row = s.scalars(
+        select(ExperimentRow).where(ExperimentRow.id == exp_id).with_for_update()
+    ).first()
+    if row is None:
+        raise DatabaseError(f"no experiment with id {exp_id}")
+    return row

@@ -164,3 +164,25 @@ def spawn_tcp_daemon(tmp: Path, token: bytes) -> tuple[AgentConfig, FakeHost, in
     host = fake_host(tmp / "host")
     cfg = config(tmp, tcp_listen=f"127.0.0.1:{port}", token_file=tmp / "token")
     return cfg, host, port, spawn_daemon(cfg, host)
+
+
+def ok(reply: dict[str, Any]) -> Any:
+    """The result of a successful agent reply (fails the test otherwise)."""
+    assert reply["ok"], reply
+    return reply["result"]
+
+
+def err(reply: dict[str, Any]) -> Any:
+    """The error of a refused agent reply (fails the test otherwise)."""
+    assert not reply["ok"], reply
+    return reply["error"]
+
+
+class Clock:
+    """A monotonic clock the test moves by hand (``clock.t += 61``)."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t

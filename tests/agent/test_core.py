@@ -9,25 +9,7 @@ import pytest
 
 from musku.agent.journal import Journal, TxKind
 from musku.knobs import load_knob
-from tests.agent.helpers import SHP, THP, FailingFactory, make_agent
-
-
-def ok(reply: dict) -> dict:
-    assert reply["ok"], reply
-    return reply["result"]
-
-
-def err(reply: dict) -> dict:
-    assert not reply["ok"], reply
-    return reply["error"]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
+from tests.agent.helpers import SHP, THP, Clock, FailingFactory, err, make_agent, ok
 
 
 def test_apply_then_rollback_restores_bytes(tmp_path: Path) -> None:

@@ -14,28 +14,10 @@ from pathlib import Path
 import pytest
 
 from musku.agent.client import AgentClient
-from tests.agent.helpers import THP, config, fake_host, make_agent, spawn_daemon
+from tests.agent.helpers import THP, Clock, config, err, fake_host, make_agent, ok, spawn_daemon
 
 A = {"experiment": "exp-a", "controller": "alice@ctl-1:100:aaaa"}
 B = {"experiment": "exp-b", "controller": "bob@ctl-2:200:bbbb"}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def ok(reply: dict) -> dict:
-    assert reply["ok"], reply
-    return reply["result"]
-
-
-def err(reply: dict) -> dict:
-    assert not reply["ok"], reply
-    return reply["error"]
 
 
 def apply(agent, owner: dict, value: str = "never", **kw) -> dict:  # type: ignore[no-untyped-def]

@@ -19,20 +19,10 @@ from musku.errors import HostError
 from musku.hosts.agent import AgentHost, AgentPair
 from musku.hosts.cotune import ControllerTables
 from musku.storage import open_store
-from tests.agent.helpers import SHP, THP, make_agent
+from tests.agent.helpers import SHP, THP, err, make_agent, ok
 from tests.tune.fakes import FakeMidtier, FakeTrainer, spec
 
 SPEC = spec(admin="127.0.0.1:1")  # the fake mid-tier answers whatever the address
-
-
-def ok(reply: dict) -> dict:
-    assert reply["ok"], reply
-    return reply["result"]
-
-
-def err(reply: dict) -> dict:
-    assert not reply["ok"], reply
-    return reply["error"]
 
 
 def apply(agent: Any, config: dict, table: dict | None = None, **kw: Any) -> dict:

@@ -65,6 +65,12 @@ class HostOptions(Strict):
         if not isinstance(data, dict):
             raise Refusal("{table} must be a table", here=True)
         allowed = [k for k in cls.key_names() if k != "backend"]
+        if "fleet" in data and "fleet" not in allowed:
+            raise Refusal(
+                f"[hosts] fleet: the {cls.BACKEND or 'given'} backend cannot have a fleet "
+                '(fleet = N is for backend = "sim"; agents list their hosts in hosts = [...])',
+                key="fleet",
+            )
         for key in data:
             if key not in allowed and key != "backend":
                 declared = ", ".join(k for k in cls.model_fields if k != "backend")
@@ -90,6 +96,21 @@ def _model_named(data: Any, refusal: str) -> Any:
     return data
 
 
+MAX_FLEET = 100_000
+
+
+def _fleet_size(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Refusal("[hosts] fleet must be a whole number of hosts (>= 2)")
+    if value < 2:
+        raise Refusal(
+            f"[hosts] fleet = {value}: a pool needs at least 2 hosts (one pair) to compare on"
+        )
+    if value > MAX_FLEET:
+        raise Refusal(f"[hosts] fleet = {value}: at most {MAX_FLEET:,} simulated hosts")
+    return value
+
+
 class SimOptions(HostOptions):
     """``backend = "sim"``: simulated hosts (docs/sim.md)."""
 
@@ -100,11 +121,29 @@ class SimOptions(HostOptions):
         None, description="override the model's host bias (relative; hosts[1] faster)"
     )
     noise_scale: Annotated[float, _number(0.0, 100.0)] = 1.0
+    fleet: Annotated[int, BeforeValidator(_fleet_size), bounds(minimum=2)] | None = Field(
+        None, description="a pool of N simulated hosts, paired (docs/fleet.md); default: one pair"
+    )
+    bias_sd: Annotated[float, _number(0.0, 0.1)] | None = Field(
+        None, description="a fleet's per-host bias spread (default: the model's |host_bias|)"
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _needs_model(cls, data: Any) -> Any:
         return _model_named(data, "[hosts] backend 'sim' needs model = \"path/to/model.toml\"")
+
+    @model_validator(mode="after")
+    def _fleet_bias(self) -> SimOptions:
+        if self.fleet is not None and self.host_bias is not None:
+            raise Refusal(
+                "[hosts] host_bias is one pair's bias: a fleet draws each host's bias "
+                "(give bias_sd instead)",
+                key="host_bias",
+            )
+        if self.bias_sd is not None and self.bias_sd >= 0.1:
+            raise Refusal("[hosts] bias_sd must be in [0, 0.1)", key="bias_sd")
+        return self
 
 
 class AgentHostEntry(Strict):
@@ -150,8 +189,12 @@ def _agent_host(value: Any) -> Any:
 
 
 def _two_hosts(value: Any) -> Any:
-    if not isinstance(value, list) or len(value) != 2:
-        raise Refusal("[hosts] the agent backend needs hosts = [two hosts]", line_key="hosts")
+    """At least two hosts: two are one pair, more a pool of pairs (docs/fleet.md)."""
+    if not isinstance(value, list) or len(value) < 2:
+        raise Refusal(
+            "[hosts] the agent backend needs hosts = [at least two hosts] (a pool needs a pair)",
+            line_key="hosts",
+        )
     return value
 
 
@@ -163,14 +206,15 @@ def host_name(entry: str | AgentHostEntry) -> str:
 
 
 class AgentOptions(HostOptions):
-    """``backend = "agent"``: two real hosts running ``musku agent`` (docs/agent.md)."""
+    """``backend = "agent"``: real hosts running ``musku agent`` (docs/agent.md): two are one
+    pair, more are a pool of pairs (docs/fleet.md)."""
 
     BACKEND: ClassVar[str] = "agent"
     backend: Literal["agent"] = "agent"
     hosts: Annotated[
         list[Annotated[str | AgentHostEntry, BeforeValidator(_agent_host)]],
         BeforeValidator(_two_hosts),
-        bounds(minItems=2, maxItems=2, description="two host names or host tables"),
+        bounds(minItems=2, description="two or more host names or host tables (a pool)"),
     ]
     ssh_user: str = "root"
     ssh_port: Annotated[int, bounds(minimum=1, maximum=65535)] = 22
@@ -205,8 +249,11 @@ class AgentOptions(HostOptions):
     @model_validator(mode="after")
     def _names(self) -> AgentOptions:
         names = [host_name(h) for h in self.hosts]
-        if names[0] == names[1]:
-            raise Refusal("[hosts] the two hosts must have different names", line_key="hosts")
+        seen: set[str] = set()
+        for n in names:
+            if n in seen:
+                raise Refusal(f"[hosts] host {n!r} is listed twice", line_key="hosts")
+            seen.add(n)
         if any(len(n) > 255 for n in names):  # hosts.name is a VARCHAR(255)
             raise Refusal("[hosts] a host name is longer than 255 characters", line_key="hosts")
         return self

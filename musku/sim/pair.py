@@ -669,9 +669,38 @@ class SimPair(HostPair):
         self._t += seconds
 
 
-def open_pair(experiment: Experiment, seed: int = 0) -> SimPair:
-    """The ``sim`` backend factory: the model named by ``[hosts] model`` (relative to the
-    experiment file), validated against the experiment's space, starting at its baseline."""
+@dataclass(frozen=True)
+class PairSetup:
+    """What every simulated pair of an experiment shares: its ``[hosts]`` options, its model
+    (checked against the experiment), the baseline it starts at, reboot knobs, co-tuning."""
+
+    options: SimOptions
+    model: SimModel
+    baseline: Configuration
+    reboot_knobs: frozenset[str]
+    cotune: CotuneSpec | None
+
+    def pair(
+        self,
+        seed: int,
+        host_bias: float | None = None,
+        names: tuple[str, str] = ("sim-a", "sim-b"),
+    ) -> SimPair:
+        return SimPair(
+            self.model,
+            seed=seed,
+            host_bias=self.options.host_bias if host_bias is None else host_bias,
+            noise_scale=self.options.noise_scale,
+            initial=(self.baseline, self.baseline),
+            reboot_knobs=self.reboot_knobs,
+            names=names,
+            cotune=self.cotune,
+        )
+
+
+def pair_setup(experiment: Experiment) -> PairSetup:
+    """The ``sim`` backend's setup: the model named by ``[hosts] model`` (relative to the
+    experiment file), validated against the experiment's space."""
     where = str(experiment.path)
     opts = parse_options(SimOptions, experiment.hosts.options, where)
     model = SimModel.load(experiment.resolve(opts.model), space=experiment.space)
@@ -690,12 +719,10 @@ def open_pair(experiment: Experiment, seed: int = 0) -> SimPair:
             "section (which threading serves each configuration best)",
             where=where,
         )
-    return SimPair(
-        model,
-        seed=seed,
-        host_bias=opts.host_bias,
-        noise_scale=opts.noise_scale,
-        initial=(baseline, baseline),
-        reboot_knobs=experiment.spec.reboot_knobs,
-        cotune=cotune,
-    )
+    return PairSetup(opts, model, baseline, frozenset(experiment.spec.reboot_knobs), cotune)
+
+
+def open_pair(experiment: Experiment, seed: int = 0) -> SimPair:
+    """The ``sim`` backend factory: one pair starting at the experiment's baseline (a
+    ``fleet`` is opened by :func:`musku.sim.fleet.open_fleet`)."""
+    return pair_setup(experiment).pair(seed)

@@ -156,6 +156,10 @@ class ComparisonRow(Base):
     status: Mapped[str] = mapped_column(String(20), default="running")
     started_at: Mapped[datetime] = mapped_column(TS)
     finished_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+    # the pair it ran on (revision 0006): host_a starts on the baseline, host_b on the
+    # candidate; the tester swaps them each period (samples.role says who ran what when)
+    host_a: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    host_b: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
 
 class SampleRow(Base):

@@ -565,10 +565,17 @@ class Store:
 
     @_guard
     def start_comparison(
-        self, exp_id: int, purpose: str, baseline: Configuration, candidate: Configuration
+        self,
+        exp_id: int,
+        purpose: str,
+        baseline: Configuration,
+        candidate: Configuration,
+        *,
+        hosts: tuple[str, str] | None = None,
     ) -> int:
         """A new ``running`` comparison; ``purpose`` is e.g. 'knob:cdp', 'exhaustive',
-        'search', 'validate:production', 'validate:stock'."""
+        'search', 'validate:production', 'validate:stock'; ``hosts`` the pair it runs on
+        (``host_a`` starts on the baseline)."""
         with self._session() as s, s.begin():
             self._experiment(s, exp_id)
             row = ComparisonRow(
@@ -578,10 +585,24 @@ class Store:
                 candidate_id=self._config_id(s, candidate),
                 status=ComparisonStatus.RUNNING.value,
                 started_at=convert.now(),
+                host_a=hosts[0] if hosts else None,
+                host_b=hosts[1] if hosts else None,
             )
             s.add(row)
             s.flush()
             return row.id
+
+    @_guard
+    def comparison_hosts(self, exp_id: int) -> dict[int, tuple[str | None, str | None]]:
+        """Comparison id -> the pair of hosts it ran on (``(host_a, host_b)``; ``None`` for a
+        comparison stored before revision 0006)."""
+        with self._reader() as s:
+            rows = s.execute(
+                select(ComparisonRow.id, ComparisonRow.host_a, ComparisonRow.host_b).where(
+                    ComparisonRow.experiment_id == exp_id
+                )
+            )
+            return {r.id: (r.host_a, r.host_b) for r in rows}
 
     def _meta(self, cmp_id: int) -> tuple[str, dict[str, int]]:
         meta = self._cmp_meta.get(cmp_id)

@@ -6,14 +6,24 @@ an interrupted sweep keeps what it measured; on ``--resume`` a comparison alread
 (same purpose, baseline and candidate) is answered from the database instead of re-measured,
 and since strategies are deterministic functions of those answers, the sweep continues where
 it stopped.
+
+With a pool of pairs (:class:`~musku.hosts.pool.HostPool`, docs/fleet.md), :meth:`Runner.map`
+runs a strategy's independent tasks (a knob's scan, one exhaustive comparison) at once, one
+thread per pair: task ``i`` goes to live pair ``i mod P`` and waits for it, each task runs on a
+*lane* (a runner bound to its pair, seeded from the run's seed and ``i``), and the lanes'
+results join the run's in task order. So a sim sweep gives the same answers on every run of a
+seed, whatever order the threads run in, and a task's comparisons are those it would run on one
+pair. A pair that fails (HostError) is marked failed and its unfinished tasks go to the live
+pairs in a next round (what they had finished is answered from the store, as on resume).
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from musku.abtest import run_comparison
 from musku.abtest.calibration import memory_for
@@ -23,9 +33,10 @@ from musku.domain import (
     Decision,
     SoftSku,
 )
-from musku.errors import Interrupted
+from musku.errors import HostError, Interrupted
 from musku.experiment import Experiment
 from musku.hosts.base import HostPair
+from musku.hosts.pool import HostPool, derive_seed
 from musku.sweep.report import result_dict, sku_dict
 from musku.text import change_text
 
@@ -85,6 +96,10 @@ class SweepReport:
     measured: int  # comparisons actually measured in this run (not answered from a resume)
     host_time_s: float  # host time of all comparisons (incl. resumed ones)
     experiment_id: int | None = None
+    # host-clock time to the soft SKU: pairs run at once, so the longest pair's clock per
+    # concurrent phase, summed over phases (equals host_time_s on one pair)
+    clock_s: float = 0.0
+    pairs: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """The plain (JSON-able) form: ``musku sweep --json`` and the stored report."""
@@ -109,11 +124,27 @@ class SweepReport:
             "comparisons": self.comparisons,
             "measured": self.measured,
             "host_time_s": self.host_time_s,
+            "clock_s": self.clock_s,
+            "pairs": self.pairs,
         }
 
 
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class _Round:
+    """What the pairs' threads of one :meth:`Runner.map` round report."""
+
+    errors: dict[int, BaseException] = field(default_factory=dict)
+    retry: list[int] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 class Runner:
-    """Runs comparisons on one pair for one experiment, with storage and resume."""
+    """Runs comparisons on one pair (or a pool of pairs) for one experiment, with storage
+    and resume."""
 
     def __init__(
         self,
@@ -125,9 +156,11 @@ class Runner:
         progress: Progress | None = None,
         stop: threading.Event | None = None,
         seed: int | None = None,
+        pool: HostPool | None = None,
     ) -> None:
         self.experiment = experiment
         self.pair = pair
+        self.pool = pool
         self.store = store
         self.experiment_id = experiment_id
         self.progress = progress or NullProgress()
@@ -137,8 +170,17 @@ class Runner:
         self.results: list[tuple[str, ComparisonResult]] = []
         self.measured = 0
         self._counter = 0
+        self.clock_s = 0.0  # host-clock time: see SweepReport.clock_s
+        self._hosts: tuple[int, int] | None = None  # the pair's host indices in the pool
+        self._host_names: tuple[str, str] | None = None
         # the pair's calibration and remembered warm-up transients (issue 19)
         self.memory = memory_for(pair, store if experiment_id is not None else None)
+        self._memories: dict[int, Any] = {}
+        if pool is not None and len(pool) > 1:
+            p = next(i for i, q in enumerate(pool.pairs) if q is pair)
+            self._hosts = pool.groups[p]
+            self._host_names = pool.host_names(p)
+            self._memories[p] = self.memory
         if store is not None and experiment_id is not None:
             for purpose, result in store.completed(experiment_id):
                 key = (purpose, result.baseline.key(), result.candidate.key())
@@ -156,6 +198,7 @@ class Runner:
         cached = self._cache.get(key)
         if cached is not None:
             self.results.append((purpose, cached))
+            self.clock_s += cached.host_time_s
             self.progress.comparison_finished(purpose, cached, True)
             return cached
         self.progress.comparison_started(purpose, baseline, candidate)
@@ -163,10 +206,18 @@ class Runner:
         on_window: Callable[[list[dict[str, Any]]], None] | None = None
         on_warmup: Callable[[list[int]], None] | None = None
         if self.store is not None and self.experiment_id is not None:
-            cmp_id = self.store.start_comparison(self.experiment_id, purpose, baseline, candidate)
-            store, cid = self.store, cmp_id
+            names = self._host_names or (self.pair.hosts[0].name, self.pair.hosts[1].name)
+            cmp_id = self.store.start_comparison(
+                self.experiment_id, purpose, baseline, candidate, hosts=names
+            )
+            store, cid, idx = self.store, cmp_id, self._hosts
 
             def on_window(rows: list[dict[str, Any]]) -> None:
+                if idx is not None:  # the pair's host 0/1 -> the host's index in the pool
+                    rows = [
+                        {**r, "host": idx[r["host"]]} if isinstance(r["host"], int) else r
+                        for r in rows
+                    ]
                 store.add_samples(cid, rows)
 
             def on_warmup(seqs: list[int]) -> None:
@@ -189,6 +240,7 @@ class Runner:
         if result.decision is Decision.ABORTED:
             raise Interrupted(f"stopped during {purpose} ({result.samples} samples kept)")
         self.measured += 1
+        self.clock_s += result.host_time_s
         self.results.append((purpose, result))
         self._cache[key] = result
         self.progress.comparison_finished(purpose, result, False)
@@ -233,6 +285,117 @@ class Runner:
 
     def host_time(self) -> float:
         return sum(r.host_time_s for _, r in self.results)
+
+    # ------------------------------------------------------------------ a pool at once
+    def map(self, fn: Callable[[Runner, T], R], items: Sequence[T], tag: str = "") -> list[R]:
+        """``[fn(runner, item) for item in items]``, at once on the pool's live pairs.
+
+        On one pair (or no pool) it is exactly that loop on this runner. Otherwise task ``i``
+        runs on a lane bound to live pair ``i mod P`` (each pair's tasks in order, pairs in
+        parallel threads), seeded from this runner's seed, ``tag`` and ``i``. Results, the
+        comparisons' record and the host-clock (the longest pair's) join this runner's in task
+        order. Ctrl-C / an error stops the other lanes at their next window and is re-raised; a
+        HostError marks its pair failed and the task runs again on a live pair."""
+        pool = self.pool
+        if pool is None or len(pool.live()) <= 1 or len(items) <= 1:
+            return [fn(self, item) for item in items]
+        out: dict[int, R] = {}
+        lanes: dict[int, Runner] = {}
+        todo = list(range(len(items)))
+        phase_clock = 0.0
+        while todo:
+            live = pool.live()
+            if not live:
+                raise HostError(
+                    "every pair of the pool failed: "
+                    + "; ".join(
+                        f"{'+'.join(pool.host_names(p))}: {w}" for p, w in pool.failed.items()
+                    )
+                )
+            plan: dict[int, list[int]] = {}
+            for n, i in enumerate(todo):
+                plan.setdefault(live[n % len(live)], []).append(i)
+            rnd = _Round()
+            threads = [
+                threading.Thread(
+                    target=self._work,
+                    args=(rnd, p, tasks, fn, items, tag, out, lanes),
+                    name=f"musku-pair-{p}",
+                    daemon=True,
+                )
+                for p, tasks in plan.items()
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            per_pair: dict[int, float] = {}
+            for p, tasks in plan.items():
+                per_pair[p] = sum(lanes[i].clock_s for i in tasks if i in lanes)
+            phase_clock += max(per_pair.values(), default=0.0)
+            for i in sorted(lanes):
+                if i in rnd.retry:
+                    continue  # runs again (its finished comparisons answered from the cache)
+                lane = lanes[i]
+                self.results.extend(lane.results)
+                self.measured += lane.measured
+            lanes.clear()
+            if rnd.errors:
+                raise rnd.errors[min(rnd.errors)]
+            todo = sorted(rnd.retry)
+        self.clock_s += phase_clock
+        return [out[i] for i in range(len(items))]
+
+    def _work(
+        self,
+        rnd: _Round,
+        p: int,
+        tasks: list[int],
+        fn: Callable[[Runner, T], R],
+        items: Sequence[T],
+        tag: str,
+        out: dict[int, R],
+        lanes: dict[int, Runner],
+    ) -> None:
+        """One pair's thread in a :meth:`map` round: its tasks in order."""
+        assert self.pool is not None
+        for i in tasks:
+            if p in self.pool.failed:
+                with rnd.lock:
+                    rnd.retry.append(i)
+                continue
+            lane = self._lane(p, f"{tag}#{i}")
+            lanes[i] = lane
+            try:
+                out[i] = fn(lane, items[i])
+            except HostError as exc:
+                self.pool.fail(p, exc.one_line())
+                with rnd.lock:
+                    rnd.retry.append(i)
+            except BaseException as exc:  # re-raised by map
+                with rnd.lock:
+                    rnd.errors[i] = exc
+                self.stop.set()
+                return
+
+    def _lane(self, p: int, name: str) -> Runner:
+        """A runner bound to pool pair ``p``, sharing this one's store, cache and stop flag."""
+        assert self.pool is not None
+        lane = copy.copy(self)
+        lane.pair = self.pool.pairs[p]
+        lane.seed = derive_seed(self.seed, name)
+        lane.results = []
+        lane.measured = 0
+        lane._counter = 0
+        lane.clock_s = 0.0
+        lane._hosts = self.pool.groups[p]
+        lane._host_names = self.pool.host_names(p)
+        if p not in self._memories:
+            self._memories[p] = memory_for(
+                lane.pair, self.store if self.experiment_id is not None else None
+            )
+        lane.memory = self._memories[p]
+        return lane
 
     # ------------------------------------------------------------------ soft SKU
     def generate_softsku(self, sku_config: Configuration) -> SoftSku:

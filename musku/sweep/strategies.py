@@ -88,7 +88,12 @@ def _scan_knob(runner: Runner, purpose: str, base: Configuration, knob: str) -> 
 def independent(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
     exp = runner.experiment
     base = exp.baseline_config
-    outcomes = [_scan_knob(runner, f"knob:{knob}", base, knob) for knob in exp.service.knobs]
+    # each knob's scan is independent of the others': on a pool they run at once
+    outcomes = runner.map(
+        lambda r, knob: _scan_knob(r, f"knob:{knob}", base, knob),
+        list(exp.service.knobs),
+        tag="independent",
+    )
     best = base
     for o in outcomes:
         best = best.with_(o.knob, o.best_value)
@@ -106,12 +111,15 @@ def exhaustive(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
             f'(limit {EXHAUSTIVE_LIMIT}): narrow [platform.settings] or use mode = "search"',
             where=str(exp.path),
         )
-    results: list[ComparisonResult] = []
+    candidates: list[Configuration] = []
     for values in itertools.product(*(exp.space[k] for k in knobs)):
         candidate = base.merged(Configuration.of(dict(zip(knobs, values, strict=True))))
-        if candidate == base:
-            continue
-        results.append(runner.compare("exhaustive", base, candidate))
+        if candidate != base:
+            candidates.append(candidate)
+    # every comparison against the baseline is independent: on a pool they run at once
+    results: list[ComparisonResult] = runner.map(
+        lambda r, c: r.compare("exhaustive", base, c), candidates, tag="exhaustive"
+    )
     best = runner.choose("exhaustive", base, results)
     outcomes = []
     for k in knobs:

@@ -17,6 +17,7 @@ from musku.domain import ComparisonResult, Configuration, ExperimentStatus
 from musku.errors import HostError, Interrupted, MuskuError
 from musku.experiment import Experiment
 from musku.hosts.base import BACKENDS, HostPair
+from musku.hosts.pool import Locked, open_pool
 from musku.owner import controller_id
 from musku.registry import load
 from musku.sweep.runner import Progress, Runner, SweepReport
@@ -138,8 +139,9 @@ def _run_claimed(
         if store is not None and exp_id is not None:
             store.set_status(exp_id, status)
 
+    run_seed = experiment.stats.seed if seed is None else seed
     try:
-        pair = open_pair(experiment, seed=seed)
+        pool = open_pool(experiment, seed=run_seed, open_pair=lambda e, s: open_pair(e, seed=s))
     except MuskuError as exc:
         # hosts unreachable: resumable later
         mark(
@@ -148,31 +150,38 @@ def _run_claimed(
         raise
     try:
         if store is not None:
-            pair.use_store(store)  # co-tuning looks threading tables up there and saves them
+            pool.use_store(store)  # co-tuning looks threading tables up there and saves them
         if store is not None and exp_id is not None:
-            store.add_hosts(exp_id, pair.describe())
+            store.add_hosts(exp_id, pool.describe())
+        if progress is not None and len(pool) > 1:
+            idle = f"; {', '.join(pool.idle)} idles (odd pool)" if pool.idle else ""
+            failed = f"; {len(pool.failed)} pair(s) unreachable" if pool.failed else ""
+            progress.message(f"pool of {len(pool.names)} hosts: {len(pool)} pairs{idle}{failed}")
+        shared = len(pool) > 1  # the pool's threads share the store and the display
+        live = pool.live()
         yield Runner(
             experiment,
-            pair,
-            store=store,
+            pool.pairs[live[0]],
+            store=Locked(store) if shared and store is not None else store,
             experiment_id=exp_id,
-            progress=progress,
+            progress=Locked(progress) if shared and progress is not None else progress,
             stop=stop,
             seed=seed,
+            pool=pool if shared else None,
         )
         mark(ExperimentStatus.DONE)
-        pair.restore()
+        pool.restore()
     except (Interrupted, HostError):
         # a stop, not a verdict on the experiment: what was measured is kept for --resume
         mark(ExperimentStatus.INTERRUPTED)
-        pair.restore()
+        pool.restore()
         raise
     except BaseException:
         mark(ExperimentStatus.FAILED)
-        pair.restore()
+        pool.restore()
         raise
     finally:
-        pair.close()
+        pool.close()
 
 
 def run_sweep(
@@ -217,6 +226,8 @@ def run_sweep(
         measured=runner.measured,
         host_time_s=runner.host_time(),
         experiment_id=runner.experiment_id,
+        clock_s=runner.clock_s,
+        pairs=len(runner.pool) if runner.pool is not None else 1,
     )
 
 

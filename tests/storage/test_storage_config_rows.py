@@ -91,8 +91,10 @@ def _dump(conn: Any) -> dict[str, list[tuple[Any, ...]]]:
             continue
         if table == "configuration_settings":
             continue
-        # columns later revisions add (0005: experiment claims, NULL on carried-over rows)
-        cols = [c["name"] for c in insp.get_columns(table) if not c["name"].startswith("claim_")]
+        # columns later revisions add (0005: experiment claims, 0006: comparison hosts; NULL
+        # on carried-over rows)
+        later = ("claim_", "host_a", "host_b")
+        cols = [c["name"] for c in insp.get_columns(table) if not c["name"].startswith(later)]
         # JSON columns compare as text on both backends
         select = ", ".join(f"CAST({c} AS TEXT)" for c in cols)
         order = ", ".join(str(i + 1) for i in range(len(cols)))
@@ -105,7 +107,12 @@ def _queries(conn: Any, comparison_id: int) -> dict[str, list[tuple[Any, ...]]]:
     for path in ALL:
         sql = _strip_comments(path.read_text(encoding="utf-8"))
         params = {"comparison_id": comparison_id} if ":comparison_id" in sql else {}
-        out[path.name] = _rows(conn, sql, **params)
+        # floats to 12 significant digits: an aggregate's summation order follows the plan,
+        # which may change when a later revision recreates a view (0006: v_comparisons)
+        out[path.name] = [
+            tuple(float(f"{v:.12g}") if isinstance(v, float) else v for v in row)
+            for row in _rows(conn, sql, **params)
+        ]
     return out
 
 

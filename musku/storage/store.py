@@ -734,15 +734,16 @@ class Store:
         self._cmp_meta.pop(cmp_id, None)
 
     @_guard
-    def abort_running(self, exp_id: int) -> int:
-        """Mark comparisons a crashed run left ``running`` as ``aborted`` (call on resume).
-        Returns how many."""
+    def abort_running(self, exp_id: int, *, only: int | None = None) -> int:
+        """Mark comparisons a crashed run left ``running`` as ``aborted`` (call on resume);
+        ``only``: just that comparison (a pool's failed pair). Returns how many."""
         with self._session() as s, s.begin():
             res = s.execute(
                 update(ComparisonRow)
                 .where(
                     ComparisonRow.experiment_id == exp_id,
                     ComparisonRow.status == ComparisonStatus.RUNNING.value,
+                    *([ComparisonRow.id == only] if only is not None else []),
                 )
                 .values(status=ComparisonStatus.ABORTED.value, finished_at=convert.now())
             )

@@ -223,18 +223,25 @@ class Runner:
             def on_warmup(seqs: list[int]) -> None:
                 store.mark_warmup(cid, seqs)
 
-        result = run_comparison(
-            self.pair,
-            baseline,
-            candidate,
-            self.experiment.spec,
-            on_window=on_window,
-            on_warmup=on_warmup,
-            on_progress=self.progress.comparison_progress,
-            should_stop=self.stop.is_set,
-            seed=self.seed * 100_003 + self._counter,
-            memory=self.memory,
-        )
+        try:
+            result = run_comparison(
+                self.pair,
+                baseline,
+                candidate,
+                self.experiment.spec,
+                on_window=on_window,
+                on_warmup=on_warmup,
+                on_progress=self.progress.comparison_progress,
+                should_stop=self.stop.is_set,
+                seed=self.seed * 100_003 + self._counter,
+                memory=self.memory,
+            )
+        except HostError:
+            if self.pool is not None and cmp_id is not None and self.experiment_id is not None:
+                # the pair failed: its comparison is aborted, the pool runs it again elsewhere
+                assert self.store is not None
+                self.store.abort_running(self.experiment_id, only=cmp_id)
+            raise
         if self.store is not None and cmp_id is not None:
             self.store.finish_comparison(cmp_id, result)
         if result.decision is Decision.ABORTED:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,10 @@ from hypothesis import strategies as st
 from musku.cli import main
 from musku.errors import HostError, InputError
 from musku.experiment import load_experiment
-from musku.hosts.pool import HostPool, derive_seed, form_pairs, open_pool
+from musku.hosts.pool import Locked, derive_seed, form_pairs, open_pool
 from musku.sim.fleet import fleet_biases, open_fleet
+from musku.storage import open_store
+from musku.storage.records import ComparisonStatus
 from musku.sweep import strategies
 from musku.sweep.runner import Runner
 from tests.fixtures.toy import EXPERIMENT, MODEL
@@ -180,14 +183,33 @@ def test_a_failed_pair_is_marked_and_the_rest_of_the_pool_goes_on(tmp_path: Path
     exp = load_experiment(_exp(tmp_path, SIM + "fleet = 6\n"))
     pool = open_fleet(exp, seed=1)
     pool.pairs[1] = _Flaky(pool.pairs[1], after=50)  # type: ignore[assignment]
-    runner = Runner(exp, pool.pairs[0], pool=pool, seed=1)
+    store = open_store(f"sqlite:///{tmp_path}/r.db")
+    exp_id = store.create_experiment(exp)
+    store.add_hosts(exp_id, pool.describe())
+    runner = Runner(
+        exp, pool.pairs[0], pool=pool, seed=1, store=Locked(store), experiment_id=exp_id
+    )
     try:
         best, outcomes = strategies.independent(runner)
+        records = store.comparisons(exp_id)
+        hosts = store.comparison_hosts(exp_id)
     finally:
         pool.close()
+        store.close()
     assert list(pool.failed) == [1] and "lease lapsed" in pool.failed[1]
     # every knob was scanned to the end on the pairs that stayed up
     assert [o.knob for o in outcomes] == list(exp.service.knobs)
     assert all(o.results for o in outcomes)
     assert best["thp"] == "always"
-    assert isinstance(pool, HostPool)
+    # the failed pair's comparison is aborted (not left running), and ran again elsewhere
+    status = Counter(r.status for r in records)
+    assert status[ComparisonStatus.RUNNING] == 0 and status[ComparisonStatus.ABORTED] == 1
+    [aborted] = [r for r in records if r.status is ComparisonStatus.ABORTED]
+    assert hosts[aborted.id] == ("sim-002", "sim-003")
+    again = [
+        r
+        for r in records
+        if r.status is ComparisonStatus.FINISHED
+        and (r.purpose, r.candidate) == (aborted.purpose, aborted.candidate)
+    ]
+    assert len(again) == 1 and hosts[again[0].id] != ("sim-002", "sim-003")

@@ -107,7 +107,7 @@ def test_bad_host_options(tmp_path: Path) -> None:
 
     with pytest.raises(InputError, match="two hosts"):
         open_pair(with_opts(hosts=["one"]))
-    with pytest.raises(InputError, match="different names"):
+    with pytest.raises(InputError, match="listed twice"):
         open_pair(with_opts(hosts=["x", "x"]))
     with pytest.raises(InputError, match="unknown host key"):
         open_pair(with_opts(hosts=[{"host": "a", "colour": 1}, "b"]))

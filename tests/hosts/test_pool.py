@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import signal
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -11,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from musku.cli import main
+from musku.domain import Configuration
 from musku.errors import HostError, InputError
 from musku.experiment import load_experiment
 from musku.hosts.pool import Locked, derive_seed, form_pairs, open_pool
@@ -20,6 +25,8 @@ from musku.storage.records import ComparisonStatus
 from musku.sweep import strategies
 from musku.sweep.runner import Runner
 from tests.fixtures.toy import EXPERIMENT, MODEL
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @settings(max_examples=60, deadline=None)
@@ -213,3 +220,53 @@ def test_a_failed_pair_is_marked_and_the_rest_of_the_pool_goes_on(tmp_path: Path
         and (r.purpose, r.candidate) == (aborted.purpose, aborted.candidate)
     ]
     assert len(again) == 1 and hosts[again[0].id] != ("sim-002", "sim-003")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the agents' fake hosts)")
+def test_an_agent_pool_drives_its_pairs_at_once_and_goes_on_without_a_dead_one(
+    tmp_path: Path,
+) -> None:
+    """Four real agent daemons on fake hosts (Unix sockets) and one host whose agent is not
+    there: pairs (a, b), (c, d) are driven at once; (e, f) cannot be reached: marked failed."""
+    from tests.agent.helpers import THP, config, fake_host, spawn_daemon
+
+    daemons = []
+    entries: list[dict[str, str]] = []
+    for name in "abcd":
+        host = fake_host(tmp_path / name / "host")
+        cfg = config(tmp_path / name, sample_interval_s=0.05)
+        daemons.append((spawn_daemon(cfg, host), host))
+        entries.append({"name": name, "socket": str(cfg.socket)})
+    entries += [
+        {"name": "e", "socket": str(tmp_path / "e.sock")},
+        {"name": "f", "socket": str(tmp_path / "f.sock")},
+    ]
+    exp = load_experiment(ROOT / "experiments" / "local-vm.toml")
+    exp = dataclasses.replace(
+        exp,
+        hosts=dataclasses.replace(exp.hosts, backend="agent", options={"hosts": entries}),
+    )
+    pool = open_pool(exp, seed=1)
+    try:
+        assert [pool.host_names(p) for p in range(3)] == [("a", "b"), ("c", "d"), ("e", "f")]
+        assert pool.live() == [0, 1] and "cannot reach" in pool.failed[2]
+        runner = Runner(exp, pool.pairs[0], pool=pool, seed=1)
+        inside = threading.Barrier(2, timeout=60)  # both pairs inside their task at once
+        always = Configuration.of({"thp": "always"})
+
+        def task(lane: Runner, i: int) -> tuple[str, str]:
+            inside.wait()
+            lane.pair.apply((always, always))
+            a, b = lane.pair.window(0.2)
+            assert a.valid and b.valid
+            return lane.pair.hosts[0].name, lane.pair.hosts[1].name
+
+        assert runner.map(task, [0, 1]) == [("a", "b"), ("c", "d")]
+        assert all("[always]" in h.read(THP) for _, h in daemons)
+        pool.restore()
+        assert all("[always]" not in h.read(THP) for _, h in daemons)
+    finally:
+        pool.close()
+        for pid, _ in daemons:
+            os.kill(pid, signal.SIGTERM)
+            os.waitpid(pid, 0)

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from musku.domain import (
     ComparisonResult,
@@ -264,6 +265,39 @@ class StorageContract:
         with pytest.raises(DatabaseError, match="compares"):
             other = store.start_comparison(exp, "knob:cdp", base, base.with_("cdp", "6:5"))
             store.finish_comparison(other, r_nodiff)  # a result of other configurations
+
+    def test_comparisons_name_the_pair_they_ran_on(
+        self, store: Store, experiment: Experiment
+    ) -> None:
+        """A pool's comparisons (revision 0006): each names its pair; its samples are filed
+        under the pool's host indices; one comparison is aborted alone; the view lists them."""
+        exp = store.create_experiment(experiment)
+        store.add_hosts(exp, {"hosts": ["h0", "h1", "h2", "h3"]})
+        base = experiment.production
+        one = store.start_comparison(
+            exp, "knob:cdp", base, base.with_("cdp", "6:5"), hosts=("h0", "h1")
+        )
+        two = store.start_comparison(
+            exp, "knob:thp", base, base.with_("thp", "never"), hosts=("h2", "h3")
+        )
+        old = store.start_comparison(exp, "knob:thp", base, base.with_("thp", "always"))
+        assert store.comparison_hosts(exp) == {
+            one: ("h0", "h1"),
+            two: ("h2", "h3"),
+            old: (None, None),
+        }
+        rows = [{**r, "host": r["host"] + 2} for r in sample_rows(3)]
+        store.add_samples(two, rows)
+        assert {s["host"] for s in store.samples(two)} == {2, 3}
+        assert store.abort_running(exp, only=two) == 1
+        statuses = {c.id: c.status for c in store.comparisons(exp)}
+        assert statuses[two] is ComparisonStatus.ABORTED
+        assert statuses[one] is ComparisonStatus.RUNNING  # the others' pairs go on
+        with store._reader() as s:
+            got = s.execute(
+                text("SELECT comparison_id, host_a, host_b FROM v_comparisons ORDER BY 1")
+            ).all()
+        assert [tuple(r) for r in got] == [(one, "h0", "h1"), (two, "h2", "h3"), (old, None, None)]
 
     def test_threading_tables(self, store: Store, experiment: Experiment) -> None:
         key = experiment.production.key()

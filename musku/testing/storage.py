@@ -286,7 +286,7 @@ class StorageContract:
             two: ("h2", "h3"),
             old: (None, None),
         }
-        rows = [{**r, "host": r["host"] + 2} for r in sample_rows(3)]
+        rows = [{**r, "host": int(str(r["host"])) + 2} for r in sample_rows(3)]
         store.add_samples(two, rows)
         assert {s["host"] for s in store.samples(two)} == {2, 3}
         assert store.abort_running(exp, only=two) == 1

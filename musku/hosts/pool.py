@@ -173,6 +173,11 @@ class Locked:
         return call
 
 
+FLEETS: dict[str, str] = {"sim": "musku.sim.fleet:open_fleet"}
+"""Backends that open a ``fleet = N`` of their own hosts: name -> ``module:factory``, called
+as ``factory(experiment, seed) -> HostPool``."""
+
+
 def _agent_names(experiment: Experiment) -> list[Any]:
     hosts = experiment.hosts.options.get("hosts")
     return list(hosts) if isinstance(hosts, list) else []
@@ -198,9 +203,8 @@ def open_pool(
     from musku.registry import load
 
     backend = experiment.hosts.backend
-    if backend == "sim" and experiment.hosts.options.get("fleet") is not None:
-        from musku.sim.fleet import open_fleet
-
+    if experiment.hosts.options.get("fleet") is not None and backend in FLEETS:
+        open_fleet: Callable[..., HostPool] = load(backend, FLEETS, kind="fleet backend")
         return open_fleet(experiment, seed)
     factory: Callable[..., HostPair] = load(backend, BACKENDS, kind="host backend")
     entries = _agent_names(experiment) if backend == "agent" else []

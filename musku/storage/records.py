@@ -172,6 +172,7 @@ class ComparisonRecord:
     finished_at: datetime | None
     result: ComparisonResult | None
     sample_count: int = 0
+    hosts: tuple[str, str] | None = None  # the pair it ran on (revision 0006)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -185,6 +186,7 @@ class ComparisonRecord:
             "finished_at": _ts(self.finished_at),
             "result": result_to_dict(self.result) if self.result else None,
             "sample_count": self.sample_count,
+            "hosts": list(self.hosts) if self.hosts else None,
         }
 
 

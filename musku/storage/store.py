@@ -795,6 +795,7 @@ class Store:
                     finished_at=convert.aware(cmp.finished_at),
                     result=convert.result_from_rows(base, cand, dec) if dec is not None else None,
                     sample_count=counts.get(cmp.id, 0),
+                    hosts=(cmp.host_a, cmp.host_b) if cmp.host_a and cmp.host_b else None,
                 )
             )
         return out

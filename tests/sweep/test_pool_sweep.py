@@ -71,6 +71,7 @@ def test_a_pool_runs_comparisons_at_once_and_the_clock_is_the_longest_pair(
     try:
         rep = run_sweep(exp, store=store, progress=seen)
         hosts = store.comparison_hosts(rep.experiment_id)
+        records = {c.id: c.to_dict()["hosts"] for c in store.comparisons(rep.experiment_id)}
         samples_of = {cid: {s["host"] for s in store.samples(cid)} for cid in hosts}
         [rec] = [e for e in store.experiments() if e.id == rep.experiment_id]
     finally:
@@ -88,6 +89,7 @@ def test_a_pool_runs_comparisons_at_once_and_the_clock_is_the_longest_pair(
     names = {f"sim-{i:03d}" for i in range(6)}
     assert hosts and all(a in names and b in names and a != b for a, b in hosts.values())
     assert len(set(hosts.values())) > 1
+    assert records == {cid: list(pair) for cid, pair in hosts.items()}  # `musku results --json`
     # each comparison's samples are filed under its own pair's hosts (their pool indices)
     for cid, (a, b) in hosts.items():
         idx = {int(a[-3:]), int(b[-3:])}

@@ -34,16 +34,23 @@ class ComparisonStatus(enum.Enum):
 
 
 EXPERIMENT_TRANSITIONS: Mapping[ExperimentStatus, frozenset[ExperimentStatus]] = {
-    ExperimentStatus.CREATED: frozenset({ExperimentStatus.RUNNING}),
+    ExperimentStatus.CREATED: frozenset({ExperimentStatus.RUNNING, ExperimentStatus.ABORTED}),
     ExperimentStatus.RUNNING: frozenset(
-        {ExperimentStatus.INTERRUPTED, ExperimentStatus.DONE, ExperimentStatus.FAILED}
+        {
+            ExperimentStatus.INTERRUPTED,
+            ExperimentStatus.DONE,
+            ExperimentStatus.FAILED,
+            ExperimentStatus.ABORTED,
+        }
     ),
-    ExperimentStatus.INTERRUPTED: frozenset({ExperimentStatus.RUNNING}),
+    ExperimentStatus.INTERRUPTED: frozenset({ExperimentStatus.RUNNING, ExperimentStatus.ABORTED}),
     ExperimentStatus.DONE: frozenset(),
     ExperimentStatus.FAILED: frozenset(),
+    ExperimentStatus.ABORTED: frozenset(),
 }
 """Allowed experiment status changes:
-``created -> running -> (interrupted -> running)* -> done | failed``."""
+``created -> running -> (interrupted -> running)* -> done | failed``, and ``aborted`` (by
+``musku abort``) from any unfinished status."""
 
 
 def _ts(value: datetime | None) -> str | None:

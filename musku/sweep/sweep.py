@@ -19,6 +19,7 @@ from musku.experiment import Experiment
 from musku.hosts.base import BACKENDS, HostPair
 from musku.owner import controller_id
 from musku.registry import load
+from musku.sweep.queue import shared_runner
 from musku.sweep.runner import Progress, Runner, SweepReport
 from musku.sweep.strategies import STRATEGIES
 
@@ -151,7 +152,8 @@ def _run_claimed(
             pair.use_store(store)  # co-tuning looks threading tables up there and saves them
         if store is not None and exp_id is not None:
             store.add_hosts(exp_id, pair.describe())
-        yield Runner(
+        # --- queue hook (issue 20): the DB comparison queue and `musku abort` (sweep/queue.py)
+        with shared_runner(
             experiment,
             pair,
             store=store,
@@ -159,7 +161,8 @@ def _run_claimed(
             progress=progress,
             stop=stop,
             seed=seed,
-        )
+        ) as runner:
+            yield runner
         mark(ExperimentStatus.DONE)
         pair.restore()
     except (Interrupted, HostError):

@@ -154,6 +154,16 @@ class SharedRunner(Runner):
     def aborted(self) -> bool:
         return self._watch is not None and self._watch.aborted
 
+    def _check_aborted(self) -> None:
+        """Read the experiment's status now (not at the next beat): raise :class:`Aborted`
+        when an operator aborted it."""
+        assert self.store is not None and self.experiment_id is not None
+        if self.store.status_of(self.experiment_id) is ExperimentStatus.ABORTED:
+            if self._watch is not None:
+                self._watch.aborted = True
+            self.stop.set()
+            raise self._stopped("aborted")
+
     def _stopped(self, text: str) -> MuskuError:
         if self.aborted:
             return Aborted(
@@ -210,6 +220,7 @@ class SharedRunner(Runner):
                 self.results.append((purpose, done))
                 self.progress.comparison_finished(purpose, done, True)
                 return done
+            self._check_aborted()  # nothing is claimable in an aborted experiment
             self.stop.wait(self.poll_s)
 
     def measure(self, item: QueueItem) -> ComparisonResult | None:
@@ -243,6 +254,7 @@ class SharedRunner(Runner):
         if result.decision is Decision.ABORTED:
             raise self._stopped(f"stopped during {item.purpose} ({result.samples} samples kept)")
         if not stored:
+            self._check_aborted()  # the abort released the claim
             self.progress.message(
                 f"{item.purpose}: another claimer took it over while this one measured; "
                 "its result counts"

@@ -196,6 +196,4 @@ def test_abort_releases_claims_and_is_final(store: Store, experiment: Experiment
         )
     store.abort_experiment(exp2, stale_s=60)
     assert store.queue_states([exp2])[exp2].controller is None
-    assert [c.status for c in store.comparisons(exp2) if c.id == left] == [
-        ComparisonStatus.ABORTED
-    ]
+    assert [c.status for c in store.comparisons(exp2) if c.id == left] == [ComparisonStatus.ABORTED]

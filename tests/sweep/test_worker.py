@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
+from musku.cli import main
 from musku.testing.postgres import fresh_pg_database, pg_server  # noqa: F401 - fixtures
 from tests.timing import scaled, slowdown
 
@@ -101,10 +102,10 @@ def _kill_mid_comparison(p: subprocess.Popen[str], url: str) -> tuple[int, int, 
 @pytest.mark.postgres
 @pytest.mark.timeout(900)
 def test_sigkilled_controller_is_finished_by_a_worker(
-    toy: Any, pg_server: str, capsys: pytest.CaptureFixture[str]
+    toy: Any, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
     exp = toy("independent", name="killed")
-    url = fresh_pg_database(pg_server)
+    url = fresh_pg_database(request.getfixturevalue("pg_server"))
     stale = f"{3.0 * slowdown():.1f}"
     controller = _musku("sweep", str(exp), "--db", url, "--json", "-q")
     worker: subprocess.Popen[str] | None = None
@@ -169,6 +170,18 @@ def test_sigkilled_controller_is_finished_by_a_worker(
         )
 
 
+def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``musku ARGS`` in this process (the console script's main()): (exit code, out, err)."""
+    capsys.readouterr()
+    code = 0
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def _stop_unlocked(p: subprocess.Popen[str], url: str, exp_id: int) -> None:
     """SIGSTOP the controller at a moment it holds no lock on its experiment's rows."""
     for _ in range(200):
@@ -197,9 +210,11 @@ def _stop_unlocked(p: subprocess.Popen[str], url: str, exp_id: int) -> None:
 
 @pytest.mark.postgres
 @pytest.mark.timeout(600)
-def test_abort_stops_a_running_controller(toy: Any, pg_server: str) -> None:
+def test_abort_stops_a_running_controller(
+    toy: Any, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
     exp = toy("independent", name="aborted")
-    url = fresh_pg_database(pg_server)
+    url = fresh_pg_database(request.getfixturevalue("pg_server"))
     controller = _musku("sweep", str(exp), "--db", url, "--json", "-q")
     try:
         deadline = time.monotonic() + scaled(120)
@@ -209,23 +224,17 @@ def test_abort_stops_a_running_controller(toy: Any, pg_server: str) -> None:
             time.sleep(0.05)
         exp_id = _query(url, "SELECT id FROM experiments")[0][0]
         _stop_unlocked(controller, url, exp_id)  # so the sweep does not end meanwhile
-        listing = subprocess.run(
-            [sys.executable, "-m", "musku", "experiments", "--db", url, "--json"],
-            capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=scaled(60),
-        )  # fmt: skip
-        assert listing.returncode == 0, listing.stderr
-        (row,) = json.loads(listing.stdout)
+        code, out, err = _main(capsys, "experiments", "--db", url, "--json")
+        assert code == 0, err
+        (row,) = json.loads(out)
         assert row["id"] == exp_id and row["status"] == "running"
         assert row["hosts"] == ["sim-a", "sim-b"]
         assert f":{controller.pid}:" in row["controller"]["id"]
         assert row["controller"]["heartbeat_age_s"] < 60
         assert row["queue"]["done"] >= len(rows)
-        aborted = subprocess.run(
-            [sys.executable, "-m", "musku", "abort", str(exp_id), "--db", url],
-            capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=scaled(60),
-        )  # fmt: skip
-        assert aborted.returncode == 0, aborted.stderr
-        assert f"experiment {exp_id} (aborted) aborted: its controller" in aborted.stdout
+        code, out, err = _main(capsys, "abort", str(exp_id), "--db", url)
+        assert code == 0, err
+        assert f"experiment {exp_id} (aborted) aborted: its controller" in out
         os.kill(controller.pid, signal.SIGCONT)
         out, err = controller.communicate(timeout=scaled(120))
     finally:
@@ -247,13 +256,10 @@ def test_abort_stops_a_running_controller(toy: Any, pg_server: str) -> None:
         (["abort", "aborted", "--db", url], 3, "give the experiment's id"),
         (["worker", "4242", "--db", url], 3, "no experiment with id 4242"),
     ]
-    for args, code, words in cases:
-        r = subprocess.run(
-            [sys.executable, "-m", "musku", *args],
-            capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=scaled(60),
-        )  # fmt: skip
-        lines = r.stderr.strip().splitlines()
-        assert r.returncode == code and len(lines) == 1 and words in lines[0], (args, r.stderr)
+    for args, status, words in cases:
+        code, _, err = _main(capsys, *args)
+        lines = err.strip().splitlines()
+        assert code == status and len(lines) == 1 and words in lines[0], (args, lines)
 
 
 def test_worker_on_sqlite_is_refused(toy: Any, tmp_path: Path) -> None:

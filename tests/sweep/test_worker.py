@@ -247,6 +247,10 @@ def test_abort_stops_a_running_controller(
         "rolled back"
     ]
     assert _query(url, "SELECT status, claim_controller FROM experiments") == [("aborted", None)]
+    code, out, _ = _main(capsys, "experiments", "--db", url)
+    assert code == 0 and " aborted " in out and "aborted" in out.split(str(exp_id), 1)[1]
+    code, out, _ = _main(capsys, "experiments", "--running", "--db", url, "--json")
+    assert code == 0 and json.loads(out) == []
     assert _query(url, "SELECT count(*) FROM comparisons WHERE status = 'running'") == [(0,)]
     assert _query(url, "SELECT count(*) FROM comparison_queue WHERE state = 'claimed'") == [(0,)]
     # bad input: one line and its exit code each

@@ -37,7 +37,7 @@ def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "MUSKU_DEBUG"}
     env["PYTHONPATH"] = str(ROOT)
     # short queue leases (beats every sixth), longer on a loaded machine
-    env["MUSKU_QUEUE_LEASE_S"] = f"{2.0 * slowdown():.1f}"
+    env["MUSKU_QUEUE_LEASE_S"] = f"{3.0 * slowdown():.1f}"
     return env
 
 
@@ -106,7 +106,7 @@ def test_sigkilled_controller_is_finished_by_a_worker(
 ) -> None:
     exp = toy("independent", name="killed")
     url = fresh_pg_database(request.getfixturevalue("pg_server"))
-    stale = f"{3.0 * slowdown():.1f}"
+    stale = f"{4.5 * slowdown():.1f}"
     controller = _musku("sweep", str(exp), "--db", url, "--json", "-q")
     worker: subprocess.Popen[str] | None = None
     try:

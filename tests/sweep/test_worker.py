@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -33,11 +34,16 @@ from tests.timing import scaled, slowdown
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@functools.cache
+def _lease() -> str:
+    """A short queue lease (beats every sixth), longer on a loaded machine; one per session."""
+    return f"{3.0 * slowdown():.1f}"
+
+
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "MUSKU_DEBUG"}
     env["PYTHONPATH"] = str(ROOT)
-    # short queue leases (beats every sixth), longer on a loaded machine
-    env["MUSKU_QUEUE_LEASE_S"] = f"{3.0 * slowdown():.1f}"
+    env["MUSKU_QUEUE_LEASE_S"] = _lease()
     return env
 
 
@@ -106,7 +112,7 @@ def test_sigkilled_controller_is_finished_by_a_worker(
 ) -> None:
     exp = toy("independent", name="killed")
     url = fresh_pg_database(request.getfixturevalue("pg_server"))
-    stale = f"{4.5 * slowdown():.1f}"
+    stale = f"{1.5 * float(_lease()):.1f}"
     controller = _musku("sweep", str(exp), "--db", url, "--json", "-q")
     worker: subprocess.Popen[str] | None = None
     try:
@@ -163,7 +169,7 @@ def test_sigkilled_controller_is_finished_by_a_worker(
     assert _query(url, "SELECT max(attempts) FROM comparison_queue") == [(2,)]
     with capsys.disabled():
         print(
-            f"\n[queue] SIGKILL takeover (lease {_env()['MUSKU_QUEUE_LEASE_S']} s, claim "
+            f"\n[queue] SIGKILL takeover (lease {_lease()} s, claim "
             f"stale {stale} s, busy machine): worker took the sweep over {took_over:.2f} s "
             f"after the kill, sweep done {finished:.2f} s after it; "
             f"{len(finished_per_key)} comparisons finished once, 1 rerun"

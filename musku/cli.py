@@ -687,7 +687,10 @@ def _redact(url: str) -> str:
 @app.command()
 def worker(
     target: Annotated[
-        str, typer.Argument(help="Experiment file (its latest run in the DB), or a run's id.")
+        str,
+        typer.Argument(
+            metavar="FILE_OR_ID", help="Experiment file (its latest run in the DB), or a run's id."
+        ),
     ],
     db: DbOption = None,
     json_out: JsonOption = False,
@@ -764,7 +767,9 @@ def experiments(
 
 @app.command()
 def abort(
-    ident: Annotated[str, typer.Argument(help="The experiment's id (musku experiments).")],
+    ident: Annotated[
+        str, typer.Argument(metavar="ID", help="The experiment's id (musku experiments).")
+    ],
     db: DbOption = None,
     claim_stale: Annotated[
         float,

@@ -455,6 +455,9 @@ def print_experiment_claims(con: Any, rows: Sequence[Mapping[str, Any]]) -> None
     def age(value: Any) -> str:
         return "-" if value is None else f"{float(value):.0f}s ago"
 
+    if not rows:
+        con.print("no experiments")
+        return
     t = Table("id", "name", "status", "hosts", "controller", "heartbeat", "queued/claimed/done")
     for r in rows:
         ctl = r.get("controller")

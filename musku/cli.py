@@ -681,6 +681,134 @@ def _redact(url: str) -> str:
     return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
 
 
+# ---------------------------------------------------------------------------- queue (issue 20)
+
+
+@app.command()
+def worker(
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="FILE_OR_ID", help="Experiment file (its latest run in the DB), or a run's id."
+        ),
+    ],
+    db: DbOption = None,
+    json_out: JsonOption = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No live progress.")] = False,
+    claim_stale: Annotated[
+        float,
+        typer.Option(
+            "--claim-stale",
+            min=1.0,
+            help="Seconds without a heartbeat after which the sweep's controller counts as "
+            "dead and this worker takes the sweep over.",
+        ),
+    ] = 60.0,
+    take_over: Annotated[
+        bool,
+        typer.Option(
+            "--take-over/--no-take-over",
+            help="Finish the sweep as its controller when the controller is dead.",
+        ),
+    ] = True,
+) -> None:
+    """Measure a running sweep's queued comparisons on this experiment file's hosts until the
+    sweep ends (PostgreSQL; docs/cli.md "Workers")."""
+    from musku.display import LiveProgress  # lazy: see sweep()
+    from musku.sweep.worker import run_worker
+
+    store = _open_store(db)
+    try:
+        with _StopFlag() as stop, LiveProgress(enabled=not quiet and not json_out) as progress:
+            report = run_worker(
+                target,
+                store,
+                stop=stop,
+                progress=progress,
+                claim_stale_s=claim_stale,
+                take_over=take_over,
+            )
+    finally:
+        store.close()
+    if json_out:
+        _print_json(report.to_dict())
+        return
+    took = " (took the sweep over from its dead controller)" if report.took_over else ""
+    typer.echo(
+        f"worker: measured {report.measured} comparison(s) of experiment "
+        f"{report.experiment_id} ({report.experiment}), now {report.status}{took}"
+    )
+
+
+@app.command()
+def experiments(
+    db: DbOption = None,
+    json_out: JsonOption = False,
+    running: Annotated[
+        bool, typer.Option("--running", help="Only unfinished experiments.")
+    ] = False,
+) -> None:
+    """Experiments with their hosts, status, claims (controller, heartbeat age) and queued /
+    claimed / done comparisons."""
+    from musku.sweep.queue import experiment_rows
+
+    store = _open_store(db)
+    try:
+        rows = experiment_rows(store, running_only=running)
+    finally:
+        store.close()
+    if json_out:
+        _print_json(rows)
+        return
+    from musku.display import print_experiment_claims  # lazy: rich
+
+    print_experiment_claims(_console(), rows)
+
+
+@app.command()
+def abort(
+    ident: Annotated[
+        str, typer.Argument(metavar="ID", help="The experiment's id (musku experiments).")
+    ],
+    db: DbOption = None,
+    claim_stale: Annotated[
+        float,
+        typer.Option(
+            "--claim-stale",
+            min=1.0,
+            help="A controller whose heartbeat is older than this is dead: its claim is "
+            "released and its running comparisons aborted here.",
+        ),
+    ] = 60.0,
+) -> None:
+    """Stop an experiment cleanly: status aborted, claims released; its running controller
+    stops at its next heartbeat and rolls its hosts back."""
+    from musku.domain import ExperimentStatus
+
+    if not ident.isdigit():
+        raise InputError(f"{ident!r}: give the experiment's id (musku experiments lists them)")
+    store = _open_store(db)
+    try:
+        rec = store.find_experiment(int(ident))
+        if rec is None:
+            raise InputError(f"no experiment with id {ident} in {store.url}")
+        if rec.status in (ExperimentStatus.DONE, ExperimentStatus.FAILED, ExperimentStatus.ABORTED):
+            raise InputError(
+                f"experiment {rec.id} ({rec.name}) is already {rec.status.value}: nothing to abort"
+            )
+        held = store.queue_states([rec.id])[rec.id].controller
+        store.abort_experiment(rec.id, stale_s=claim_stale)
+    finally:
+        store.close()
+    live = held is not None and (held.heartbeat_age_s or 0.0) <= claim_stale
+    tail = (
+        f"its controller {held.holder} stops at its next heartbeat and rolls its hosts back"
+        if live and held is not None
+        else "no live controller held it"
+    )
+    typer.echo(f"experiment {rec.id} ({rec.name}) aborted: {tail}")
+
+
 # ---------------------------------------------------------------------------- entry point
 
 

@@ -450,3 +450,36 @@ def print_sku_diff(con: Any, diff: Any) -> None:
         fb = format_value(r["knob"], r["second"]) if r["second"] is not None else "-"
         t.add_row(r["knob"], escape(fa), escape(fb), "same" if r["same"] else "differs")
     con.print(t)
+
+
+def print_experiment_claims(con: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+    """``musku experiments``: rows of :func:`musku.sweep.queue.experiment_rows`."""
+
+    def age(value: Any) -> str:
+        return "-" if value is None else f"{float(value):.0f}s ago"
+
+    if not rows:
+        con.print("no experiments")
+        return
+    t = Table("id", "name", "status", "hosts", "controller", "heartbeat", "queued/claimed/done")
+    for r in rows:
+        ctl = r.get("controller")
+        q = r.get("queue") or {}
+        claims = r.get("claims") or []
+        counts = "-" if not q else f"{q.get('queued', 0)}/{q.get('claimed', 0)}/{q.get('done', 0)}"
+        if claims:
+            counts += (
+                " ("
+                + ", ".join(f"{c['claimer']} {age(c['heartbeat_age_s'])}" for c in claims)
+                + ")"
+            )
+        t.add_row(
+            str(r["id"]),
+            escape(str(r["name"])),
+            str(r["status"]),
+            escape(", ".join(r.get("hosts") or []) or "-"),
+            escape(ctl["id"]) if ctl else "-",
+            age(ctl["heartbeat_age_s"]) if ctl else "-",
+            escape(counts),
+        )
+    print_table(con, t)

@@ -209,13 +209,15 @@ class SweepMode(enum.Enum):
 
 
 class ExperimentStatus(enum.Enum):
-    """created -> running -> (interrupted -> running)* -> done | failed."""
+    """created -> running -> (interrupted -> running)* -> done | failed; ``musku abort``
+    makes any unfinished run aborted (final)."""
 
     CREATED = "created"
     RUNNING = "running"
     INTERRUPTED = "interrupted"
     DONE = "done"
     FAILED = "failed"
+    ABORTED = "aborted"  # stopped by an operator (`musku abort`)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     DateTime,
@@ -42,8 +43,9 @@ JSONType = JSON().with_variant(JSONB(), "postgresql")
 
 TS = DateTime(timezone=True)
 
-EXPERIMENT_STATUSES = ("created", "running", "interrupted", "done", "failed")
+EXPERIMENT_STATUSES = ("created", "running", "interrupted", "done", "failed", "aborted")
 COMPARISON_STATUSES = ("running", "finished", "aborted")
+QUEUE_STATES = ("queued", "claimed", "done")
 DECISIONS = ("better", "worse", "no_difference", "inconclusive", "guardrail", "aborted")
 SAMPLE_METRIC_COLUMNS = ("mips", "qps", "p99_ms", "qos_violation_rate", "power_w")
 """Metrics with their own column in ``samples``; any other metric goes to ``samples.extra``."""
@@ -290,3 +292,42 @@ class ConfigTransientRow(Base):
 
 
 metadata = Base.metadata
+
+
+class QueueRow(Base):
+    """Revision 0007: a sweep's comparison queue (PostgreSQL; docs/cli.md "Workers"). One row
+    per comparison a sweep needs (unique per experiment, purpose, baseline and candidate),
+    ``queued -> claimed -> done``; a claimer renews ``expires_at`` while it measures, and a
+    claim whose ``expires_at`` has passed (a dead controller or worker) is claimed again."""
+
+    __tablename__ = "comparison_queue"
+    __table_args__ = (
+        CheckConstraint(_in("state", QUEUE_STATES), name="state"),
+        UniqueConstraint(
+            "experiment_id",
+            "purpose",
+            "baseline_id",
+            "candidate_id",
+            name="uq_comparison_queue_comparison",
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), index=True
+    )
+    purpose: Mapped[str] = mapped_column(String(100))
+    baseline_id: Mapped[int] = mapped_column(ForeignKey("configuration_keys.id"))
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("configuration_keys.id"))
+    seed: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(10), default="queued")
+    claimed_by: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    claimed_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+    expires_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    comparison_id: Mapped[int | None] = mapped_column(
+        ForeignKey("comparisons.id", ondelete="SET NULL"), nullable=True
+    )
+    enqueued_at: Mapped[datetime] = mapped_column(TS)
+    done_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)

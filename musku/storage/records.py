@@ -34,16 +34,23 @@ class ComparisonStatus(enum.Enum):
 
 
 EXPERIMENT_TRANSITIONS: Mapping[ExperimentStatus, frozenset[ExperimentStatus]] = {
-    ExperimentStatus.CREATED: frozenset({ExperimentStatus.RUNNING}),
+    ExperimentStatus.CREATED: frozenset({ExperimentStatus.RUNNING, ExperimentStatus.ABORTED}),
     ExperimentStatus.RUNNING: frozenset(
-        {ExperimentStatus.INTERRUPTED, ExperimentStatus.DONE, ExperimentStatus.FAILED}
+        {
+            ExperimentStatus.INTERRUPTED,
+            ExperimentStatus.DONE,
+            ExperimentStatus.FAILED,
+            ExperimentStatus.ABORTED,
+        }
     ),
-    ExperimentStatus.INTERRUPTED: frozenset({ExperimentStatus.RUNNING}),
+    ExperimentStatus.INTERRUPTED: frozenset({ExperimentStatus.RUNNING, ExperimentStatus.ABORTED}),
     ExperimentStatus.DONE: frozenset(),
     ExperimentStatus.FAILED: frozenset(),
+    ExperimentStatus.ABORTED: frozenset(),
 }
 """Allowed experiment status changes:
-``created -> running -> (interrupted -> running)* -> done | failed``."""
+``created -> running -> (interrupted -> running)* -> done | failed``, and ``aborted`` (by
+``musku abort``) from any unfinished status."""
 
 
 def _ts(value: datetime | None) -> str | None:
@@ -226,3 +233,38 @@ class ThreadingTableRecord:
             "table": dict(self.table),
             "created_at": _ts(self.created_at),
         }
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    """A claimed row of the comparison queue (revision 0007): what to measure, with the seed
+    the sweep's strategy gave it; ``attempts`` counts its claims (2+: a claimer died)."""
+
+    id: int
+    experiment_id: int
+    purpose: str
+    baseline: Configuration
+    candidate: Configuration
+    seed: int
+    attempts: int
+
+
+@dataclass(frozen=True)
+class ClaimInfo:
+    """Who holds a claim (an experiment's controller, or a queued comparison's claimer) and
+    how old its heartbeat is, in seconds (None: never beat)."""
+
+    holder: str
+    host: str | None
+    pid: int | None
+    heartbeat_age_s: float | None
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """An experiment's claims for ``musku experiments``: its controller (None: unclaimed),
+    its queued comparisons by state, and the claimers of the claimed ones."""
+
+    controller: ClaimInfo | None
+    counts: Mapping[str, int]
+    claims: tuple[ClaimInfo, ...]

@@ -206,22 +206,10 @@ class Runner:
         on_window: Callable[[list[dict[str, Any]]], None] | None = None
         on_warmup: Callable[[list[int]], None] | None = None
         if self.store is not None and self.experiment_id is not None:
-            names = self._host_names or (self.pair.hosts[0].name, self.pair.hosts[1].name)
             cmp_id = self.store.start_comparison(
-                self.experiment_id, purpose, baseline, candidate, hosts=names
+                self.experiment_id, purpose, baseline, candidate, hosts=self.host_names()
             )
-            store, cid, idx = self.store, cmp_id, self._hosts
-
-            def on_window(rows: list[dict[str, Any]]) -> None:
-                if idx is not None:  # the pair's host 0/1 -> the host's index in the pool
-                    rows = [
-                        {**r, "host": idx[r["host"]]} if isinstance(r["host"], int) else r
-                        for r in rows
-                    ]
-                store.add_samples(cid, rows)
-
-            def on_warmup(seqs: list[int]) -> None:
-                store.mark_warmup(cid, seqs)
+            on_window, on_warmup = self.sinks(cmp_id)
 
         try:
             result = run_comparison(
@@ -289,6 +277,30 @@ class Runner:
             )
             return incumbent
         return champion.candidate
+
+    def host_names(self) -> tuple[str, str]:
+        """The names of the two hosts this runner's pair runs on (``host_a`` first)."""
+        return self._host_names or (self.pair.hosts[0].name, self.pair.hosts[1].name)
+
+    def sinks(
+        self, cmp_id: int
+    ) -> tuple[Callable[[list[dict[str, Any]]], None], Callable[[list[int]], None]]:
+        """Where comparison ``cmp_id``'s sample windows and warm-up flags go: the store, each
+        sample filed under its host's index in the pool."""
+        store, idx = self.store, self._hosts
+        assert store is not None
+
+        def on_window(rows: list[dict[str, Any]]) -> None:
+            if idx is not None:  # the pair's host 0/1 -> the host's index in the pool
+                rows = [
+                    {**r, "host": idx[r["host"]]} if isinstance(r["host"], int) else r for r in rows
+                ]
+            store.add_samples(cmp_id, rows)
+
+        def on_warmup(seqs: list[int]) -> None:
+            store.mark_warmup(cmp_id, seqs)
+
+        return on_window, on_warmup
 
     def host_time(self) -> float:
         return sum(r.host_time_s for _, r in self.results)

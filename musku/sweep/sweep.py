@@ -20,6 +20,7 @@ from musku.hosts.base import BACKENDS, HostPair
 from musku.hosts.pool import Locked, open_pool
 from musku.owner import controller_id
 from musku.registry import load
+from musku.sweep.queue import shared_runner
 from musku.sweep.runner import Progress, Runner, SweepReport
 from musku.sweep.strategies import STRATEGIES
 
@@ -159,7 +160,8 @@ def _run_claimed(
             progress.message(f"pool of {len(pool.names)} hosts: {len(pool)} pairs{idle}{failed}")
         shared = len(pool) > 1  # the pool's threads share the store and the display
         live = pool.live()
-        yield Runner(
+        # --- queue hook (issue 20): the DB comparison queue and `musku abort` (sweep/queue.py)
+        with shared_runner(
             experiment,
             pool.pairs[live[0]],
             store=Locked(store) if shared and store is not None else store,
@@ -168,7 +170,8 @@ def _run_claimed(
             stop=stop,
             seed=seed,
             pool=pool if shared else None,
-        )
+        ) as runner:
+            yield runner
         mark(ExperimentStatus.DONE)
         pool.restore()
     except (Interrupted, HostError):

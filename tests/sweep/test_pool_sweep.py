@@ -16,6 +16,7 @@ from musku.experiment import load_experiment
 from musku.storage import open_store
 from musku.sweep import run_sweep
 from musku.sweep.runner import NullProgress
+from musku.testing.postgres import fresh_pg_database, pg_server  # noqa: F401 - fixtures
 from tests.fixtures.toy import EXPERIMENT, MODEL
 
 
@@ -137,3 +138,28 @@ def test_a_pool_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
     keys = Counter((p, r.baseline.key(), r.candidate.key()) for p, r in done)
     assert max(keys.values()) == 1
     assert all(a is not None for a, _ in hosts.values())
+
+
+@pytest.mark.postgres
+def test_a_pool_sweep_on_postgresql_goes_through_the_queue_once(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """On PostgreSQL the pool's pairs take the comparisons through the shared queue: each is
+    queued, claimed and measured once, on the pair that claimed it, named in its row."""
+    url = fresh_pg_database(request.getfixturevalue("pg_server"))
+    exp = load_experiment(_fleet(tmp_path, 4))
+    seen = InFlight()
+    with open_store(url) as store:
+        rep = run_sweep(exp, store=store, progress=seen)
+        done = store.completed(rep.experiment_id)
+        hosts = store.comparison_hosts(rep.experiment_id)
+        states = store.queue_states([rep.experiment_id])[rep.experiment_id]
+    assert seen.most > 1  # the two pairs measured at once
+    assert rep.best == Configuration.of(core_count=2, thp="always", shp=128)
+    keys = Counter((p, r.baseline.key(), r.candidate.key()) for p, r in done)
+    assert max(keys.values()) == 1 and len(keys) == rep.comparisons
+    assert {k: v for k, v in states.counts.items() if v} == {"done": rep.comparisons}
+    names = {f"sim-{i:03d}" for i in range(4)}
+    assert all(a in names and b in names and a != b for a, b in hosts.values())
+    assert len(set(hosts.values())) == 2
+    assert rep.clock_s < rep.host_time_s

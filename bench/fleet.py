@@ -1,0 +1,189 @@
+"""The Web/Skylake independent sweep on simulated fleets: pairwise pools against multi-arm scans.
+
+Issue 20's Must-show. For each fleet size (default 2, 8, 16, 32 hosts) and ``--seeds`` seeds, in
+the same run on the same sim model (experiments/web-skylake.toml):
+
+- **pairwise**: ``musku sweep`` itself (``run_sweep``) with ``[hosts] fleet = N``: the knobs'
+  scans run at once on the pool's N/2 pairs (docs/fleet.md); 2 hosts is today's sweep, the
+  baseline of the ratios below;
+- **multi-arm**: every knob's scan as Williams scans on groups of the fleet, side by side, then
+  the composition validated against production and stock on one pair
+  (:func:`musku.design.fleet.multiarm_sweep`; a 2-host group is the pairwise design: n/a).
+
+Printed per size and strategy: host-clock time to the soft SKU (median, max), total host-hours
+(median; ratio to today's 2-host pairwise sweep), and in how many seeds the soft SKU is the
+paper's. The paper's Web/Skylake soft SKU is the per-knob argmax of its Table/Fig. values as
+encoded in the sim model (tests/sim/test_case_studies.py BEST checks the model against it).
+Goals: <= 1 h to the soft SKU with 16 hosts; total host-hours <= 0.5x today's; the paper's soft
+SKU in >= 9 of 10 seeds. ``--aa-runs N`` adds bench/multiarm.py's K-arm A/A family-wise rate.
+
+Usage: ``python bench/fleet.py [--sizes 2,8,16,32] [--seeds 10] [--jobs 2] [--aa-runs 300]``.
+The hosts are simulated on virtual clocks, so a busy machine changes only the wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+EXPERIMENT = ROOT / "experiments" / "web-skylake.toml"
+
+# the SoftSKU paper's Web/Skylake soft SKU (Sriraman et al., ISCA 2019), per knob
+PAPER_SKU = {
+    "core_freq": 2.2,
+    "uncore_freq": 1.8,
+    "core_count": 18,
+    "cdp": "6:5",
+    "prefetch": "all_on",
+    "thp": "always",
+    "shp": 300,
+}
+
+
+def _fleet_file(tmp: str, n: int) -> Path:
+    """A copy of the experiment with ``fleet = n`` and the model path made absolute."""
+    text = EXPERIMENT.read_text()
+    model = (EXPERIMENT.parent / "sim" / "web-skylake18.toml").resolve()
+    text = text.replace('model = "sim/web-skylake18.toml"', f'model = "{model}"')
+    if n > 2:
+        text = text.replace("[hosts]\n", f"[hosts]\nfleet = {n}\n")
+    path = Path(tmp) / f"web-skylake-{n}.toml"
+    path.write_text(text)
+    return path
+
+
+def pairwise(args: tuple[int, int]) -> dict[str, Any]:
+    n, seed = args
+    from musku.experiment import load_experiment
+    from musku.sweep import run_sweep
+
+    with tempfile.TemporaryDirectory() as tmp:
+        exp = load_experiment(_fleet_file(tmp, n))
+        t0 = time.process_time()
+        rep = run_sweep(exp, seed=seed)
+        cpu = time.process_time() - t0
+    return {
+        "clock_h": rep.clock_s / 3600.0,
+        "host_hours": 2 * rep.host_time_s / 3600.0,
+        "paper": rep.best.as_dict() == PAPER_SKU,
+        "cpu_s": cpu,
+    }
+
+
+def multiarm(args: tuple[int, int]) -> dict[str, Any]:
+    n, seed = args
+    from musku.design.fleet import multiarm_sweep
+    from musku.experiment import load_experiment
+
+    exp = load_experiment(EXPERIMENT)
+    t0 = time.process_time()
+    sw = multiarm_sweep(exp, n, seed)
+    cpu = time.process_time() - t0
+    return {
+        "clock_h": sw.clock_s / 3600.0,
+        "host_hours": sw.host_hours,
+        "paper": sw.best.as_dict() == PAPER_SKU,
+        "cpu_s": cpu,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="2,8,16,32", help="fleet sizes (hosts), comma-separated")
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--aa-runs", type=int, default=0, help="K-arm A/A runs (bench/multiarm.py)")
+    a = ap.parse_args(argv)
+    try:
+        sizes = sorted({int(s) for s in a.sizes.split(",")})
+    except ValueError:
+        print(f"fleet: --sizes {a.sizes!r}: comma-separated integers", file=sys.stderr)
+        return 2
+    if a.seeds < 1 or a.jobs < 1 or not sizes or min(sizes) < 2:
+        print("fleet: --seeds >= 1, --jobs >= 1, sizes >= 2", file=sys.stderr)
+        return 2
+    if 2 not in sizes:
+        sizes = [2, *sizes]  # today's sweep: the baseline of the ratios
+    jobs = [("pairwise", n, s) for n in sizes for s in range(a.seeds)]
+    jobs += [("multi-arm", n, s) for n in sizes if n >= 3 for s in range(a.seeds)]
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(a.jobs) as ex:
+        futs = [ex.submit(pairwise if k == "pairwise" else multiarm, (n, s)) for k, n, s in jobs]
+        out: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for (k, n, _), f in zip(jobs, futs, strict=True):
+            out.setdefault((k, n), []).append(f.result())
+    wall = time.perf_counter() - t0
+    today = statistics.median(r["host_hours"] for r in out[("pairwise", 2)])
+    print(
+        f"Web/Skylake independent sweep, {a.seeds} seeds per cell "
+        f"(wall {wall:.0f} s, {a.jobs} jobs)"
+    )
+    print(
+        f"{'strategy':<10} {'hosts':>5} {'clock h (med/max)':>18} {'host-h (med)':>13} "
+        f"{'x today':>8} {'paper SKU':>10} {'CPU s/sweep':>12}"
+    )
+    for k in ("pairwise", "multi-arm"):
+        for n in sizes:
+            rs = out.get((k, n))
+            if rs is None:
+                print(f"{k:<10} {n:>5} {'n/a (a 2-host group is the pairwise design)':>45}")
+                continue
+            clocks = [r["clock_h"] for r in rs]
+            hh = statistics.median(r["host_hours"] for r in rs)
+            paper = sum(r["paper"] for r in rs)
+            cpu = statistics.median(r["cpu_s"] for r in rs)
+            print(
+                f"{k:<10} {n:>5} {statistics.median(clocks):>9.2f} / {max(clocks):>6.2f} "
+                f"{hh:>13.1f} {hh / today:>8.2f} {paper:>5}/{len(rs):<4} {cpu:>12.1f}"
+            )
+    print("goals:")
+    for k in ("pairwise", "multi-arm"):
+        if 16 in sizes and (k, 16) in out:
+            c = statistics.median(r["clock_h"] for r in out[(k, 16)])
+            print(f"  {k}: <= 1 h to the soft SKU with 16 hosts: {c:.2f} h: {_ok(c <= 1.0)}")
+        best = min(
+            (
+                statistics.median(r["host_hours"] for r in rs)
+                for (kk, _), rs in out.items()
+                if kk == k
+            ),
+            default=float("nan"),
+        )
+        print(
+            f"  {k}: host-hours <= 0.5x today's (best size): {best / today:.2f}x: {_ok(best <= 0.5 * today)}"
+        )
+        worst = min(
+            (sum(r["paper"] for r in rs), len(rs)) for (kk, _), rs in out.items() if kk == k
+        )
+        print(
+            f"  {k}: the paper's soft SKU in >= 9 of 10 seeds (worst size): "
+            f"{worst[0]}/{worst[1]}: {_ok(worst[0] >= 0.9 * worst[1])}"
+        )
+    if a.aa_runs > 0:
+        import multiarm as aa  # bench/multiarm.py
+
+        with ProcessPoolExecutor(a.jobs) as ex:
+            res = list(ex.map(aa.aa_run, [(s, 5) for s in range(a.aa_runs)]))
+        fp = sum(r[0] for r in res)
+        lo, hi = aa.clopper_pearson(fp, a.aa_runs)
+        print(
+            f"K-arm A/A (5 arms, {a.aa_runs} runs): family-wise false positives "
+            f"{100 * fp / a.aa_runs:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]: {_ok(fp / a.aa_runs <= 0.05)}"
+        )
+    return 0
+
+
+def _ok(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The independent sweep as multi-arm scans on a simulated fleet (issue 20, item 2).
+
+:func:`multiarm_sweep` runs every knob's scan (the baseline and its other settings) as Williams
+scans (:func:`musku.design.group.run_scan`) on groups of a fleet of ``n_hosts`` simulated hosts,
+then composes the chosen settings with the production configuration and validates the
+composition against production and stock with today's paired tester on one pair, as
+``musku sweep`` does. It is the multi-arm counterpart of ``run_sweep`` on a ``fleet = N`` pool
+(the pairwise strategy), for ``bench/fleet.py`` to compare in the same run.
+
+- A knob with more arms than the fleet has hosts is scanned in chunks (the baseline and up to
+  ``n_hosts - 1`` other settings each); the chunks' winners then meet in one more scan with
+  the baseline. A fleet of two hosts rotates only two arms, which is the pairwise design, so
+  :func:`multiarm_sweep` needs at least three.
+- Groups of the fleet run side by side: each knob holds a group of ``min(n_hosts, arms)``
+  hosts for the whole of its scans, and knobs start, largest first, as soon as enough hosts
+  are free (list scheduling on the virtual clock). Host-clock time to the soft SKU is when the
+  last knob finishes plus the validation; host-hours count every held host for the whole time
+  it is held.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from musku.abtest import run_comparison
+from musku.design.group import SimGroup, run_scan
+from musku.domain import ComparisonResult, Configuration, Decision
+from musku.errors import InputError
+from musku.experiment import Experiment
+from musku.hosts.pool import derive_seed
+from musku.sim.model import SimModel
+from musku.sim.pair import open_pair
+
+
+@dataclass
+class KnobScan:
+    """One knob's multi-arm scans: the setting chosen, the group it held and for how long."""
+
+    knob: str
+    chosen: object
+    hosts: int
+    time_s: float
+    scans: int
+    start_s: float = 0.0
+
+
+@dataclass
+class MultiArmSweep:
+    best: Configuration
+    knobs: list[KnobScan]
+    validation: list[ComparisonResult] = field(default_factory=list)
+    clock_s: float = 0.0  # host-clock time to the validated soft SKU
+    host_hours: float = 0.0
+
+
+def _chunks(values: Sequence[object], size: int) -> list[list[object]]:
+    return [list(values[i : i + size]) for i in range(0, len(values), size)]
+
+
+def scan_knob(
+    experiment: Experiment,
+    model: SimModel,
+    knob: str,
+    n_hosts: int,
+    seed: int,
+) -> KnobScan:
+    """Scan ``knob`` from the experiment's baseline on groups of at most ``n_hosts`` hosts."""
+    if n_hosts < 3:
+        raise InputError(f"a multi-arm scan needs a group of >= 3 hosts, not {n_hosts}")
+    base = experiment.baseline_config
+    values: list[object] = [v for v in experiment.space[knob] if v != base[knob]]
+    group = min(n_hosts, len(values) + 1)
+    time_s, scans = 0.0, 0
+    while True:
+        winners: list[object] = []
+        for chunk in _chunks(values, group - 1):
+            arms = [base, *(base.with_(knob, v) for v in chunk)]
+            g = SimGroup(
+                model,
+                len(arms),
+                seed=derive_seed(seed, knob, scans),
+                initial=base,
+                reboot_knobs=experiment.spec.reboot_knobs,
+            )
+            r = run_scan(g, arms, experiment.stats)
+            scans += 1
+            time_s += r.host_time_s
+            if r.outcome.decision is Decision.BETTER and r.outcome.best != 0:
+                winners.append(r.best[knob])
+        if len(winners) <= 1 or len(winners) == len(values):
+            # one winner (or none), or no chunk narrowed anything down: take the first
+            # chunk winner (a run-off could not shrink the field on a group this small)
+            chosen = winners[0] if winners else base[knob]
+            return KnobScan(knob, chosen, group, time_s, scans)
+        values = winners  # the chunks' winners meet in one more scan with the baseline
+
+
+def multiarm_sweep(experiment: Experiment, n_hosts: int, seed: int) -> MultiArmSweep:
+    """The independent sweep as multi-arm scans on a fleet of ``n_hosts`` simulated hosts."""
+    model = SimModel.load(
+        experiment.resolve(experiment.hosts.options["model"]), space=experiment.space
+    )
+    scans = [scan_knob(experiment, model, k, n_hosts, seed) for k in experiment.space]
+    # list scheduling: largest groups first, each as soon as enough hosts are free
+    free, now = n_hosts, 0.0
+    running: list[tuple[float, int]] = []  # (end, hosts)
+    for ks in sorted(scans, key=lambda s: (-s.hosts, -s.time_s)):
+        while free < ks.hosts:
+            end, h = heapq.heappop(running)
+            now, free = max(now, end), free + h
+        ks.start_s = now
+        free -= ks.hosts
+        heapq.heappush(running, (now + ks.time_s, ks.hosts))
+    done = max((s.start_s + s.time_s for s in scans), default=0.0)
+    best = experiment.production.merged(Configuration.of({s.knob: s.chosen for s in scans}))
+    pair = open_pair(experiment, seed=derive_seed(seed, "validate"))
+    t0 = pair.now()
+    validation = [run_comparison(pair, experiment.production, best, experiment.spec, seed=seed)]
+    if experiment.stock != experiment.production:
+        validation.append(
+            run_comparison(pair, experiment.stock, best, experiment.spec, seed=seed + 1)
+        )
+    v_time = pair.now() - t0
+    host_hours = sum(s.hosts * s.time_s for s in scans) / 3600.0 + 2 * v_time / 3600.0
+    return MultiArmSweep(best, scans, validation, done + v_time, host_hours)
+
+
+def summary(sweep: MultiArmSweep) -> dict[str, Any]:
+    return {
+        "best": sweep.best.as_dict(),
+        "clock_h": sweep.clock_s / 3600.0,
+        "host_hours": sweep.host_hours,
+        "scans": sum(s.scans for s in sweep.knobs),
+    }

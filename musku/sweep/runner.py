@@ -195,11 +195,8 @@ class Runner:
             raise Interrupted("stopped before finishing")
         self._counter += 1
         key = (purpose, baseline.key(), candidate.key())
-        cached = self._cache.get(key)
+        cached = self.answered(purpose, key)
         if cached is not None:
-            self.results.append((purpose, cached))
-            self.clock_s += cached.host_time_s
-            self.progress.comparison_finished(purpose, cached, True)
             return cached
         self.progress.comparison_started(purpose, baseline, candidate)
         cmp_id = None
@@ -240,6 +237,16 @@ class Runner:
         self._cache[key] = result
         self.progress.comparison_finished(purpose, result, False)
         return result
+
+    def answered(self, purpose: str, key: tuple[str, str, str]) -> ComparisonResult | None:
+        """The comparison's answer when this run already has it (measured, or stored by an
+        earlier run on ``--resume``), recorded as this run's; None when it must be measured."""
+        cached = self._cache.get(key)
+        if cached is not None:
+            self.results.append((purpose, cached))
+            self.clock_s += cached.host_time_s
+            self.progress.comparison_finished(purpose, cached, True)
+        return cached
 
     # ------------------------------------------------------------------ choosing
     def choose(

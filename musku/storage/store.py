@@ -1288,15 +1288,7 @@ class Store:
             if row is None:
                 return None
             if row.comparison_id is not None:  # a dead claimer's half-measured comparison
-                s.execute(
-                    update(ComparisonRow)
-                    .where(
-                        ComparisonRow.id == row.comparison_id,
-                        ComparisonRow.status == ComparisonStatus.RUNNING.value,
-                    )
-                    .values(status=ComparisonStatus.ABORTED.value, finished_at=stamp)
-                    .execution_options(synchronize_session=False)
-                )
+                _abort_measuring(s, row.comparison_id, stamp)
             row.state = "claimed"
             row.claimed_by = claimer
             row.claimed_at = row.heartbeat_at = stamp
@@ -1458,15 +1450,7 @@ class Store:
             stamp = convert.now()
             for row in rows:
                 if row.comparison_id is not None:
-                    s.execute(
-                        update(ComparisonRow)
-                        .where(
-                            ComparisonRow.id == row.comparison_id,
-                            ComparisonRow.status == ComparisonStatus.RUNNING.value,
-                        )
-                        .values(status=ComparisonStatus.ABORTED.value, finished_at=stamp)
-                        .execution_options(synchronize_session=False)
-                    )
+                    _abort_measuring(s, row.comparison_id, stamp)
                 row.state, row.claimed_by, row.expires_at, row.comparison_id = (
                     "queued",
                     None,
@@ -1641,3 +1625,16 @@ def _locked_experiment(s: Session, exp_id: int) -> ExperimentRow:
     if row is None:
         raise DatabaseError(f"no experiment with id {exp_id}")
     return row
+
+
+def _abort_measuring(s: Session, cmp_id: int, stamp: Any) -> None:
+    """Mark the comparison a queue row was measuring ``aborted``, if it is still running."""
+    s.execute(
+        update(ComparisonRow)
+        .where(
+            ComparisonRow.id == cmp_id,
+            ComparisonRow.status == ComparisonStatus.RUNNING.value,
+        )
+        .values(status=ComparisonStatus.ABORTED.value, finished_at=stamp)
+        .execution_options(synchronize_session=False)
+    )

@@ -68,5 +68,10 @@ class HostError(MuskuError):
     status = ExitStatus.HOST
 
 
+class LinkDown(HostError):
+    """The controller lost its link to an agent (no answer in time, connection refused or
+    reset): the agent may still be running and spooling; the link may come back."""
+
+
 class Interrupted(MuskuError):
     status = ExitStatus.INTERRUPTED

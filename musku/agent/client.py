@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from musku.agent.protocol import MAX_REPLY, PREAUTH_LINE, encode, raise_for, sign
-from musku.errors import HostError
+from musku.errors import HostError, LinkDown
 
 _RETRY = (errno.EAGAIN, errno.ECONNREFUSED, errno.EINTR)
 
 
 def _connect_error(where: str, exc: OSError) -> HostError:
-    return HostError(f"cannot reach the agent at {where}: {exc.strerror or exc}")
+    return LinkDown(f"cannot reach the agent at {where}: {exc.strerror or exc}")
 
 
 class AgentClient:

@@ -19,6 +19,8 @@ them into one :class:`~musku.domain.Sample` per host.
     lease_s = 30                        # the agents revert if not renewed within this
     reboot_timeout_s = 900              # reboot-mode knobs: how long a host may take to return
     connect_timeout_s = 10
+    rpc_timeout_s = 30                  # any request but apply/deploy/rollback: a silent link
+    reconnect_timeout_s = 600           # a lost link: wait this long for it, then the pair fails
 
 A host table with ``socket`` and no ``host`` is reached on that Unix socket directly; with both,
 ``socket`` is passed to the remote ``musku agent rpc`` in the request (``agent_socket``).
@@ -50,7 +52,7 @@ from musku.agent.protocol import raise_for
 from musku.agent.spool import Row
 from musku.cotune_spec import MIDTIER_KEYS
 from musku.domain import Configuration, Sample
-from musku.errors import HostError, InputError, MuskuError
+from musku.errors import HostError, InputError, LinkDown, MuskuError
 from musku.hosts.base import Host, HostPair
 from musku.hosts.cotune import ControllerTables, timeout_for
 from musku.hosts.reboot import DEFAULT_TIMEOUT_S, wait_for_reboot
@@ -88,8 +90,18 @@ class SocketLink:
             self._client.close()
 
 
+# requests that may take long on the host (knob changes, co-tuning's training): they get the
+# link's ``timeout``; every other request gets ``rpc_timeout``, so a silent link is noticed in
+# seconds, not minutes
+LONG_OPS = frozenset({"apply", "deploy", "rollback"})
+DEFAULT_RECONNECT_S = 600.0  # a lost link: how long a comparison waits for it to come back
+
+
 class SshLink:
-    """An agent on another host: one SSH exec of a fixed command per request (thread-safe)."""
+    """An agent on another host: one SSH exec of a fixed command per request (thread-safe).
+
+    A request that gets no answer in time, or an SSH connection that cannot be (re)opened,
+    raises :class:`~musku.errors.LinkDown`: the agent may be fine behind a cut link."""
 
     def __init__(
         self,
@@ -103,11 +115,13 @@ class SshLink:
         agent_socket: str | None = None,
         connect_timeout: float = 10.0,
         timeout: float = 300.0,
+        rpc_timeout: float = 30.0,
     ) -> None:
         self.where = f"{user}@{host}:{port}"
         self.command = shlex.join(list(remote_command))  # fixed: never built from request data
         self.agent_socket = agent_socket
         self.timeout = timeout
+        self.rpc_timeout = min(rpc_timeout, timeout)
         self._lock = threading.Lock()
         self._host, self._user, self._port = host, user, port
         self._identity, self._known_hosts = identity_file, known_hosts
@@ -141,7 +155,7 @@ class SshLink:
         try:
             conn.open()
         except (paramiko.SSHException, OSError) as exc:
-            raise HostError(f"cannot connect to {self.where}: {exc}") from None
+            raise LinkDown(f"cannot connect to {self.where}: {exc}") from None
         self._conn = conn
         return conn
 
@@ -150,13 +164,14 @@ class SshLink:
 
         if self.agent_socket:
             req = {**req, "agent_socket": self.agent_socket}
+        timeout = self.timeout if req.get("op") in LONG_OPS else self.rpc_timeout
         data = json.dumps(req, separators=(",", ":")).encode() + b"\n"
         with self._lock:
             for attempt in (0, 1):
                 try:
                     conn = self._connection()
                     chan = conn.client.get_transport().open_session(timeout=self._connect_timeout)
-                    chan.settimeout(self.timeout)
+                    chan.settimeout(timeout)
                     chan.exec_command(self.command)
                     chan.sendall(data)
                     chan.shutdown_write()
@@ -170,7 +185,8 @@ class SshLink:
                 except (paramiko.SSHException, OSError, EOFError) as exc:
                     self._drop()
                     if attempt:
-                        raise HostError(f"{self.where}: SSH failed: {exc}") from None
+                        why = f"no answer in {timeout:g}s" if isinstance(exc, TimeoutError) else exc
+                        raise LinkDown(f"{self.where}: SSH failed: {why}") from None
         lines = [ln for ln in bytes(out).decode(errors="replace").splitlines() if ln.strip()]
         try:
             reply = json.loads(lines[-1])
@@ -345,6 +361,13 @@ class AgentHost(Host):
     def rows_between(self, t0: float, t1: float, *, wait_s: float = 10.0) -> list[Row]:
         """Spooled rows up to host time ``t1`` (waiting until one at or past it exists);
         rows from before ``t0`` are dropped and acknowledged."""
+        self.fetch(t1, wait_s=wait_s)
+        return self.take(t0, t1)
+
+    def fetch(self, t1: float, *, wait_s: float = 10.0) -> None:
+        """Collect spooled rows into this host's buffer until one at or past host time ``t1``
+        is there (or ``wait_s`` passed). Nothing is consumed: a failure leaves every row
+        collected so far in the buffer (a lost link loses no sample)."""
         deadline = time.monotonic() + wait_s
         while True:
             fields: dict[str, Any] = {"cursor": self._cursor}
@@ -358,6 +381,10 @@ class AgentHost(Host):
                 break
             if not res["rows"]:
                 time.sleep(min(self.sample_interval, 0.2))
+
+    def take(self, t0: float, t1: float) -> list[Row]:
+        """Consume the buffered rows up to host time ``t1``: those from ``t0`` on are
+        returned, the earlier ones dropped; all are acknowledged with the next collect."""
         taken = [r for r in self._rows if r.t - r.duration / 2 <= t1]
         self._rows = [r for r in self._rows if r.t - r.duration / 2 > t1]
         if taken:
@@ -382,45 +409,49 @@ class AgentHost(Host):
 
 
 class LeaseKeeper:
-    """Renews the experiment lease on each host every third of the lease."""
+    """Renews the experiment lease on each host every third of the lease, each host from a
+    thread of its own: a host whose link hangs does not let the others' leases lapse."""
 
     def __init__(self, hosts: Sequence[AgentHost], lease_s: float) -> None:
         self.hosts = list(hosts)
         self.lease_s = lease_s
         self.error: str = ""
+        self.link_down = False  # the last failed renewal found no link (LinkDown)
         self.experiment = ""  # the owner the renewals speak for (AgentPair sets it)
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
+        if not any(t.is_alive() for t in self._threads):
             self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="musku-lease", daemon=True)
-            self._thread.start()
+            self._threads = [
+                threading.Thread(target=self._run, args=(h,), name="musku-lease", daemon=True)
+                for h in self.hosts
+            ]
+            for t in self._threads:
+                t.start()
 
-    def _run(self) -> None:
+    def _run(self, h: AgentHost) -> None:
         while not self._stop.wait(self.lease_s / 3):
-            for h in self.hosts:
-                try:
-                    sent = time.time()
-                    res = h.link.call(
-                        "renew", lease_s=self.lease_s, **h.owner_fields(self.experiment)
-                    )
-                    got = time.time()
-                    # Clocks drift: a tight round trip (under 1 s, and within 2x the one the
-                    # current estimate rests on) re-estimates.
-                    rtt = got - sent
-                    if "time" in res and rtt < 1.0 and rtt <= max(2 * h.offset_rtt, 0.05):
-                        h.note_time(sent, float(res["time"]), got, force=True)
-                except MuskuError as exc:
-                    self.error = f"{h.name}: lease renewal failed: {exc.one_line()}"
-                    log.error("%s", self.error)
+            try:
+                sent = time.time()
+                res = h.link.call("renew", lease_s=self.lease_s, **h.owner_fields(self.experiment))
+                got = time.time()
+                # Clocks drift: a tight round trip (under 1 s, and within 2x the one the
+                # current estimate rests on) re-estimates.
+                rtt = got - sent
+                if "time" in res and rtt < 1.0 and rtt <= max(2 * h.offset_rtt, 0.05):
+                    h.note_time(sent, float(res["time"]), got, force=True)
+            except MuskuError as exc:
+                self.error = f"{h.name}: lease renewal failed: {exc.one_line()}"
+                self.link_down = isinstance(exc, LinkDown)
+                log.error("%s", self.error)
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+        for t in self._threads:
+            t.join(timeout=30)
+        self._threads = []
 
 
 class AgentPair(HostPair):
@@ -435,10 +466,15 @@ class AgentPair(HostPair):
         name: str = "",
         cotune: ControllerTables | None = None,
         reboot_timeout_s: float = DEFAULT_TIMEOUT_S,
+        reconnect_timeout_s: float = DEFAULT_RECONNECT_S,
     ) -> None:
         self.hosts = hosts
         self.lease_s = lease_s
         self.reboot_timeout_s = reboot_timeout_s  # a reboot-mode apply: wait this long at most
+        self.reconnect_timeout_s = reconnect_timeout_s  # a lost link: wait this long at most
+        self._collected_to = time.time()  # controller clock: where the next window starts
+        self._window_s = 1.0  # the last window's length
+        self._held: list[tuple[Sample, Sample]] = []  # measured, not returned (see windows)
         self.cotune = cotune
         self.experiment = name or f"musku-{int(time.time())}"
         self.override = owner.take_over_agents  # --take-over-agents: the first apply takes over
@@ -509,6 +545,8 @@ class AgentPair(HostPair):
         for i, h in enumerate(self.hosts):
             h.applied = configs[i]
             h.skip_to_now()
+        self._collected_to = time.time()
+        self._held = []
         return time.monotonic() - t0
 
     def threading(self) -> tuple[str, str]:
@@ -530,19 +568,76 @@ class AgentPair(HostPair):
         if seconds <= 0:
             raise InputError("a window must be longer than 0 s")
         if self._keeper.error:
-            raise HostError(self._keeper.error)
+            raise (LinkDown if self._keeper.link_down else HostError)(self._keeper.error)
         start = time.time()
         time.sleep(seconds)
         end = time.time()
+        self._window_s = seconds
 
-        def collect(h: AgentHost) -> Sample:
-            t0, t1 = start + h.offset, end + h.offset
-            rows = h.rows_between(t0, t1, wait_s=max(5.0, 10 * h.sample_interval))
-            return h.sample(rows, t0, t1, h.name, h.applied)
+        def fetch(h: AgentHost) -> None:
+            h.fetch(end + h.offset, wait_s=max(5.0, 10 * h.sample_interval))
 
         with ThreadPoolExecutor(2) as pool:  # both hosts at once: SSH round trips overlap
-            a, b = pool.map(collect, self.hosts)
+            list(pool.map(fetch, self.hosts))  # a failure consumes nothing (see recover)
+        a, b = (
+            h.sample(h.take(start + h.offset, end + h.offset), start + h.offset, end + h.offset,
+                     h.name, h.applied)
+            for h in self.hosts
+        )  # fmt: skip
+        self._collected_to = end
         return a, b
+
+    def windows(self, seconds: float, count: int) -> list[tuple[Sample, Sample]]:
+        out: list[tuple[Sample, Sample]] = []
+        try:
+            for _ in range(count):
+                out.append(self.window(seconds))
+        except LinkDown:
+            self._held = out  # recover() returns them first: measured windows are not lost
+            raise
+        return out
+
+    def recover(self) -> list[tuple[Sample, Sample]]:
+        """After a :class:`~musku.errors.LinkDown`: wait until both agents answer again (at
+        most ``reconnect_timeout_s``, polling with back-off), then collect everything they
+        spooled since the last window collected, as windows of the last window's length up to
+        now (a window in which a host was not at its arm's configuration, e.g. after its
+        lease lapsed and it reverted, is invalid). The comparison in flight is over: its
+        caller records these windows and starts it again. HostError when a host stays away."""
+        self._keeper.stop()
+        deadline = time.monotonic() + self.reconnect_timeout_s
+        for h in self.hosts:
+            delay, last = 0.2, "no answer"
+            while True:
+                try:
+                    h.link.call("status")
+                    break
+                except LinkDown as exc:
+                    last = exc.one_line()
+                now = time.monotonic()
+                if now >= deadline:
+                    raise HostError(
+                        f"{h.name}: link did not come back within "
+                        f"{self.reconnect_timeout_s:g}s ({last})"
+                    )
+                time.sleep(min(delay, deadline - now))
+                delay = min(delay * 2, 5.0)
+        self._keeper.error, self._keeper.link_down = "", False
+        start, end, step = self._collected_to, time.time(), self._window_s
+        edges = [start + k * step for k in range(max(0, math.floor((end - start) / step)) + 1)]
+        per_host: list[list[Sample]] = []
+        for h in self.hosts:
+            h.fetch(edges[-1] + h.offset, wait_s=max(5.0, 10 * h.sample_interval))
+            rows = h.take(start + h.offset, edges[-1] + h.offset)
+            per_host.append(
+                [
+                    h.sample(rows, t0 + h.offset, t1 + h.offset, h.name, h.applied)
+                    for t0, t1 in zip(edges, edges[1:], strict=False)
+                ]
+            )
+        self._collected_to = edges[-1]
+        held, self._held = self._held, []
+        return held + list(zip(per_host[0], per_host[1], strict=True))
 
     def restore(self) -> None:
         self._rollback_all()  # the agents also put their mid-tiers' threading back
@@ -631,6 +726,7 @@ def make_link(h: _HostOpt, opts: Mapping[str, Any], *, timeout: float = 300.0) -
         agent_socket=h.socket or None,
         connect_timeout=o.connect_timeout_s,
         timeout=timeout,
+        rpc_timeout=o.rpc_timeout_s,
     )
 
 
@@ -666,6 +762,7 @@ def open_pair(experiment: Experiment, seed: int = 0) -> AgentPair:
             name=experiment.name,
             cotune=tables,
             reboot_timeout_s=float(options.reboot_timeout_s),
+            reconnect_timeout_s=float(options.reconnect_timeout_s),
         )
     except BaseException:
         for link in links:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from musku.domain import Configuration, Sample
+from musku.errors import HostError
 
 
 class Host(ABC):
@@ -57,6 +58,14 @@ class HostPair(ABC):
         """``count`` consecutive paired windows. Backends that can produce them faster than
         one call at a time (the simulator: vectorised) override this."""
         return [self.window(seconds) for _ in range(count)]
+
+    def recover(self) -> list[tuple[Sample, Sample]]:
+        """After :class:`musku.errors.LinkDown` from :meth:`apply` or :meth:`window`: wait
+        (bounded) for the link to come back, and return the windows measured since the last
+        window returned (what the hosts kept while the link was down), none lost. Raises
+        :class:`musku.errors.HostError` when the link stays down. Default: a backend without
+        links never loses one."""
+        raise HostError(f"{self.describe().get('backend', 'this')} pair cannot reconnect")
 
     def threading(self) -> tuple[str, str]:
         """Threading each host's service runs now ("" when not applicable): with co-tuning

@@ -230,6 +230,16 @@ class AgentOptions(HostOptions):
     reboot_timeout_s: Annotated[float, _number(1.0, 86400.0)] = Field(
         default=900.0, description="reboot-mode knobs: how long a host may take to come back"
     )
+    rpc_timeout_s: Annotated[float, _number(0.1, 3600.0)] = Field(
+        default=30.0,
+        description="how long a request other than apply/deploy/rollback may go unanswered "
+        "before the link counts as lost",
+    )
+    reconnect_timeout_s: Annotated[float, _number(0.0, 86400.0)] = Field(
+        default=600.0,
+        description="a lost link: how long a comparison waits for it to come back (the "
+        "comparison is interrupted and starts again), after which the pair counts as failed",
+    )
 
     @classmethod
     def shape(cls, data: dict[str, Any]) -> None:

@@ -33,7 +33,7 @@ from musku.domain import (
     Decision,
     SoftSku,
 )
-from musku.errors import HostError, Interrupted
+from musku.errors import HostError, Interrupted, LinkDown
 from musku.experiment import Experiment
 from musku.hosts.base import HostPair
 from musku.hosts.pool import HostPool, derive_seed
@@ -131,6 +131,7 @@ class SweepReport:
 
 T = TypeVar("T")
 R = TypeVar("R")
+MAX_INTERRUPTIONS = 3  # a comparison whose link is lost more often counts its pair as failed
 
 
 @dataclass
@@ -199,34 +200,50 @@ class Runner:
         if cached is not None:
             return cached
         self.progress.comparison_started(purpose, baseline, candidate)
-        cmp_id = None
-        on_window: Callable[[list[dict[str, Any]]], None] | None = None
-        on_warmup: Callable[[list[int]], None] | None = None
-        if self.store is not None and self.experiment_id is not None:
-            cmp_id = self.store.start_comparison(
-                self.experiment_id, purpose, baseline, candidate, hosts=self.host_names()
-            )
-            on_window, on_warmup = self.sinks(cmp_id)
+        for attempt in range(1, MAX_INTERRUPTIONS + 2):
+            cmp_id = None
+            on_window: Callable[[list[dict[str, Any]]], None] | None = None
+            on_warmup: Callable[[list[int]], None] | None = None
+            if self.store is not None and self.experiment_id is not None:
+                cmp_id = self.store.start_comparison(
+                    self.experiment_id, purpose, baseline, candidate, hosts=self.host_names()
+                )
+                on_window, on_warmup = self.sinks(cmp_id)
+            last: list[dict[str, Any]] = []  # the last window stored (seq, roles, period)
 
-        try:
-            result = run_comparison(
-                self.pair,
-                baseline,
-                candidate,
-                self.experiment.spec,
-                on_window=on_window,
-                on_warmup=on_warmup,
-                on_progress=self.progress.comparison_progress,
-                should_stop=self.stop.is_set,
-                seed=self.seed * 100_003 + self._counter,
-                memory=self.memory,
-            )
-        except HostError:
-            if self.pool is not None and cmp_id is not None and self.experiment_id is not None:
-                # the pair failed: its comparison is aborted, the pool runs it again elsewhere
-                assert self.store is not None
-                self.store.abort_running(self.experiment_id, only=cmp_id)
-            raise
+            def stored(
+                rows: list[dict[str, Any]], sink: Any = on_window, last: list[Any] = last
+            ) -> None:
+                last[:] = rows[-2:]
+                sink(rows)
+
+            try:
+                result = run_comparison(
+                    self.pair,
+                    baseline,
+                    candidate,
+                    self.experiment.spec,
+                    on_window=stored if on_window is not None else None,
+                    on_warmup=on_warmup,
+                    on_progress=self.progress.comparison_progress,
+                    should_stop=self.stop.is_set,
+                    seed=self.seed * 100_003 + self._counter,
+                    memory=self.memory,
+                )
+                break
+            except LinkDown as exc:
+                # interrupted: wait for the link, keep what the hosts spooled, start again
+                self._recover(purpose, cmp_id, exc, last, on_window)
+                if attempt > MAX_INTERRUPTIONS:
+                    raise HostError(
+                        f"{purpose}: link lost {attempt} times ({exc.one_line()})"
+                    ) from None
+            except HostError:
+                if self.pool is not None and cmp_id is not None and self.experiment_id is not None:
+                    # the pair failed: its comparison is aborted, the pool runs it again elsewhere
+                    assert self.store is not None
+                    self.store.abort_running(self.experiment_id, only=cmp_id)
+                raise
         if self.store is not None and cmp_id is not None:
             self.store.finish_comparison(cmp_id, result)
         if result.decision is Decision.ABORTED:
@@ -237,6 +254,50 @@ class Runner:
         self._cache[key] = result
         self.progress.comparison_finished(purpose, result, False)
         return result
+
+    def _recover(
+        self,
+        purpose: str,
+        cmp_id: int | None,
+        exc: LinkDown,
+        last: list[dict[str, Any]],
+        on_window: Callable[[list[dict[str, Any]]], None] | None,
+    ) -> None:
+        """A comparison lost its link (:class:`LinkDown`): wait for the pair to come back
+        (:meth:`HostPair.recover`, bounded), store the windows the hosts spooled meanwhile
+        under the interrupted comparison (numbered on from its last window, same roles and
+        period; a window where a host had reverted, its lease lapsed, is invalid), and mark
+        it aborted. The caller starts the comparison again: a fresh warm-up and test."""
+        self.progress.message(f"{purpose}: interrupted: {exc.one_line()}; waiting for the link")
+        try:
+            gap = self.pair.recover()
+            if on_window is not None and gap:
+                seq = int(last[-1]["seq"]) + 1 if last else 0
+                roles = {int(r["host"]): r["role"] for r in last} or {0: "A", 1: "B"}
+                period = int(last[-1]["period"]) if last else 0
+                rows = [
+                    {
+                        "seq": seq + k,
+                        "t": s.t,
+                        "host": host,
+                        "role": roles.get(host, "AB"[host]),
+                        "period": period,
+                        "warmup": False,
+                        "valid": bool(s.valid),
+                        "metrics": dict(s.metrics),
+                    }
+                    for k, pair_samples in enumerate(gap)
+                    for host, s in enumerate(pair_samples)
+                ]
+                on_window(rows)
+        finally:
+            if cmp_id is not None and self.experiment_id is not None:
+                assert self.store is not None
+                self.store.abort_running(self.experiment_id, only=cmp_id)
+        self.progress.message(
+            f"{purpose}: link back; {len(gap)} window(s) the hosts kept meanwhile stored "
+            "with the interrupted comparison; starting it again"
+        )
 
     def answered(self, purpose: str, key: tuple[str, str, str]) -> ComparisonResult | None:
         """The comparison's answer when this run already has it (measured, or stored by an

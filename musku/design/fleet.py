@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from musku.abtest import run_comparison
-from musku.design.group import HostGroup, ScanResult, SimGroup, run_scan
+from musku.design.group import HostGroup, PeriodSink, ScanResult, SimGroup, run_scan
 from musku.domain import ComparisonResult, Configuration, Decision
 from musku.errors import InputError
 from musku.experiment import Experiment
@@ -62,6 +62,13 @@ def _chunks(values: Sequence[object], size: int) -> list[list[object]]:
 
 Period = tuple[int, Any, float, Any]
 """One period of a scan as :data:`musku.design.group.PeriodSink` receives it."""
+
+
+def _keep(periods: list[Period]) -> PeriodSink:
+    def on_period(p: int, row: Any, t: float, means: Any) -> None:
+        periods.append((p, row.copy(), t, means.copy()))
+
+    return on_period
 
 
 def group_size(experiment: Experiment, knob: str, n_hosts: int) -> int:
@@ -109,12 +116,7 @@ def scan_knob(
             arms = [base, *(base.with_(knob, v) for v in chunk)]
             g = make(len(arms), scans)
             periods: list[Period] = []
-            r = run_scan(
-                g,
-                arms,
-                experiment.stats,
-                on_period=lambda p, row, t, m: periods.append((p, row.copy(), t, m.copy())),
-            )
+            r = run_scan(g, arms, experiment.stats, on_period=_keep(periods))
             if on_scan is not None:
                 on_scan(r, g, periods)
             scans += 1

@@ -335,6 +335,32 @@ the model's limit, which :mod:`musku.sweep.strategies` applies again to experime
 code."""
 
 
+def _check_multiarm(exp: Experiment) -> None:
+    """``mode = "multiarm"`` needs a pool that can hold a group (>= 3 hosts: a ``fleet`` of
+    the sim backend, or >= 3 agent hosts) and a higher-is-better primary metric; refused here,
+    by ``check`` and ``sweep`` alike, and again by the strategy (musku.sweep.multiarm)."""
+    if exp.mode is not SweepMode.MULTIARM:
+        return
+    opts = exp.hosts.options
+    fleet = opts.get("fleet")
+    hosts = opts.get("hosts")
+    n = int(fleet) if fleet is not None else (len(hosts) if isinstance(hosts, list) else 2)
+    if n < 3:
+        raise InputError(
+            f'[sweep] mode = "multiarm" runs each knob\'s scan on a group of >= 3 hosts '
+            f"(the baseline and >= 2 settings, one host per arm of a Williams rotation); "
+            f"this pool has {n}: a single pair cannot hold a group. Set [hosts] fleet = N "
+            "(sim) or list N >= 3 agent hosts",
+            where=str(exp.path),
+        )
+    if exp.spec.direction is not Direction.HIGHER:
+        raise InputError(
+            f'[sweep] mode = "multiarm" scans a higher-is-better primary metric, '
+            f"not {exp.spec.metric!r} (direction = lower)",
+            where=str(exp.path),
+        )
+
+
 def _check_exhaustive(exp: Experiment) -> None:
     """An exhaustive sweep over :data:`EXHAUSTIVE_LIMIT`
     configurations is refused here, by ``check`` and ``sweep`` alike, before anything is
@@ -429,6 +455,7 @@ def load_experiment(path: str | Path) -> Experiment:
         threading=threading,
     )
     _check_exhaustive(experiment)
+    _check_multiarm(experiment)
     return experiment
 
 

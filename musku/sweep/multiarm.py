@@ -44,7 +44,7 @@ def _opener(runner: Runner) -> tuple[list[str], Callable[[list[int], str, int], 
     group on those host indices."""
     exp = runner.experiment
     pool = runner.pool
-    n = 0 if pool is None else len(pool.names)
+    n = len(runner.pair.hosts) if pool is None else len(pool.names)
     if pool is None or n < 3:
         raise InputError(
             f'[sweep] mode = "multiarm" runs each knob\'s scan on a group of >= 3 hosts '

@@ -116,7 +116,15 @@ def scan_knob(
             arms = [base, *(base.with_(knob, v) for v in chunk)]
             g = make(len(arms), scans)
             periods: list[Period] = []
-            r = run_scan(g, arms, experiment.stats, on_period=_keep(periods))
+            cap = experiment.stats.sample_cap  # a small cap (a quick run) shortens the pilot
+            r = run_scan(
+                g,
+                arms,
+                experiment.stats,
+                pilot_windows=min(240, max(8, cap // 8)),
+                min_period_windows=min(120, max(4, cap // 16)),
+                on_period=_keep(periods),
+            )
             if on_scan is not None:
                 on_scan(r, g, periods)
             scans += 1

@@ -209,6 +209,18 @@ def _record(
     return on_scan
 
 
+def _put_back(groups: Sequence[HostGroup]) -> None:
+    """Agent groups: every host back at its baseline and the lease stopped once the knob's
+    scans end (or fail); the hosts are free for the next wave. Simulated groups: nothing."""
+    for g in groups:
+        restore = getattr(g, "restore", None)
+        if restore is not None:
+            try:
+                restore()
+            finally:
+                g.close()  # type: ignore[attr-defined]
+
+
 def multiarm(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
     exp = runner.experiment
     base = exp.baseline_config
@@ -229,6 +241,13 @@ def multiarm(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
             knob: str, first: int, times: dict[str, float], errors: list[BaseException]
         ) -> None:
             hosts = list(range(first, first + sizes[knob]))
+            opened: list[HostGroup] = []
+
+            def group(size: int, n: int) -> HostGroup:
+                g = open_group(hosts[:size], knob, n)
+                opened.append(g)
+                return g
+
             try:
                 ks = scan_knob(
                     exp,
@@ -236,7 +255,7 @@ def multiarm(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
                     knob,
                     len(names),
                     runner.seed,
-                    open_group=lambda size, n: open_group(hosts[:size], knob, n),
+                    open_group=group,
                     on_scan=_record(runner, lock, knob, outcomes[knob], metric),
                 )
             except BaseException as exc:  # re-raised below, after the wave's threads end
@@ -244,6 +263,8 @@ def multiarm(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
                     errors.append(exc)
                 runner.stop.set()
                 return
+            finally:
+                _put_back(opened)
             outcomes[knob].best_value = ks.chosen
             times[knob] = ks.time_s
             runner.progress.message(

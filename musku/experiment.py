@@ -336,20 +336,27 @@ code."""
 
 
 def _check_multiarm(exp: Experiment) -> None:
-    """``mode = "multiarm"`` needs a pool that can hold a group (>= 3 hosts: a ``fleet`` of
-    the sim backend, or >= 3 agent hosts) and a higher-is-better primary metric; refused here,
-    by ``check`` and ``sweep`` alike, and again by the strategy (musku.sweep.multiarm)."""
+    """``mode = "multiarm"``: refused here, by ``check`` and ``sweep`` alike, for a pool that
+    cannot hold a group (the hosts the file names) or a lower-is-better metric."""
     if exp.mode is not SweepMode.MULTIARM:
         return
     opts = exp.hosts.options
     fleet = opts.get("fleet")
     hosts = opts.get("hosts")
-    n = int(fleet) if fleet is not None else (len(hosts) if isinstance(hosts, list) else 2)
-    if n < 3:
+    check_multiarm(
+        exp, int(fleet) if fleet is not None else (len(hosts) if isinstance(hosts, list) else 2)
+    )
+
+
+def check_multiarm(exp: Experiment, n_hosts: int) -> None:
+    """A multiarm sweep needs a pool of >= 3 hosts (a group: the baseline and >= 2 settings,
+    one host per arm of a Williams rotation) and a higher-is-better primary metric (the group
+    runner maximises); the strategy checks the pool it got again (musku.sweep.multiarm)."""
+    if n_hosts < 3:
         raise InputError(
             f'[sweep] mode = "multiarm" runs each knob\'s scan on a group of >= 3 hosts '
             f"(the baseline and >= 2 settings, one host per arm of a Williams rotation); "
-            f"this pool has {n}: a single pair cannot hold a group. Set [hosts] fleet = N "
+            f"this pool has {n_hosts}: a single pair cannot hold a group. Set [hosts] fleet = N "
             "(sim) or list N >= 3 agent hosts",
             where=str(exp.path),
         )

@@ -383,6 +383,15 @@ class AgentHost(Host):
         self._pending_ack = self._cursor
 
 
+def rollback(hosts: Sequence[AgentHost], experiment: str) -> None:
+    """Roll every host's experiment back, best effort per host (a failure is logged)."""
+    for h in hosts:
+        try:
+            h.link.call("rollback", **h.owner_fields(experiment))
+        except MuskuError as exc:
+            log.error("%s: rollback failed: %s", h.name, exc.one_line())
+
+
 class LeaseKeeper:
     """Renews the experiment lease on each host every third of the lease."""
 
@@ -522,11 +531,7 @@ class AgentPair(HostPair):
 
     def _rollback_all(self) -> None:
         self._keeper.stop()
-        for h in self.hosts:
-            try:
-                h.link.call("rollback", **h.owner_fields(self.experiment))
-            except MuskuError as exc:
-                log.error("%s: rollback failed: %s", h.name, exc.one_line())
+        rollback(self.hosts, self.experiment)
 
     def window(self, seconds: float) -> tuple[Sample, Sample]:
         if seconds <= 0:
@@ -689,11 +694,8 @@ class AgentGroup:
     def restore(self) -> None:
         """Every host back at its baseline (best effort per host; the lease stops)."""
         self._keeper.stop()
+        rollback(self.hosts, self.experiment)
         for h in self.hosts:
-            try:
-                h.link.call("rollback", **h.owner_fields(self.experiment))
-            except MuskuError as exc:
-                log.error("%s: rollback failed: %s", h.name, exc.one_line())
             h.applied = Configuration()
 
     def close(self) -> None:

@@ -31,8 +31,9 @@ import numpy as np
 
 from musku.design.fleet import Period, group_size, scan_knob
 from musku.design.group import HostGroup, ScanResult, SimGroup
-from musku.domain import ComparisonResult, Configuration, Decision, Direction
+from musku.domain import ComparisonResult, Configuration, Decision
 from musku.errors import InputError
+from musku.experiment import check_multiarm
 from musku.hosts.pool import derive_seed
 from musku.sweep.runner import KnobOutcome, Runner
 
@@ -45,20 +46,8 @@ def _opener(runner: Runner) -> tuple[list[str], Callable[[list[int], str, int], 
     exp = runner.experiment
     pool = runner.pool
     n = len(runner.pair.hosts) if pool is None else len(pool.names)
-    if pool is None or n < 3:
-        raise InputError(
-            f'[sweep] mode = "multiarm" runs each knob\'s scan on a group of >= 3 hosts '
-            f"(the baseline and >= 2 settings, one host per arm of a Williams rotation); "
-            f"this pool has {n}: a single pair cannot hold a group. Set [hosts] fleet = N "
-            "(sim) or list N >= 3 agent hosts",
-            where=str(exp.path),
-        )
-    if exp.spec.direction is not Direction.HIGHER:
-        raise InputError(
-            f'[sweep] mode = "multiarm" scans a higher-is-better primary metric, '
-            f"not {exp.spec.metric!r}",
-            where=str(exp.path),
-        )
+    check_multiarm(exp, n)
+    assert pool is not None  # one pair is two hosts: refused above
     seed = runner.seed
     if exp.hosts.backend == "sim":
         from musku.sim.model import SimModel

@@ -5,7 +5,6 @@ short Williams scan runs on it end to end."""
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,22 +18,13 @@ from musku.hosts.agent import AgentGroup, AgentHost, SocketLink
 from musku.testing.fakehost import FakeHost
 from tests.agent.helpers import SHP, THP, config, fake_host, spawn_daemon
 from tests.hosts.test_agent_ssh import FakeService
+from tests.hosts.test_hostpair_contract import _stop
 from tests.timing import scaled
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
 Daemons = list[tuple[int, FakeHost, FakeService]]
 QPS = (1000.0, 1500.0, 2000.0)
-
-
-def _stop(daemons: Daemons) -> None:
-    for pid, _, svc in daemons:
-        svc.stop.set()
-        try:
-            os.kill(pid, signal.SIGTERM)
-            os.waitpid(pid, 0)
-        except (ChildProcessError, ProcessLookupError):
-            pass
 
 
 @pytest.fixture

@@ -86,6 +86,7 @@ def scan_knob(
     *,
     open_group: Callable[[int, int], HostGroup] | None = None,
     on_scan: Callable[[ScanResult, HostGroup, list[Period]], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> KnobScan:
     """Scan ``knob`` from the experiment's baseline on groups of at most ``n_hosts`` hosts.
 
@@ -124,6 +125,7 @@ def scan_knob(
                 pilot_windows=min(240, max(8, cap // 8)),
                 min_period_windows=min(120, max(4, cap // 16)),
                 on_period=_keep(periods),
+                should_stop=should_stop,
             )
             if on_scan is not None:
                 on_scan(r, g, periods)

@@ -37,7 +37,7 @@ from musku.abtest import stats
 from musku.design.sequential import MultiArmProcedure, ScanOutcome
 from musku.design.williams import williams
 from musku.domain import Configuration, Decision, StatsSettings
-from musku.errors import InputError
+from musku.errors import InputError, Interrupted
 from musku.sim.model import SimModel
 
 FloatArray = NDArray[np.float64]
@@ -270,6 +270,7 @@ def run_scan(
     min_period_windows: int = 120,
     n_opt: float | None = None,
     on_period: PeriodSink | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> ScanResult:
     """Run the ``len(arms)``-arm scan (``arms[0]`` the baseline) on ``group`` (one host per
     arm) with the Williams rotation until the procedure stops or the sample cap (per host,
@@ -278,7 +279,8 @@ def run_scan(
     Each period: every host applies its arm, ``settings.warmup_s`` is discarded, then the
     period's steady windows are averaged per host into one observation per arm, and the
     procedure looks after every period (so the first decision comes after two design cycles:
-    two periods per stratum). Periods last at least four batches (the batch size from the first
+    two periods per stratum). ``should_stop`` is asked before every period (Ctrl-C, ``musku
+    abort``): true raises :class:`~musku.errors.Interrupted`. Periods last at least four batches (the batch size from the first
     period, :func:`musku.abtest.stats.batch_size_for` on a cross-host contrast),
     ``min_period_windows`` and three times the switch cost."""
     st = settings or StatsSettings()
@@ -300,6 +302,8 @@ def run_scan(
     p = 0
     outcome: ScanOutcome | None = None
     while outcome is None:
+        if should_stop is not None and should_stop():
+            raise Interrupted(f"stopped during a multi-arm scan ({p} periods measured)")
         row = design[p % cycle]
         cost = group.apply([arms[int(a)] for a in row])
         if warm:

@@ -17,7 +17,10 @@ under the scan's family-wise error control, the estimate and interval, ``host_a`
 the hosts that started on the baseline and on the candidate, the group's hosts in the reason),
 with one sample per host and period: the mean of the host's steady windows in that period (the
 observation the procedure uses), role ``A`` on the host running the baseline, ``B`` on the one
-running the candidate. A multi-arm scan is not resumed: ``--resume`` scans every knob again
+running the candidate. Ctrl-C / ``musku abort`` stop every scan before its next period
+(:class:`~musku.errors.Interrupted`; the rows of finished scans stay). On PostgreSQL the scans
+are not put on the comparison queue: ``musku worker`` processes do not take multiarm scans
+(the validation comparisons are queued as usual). A multi-arm scan is not resumed: ``--resume`` scans every knob again
 (the earlier run's rows stay).
 """
 
@@ -246,6 +249,7 @@ def multiarm(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
                     runner.seed,
                     open_group=group,
                     on_scan=_record(runner, lock, knob, outcomes[knob], metric),
+                    should_stop=runner.stop.is_set,
                 )
             except BaseException as exc:  # re-raised below, after the wave's threads end
                 with lock:

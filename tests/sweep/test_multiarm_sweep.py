@@ -3,18 +3,21 @@ simulated fleet; the paper's soft SKU; per-arm comparison rows; A/A; bad input (
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from musku.design.group import SimGroup, run_scan
-from musku.domain import Decision
-from musku.errors import InputError
+from musku.domain import Decision, ExperimentStatus
+from musku.errors import InputError, Interrupted
 from musku.experiment import load_experiment
 from musku.sim.model import SimModel
 from musku.storage import open_store
 from musku.sweep import run_sweep
+from musku.sweep.runner import NullProgress
+from musku.testing.postgres import fresh_pg_database, pg_server  # noqa: F401 - fixtures
 from tests.cli.test_exit_codes import musku, one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,3 +151,51 @@ def test_bad_input_is_one_line_exit_3(tmp_path: Path) -> None:
     proc = musku("check", str(bad))
     assert proc.returncode == 3
     assert "multiarm" in one_error_line(proc)
+
+
+class _StopAfterFirstKnob(NullProgress):
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.knobs: list[str] = []
+
+    def message(self, text: str) -> None:
+        if text.startswith("multiarm "):
+            self.knobs.append(text.split()[1].rstrip(":"))
+            self.stop.set()
+
+
+def test_a_stop_ends_the_scans_and_keeps_the_finished_rows(tmp_path: Path) -> None:
+    exp = load_experiment(_web(tmp_path, 16))
+    stop = threading.Event()
+    seen = _StopAfterFirstKnob(stop)
+    store = open_store(f"sqlite:///{tmp_path}/r.db")
+    try:
+        with pytest.raises(Interrupted, match="multi-arm scan"):
+            run_sweep(exp, store=store, seed=1, progress=seen, stop=stop)
+        [rec] = store.experiments()
+        rows = store.comparisons(rec.id)
+    finally:
+        store.close()
+    assert ExperimentStatus(rec.status) is ExperimentStatus.INTERRUPTED
+    # the first wave's other knob is stopped mid-scan (unless it, too, ended first), no later
+    # wave measures anything; the finished knobs' rows are kept
+    assert 1 <= len(seen.knobs) <= 2
+    purposes = {c.purpose for c in rows}
+    assert f"multiarm:{seen.knobs[0]}" in purposes and len(purposes) <= 2
+    assert not any(c.purpose.startswith("validate") for c in rows)
+
+
+@pytest.mark.postgres
+def test_a_multiarm_sweep_on_postgresql_stores_its_rows(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = fresh_pg_database(request.getfixturevalue("pg_server"))
+    exp = load_experiment(_web(tmp_path, 8))
+    with open_store(url) as store:
+        rep = run_sweep(exp, store=store, seed=3)
+        assert rep.experiment_id is not None
+        rows = [c for c in store.comparisons(rep.experiment_id) if c.purpose.startswith("multi")]
+        counts = [c.sample_count for c in rows]
+    assert rep.best.as_dict() == _paper(exp)
+    assert {c.purpose for c in rows} == {f"multiarm:{k}" for k in exp.service.knobs}
+    assert all(n > 8 for n in counts)

@@ -14,7 +14,8 @@ strategy does (:meth:`musku.sweep.runner.Runner.generate_softsku`, run by ``run_
 Every scan is recorded as comparisons: for each candidate arm a row of purpose
 ``multiarm:<knob>`` (baseline and candidate configuration, the decision against the baseline
 under the scan's family-wise error control, the estimate and interval, ``host_a``/``host_b``
-the hosts that started on the baseline and on the candidate, the group's hosts in the reason),
+the hosts that started on the baseline and on the candidate, the group's hosts in the reason,
+``host_time_s`` the scan's host-clock time divided by K so that the rows add up to the scan's),
 with one sample per host and period: the mean of the host's steady windows in that period (the
 observation the procedure uses), role ``A`` on the host running the baseline, ``B`` on the one
 running the candidate. Ctrl-C / ``musku abort`` stop every scan before its next period
@@ -143,7 +144,8 @@ def arm_results(
                     ci_low=low,
                     ci_high=high,
                     samples=result.samples,
-                    host_time_s=result.host_time_s,
+                    # the scan's host-clock shared by its K rows: the rows sum to the scan's
+                    host_time_s=result.host_time_s / (len(result.arms) - 1),
                     reason=reason,
                     method=result.method,
                 ),

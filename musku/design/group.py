@@ -341,7 +341,7 @@ def run_scan(
     assert proc is not None
     est: dict[int, tuple[float, float, float]] = {}
     for k in range(1, n):
-        c = proc.contrast(0, k)
+        c = proc.contrast(0, k, alpha=proc.level(0, k))  # the level its decision was made at
         if c is not None:
             est[k] = c.relative()
     return ScanResult(

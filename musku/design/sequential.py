@@ -304,6 +304,7 @@ class MultiArmProcedure:
         sequences at ``alpha / M`` exclude 0), or Holm's step-down on the always-valid
         p-values, run as alpha spending (module doc)."""
         claims = {k for k, c in cs.items() if c.low > 0 or c.high < 0}
+        self._levels = dict.fromkeys(claims, self.alpha_pair)
         if self.fwer == "bonferroni":
             return claims
         m = len(self.pairs)
@@ -319,7 +320,14 @@ class MultiArmProcedure:
             if not new:
                 break
             claims |= new
+            self._levels.update(dict.fromkeys(new, level))
         return claims
+
+    def level(self, i: int, j: int) -> float:
+        """The level of ``j - i``'s interval that goes with its decision at the last look: the
+        Holm step at which its difference was claimed, else Bonferroni's ``alpha / M``."""
+        levels: dict[tuple[int, int], float] = getattr(self, "_levels", {})
+        return levels.get((min(i, j), max(i, j)), self.alpha_pair)
 
     def p_value(self, i: int, j: int) -> float | None:
         """The always-valid p-value of ``j - i`` at this look (smallest level at which its

@@ -72,6 +72,13 @@ def test_multiarm_sweep_finds_the_papers_soft_sku_and_stores_per_arm_rows(
         assert all(
             c.result and c.result.ci_low <= c.result.estimate <= c.result.ci_high for c in mine
         )
+        # a claimed difference's interval (at the Holm step that claimed it) excludes 0
+        for c in mine:
+            assert c.result is not None
+            if c.result.decision is Decision.BETTER:
+                assert c.result.ci_low > 0
+            if c.result.decision is Decision.WORSE:
+                assert c.result.ci_high < 0
         # the chosen setting was declared better than the baseline (or the baseline kept)
         if rep.best[knob] != base[knob]:
             chosen = base.with_(knob, rep.best[knob])

@@ -206,6 +206,7 @@ class SweepMode(enum.Enum):
     INDEPENDENT = "independent"
     EXHAUSTIVE = "exhaustive"
     SEARCH = "search"
+    MULTIARM = "multiarm"  # each knob's scan as one multi-arm crossover on a group of hosts
 
 
 class ExperimentStatus(enum.Enum):

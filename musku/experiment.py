@@ -335,6 +335,39 @@ the model's limit, which :mod:`musku.sweep.strategies` applies again to experime
 code."""
 
 
+def _check_multiarm(exp: Experiment) -> None:
+    """``mode = "multiarm"``: refused here, by ``check`` and ``sweep`` alike, for a pool that
+    cannot hold a group (the hosts the file names) or a lower-is-better metric."""
+    if exp.mode is not SweepMode.MULTIARM:
+        return
+    opts = exp.hosts.options
+    fleet = opts.get("fleet")
+    hosts = opts.get("hosts")
+    check_multiarm(
+        exp, int(fleet) if fleet is not None else (len(hosts) if isinstance(hosts, list) else 2)
+    )
+
+
+def check_multiarm(exp: Experiment, n_hosts: int) -> None:
+    """A multiarm sweep needs a pool of >= 3 hosts (a group: the baseline and >= 2 settings,
+    one host per arm of a Williams rotation) and a higher-is-better primary metric (the group
+    runner maximises); the strategy checks the pool it got again (musku.sweep.multiarm)."""
+    if n_hosts < 3:
+        raise InputError(
+            f'[sweep] mode = "multiarm" runs each knob\'s scan on a group of >= 3 hosts '
+            f"(the baseline and >= 2 settings, one host per arm of a Williams rotation); "
+            f"this pool has {n_hosts}: a single pair cannot hold a group. Set [hosts] fleet = N "
+            "(sim) or list N >= 3 agent hosts",
+            where=str(exp.path),
+        )
+    if exp.spec.direction is not Direction.HIGHER:
+        raise InputError(
+            f'[sweep] mode = "multiarm" scans a higher-is-better primary metric, '
+            f"not {exp.spec.metric!r} (direction = lower)",
+            where=str(exp.path),
+        )
+
+
 def _check_exhaustive(exp: Experiment) -> None:
     """An exhaustive sweep over :data:`EXHAUSTIVE_LIMIT`
     configurations is refused here, by ``check`` and ``sweep`` alike, before anything is
@@ -429,6 +462,7 @@ def load_experiment(path: str | Path) -> Experiment:
         threading=threading,
     )
     _check_exhaustive(experiment)
+    _check_multiarm(experiment)
     return experiment
 
 

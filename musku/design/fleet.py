@@ -21,12 +21,12 @@ composition against production and stock with today's paired tester on one pair,
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from musku.abtest import run_comparison
-from musku.design.group import SimGroup, run_scan
+from musku.design.group import HostGroup, PeriodSink, ScanResult, SimGroup, run_scan
 from musku.domain import ComparisonResult, Configuration, Decision
 from musku.errors import InputError
 from musku.experiment import Experiment
@@ -60,32 +60,75 @@ def _chunks(values: Sequence[object], size: int) -> list[list[object]]:
     return [list(values[i : i + size]) for i in range(0, len(values), size)]
 
 
+Period = tuple[int, Any, float, Any]
+"""One period of a scan as :data:`musku.design.group.PeriodSink` receives it."""
+
+
+def _keep(periods: list[Period]) -> PeriodSink:
+    def on_period(p: int, row: Any, t: float, means: Any) -> None:
+        periods.append((p, row.copy(), t, means.copy()))
+
+    return on_period
+
+
+def group_size(experiment: Experiment, knob: str, n_hosts: int) -> int:
+    """Hosts ``knob``'s scans hold: the baseline and its other settings, at most ``n_hosts``."""
+    base = experiment.baseline_config
+    return min(n_hosts, sum(1 for v in experiment.space[knob] if v != base[knob]) + 1)
+
+
 def scan_knob(
     experiment: Experiment,
-    model: SimModel,
+    model: SimModel | None,
     knob: str,
     n_hosts: int,
     seed: int,
+    *,
+    open_group: Callable[[int, int], HostGroup] | None = None,
+    on_scan: Callable[[ScanResult, HostGroup, list[Period]], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> KnobScan:
-    """Scan ``knob`` from the experiment's baseline on groups of at most ``n_hosts`` hosts."""
+    """Scan ``knob`` from the experiment's baseline on groups of at most ``n_hosts`` hosts.
+
+    ``open_group(size, scan)`` gives the group scan number ``scan`` runs on (default: a
+    :class:`SimGroup` of ``model`` seeded from ``seed``, ``knob`` and ``scan``); ``on_scan``
+    hears of every finished scan with its group and its periods (the sweep records them)."""
     if n_hosts < 3:
         raise InputError(f"a multi-arm scan needs a group of >= 3 hosts, not {n_hosts}")
     base = experiment.baseline_config
     values: list[object] = [v for v in experiment.space[knob] if v != base[knob]]
-    group = min(n_hosts, len(values) + 1)
+    group = group_size(experiment, knob, n_hosts)
     time_s, scans = 0.0, 0
+
+    def sim_group(size: int, scan: int) -> HostGroup:
+        assert model is not None
+        return SimGroup(
+            model,
+            size,
+            seed=derive_seed(seed, knob, scan),
+            initial=base,
+            reboot_knobs=experiment.spec.reboot_knobs,
+        )
+
+    make = open_group or sim_group
     while True:
         winners: list[object] = []
         for chunk in _chunks(values, group - 1):
             arms = [base, *(base.with_(knob, v) for v in chunk)]
-            g = SimGroup(
-                model,
-                len(arms),
-                seed=derive_seed(seed, knob, scans),
-                initial=base,
-                reboot_knobs=experiment.spec.reboot_knobs,
+            g = make(len(arms), scans)
+            periods: list[Period] = []
+            cap = experiment.stats.sample_cap  # a small cap (a quick run) shortens the pilot
+            r = run_scan(
+                g,
+                arms,
+                experiment.stats,
+                pilot_windows=min(240, max(8, cap // 8)),
+                min_period_windows=min(120, max(4, cap // 16)),
+                on_period=_keep(periods),
+                should_stop=should_stop,
             )
-            r = run_scan(g, arms, experiment.stats)
+            if on_scan is not None:
+                on_scan(r, g, periods)
             scans += 1
             time_s += r.host_time_s
             if r.outcome.decision is Decision.BETTER and r.outcome.best != 0:

@@ -25,8 +25,9 @@ switch, batches of steady windows fed to :class:`musku.design.sequential.MultiAr
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -36,12 +37,35 @@ from musku.abtest import stats
 from musku.design.sequential import MultiArmProcedure, ScanOutcome
 from musku.design.williams import williams
 from musku.domain import Configuration, Decision, StatsSettings
-from musku.errors import InputError
+from musku.errors import InputError, Interrupted
 from musku.sim.model import SimModel
 
 FloatArray = NDArray[np.float64]
 
 _BURST_BLOCK_S = 3600.0
+
+
+class HostGroup(Protocol):
+    """What a multi-arm scan drives: ``n`` hosts, one configuration each, measured together.
+
+    :class:`SimGroup` (simulated) and :class:`musku.hosts.agent.AgentGroup` (agent hosts)
+    implement it. ``apply`` puts host ``h`` on ``configs[h]`` on every host or on none (a
+    failure rolls every host back and raises :class:`~musku.errors.HostError`) and returns the
+    seconds it took; ``measure(count)`` returns ``count`` windows of ``tick_s`` seconds of the
+    primary metric, shape ``(count, n)``; ``t`` is the group's clock in seconds."""
+
+    n: int
+    names: list[str]
+
+    @property
+    def t(self) -> float: ...
+
+    @property
+    def tick_s(self) -> float: ...
+
+    def apply(self, configs: Sequence[Configuration]) -> float: ...
+
+    def measure(self, count: int) -> FloatArray: ...
 
 
 class SimGroup:
@@ -96,6 +120,11 @@ class SimGroup:
         self._bursts: dict[int, tuple[FloatArray, FloatArray]] = {}
         self.t = 0.0
         self.applies = 0
+        self.names = [f"sim-{h}" for h in range(n_hosts)]
+
+    @property
+    def tick_s(self) -> float:
+        return self.model.noise.tick_s
 
     def apply(self, configs: Sequence[Configuration]) -> float:
         """Put host ``h`` on ``configs[h]``; the hosts change in parallel: the clock advances by
@@ -227,14 +256,21 @@ class ScanResult:
         return self.arms[self.outcome.best]
 
 
+PeriodSink = Callable[[int, NDArray[np.int64], float, FloatArray], None]
+"""``on_period(period, row, t, means)``: host ``h`` ran arm ``row[h]``; ``means[h]`` is the mean
+primary metric of host ``h``'s steady windows of the period, which ended at clock ``t``."""
+
+
 def run_scan(
-    group: SimGroup,
+    group: HostGroup,
     arms: Sequence[Configuration],
     settings: StatsSettings | None = None,
     *,
     pilot_windows: int = 240,
     min_period_windows: int = 120,
     n_opt: float | None = None,
+    on_period: PeriodSink | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> ScanResult:
     """Run the ``len(arms)``-arm scan (``arms[0]`` the baseline) on ``group`` (one host per
     arm) with the Williams rotation until the procedure stops or the sample cap (per host,
@@ -243,7 +279,8 @@ def run_scan(
     Each period: every host applies its arm, ``settings.warmup_s`` is discarded, then the
     period's steady windows are averaged per host into one observation per arm, and the
     procedure looks after every period (so the first decision comes after two design cycles:
-    two periods per stratum). Periods last at least four batches (the batch size from the first
+    two periods per stratum). ``should_stop`` is asked before every period (Ctrl-C, ``musku
+    abort``): true raises :class:`~musku.errors.Interrupted`. Periods last at least four batches (the batch size from the first
     period, :func:`musku.abtest.stats.batch_size_for` on a cross-host contrast),
     ``min_period_windows`` and three times the switch cost."""
     st = settings or StatsSettings()
@@ -253,10 +290,11 @@ def run_scan(
     design = williams(n)
     cycle = design.shape[0]
     t0 = group.t
-    ticks = max(1, round(st.sample_interval_s / group.model.noise.tick_s))
-    if ticks != 1:
-        raise InputError("the simulated group measures one tick per window (sample_interval_s)")
-    warm = max(0, math.ceil(st.warmup_s / group.model.noise.tick_s))
+    if isinstance(group, SimGroup):
+        ticks = max(1, round(st.sample_interval_s / group.tick_s))
+        if ticks != 1:
+            raise InputError("the simulated group measures one tick per window (sample_interval_s)")
+    warm = max(0, math.ceil(st.warmup_s / group.tick_s))
     proc: MultiArmProcedure | None = None
     b = 0
     period_len = 0
@@ -264,6 +302,8 @@ def run_scan(
     p = 0
     outcome: ScanOutcome | None = None
     while outcome is None:
+        if should_stop is not None and should_stop():
+            raise Interrupted(f"stopped during a multi-arm scan ({p} periods measured)")
         row = design[p % cycle]
         cost = group.apply([arms[int(a)] for a in row])
         if warm:
@@ -291,6 +331,8 @@ def run_scan(
         # periods; with batches inside one period it would hide in the stratum means.
         use = b * (steady.shape[0] // b)
         proc.add(steady[:use].mean(axis=0), p % cycle)
+        if on_period is not None:  # per host (undo the by-arm order), on the metric's scale
+            on_period(p, row, group.t, np.exp(steady[:use].mean(axis=0))[row])
         samples += use
         out = proc.look()
         if out.stop:
@@ -299,7 +341,7 @@ def run_scan(
     assert proc is not None
     est: dict[int, tuple[float, float, float]] = {}
     for k in range(1, n):
-        c = proc.contrast(0, k)
+        c = proc.contrast(0, k, alpha=proc.level(0, k))  # the level its decision was made at
         if c is not None:
             est[k] = c.relative()
     return ScanResult(

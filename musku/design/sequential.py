@@ -25,6 +25,18 @@ final choice) is covered by one family-wise error rate. Bonferroni over all pair
 ``alpha / K`` over the K baseline contrasts: elimination of an arm that is "not the best"
 compares candidates with each other, and those claims need to be in the family too.
 
+Holm's step-down (``fwer = "holm"``, the default) sharpens this without giving up the
+family-wise guarantee. The always-valid p-value of a contrast at a look is the smallest level
+at which its confidence sequence excludes 0 (anytime-valid: it is a valid p-value at any
+stopping time); Holm's procedure on those M p-values rejects "no difference" for a contrast
+(the claim "j beats i", or a candidate better / worse than the baseline) when it passes the
+step-down thresholds ``alpha / M, alpha / (M - 1), ...``. Holm needs nothing but valid
+marginal p-values, so the family-wise error stays at most ``alpha``; every claim Bonferroni
+makes, Holm makes too. It is run as the equivalent alpha-spending loop: with ``r`` claims made,
+every remaining contrast is tested at ``alpha / (M - r)`` until a round makes no new claim.
+The intervals reported (:meth:`MultiArmProcedure.contrast`) and the equivalence claims
+(``NO_DIFFERENCE``, "cannot matter") stay at the Bonferroni level ``alpha / M``.
+
 Elimination (checked after every batch, once every stratum has ``min_per_stratum`` batches):
 
 1. *Clearly not the best*: arm ``i`` is out when some arm ``j`` has ``CS(j - i)`` above 0
@@ -142,6 +154,7 @@ class MultiArmProcedure:
         n_opt: float | None = None,
         cap_batches: int | None = None,
         block: int = 1,
+        fwer: str = "holm",
     ) -> None:
         if isinstance(n_arms, bool) or not isinstance(n_arms, int) or n_arms < 2:
             raise InputError(f"a multi-arm scan needs >= 2 arms (baseline + 1), not {n_arms!r}")
@@ -151,6 +164,9 @@ class MultiArmProcedure:
             raise InputError(f"alpha = {alpha!r} must be in (0, 0.5)")
         if not (isinstance(min_effect, float | int) and 0.0 < min_effect < 0.5):
             raise InputError(f"min_effect = {min_effect!r} must be in (0, 0.5)")
+        if fwer not in ("holm", "bonferroni"):
+            raise InputError(f"fwer = {fwer!r} must be 'holm' or 'bonferroni'")
+        self.fwer = fwer
         self.n_arms = n_arms
         self.n_strata = n_strata
         self.alpha = float(alpha)
@@ -190,8 +206,9 @@ class MultiArmProcedure:
     def batches(self) -> int:
         return self._count
 
-    def contrast(self, i: int, j: int) -> Contrast | None:
-        """The confidence sequence of ``j - i`` at level ``alpha / M`` (``None`` too early)."""
+    def contrast(self, i: int, j: int, alpha: float | None = None) -> Contrast | None:
+        """The confidence sequence of ``j - i`` at level ``alpha / M`` (or ``alpha`` when
+        given; ``None`` too early)."""
         if not self._count:
             return None
         y = self._y[: self._count]
@@ -217,7 +234,8 @@ class MultiArmProcedure:
                 lrv = se * se * n_eff
                 n_opt = max(n_eff, lrv * (3.0 / self.log_min) ** 2)
             self._n_opt[key] = n_opt
-        hw = stats.cs_halfwidth(se, n_eff, self.alpha_pair, n_opt, df=df)
+        level = self.alpha_pair if alpha is None else alpha
+        hw = stats.cs_halfwidth(se, n_eff, level, n_opt, df=df)
         return Contrast(i, j, mean, mean - hw, mean + hw, n_eff)
 
     # ----------------------------------------------------------------- decisions
@@ -232,8 +250,9 @@ class MultiArmProcedure:
                     return self._outcome(True, Decision.INCONCLUSIVE, 0, "sample cap reached")
                 return self._outcome(stop=False, decision=None, reason="too few batches")
             cs[(i, j)] = c
-            if c.low > 0 or c.high < 0:
-                self.claimed_difference = True
+        claims = self._claims(cs)
+        if claims:
+            self.claimed_difference = True
 
         def diff(i: int, j: int) -> tuple[float, float, float]:
             """(estimate, low, high) of j - i."""
@@ -243,10 +262,15 @@ class MultiArmProcedure:
             c = cs[(j, i)]
             return -c.estimate, -c.high, -c.low
 
+        def beats(i: int, j: int) -> bool:
+            """A family-wise claim that j is better than i."""
+            key = (min(i, j), max(i, j))
+            return key in claims and (diff(i, j)[0] > 0)
+
         # 1. clearly not the best
         for i in sorted(self.active):
             for j in range(self.n_arms):
-                if j != i and diff(i, j)[1] > 0:
+                if j != i and beats(i, j):
                     self._drop(i, f"arm {j} is better")
                     break
         # 2. cannot beat the baseline by min_effect (while the baseline is in)
@@ -256,6 +280,7 @@ class MultiArmProcedure:
                 if hi < self.log_min and lo <= 0 and len(self.active) > 1:
                     self._drop(i, "cannot beat the baseline by min_effect")
         self._cs = cs
+        self._claimed = claims
         leader = max(self.active, key=lambda a: diff(0, a)[0] if a else 0.0)
         if len(self.active) == 1:
             (only,) = self.active
@@ -274,6 +299,55 @@ class MultiArmProcedure:
             return self._outcome(True, Decision.INCONCLUSIVE, best, "sample cap reached")
         return self._outcome(False, None, leader, "")
 
+    def _claims(self, cs: dict[tuple[int, int], Contrast]) -> set[tuple[int, int]]:
+        """The pairs whose "no difference" the family rejects at this look: Bonferroni (the
+        sequences at ``alpha / M`` exclude 0), or Holm's step-down on the always-valid
+        p-values, run as alpha spending (module doc)."""
+        claims = {k for k, c in cs.items() if c.low > 0 or c.high < 0}
+        self._levels = dict.fromkeys(claims, self.alpha_pair)
+        if self.fwer == "bonferroni":
+            return claims
+        m = len(self.pairs)
+        while len(claims) < m:
+            level = self.alpha / (m - len(claims))
+            new = set()
+            for i, j in self.pairs:
+                if (i, j) in claims:
+                    continue
+                c = self.contrast(i, j, alpha=level)
+                if c is not None and (c.low > 0 or c.high < 0):
+                    new.add((i, j))
+            if not new:
+                break
+            claims |= new
+            self._levels.update(dict.fromkeys(new, level))
+        return claims
+
+    def level(self, i: int, j: int) -> float:
+        """The level of ``j - i``'s interval that goes with its decision at the last look: the
+        Holm step at which its difference was claimed, else Bonferroni's ``alpha / M``."""
+        levels: dict[tuple[int, int], float] = getattr(self, "_levels", {})
+        return levels.get((min(i, j), max(i, j)), self.alpha_pair)
+
+    def p_value(self, i: int, j: int) -> float | None:
+        """The always-valid p-value of ``j - i`` at this look (smallest level at which its
+        sequence excludes 0, by bisection; 1.0 when none below 1 does; None too early)."""
+        c = self.contrast(i, j)
+        if c is None:
+            return None
+        lo, hi = 1e-15, 1.0 - 1e-9
+        ex = self.contrast(i, j, alpha=hi)
+        if ex is None or not (ex.low > 0 or ex.high < 0):
+            return 1.0
+        for _ in range(50):
+            mid = math.sqrt(lo * hi)
+            x = self.contrast(i, j, alpha=mid)
+            if x is not None and (x.low > 0 or x.high < 0):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
     def _drop(self, arm: int, why: str) -> None:
         if arm in self.active and len(self.active) > 1:
             self.active.discard(arm)
@@ -282,13 +356,14 @@ class MultiArmProcedure:
     def vs_baseline(self) -> dict[int, Decision | None]:
         """Each candidate's contrast against the baseline, read off its sequence."""
         out: dict[int, Decision | None] = {}
+        claimed: set[tuple[int, int]] = getattr(self, "_claimed", set())
         for k in range(1, self.n_arms):
             c = getattr(self, "_cs", {}).get((0, k))
             if c is None:
                 out[k] = None
-            elif c.low > 0:
+            elif (0, k) in claimed and c.estimate > 0:
                 out[k] = Decision.BETTER
-            elif c.high < 0:
+            elif (0, k) in claimed and c.estimate < 0:
                 out[k] = Decision.WORSE
             elif -self.log_min < c.low and c.high < self.log_min:
                 out[k] = Decision.NO_DIFFERENCE
@@ -314,5 +389,10 @@ class MultiArmProcedure:
         return (
             f"multi-arm crossover: mean of {self.n_strata} stratum means, Bartlett HAC, "
             f"asymptotic CS per pair at alpha/{len(self.pairs)} (Bonferroni over all pairs), "
-            "successive elimination"
+            + (
+                "Holm step-down on the always-valid p-values for the claims, "
+                if self.fwer == "holm"
+                else ""
+            )
+            + "successive elimination"
         )

@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
 from musku import owner
 from musku.agent.client import AgentClient
 from musku.agent.protocol import raise_for
@@ -408,6 +410,15 @@ class AgentHost(Host):
         self._pending_ack = self._cursor
 
 
+def rollback(hosts: Sequence[AgentHost], experiment: str) -> None:
+    """Roll every host's experiment back, best effort per host (a failure is logged)."""
+    for h in hosts:
+        try:
+            h.link.call("rollback", **h.owner_fields(experiment))
+        except MuskuError as exc:
+            log.error("%s: rollback failed: %s", h.name, exc.one_line())
+
+
 class LeaseKeeper:
     """Renews the experiment lease on each host every third of the lease, each host from a
     thread of its own: a host whose link hangs does not let the others' leases lapse."""
@@ -558,11 +569,7 @@ class AgentPair(HostPair):
 
     def _rollback_all(self) -> None:
         self._keeper.stop()
-        for h in self.hosts:
-            try:
-                h.link.call("rollback", **h.owner_fields(self.experiment))
-            except MuskuError as exc:
-                log.error("%s: rollback failed: %s", h.name, exc.one_line())
+        rollback(self.hosts, self.experiment)
 
     def window(self, seconds: float) -> tuple[Sample, Sample]:
         if seconds <= 0:
@@ -670,6 +677,126 @@ class AgentPair(HostPair):
             "lease_s": self.lease_s,
             "cotune": self.cotune.spec.to_json() if self.cotune is not None else None,
         }
+
+
+class AgentGroup:
+    """``n`` agent hosts driven as one multi-arm group (the
+    :class:`musku.design.group.HostGroup` interface; ``[sweep] mode = "multiarm"``).
+
+    ``apply`` sends every host its configuration at once (each under the experiment's lease,
+    renewed by a :class:`LeaseKeeper`); when any host refuses or fails, every host of the group
+    is rolled back and :class:`~musku.errors.HostError` raised: nothing is left half-applied.
+    ``measure(count)`` waits ``count`` windows of ``tick_s`` seconds and returns, per host and
+    window, the mean of the primary ``metric`` over the spool rows that fell in the window (the
+    previous window's value where a window caught none; a host with no rows at all, or whose
+    rows were taken at another configuration or saw an outside change, is a HostError). The
+    hosts' links belong to their pairs: :meth:`close` stops the lease and acknowledges rows,
+    it does not close the links."""
+
+    def __init__(
+        self,
+        hosts: Sequence[AgentHost],
+        *,
+        metric: str,
+        lease_s: float = 30.0,
+        name: str = "",
+        tick_s: float | None = None,
+    ) -> None:
+        if len(hosts) < 2:
+            raise InputError(f"a group needs >= 2 hosts, not {len(hosts)}")
+        self.hosts = list(hosts)
+        self.n = len(self.hosts)
+        self.names = [h.name for h in self.hosts]
+        self.metric = metric
+        self.lease_s = lease_s
+        self.experiment = name or f"musku-{int(time.time())}"
+        self._tick = float(tick_s) if tick_s else max(h.sample_interval for h in self.hosts)
+        self._keeper = LeaseKeeper(self.hosts, lease_s)
+        self._keeper.experiment = self.experiment
+        self._t0 = time.monotonic()
+        self._last = np.full(self.n, np.nan)
+
+    @property
+    def t(self) -> float:
+        return time.monotonic() - self._t0
+
+    @property
+    def tick_s(self) -> float:
+        return self._tick
+
+    def apply(self, configs: Sequence[Configuration]) -> float:
+        if len(configs) != self.n:
+            raise InputError(f"apply takes one configuration per host ({self.n})")
+        t0 = time.monotonic()
+
+        def one(i: int) -> Any:
+            h = self.hosts[i]
+            reply = h.link.call(
+                "apply",
+                config=configs[i].as_dict(),
+                lease_s=self.lease_s,
+                **{"experiment": self.experiment, **h.owner_fields(self.experiment)},
+            )
+            if isinstance(reply, dict) and reply.get("rebooting"):
+                wait_for_reboot(h, reply, DEFAULT_TIMEOUT_S)
+            return reply
+
+        self._keeper.start()
+        with ThreadPoolExecutor(self.n) as pool:
+            futures = [pool.submit(one, i) for i in range(self.n)]
+            errors = [exc for f in futures if (exc := f.exception()) is not None]
+        if errors:
+            self.restore()
+            first = errors[0]
+            why = first.one_line() if isinstance(first, MuskuError) else str(first)
+            raise HostError(f"group apply failed: {why} (every host of the group rolled back)")
+        self._keeper.error = ""
+        for h, cfg in zip(self.hosts, configs, strict=True):
+            h.applied = cfg
+            h.skip_to_now()
+        return time.monotonic() - t0
+
+    def measure(self, count: int) -> Any:
+        if self._keeper.error:
+            raise HostError(self._keeper.error)
+        start = time.time()
+        time.sleep(count * self._tick)
+        end = time.time()
+        edges = np.linspace(0.0, end - start, count + 1)
+
+        def collect(h: AgentHost) -> list[Row]:
+            return h.rows_between(
+                start + h.offset, end + h.offset, wait_s=max(5.0, 10 * h.sample_interval)
+            )
+
+        with ThreadPoolExecutor(self.n) as pool:
+            per_host = list(pool.map(collect, self.hosts))
+        out = np.full((count, self.n), np.nan)
+        for j, (h, rows) in enumerate(zip(self.hosts, per_host, strict=True)):
+            whole = h.sample(rows, start + h.offset, end + h.offset, h.name, h.applied)
+            if not whole.valid or self.metric not in whole.metrics:
+                raise HostError(f"{h.name}: no usable {self.metric} samples: {whole.note}")
+            for w in range(count):
+                lo, hi = start + h.offset + edges[w], start + h.offset + edges[w + 1]
+                s = aggregate(rows, host=h.name, t0=lo, t1=hi)
+                v = s.metrics.get(self.metric, math.nan)
+                out[w, j] = v if math.isfinite(v) and v > 0 else self._last[j]
+                self._last[j] = out[w, j]
+            first = whole.metrics[self.metric]
+            out[:, j] = np.where(np.isfinite(out[:, j]), out[:, j], first)
+        return out
+
+    def restore(self) -> None:
+        """Every host back at its baseline (best effort per host; the lease stops)."""
+        self._keeper.stop()
+        rollback(self.hosts, self.experiment)
+        for h in self.hosts:
+            h.applied = Configuration()
+
+    def close(self) -> None:
+        self._keeper.stop()
+        for h in self.hosts:
+            h.flush_ack()
 
 
 # --------------------------------------------------------------------------- factory

@@ -121,8 +121,8 @@ class SweepTable(Strict):
     mode: Annotated[
         str,
         one_of(
-            ("independent", "exhaustive", "search"),
-            "[sweep] mode {value} is not one of independent, exhaustive, search",
+            ("independent", "exhaustive", "search", "multiarm"),
+            "[sweep] mode {value} is not one of independent, exhaustive, search, multiarm",
         ),
     ] = "independent"
     baseline: Annotated[

@@ -3,6 +3,8 @@
 - ``independent``: each knob scaled on its own against the baseline; best settings composed.
 - ``exhaustive``: every configuration of the cross product against the baseline.
 - ``search``: coordinate descent starting from the independent result, to catch interactions.
+- ``multiarm``: the independent sweep with each knob's scan as one multi-arm crossover on a
+  group of the pool's hosts (:mod:`musku.sweep.multiarm`).
 
 All of them prune settings that break a guardrail (Decision.GUARDRAIL). Registry
 ``STRATEGIES`` maps names to ``module:function``; a strategy is called as
@@ -24,6 +26,7 @@ STRATEGIES: dict[str, str] = {
     "independent": "musku.sweep.strategies:independent",
     "exhaustive": "musku.sweep.strategies:exhaustive",
     "search": "musku.sweep.strategies:search",
+    "multiarm": "musku.sweep.multiarm:multiarm",
 }
 
 

@@ -1,0 +1,286 @@
+"""``[sweep] mode = "multiarm"``: the independent sweep with each knob's scan as one multi-arm
+crossover experiment on a group of the pool's hosts (issue 20, item 2; docs/fleet.md).
+
+Each knob's scan (the baseline and its K other settings) runs as Williams scans
+(:func:`musku.design.fleet.scan_knob`, :func:`musku.design.group.run_scan`) on a group of
+``min(pool hosts, K + 1)`` hosts: a :class:`~musku.design.group.SimGroup` for a simulated
+``fleet = N`` (its hosts' biases those of the fleet's hosts), an
+:class:`~musku.hosts.agent.AgentGroup` for agent hosts. Knobs are packed, largest group first,
+into *waves* of disjoint groups that fit the pool (first fit): a wave's knobs run at once, one
+thread each, and the next wave starts when the wave's longest scan ends (the host-clock adds
+that). The chosen settings are composed with the baseline and validated as the independent
+strategy does (:meth:`musku.sweep.runner.Runner.generate_softsku`, run by ``run_sweep``).
+
+Every scan is recorded as comparisons: for each candidate arm a row of purpose
+``multiarm:<knob>`` (baseline and candidate configuration, the decision against the baseline
+under the scan's family-wise error control, the estimate and interval, ``host_a``/``host_b``
+the hosts that started on the baseline and on the candidate, the group's hosts in the reason,
+``host_time_s`` the scan's host-clock time divided by K so that the rows add up to the scan's),
+with one sample per host and period: the mean of the host's steady windows in that period (the
+observation the procedure uses), role ``A`` on the host running the baseline, ``B`` on the one
+running the candidate. Ctrl-C / ``musku abort`` stop every scan before its next period
+(:class:`~musku.errors.Interrupted`; the rows of finished scans stay). On PostgreSQL the scans
+are not put on the comparison queue: ``musku worker`` processes do not take multiarm scans
+(the validation comparisons are queued as usual). A multi-arm scan is not resumed: ``--resume`` scans every knob again
+(the earlier run's rows stay).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from musku.design.fleet import Period, group_size, scan_knob
+from musku.design.group import HostGroup, ScanResult, SimGroup
+from musku.domain import ComparisonResult, Configuration, Decision
+from musku.errors import InputError
+from musku.experiment import check_multiarm
+from musku.hosts.pool import derive_seed
+from musku.sweep.runner import KnobOutcome, Runner
+
+PURPOSE = "multiarm:{knob}"
+
+
+def _opener(runner: Runner) -> tuple[list[str], Callable[[list[int], str, int], HostGroup]]:
+    """The pool's usable hosts (names, pool order) and ``open(hosts, knob, scan)`` that gives a
+    group on those host indices."""
+    exp = runner.experiment
+    pool = runner.pool
+    n = len(runner.pair.hosts) if pool is None else len(pool.names)
+    check_multiarm(exp, n)
+    assert pool is not None  # one pair is two hosts: refused above
+    seed = runner.seed
+    if exp.hosts.backend == "sim":
+        from musku.sim.model import SimModel
+
+        model = SimModel.load(exp.resolve(exp.hosts.options["model"]), space=exp.space)
+        names = list(pool.names)
+        biases = pool.biases
+
+        def sim(hosts: list[int], knob: str, scan: int) -> HostGroup:
+            g = SimGroup(
+                model,
+                len(hosts),
+                seed=derive_seed(seed, "multiarm", knob, scan),
+                initial=exp.baseline_config,
+                reboot_knobs=exp.spec.reboot_knobs,
+            )
+            if biases is not None:  # the fleet's own hosts
+                g.bias = np.asarray([biases[h] for h in hosts], dtype=float)
+            g.names = [names[h] for h in hosts]
+            return g
+
+        return names, sim
+    from musku.hosts.agent import AgentGroup, AgentPair
+
+    live = [p for p in pool.live() if isinstance(pool.pairs[p], AgentPair)]
+    if not live:
+        raise InputError(
+            f'[sweep] mode = "multiarm" needs sim or agent hosts, not {exp.hosts.backend!r}',
+            where=str(exp.path),
+        )
+    agents: list[Any] = [h for p in live for h in pool.pairs[p].hosts]
+    lease = float(getattr(pool.pairs[live[0]], "lease_s", 30.0))
+
+    def agent(hosts: list[int], knob: str, scan: int) -> HostGroup:
+        return AgentGroup(
+            [agents[h] for h in hosts],
+            metric=exp.spec.metric,
+            lease_s=lease,
+            name=exp.name,
+            tick_s=exp.stats.sample_interval_s,
+        )
+
+    return [h.name for h in agents], agent
+
+
+def _waves(sizes: dict[str, int], capacity: int) -> list[list[tuple[str, int]]]:
+    """Knobs packed (largest group first, first fit) into waves of disjoint host ranges:
+    ``[(knob, first host), ...]`` per wave."""
+    waves: list[list[tuple[str, int]]] = []
+    used: list[int] = []
+    for knob in sorted(sizes, key=lambda k: -sizes[k]):
+        for w, load in enumerate(used):
+            if load + sizes[knob] <= capacity:
+                waves[w].append((knob, load))
+                used[w] += sizes[knob]
+                break
+        else:
+            waves.append([(knob, 0)])
+            used.append(sizes[knob])
+    return waves
+
+
+def arm_results(
+    result: ScanResult, names: Sequence[str]
+) -> list[tuple[ComparisonResult, str, str]]:
+    """One comparison per candidate arm against the baseline: (result, the host that started on
+    the baseline, the host that started on the candidate)."""
+    from musku.design.williams import williams
+
+    first = williams(len(result.arms))[0]
+    out = []
+    o = result.outcome
+    for k in range(1, len(result.arms)):
+        decision = o.vs_baseline.get(k) or Decision.INCONCLUSIVE
+        est, low, high = result.estimates.get(k, (0.0, float("-inf"), float("inf")))
+        chosen = " (chosen)" if o.best == k and o.decision is Decision.BETTER else ""
+        why = o.eliminated.get(k, "")
+        reason = (
+            f"{len(result.arms)}-arm crossover on {', '.join(names)}: arm {k}{chosen}"
+            + (f", eliminated: {why}" if why else "")
+            + f"; scan {o.decision.value if o.decision else 'open'}: {o.reason}"
+        )
+        out.append(
+            (
+                ComparisonResult(
+                    baseline=result.arms[0],
+                    candidate=result.arms[k],
+                    decision=decision,
+                    estimate=est,
+                    ci_low=low,
+                    ci_high=high,
+                    samples=result.samples,
+                    # the scan's host-clock shared by its K rows: the rows sum to the scan's
+                    host_time_s=result.host_time_s / (len(result.arms) - 1),
+                    reason=reason,
+                    method=result.method,
+                ),
+                names[int(np.flatnonzero(first == 0)[0])],
+                names[int(np.flatnonzero(first == k)[0])],
+            )
+        )
+    return out
+
+
+def _record(
+    runner: Runner,
+    lock: threading.Lock,
+    knob: str,
+    outcome: KnobOutcome,
+    metric: str,
+) -> Callable[[ScanResult, HostGroup, list[Period]], None]:
+    purpose = PURPOSE.format(knob=knob)
+    store, exp_id = runner.store, runner.experiment_id
+
+    def on_scan(result: ScanResult, group: HostGroup, periods: list[Period]) -> None:
+        rows = arm_results(result, group.names)
+        with lock:
+            for r, host_a, host_b in rows:
+                outcome.results.append(r)
+                runner.results.append((purpose, r))
+                runner.measured += 1
+                if r.decision is Decision.GUARDRAIL:
+                    outcome.pruned.append(r.candidate[knob])
+                if store is None or exp_id is None:
+                    continue
+                k = result.arms.index(r.candidate)
+                cmp_id = store.start_comparison(
+                    exp_id, purpose, r.baseline, r.candidate, hosts=(host_a, host_b)
+                )
+                samples = []
+                for p, row, t, means in periods:
+                    for h, arm in enumerate(row):
+                        if int(arm) in (0, k):
+                            samples.append(
+                                {
+                                    "seq": p,
+                                    "t": float(t),
+                                    "host": group.names[h],
+                                    "role": "A" if int(arm) == 0 else "B",
+                                    "period": p,
+                                    "warmup": False,
+                                    "valid": True,
+                                    "metrics": {metric: float(means[h])},
+                                }
+                            )
+                store.add_samples(cmp_id, samples)
+                store.finish_comparison(cmp_id, r)
+
+    return on_scan
+
+
+def _put_back(groups: Sequence[HostGroup]) -> None:
+    """Agent groups: every host back at its baseline and the lease stopped once the knob's
+    scans end (or fail); the hosts are free for the next wave. Simulated groups: nothing."""
+    for g in groups:
+        restore = getattr(g, "restore", None)
+        if restore is not None:
+            try:
+                restore()
+            finally:
+                g.close()  # type: ignore[attr-defined]
+
+
+def multiarm(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
+    exp = runner.experiment
+    base = exp.baseline_config
+    names, open_group = _opener(runner)
+    metric = "mips" if exp.hosts.backend == "sim" else exp.spec.metric
+    knobs = [k for k in exp.service.knobs if any(v != base[k] for v in exp.space[k])]
+    outcomes = {
+        k: KnobOutcome(knob=k, baseline_value=base[k], best_value=base[k])
+        for k in exp.service.knobs
+    }
+    sizes = {k: group_size(exp, k, len(names)) for k in knobs}
+    lock = threading.Lock()
+    for wave in _waves(sizes, len(names)):
+        times: dict[str, float] = {}
+        errors: list[BaseException] = []
+
+        def scan(
+            knob: str, first: int, times: dict[str, float], errors: list[BaseException]
+        ) -> None:
+            hosts = list(range(first, first + sizes[knob]))
+            opened: list[HostGroup] = []
+
+            def group(size: int, n: int) -> HostGroup:
+                g = open_group(hosts[:size], knob, n)
+                opened.append(g)
+                return g
+
+            try:
+                ks = scan_knob(
+                    exp,
+                    None,
+                    knob,
+                    len(names),
+                    runner.seed,
+                    open_group=group,
+                    on_scan=_record(runner, lock, knob, outcomes[knob], metric),
+                    should_stop=runner.stop.is_set,
+                )
+            except BaseException as exc:  # re-raised below, after the wave's threads end
+                with lock:
+                    errors.append(exc)
+                runner.stop.set()
+                return
+            finally:
+                _put_back(opened)
+            outcomes[knob].best_value = ks.chosen
+            times[knob] = ks.time_s
+            runner.progress.message(
+                f"multiarm {knob}: {base[knob]} -> {ks.chosen} ({ks.scans} scan(s), "
+                f"{sizes[knob]} hosts)"
+            )
+
+        threads = [
+            threading.Thread(
+                target=scan, args=(k, first, times, errors), name=f"musku-multiarm-{k}", daemon=True
+            )
+            for k, first in wave
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        runner.clock_s += max(times.values(), default=0.0)
+    best = base
+    for k in exp.service.knobs:
+        best = best.with_(k, outcomes[k].best_value)
+    return best, [outcomes[k] for k in exp.service.knobs]

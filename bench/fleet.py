@@ -6,9 +6,12 @@ the same run on the same sim model (experiments/web-skylake.toml):
 - **pairwise**: ``musku sweep`` itself (``run_sweep``) with ``[hosts] fleet = N``: the knobs'
   scans run at once on the pool's N/2 pairs (docs/fleet.md); 2 hosts is today's sweep, the
   baseline of the ratios below;
-- **multi-arm**: every knob's scan as Williams scans on groups of the fleet, side by side, then
-  the composition validated against production and stock on one pair
-  (:func:`musku.design.fleet.multiarm_sweep`; a 2-host group is the pairwise design: n/a).
+- **multi-arm**: ``musku sweep`` with ``[sweep] mode = "multiarm"`` (musku/sweep/multiarm.py):
+  every knob's scan as Williams scans on a group of the pool, groups in waves of disjoint
+  hosts, then the composition validated against production and stock on one pair (fewer than
+  3 hosts cannot hold a group: n/a);
+- **multi-arm list**: the same scans scheduled by :func:`musku.design.fleet.multiarm_sweep`
+  (each knob starts as soon as enough hosts are free), for comparison with the mode's waves.
 
 Printed per size and strategy: host-clock time to the soft SKU (median, max), total host-hours
 (median; ratio to today's 2-host pairwise sweep), and in how many seeds the soft SKU is the
@@ -52,37 +55,42 @@ def paper_sku() -> dict[str, Any]:
 PAPER_SKU = paper_sku()
 
 
-def _fleet_file(tmp: str, n: int) -> Path:
-    """A copy of the experiment with ``fleet = n`` and the model path made absolute."""
-    text = EXPERIMENT.read_text()
+def _fleet_file(tmp: str, n: int, mode: str = "independent") -> Path:
+    """A copy of the experiment with ``fleet = n``, sweep ``mode``, the model path absolute."""
+    text = EXPERIMENT.read_text().replace('mode = "independent"', f'mode = "{mode}"')
     model = (EXPERIMENT.parent / "sim" / "web-skylake18.toml").resolve()
     text = text.replace('model = "sim/web-skylake18.toml"', f'model = "{model}"')
     if n > 2:
         text = text.replace("[hosts]\n", f"[hosts]\nfleet = {n}\n")
-    path = Path(tmp) / f"web-skylake-{n}.toml"
+    path = Path(tmp) / f"web-skylake-{n}-{mode}.toml"
     path.write_text(text)
     return path
 
 
-def pairwise(args: tuple[int, int]) -> dict[str, Any]:
+def sweep(args: tuple[int, int], mode: str = "independent") -> dict[str, Any]:
+    """``musku sweep`` itself on a simulated fleet of ``n`` hosts, in ``mode``."""
     n, seed = args
     from musku.experiment import load_experiment
     from musku.sweep import run_sweep
 
     with tempfile.TemporaryDirectory() as tmp:
-        exp = load_experiment(_fleet_file(tmp, n))
+        exp = load_experiment(_fleet_file(tmp, n, mode))
         t0 = time.process_time()
         rep = run_sweep(exp, seed=seed)
         cpu = time.process_time() - t0
     return {
         "clock_h": rep.clock_s / 3600.0,
-        "host_hours": 2 * rep.host_time_s / 3600.0,
+        "host_hours": rep.host_hours,
         "paper": rep.best.as_dict() == PAPER_SKU,
         "cpu_s": cpu,
     }
 
 
-def multiarm(args: tuple[int, int]) -> dict[str, Any]:
+def multiarm_mode(args: tuple[int, int]) -> dict[str, Any]:
+    return sweep(args, "multiarm")
+
+
+def multiarm_list(args: tuple[int, int]) -> dict[str, Any]:
     n, seed = args
     from musku.design.fleet import multiarm_sweep
     from musku.experiment import load_experiment
@@ -116,11 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if 2 not in sizes:
         sizes = [2, *sizes]  # today's sweep: the baseline of the ratios
+    run = {"pairwise": sweep, "multi-arm": multiarm_mode, "ma-list": multiarm_list}
     jobs = [("pairwise", n, s) for n in sizes for s in range(a.seeds)]
-    jobs += [("multi-arm", n, s) for n in sizes if n >= 3 for s in range(a.seeds)]
+    jobs += [(k, n, s) for k in STRATEGIES[1:] for n in sizes if n >= 3 for s in range(a.seeds)]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(a.jobs) as ex:
-        futs = [ex.submit(pairwise if k == "pairwise" else multiarm, (n, s)) for k, n, s in jobs]
+        futs = [ex.submit(run[k], (n, s)) for k, n, s in jobs]
         out: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for (k, n, _), f in zip(jobs, futs, strict=True):
             out.setdefault((k, n), []).append(f.result())
@@ -134,11 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{'strategy':<10} {'hosts':>5} {'clock h (med/max)':>18} {'host-h (med)':>13} "
         f"{'x today':>8} {'paper SKU':>10} {'CPU s/sweep':>12}"
     )
-    for k in ("pairwise", "multi-arm"):
+    for k in STRATEGIES:
         for n in sizes:
             rs = out.get((k, n))
             if rs is None:
-                print(f"{k:<10} {n:>5} {'n/a (a 2-host group is the pairwise design)':>45}")
+                print(f"{k:<10} {n:>5} {'n/a (a group needs 3 hosts or more)':>38}")
                 continue
             clocks = [r["clock_h"] for r in rs]
             hh = statistics.median(r["host_hours"] for r in rs)
@@ -149,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{hh:>13.1f} {hh / today:>8.2f} {paper:>5}/{len(rs):<4} {cpu:>12.1f}"
             )
     print("goals:")
-    for k in ("pairwise", "multi-arm"):
+    for k in STRATEGIES:
         if 16 in sizes and (k, 16) in out:
             c = statistics.median(r["clock_h"] for r in out[(k, 16)])
             print(f"  {k}: <= 1 h to the soft SKU with 16 hosts: {c:.2f} h: {_ok(c <= 1.0)}")
@@ -183,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{100 * fp / a.aa_runs:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]: {_ok(fp / a.aa_runs <= 0.05)}"
         )
     return 0
+
+
+STRATEGIES = ("pairwise", "multi-arm", "ma-list")
 
 
 def _ok(ok: bool) -> str:

@@ -272,9 +272,13 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
         con,
         f"{rep.comparisons} comparisons ({rep.measured} measured"
         + (f", {resumed} resumed" if resumed else "")
-        + f"), host time {_hours(rep.host_time_s)} ({2 * rep.host_time_s / 3600:.2f} host-hours)"
+        + f"), host time {_hours(rep.host_time_s)} ({rep.host_hours:.2f} host-hours)"
         + f", host-clock to the soft SKU {_hours(getattr(rep, 'clock_s', rep.host_time_s))}"
-        + (f" on {rep.pairs} pairs" if getattr(rep, "pairs", 1) > 1 else "")
+        + (
+            " (multi-arm groups of the pool)"
+            if rep.mode == "multiarm"
+            else (f" on {rep.pairs} pairs" if getattr(rep, "pairs", 1) > 1 else "")
+        )
         + f", wall time {wall_s:.1f} s"
         + (f"; experiment id {rep.experiment_id}" if rep.experiment_id is not None else ""),
     )

@@ -262,6 +262,8 @@ def multiarm(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
                 _put_back(opened)
             outcomes[knob].best_value = ks.chosen
             times[knob] = ks.time_s
+            with lock:
+                runner.host_seconds += ks.hosts * ks.time_s
             runner.progress.message(
                 f"multiarm {knob}: {base[knob]} -> {ks.chosen} ({ks.scans} scan(s), "
                 f"{sizes[knob]} hosts)"

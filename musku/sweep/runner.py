@@ -100,6 +100,9 @@ class SweepReport:
     # concurrent phase, summed over phases (equals host_time_s on one pair)
     clock_s: float = 0.0
     pairs: int = 1
+    # host time summed over every host that ran it: 2 per pair comparison, a multi-arm
+    # scan's group size times its time
+    host_hours: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """The plain (JSON-able) form: ``musku sweep --json`` and the stored report."""
@@ -126,6 +129,7 @@ class SweepReport:
             "host_time_s": self.host_time_s,
             "clock_s": self.clock_s,
             "pairs": self.pairs,
+            "host_hours": self.host_hours,
         }
 
 
@@ -172,6 +176,7 @@ class Runner:
         self.measured = 0
         self._counter = 0
         self.clock_s = 0.0  # host-clock time: see SweepReport.clock_s
+        self.host_seconds = 0.0  # time x hosts: see SweepReport.host_hours
         self._hosts: tuple[int, int] | None = None  # the pair's host indices in the pool
         self._host_names: tuple[str, str] | None = None
         # the pair's calibration and remembered warm-up transients (issue 19)
@@ -250,6 +255,7 @@ class Runner:
             raise Interrupted(f"stopped during {purpose} ({result.samples} samples kept)")
         self.measured += 1
         self.clock_s += result.host_time_s
+        self.host_seconds += 2 * result.host_time_s
         self.results.append((purpose, result))
         self._cache[key] = result
         self.progress.comparison_finished(purpose, result, False)
@@ -306,6 +312,7 @@ class Runner:
         if cached is not None:
             self.results.append((purpose, cached))
             self.clock_s += cached.host_time_s
+            self.host_seconds += 2 * cached.host_time_s
             self.progress.comparison_finished(purpose, cached, True)
         return cached
 
@@ -426,6 +433,7 @@ class Runner:
                 lane = lanes[i]
                 self.results.extend(lane.results)
                 self.measured += lane.measured
+                self.host_seconds += lane.host_seconds
             lanes.clear()
             if rnd.errors:
                 raise rnd.errors[min(rnd.errors)]
@@ -475,6 +483,7 @@ class Runner:
         lane.measured = 0
         lane._counter = 0
         lane.clock_s = 0.0
+        lane.host_seconds = 0.0
         lane._hosts = self.pool.groups[p]
         lane._host_names = self.pool.host_names(p)
         if p not in self._memories:
@@ -488,12 +497,14 @@ class Runner:
     def generate_softsku(self, sku_config: Configuration) -> SoftSku:
         """Validate the composed configuration by A/B against production and against stock."""
         exp = self.experiment
-        vs_prod = self.compare("validate:production", exp.production, sku_config)
-        vs_stock = (
-            vs_prod
-            if exp.stock == exp.production
-            else self.compare("validate:stock", exp.stock, sku_config)
+        against = [("production", exp.production)]
+        if exp.stock != exp.production:
+            against.append(("stock", exp.stock))
+        # independent of each other: on a pool, on two pairs at once
+        results = self.map(
+            lambda r, b: r.compare(f"validate:{b[0]}", b[1], sku_config), against, tag="validate"
         )
+        vs_prod, vs_stock = results[0], results[-1]
         return SoftSku(
             service=exp.service.name,
             platform=exp.platform.name,

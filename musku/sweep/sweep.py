@@ -231,6 +231,7 @@ def run_sweep(
         experiment_id=runner.experiment_id,
         clock_s=runner.clock_s,
         pairs=len(runner.pool) if runner.pool is not None else 1,
+        host_hours=runner.host_seconds / 3600.0,
     )
 
 

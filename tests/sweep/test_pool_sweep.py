@@ -163,3 +163,38 @@ def test_a_pool_sweep_on_postgresql_goes_through_the_queue_once(
     assert all(a in names and b in names and a != b for a, b in hosts.values())
     assert len(set(hosts.values())) == 2
     assert rep.clock_s < rep.host_time_s
+
+
+def test_a_pool_with_more_pairs_than_knobs_walks_both_ways_at_once(tmp_path: Path) -> None:
+    """Web/Skylake on 32 simulated hosts (16 pairs, 7 knobs): an ordered knob's two walks run
+    on pairs of their own at once, and the soft SKU's two validations on two pairs."""
+    root = Path(__file__).resolve().parents[2] / "experiments"
+    text = (root / "web-skylake.toml").read_text()
+    model = (root / "sim" / "web-skylake18.toml").resolve()
+    text = text.replace('model = "sim/web-skylake18.toml"', f'model = "{model}"')
+    path = tmp_path / "web.toml"
+    path.write_text(text.replace("[hosts]\n", "[hosts]\nfleet = 32\n"))
+    exp = load_experiment(path)
+    store = open_store(f"sqlite:///{tmp_path}/r.db")
+    try:
+        rep = run_sweep(exp, store=store, seed=3)
+        hosts = store.comparison_hosts(rep.experiment_id)
+        comps = {c.id: c for c in store.comparisons(rep.experiment_id)}
+    finally:
+        store.close()
+    shp = {
+        cid: int(c.candidate["shp"])
+        for cid, c in comps.items()
+        if c.purpose == "knob:shp" and c.candidate["shp"] != c.baseline["shp"]
+    }
+    down = {hosts[cid] for cid, v in shp.items() if v < 200}
+    up = {hosts[cid] for cid, v in shp.items() if v > 200}
+    assert len(down) == 1 and len(up) == 1 and down != up  # each walk on one pair, apart
+    validate = {
+        c.purpose: hosts[cid] for cid, c in comps.items() if c.purpose.startswith("validate:")
+    }
+    assert set(validate) == {"validate:production", "validate:stock"}
+    assert validate["validate:production"] != validate["validate:stock"]
+    # the same comparisons as one pair would run, in less host-clock time than host time
+    assert rep.clock_s < rep.host_time_s / 2
+    assert rep.host_hours == pytest.approx(2 * rep.host_time_s / 3600)

@@ -239,6 +239,11 @@ def test_partition_mid_comparison(tmp_path: Path) -> None:
         during = [r for r in a_rows if cut_at + 0.5 < r[2] < back_at - 0.5]
         assert len(during) >= (back_at - cut_at - 1.0) / 0.25 * 0.8, (len(during), len(a_rows))
         assert all(r[4] is not None and math.isfinite(r[4]) and r[4] > 0 for r in a_rows)
+        print(  # the figures (pytest -s): docs/agent.md "Lost links"
+            f"partition: cut {back_at - cut_at:.1f} s, noticed after {noticed - cut_at:.1f} s, "
+            f"A reverted {reverted_at - cut_at:.1f} s into it; windows of A stored: "
+            f"{len(a_rows)}, {len(during)} from inside the cut, all with samples"
+        )
         # after the lapse A ran at its baseline, not the arm: those windows are invalid
         assert not any(r[3] for r in a_rows if reverted_at + 0.5 < r[2] < back_at - 0.5)
         assert all(r[3] for r in a_rows if r[2] < cut_at - 0.5 and r[0] > a_rows[0][0] + 2)

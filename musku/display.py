@@ -407,6 +407,21 @@ def print_dry_run(con: Any, d: Mapping[str, Any]) -> None:
         f"  host time: {guess} (from {est['source']}); at most {_hours(bound)} if every "
         "comparison ran to the sample cap",
     )
+    pool = d.get("pool")
+    if pool:
+        idle = f"; {pool['idle']} idles (odd pool)" if pool.get("idle") else ""
+        clock = est.get("clock_s")
+        when = (
+            f"host-clock to the soft SKU about {_hours(clock)} (the longest pair's share of "
+            "the tasks, a confirmation, the validations at once)"
+            if clock is not None
+            else "host-clock: no estimate for this mode (its later phases depend on results)"
+        )
+        print_wrapped(
+            con,
+            f"  pool: {pool['hosts']} hosts ({pool['first']} .. {pool['last']}), "
+            f"{pool['pairs']} pairs{idle}; {when}",
+        )
 
 
 def print_check(con: Any, exp: Any, data: Mapping[str, Any]) -> None:

@@ -178,12 +178,12 @@ FLEETS: dict[str, str] = {"sim": "musku.sim.fleet:open_fleet"}
 as ``factory(experiment, seed) -> HostPool``."""
 
 
-def _agent_names(experiment: Experiment) -> list[Any]:
+def agent_entries(experiment: Experiment) -> list[Any]:
     hosts = experiment.hosts.options.get("hosts")
     return list(hosts) if isinstance(hosts, list) else []
 
 
-def _entry_name(entry: Any) -> str:
+def entry_name(entry: Any) -> str:
     if isinstance(entry, Mapping):
         return str(entry.get("name") or entry.get("host") or entry.get("socket") or "")
     return str(entry)
@@ -207,12 +207,12 @@ def open_pool(
         open_fleet: Callable[..., HostPool] = load(backend, FLEETS, kind="fleet backend")
         return open_fleet(experiment, seed)
     factory: Callable[..., HostPair] = load(backend, BACKENDS, kind="host backend")
-    entries = _agent_names(experiment) if backend == "agent" else []
+    entries = agent_entries(experiment) if backend == "agent" else []
     if len(entries) <= 2:
         pair = factory(experiment, seed=seed) if open_pair is None else open_pair(experiment, seed)
         names = [h.name for h in pair.hosts]
         return HostPool([pair], [(0, 1)], names)
-    names = [_entry_name(e) for e in entries]
+    names = [entry_name(e) for e in entries]
     groups, _idle = form_pairs(names)
     pairs: list[HostPair] = []
     failed: dict[int, str] = {}

@@ -10,7 +10,11 @@ written to the results DB.
   planned value (the same code as the agent's ``check``);
 - an estimate of host time: from the latest finished run of the same experiment in the
   results DB when there is one, else from the statistics settings and the simulator model's
-  noise and timing, with the sample cap as the bound.
+  noise and timing, with the sample cap as the bound;
+- with a host pool (docs/fleet.md): its hosts, pairs and idle host, and an estimate of the
+  host-clock time to the soft SKU: the sweep's tasks given to the pairs as ``musku sweep``
+  gives them (task ``i`` to pair ``i mod P``), the longest pair's share, then the run-offs'
+  confirmation and the validations (at once).
 """
 
 from __future__ import annotations
@@ -23,10 +27,12 @@ from musku.domain import Configuration, ExperimentStatus
 from musku.errors import MuskuError
 from musku.hostfs import HostFS
 from musku.hosts.agent import _host_options, make_link
+from musku.hosts.pool import agent_entries, entry_name, form_pairs
 from musku.knobs import load_knob
+from musku.sim.fleet import host_names
 from musku.sim.model import SimModel
 from musku.sim.pair import open_pair
-from musku.sweep.strategies import EXHAUSTIVE_LIMIT
+from musku.sweep.strategies import EXHAUSTIVE_LIMIT, scan_order
 
 
 def planned(experiment: Any) -> dict[str, Any]:
@@ -102,12 +108,16 @@ def _check_sim(experiment: Any) -> dict[str, Any]:
         info = dict(pair.describe())
     finally:
         pair.close()
+    pool = pool_layout(experiment)
+    names = (
+        [f"{pool['first']} .. {pool['last']}"] if pool is not None else info.get("hosts", [])
+    )  # a fleet's hosts share the model
     return {
         "backend": "sim",
         "ok": True,
         "hosts": [
             {"name": str(h), "ok": True, "check": "model loaded; every planned setting modelled"}
-            for h in info.get("hosts", [])
+            for h in names
         ],
     }
 
@@ -211,6 +221,48 @@ def estimate(experiment: Any, plan: Mapping[str, Any], past: Any = None) -> dict
     }
 
 
+def pool_layout(experiment: Any) -> dict[str, Any] | None:
+    """The experiment's host pool as ``musku sweep`` pairs it (None: one pair)."""
+    backend, opts = experiment.hosts.backend, experiment.hosts.options
+    if backend == "sim" and opts.get("fleet") is not None:
+        names = host_names(int(opts["fleet"]))
+    elif backend == "agent" and len(entries := agent_entries(experiment)) > 2:
+        names = [entry_name(e) for e in entries]
+    else:
+        return None
+    groups, idle = form_pairs(names)
+    return {
+        "hosts": len(names),
+        "pairs": len(groups),
+        "first": names[0],
+        "last": names[-1],
+        "idle": names[idle] if idle is not None else None,
+    }
+
+
+def pool_clock(experiment: Any, plan: Mapping[str, Any], pairs: int, per_s: float) -> float | None:
+    """Host-clock to the soft SKU on ``pairs`` pairs, ``per_s`` a comparison: the tasks of the
+    sweep's first phase (independent: a knob's scan each, or each walk of it when there are
+    more pairs than knobs; exhaustive: one comparison each) round-robin over the pairs, the
+    longest pair's comparisons, plus a confirmation and the validations (on two pairs at
+    once). None for the modes whose later phases depend on results (search, multiarm)."""
+    base = experiment.baseline_config
+    if plan["mode"] == "independent":
+        knobs = [k["knob"] for k in plan["knobs"]]
+        if pairs > len(knobs):
+            tasks = [len(w) for k in knobs for w in scan_order(experiment, k, base.get(k)) if w]
+        else:
+            tasks = [k["comparisons"] for k in plan["knobs"]]
+        follow = 2  # a knob's confirmation, then the validations at once
+    elif plan["mode"] == "exhaustive":
+        tasks = [1] * (int(plan["comparisons_planned"]) - int(plan["validations"]))
+        follow = 1
+    else:
+        return None
+    load = [sum(tasks[i::pairs]) for i in range(pairs)]
+    return per_s * (max(load, default=0) + follow)
+
+
 def _model_seconds(experiment: Any) -> float | None:
     """Host seconds of a comparison whose effect is twice min_effect: the windows for the
     confidence sequence (radius ~3 standard errors) to clear zero, with the model's AR(1) noise
@@ -243,11 +295,21 @@ def dry_run(experiment: Any, store: Any = None) -> dict[str, Any]:
         if rec is not None and rec.status is ExperimentStatus.DONE:
             past = store.comparisons(rec.id)
     hosts = check_hosts(experiment, configs)
+    est = estimate(experiment, plan, past)
+    pool = pool_layout(experiment)
+    if pool is not None:
+        per = est.get("per_comparison_s")
+        est["clock_s"] = (
+            pool_clock(experiment, plan, int(pool["pairs"]), float(per))
+            if per is not None
+            else None
+        )
     return {
         "experiment": experiment.name,
         "plan": plan,
+        "pool": pool,
         "hosts": hosts,
-        "host_time": estimate(experiment, plan, past),
+        "host_time": est,
         "applied": False,
         "db_rows_written": 0,
     }

@@ -18,7 +18,7 @@ import math
 
 from musku.domain import ComparisonResult, Configuration, Decision
 from musku.errors import InputError
-from musku.experiment import EXHAUSTIVE_LIMIT  # the experiment model refuses the same
+from musku.experiment import EXHAUSTIVE_LIMIT, Experiment  # the model refuses the same
 from musku.knobs.spec import spec_of
 from musku.sweep.runner import KnobOutcome, Runner
 
@@ -36,12 +36,12 @@ def _ordered(knob: str) -> bool:
     return spec_of(knob).is_ordered
 
 
-def _scan_order(runner: Runner, knob: str, current: object) -> list[list[object]]:
+def scan_order(experiment: Experiment, knob: str, current: object) -> list[list[object]]:
     """Settings to try, as walks: for an ordered knob under ``scan = "unimodal"``, two walks
     outward from the current setting (nearest first); otherwise one walk over everything."""
-    space = list(runner.experiment.space[knob])
+    space = list(experiment.space[knob])
     others: list[object] = [v for v in space if v != current]
-    if runner.experiment.scan != "unimodal" or not _ordered(knob) or current not in space:
+    if experiment.scan != "unimodal" or not _ordered(knob) or current not in space:
         return [others]
     ordered = sorted(space, key=lambda v: float(v) if not isinstance(v, str) else float("inf"))
     i = ordered.index(current)
@@ -62,7 +62,7 @@ def _scan_knob(runner: Runner, purpose: str, base: Configuration, knob: str) -> 
     (the response is taken to be unimodal there); the settings beyond are recorded as skipped.
     """
     outcome = KnobOutcome(knob=knob, baseline_value=base[knob], best_value=base[knob])
-    walks = _scan_order(runner, knob, base[knob])
+    walks = scan_order(runner.experiment, knob, base[knob])
     for walk in walks:
         _walk(runner, purpose, base, outcome, walk, unimodal=len(walks) == 2)
     return _choose(runner, purpose, base, outcome)
@@ -129,7 +129,7 @@ def _walks_at_once(runner: Runner, base: Configuration, knobs: list[str]) -> lis
     measured slower: the pairs take tasks round-robin, bench/fleet.py.)"""
     tasks: list[tuple[str, list[object], bool]] = []
     for knob in knobs:
-        walks = _scan_order(runner, knob, base[knob])
+        walks = scan_order(runner.experiment, knob, base[knob])
         tasks += [(knob, w, len(walks) == 2) for w in walks if w]
     walked = runner.map(
         lambda r, t: _walk(

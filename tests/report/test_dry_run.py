@@ -69,3 +69,27 @@ def test_dry_run_on_unreachable_agents_is_one_line_exit_6(tmp_path: Path) -> Non
     line = one_error_line(proc)
     assert "host check failed" in line and "a:" in line and "b:" in line
     assert not (tmp_path / "r.db").exists()
+
+
+def test_dry_run_on_a_pool_gives_its_pairs_and_a_host_clock_estimate(tmp_path: Path) -> None:
+    """A simulated fleet: the pool as the sweep pairs it (an odd one's idle host named), and
+    the host-clock to the soft SKU, which more pairs shorten; one pair has no pool."""
+    text = (ROOT / "experiments" / "web-skylake.toml").read_text()
+    model = (ROOT / "experiments" / "sim" / "web-skylake18.toml").resolve()
+    text = text.replace('model = "sim/web-skylake18.toml"', f'model = "{model}"')
+    out = {}
+    for n in (2, 7, 16):
+        path = tmp_path / f"web-{n}.toml"
+        path.write_text(text.replace("[hosts]\n", f"[hosts]\nfleet = {n}\n") if n > 2 else text)
+        proc = musku("sweep", str(path), "--dry-run", "--json", "--db", "sqlite://")
+        assert proc.returncode == 0, proc.stderr
+        out[n] = loads_strict(proc.stdout)
+    assert out[2]["pool"] is None and "clock_s" not in out[2]["host_time"]
+    assert out[7]["pool"] == {
+        "hosts": 7, "pairs": 3, "first": "sim-000", "last": "sim-006", "idle": "sim-006"
+    }  # fmt: skip
+    assert out[16]["pool"]["pairs"] == 8 and out[16]["pool"]["idle"] is None
+    total = out[16]["host_time"]["total_s"]
+    assert out[16]["host_time"]["clock_s"] < out[7]["host_time"]["clock_s"] < total
+    proc = musku("sweep", str(tmp_path / "web-16.toml"), "--dry-run", "--db", "sqlite://")
+    assert "pool: 16 hosts (sim-000 .. sim-015), 8 pairs" in " ".join(proc.stdout.split())

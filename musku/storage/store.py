@@ -426,7 +426,9 @@ class Store:
             dep_ids = select(DeploymentRow.id).where(
                 or_(DeploymentRow.experiment_id == exp_id, DeploymentRow.soft_sku_id.in_(sku_ids))
             )
-            s.execute(delete(DeploymentWatchRow).where(DeploymentWatchRow.deployment_id.in_(dep_ids)))
+            s.execute(
+                delete(DeploymentWatchRow).where(DeploymentWatchRow.deployment_id.in_(dep_ids))
+            )
             s.execute(delete(DeploymentRow).where(DeploymentRow.id.in_(dep_ids)))
             s.execute(delete(ValidationRow).where(ValidationRow.soft_sku_id.in_(sku_ids)))
             s.execute(delete(SoftSkuRow).where(SoftSkuRow.experiment_id == exp_id))
@@ -1564,7 +1566,6 @@ class Store:
                 )
             s.flush()
             return self._experiment_record(s, row)
-
 
     # ------------------------------------------------------------------ deployments (0008)
 

@@ -235,7 +235,11 @@ class DeploymentStatus(enum.Enum):
     @property
     def live(self) -> bool:
         """Its hosts (may) run the soft SKU: another deployment may not take them."""
-        return self in (DeploymentStatus.CANARY, DeploymentStatus.ROLLING, DeploymentStatus.DEPLOYED)
+        return self in (
+            DeploymentStatus.CANARY,
+            DeploymentStatus.ROLLING,
+            DeploymentStatus.DEPLOYED,
+        )
 
 
 @dataclass(frozen=True)

@@ -76,5 +76,11 @@ class RolledBack(MuskuError):
     status = ExitStatus.ROLLED_BACK
 
 
+class AdvantageGone(MuskuError):
+    """``musku sku watch``: a deployed soft SKU is no longer significantly better."""
+
+    status = ExitStatus.ADVANTAGE_GONE
+
+
 class Interrupted(MuskuError):
     status = ExitStatus.INTERRUPTED

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from musku.domain import (
@@ -38,7 +39,7 @@ from musku.domain import (
     ExperimentStatus,
 )
 from musku.errors import HostError, InputError, Interrupted, MuskuError, RolledBack
-from musku.experiment import Experiment
+from musku.experiment import Experiment, load_experiment
 from musku.owner import controller_id
 from musku.rollout.fleet import Fleet, check_hosts, open_fleet
 from musku.storage.records import DeploymentRecord, SoftSkuRecord
@@ -172,6 +173,22 @@ def _compare(
 
 
 # ---------------------------------------------------------------------------- deploy
+
+
+def experiment_for(store: Any, sku_id: int, file: Path | None) -> Experiment:
+    """The experiment a deployment of ``sku_id`` runs under: ``file``, else the file of the
+    run that found the soft SKU (as recorded in the DB)."""
+    if file is None:
+        rec = store.softsku(sku_id)
+        if rec is None:
+            raise InputError(f"no soft SKU with id {sku_id} (`musku sku show` lists them)")
+        file = Path(store.experiment(rec.experiment_id).path)
+        if not file.is_file():
+            raise InputError(
+                f"soft SKU {sku_id} was found by {file}, which is not there any more: "
+                "give --experiment FILE"
+            )
+    return load_experiment(file)
 
 
 def check_request(

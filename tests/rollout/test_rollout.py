@@ -4,6 +4,7 @@ deployed in waves, a bad one rolled back at the canary, a gone advantage flagged
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from musku.rollout.deploy import fleet_state
 from musku.rollout.fleet import SimFleet
 from musku.storage import open_store
 from musku.storage.store import Store
+from musku.testing.postgres import fresh_pg_database, pg_server  # noqa: F401 - fixtures
 from tests.fixtures.toy import EXPERIMENT, MODEL
 
 GOOD = Configuration.of(thp="always", shp=256)  # the toy model's +6.6 %
@@ -41,7 +43,7 @@ def _sku(store: Store, exp: Experiment, config: Configuration) -> int:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     s = open_store(f"sqlite:///{tmp_path / 'results.db'}")
     yield s
     s.close()
@@ -179,3 +181,22 @@ def test_stop_during_the_canary_rolls_back(tmp_path: Path, store: Store) -> None
         deploy_sku(store, exp, sku_id, HOSTS, canary_time_s=4 * 3600, stop=stop)
     (dep,) = store.deployments()
     assert dep.status is DeploymentStatus.ROLLED_BACK and dep.applied_hosts() == ()
+
+
+def test_deploy_and_watch_on_postgresql(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """The same rollout on a real PostgreSQL: rows, the conflict check under its lock, watch."""
+    url = fresh_pg_database(request.getfixturevalue("pg_server"))
+    with open_store(url) as store:
+        exp = _experiment(tmp_path)
+        sku_id = _sku(store, exp, GOOD)
+        rep = deploy_sku(store, exp, sku_id, HOSTS[:3], canary_time_s=4 * 3600, wave_size=2)
+        assert rep.status is DeploymentStatus.DEPLOYED
+        with pytest.raises(InputError):
+            deploy_sku(store, exp, sku_id, ["sim-002"])
+        (res,) = watch_round(store, exp, force=True, check_time_s=4 * 3600)
+        assert res.verdict == "holds"
+        dep = store.deployment(rep.deployment_id)
+        assert dep is not None and dep.applied_hosts() == tuple(HOSTS[:3])
+        assert [w.verdict for w in store.watches(dep.id)] == ["holds"]
+        store.delete_experiment(dep.experiment_id)  # takes its deployment and watches along
+        assert store.deployments() == []

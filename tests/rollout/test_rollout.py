@@ -200,3 +200,27 @@ def test_deploy_and_watch_on_postgresql(tmp_path: Path, request: pytest.FixtureR
         assert [w.verdict for w in store.watches(dep.id)] == ["holds"]
         store.delete_experiment(dep.experiment_id)  # takes its deployment and watches along
         assert store.deployments() == []
+
+
+def test_watch_loop_revalidates_after_a_push(tmp_path: Path, store: Store) -> None:
+    """``musku sku watch`` without ``--once``: a forced round, then rounds that re-validate
+    only what is due; a push between rounds (the model file rewritten) is due at once."""
+    from musku.rollout import watch
+
+    exp = _experiment(tmp_path)
+    sku_id = _sku(store, exp, GOOD)
+    deploy_sku(store, exp, sku_id, HOSTS[:2], canary_time_s=4 * 3600)
+    stop = threading.Event()
+    rounds: list[list[str]] = []
+
+    def on_round(results: list) -> None:  # type: ignore[type-arg]
+        rounds.append([r.verdict for r in results])
+        if len(rounds) == 2:  # a quiet round: push now
+            (tmp_path / "toy-model.toml").write_text(MODEL.replace("always = 1.02", "always = 0.9"))
+        if len(rounds) == 3:
+            stop.set()
+
+    flagged = watch(store, exp, every_s=3600.0, poll_s=0.01, stop=stop, on_round=on_round,
+                    check_time_s=4 * 3600)  # fmt: skip
+    assert rounds == [["holds"], [], ["lost"]]
+    assert [f.verdict for f in flagged] == ["lost"]

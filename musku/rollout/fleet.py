@@ -191,7 +191,7 @@ class AgentFleet(Fleet):
             if canary is not None:
                 # the agent's deploy ends the pair's transaction on the canary and keeps the
                 # soft SKU across restarts; the production host's rollback ends its own
-                self.deploy(pair.hosts[1].name, canary, owner, link=pair.hosts[1])
+                self.deploy(pair.hosts[1].name, canary, owner, host=pair.hosts[1])
                 host = pair.hosts[0]
                 host.link.call("rollback", **host.owner_fields(owner))  # type: ignore[attr-defined]
             else:
@@ -200,9 +200,9 @@ class AgentFleet(Fleet):
             pair.close()
 
     def deploy(
-        self, name: str, config: Configuration, owner: str, *, link: Any | None = None
+        self, name: str, config: Configuration, owner: str, *, host: Any | None = None
     ) -> None:
-        host = link if link is not None else self._host(name)
+        host = host if host is not None else self._host(name)
         host.link.call("deploy", config=config.as_dict(), **host.owner_fields(owner))
 
     def deployed(self, name: str) -> Configuration:

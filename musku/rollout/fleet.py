@@ -147,7 +147,10 @@ class AgentFleet(Fleet):
     def __init__(self, experiment: Experiment, code_version: str | None = None) -> None:
         self.experiment = experiment
         options = parse_options(AgentOptions, experiment.hosts.options, str(experiment.path))
-        self.entries: dict[str, Any] = {host_name(e): e for e in options.hosts}
+        raw = list(experiment.hosts.options.get("hosts") or [])  # as written: sub-options
+        self.entries: dict[str, Any] = {
+            host_name(e): r for e, r in zip(options.hosts, raw, strict=True)
+        }
         self.names = list(self.entries)
         self._code_version = code_version
         self._hosts: dict[str, Any] = {}
@@ -159,12 +162,10 @@ class AgentFleet(Fleet):
         from musku.hosts.agent import AgentHost, _hosts_of, make_link  # lazy: paramiko
 
         if name not in self._hosts:
-            sub = parse_options(
-                AgentOptions,
-                {**self.experiment.hosts.options, "hosts": [self.entries[name]]},
-                str(self.experiment.path),
+            opts = parse_options(
+                AgentOptions, self.experiment.hosts.options, str(self.experiment.path)
             )
-            opt = _hosts_of(sub)[0]
+            opt = next(o for o in _hosts_of(opts) if o.name == name)
             host = AgentHost(opt.name, make_link(opt, self.experiment.hosts.options))
             host.info = dict(host.link.call("hello"))
             self._hosts[name] = host

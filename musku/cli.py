@@ -672,6 +672,30 @@ def sku_deploy(
     )
 
 
+@sku_app.command("deployments")
+def sku_deployments(
+    live: Annotated[bool, typer.Option("--live", help="Only canary, rolling, deployed.")] = False,
+    db: DbOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Deployments of soft SKUs with their status, hosts and latest re-validation."""
+    store = _open_store(db)
+    try:
+        rows = [(d, store.watches(d.id)) for d in store.deployments(live=live)]
+    finally:
+        store.close()
+    if json_out:
+        _print_json([{**d.to_dict(), "watches": [w.to_dict() for w in ws]} for d, ws in rows])
+        return
+    for d, ws in rows:
+        last = f"; last watch {ws[-1].verdict} at code {ws[-1].code_version}" if ws else ""
+        reason = f" ({d.reason})" if d.reason else ""
+        typer.echo(
+            f"deployment {d.id}: soft SKU {d.soft_sku_id} {d.status.value}{reason} on "
+            f"{', '.join(d.hosts)} (canary {', '.join(d.canary_hosts)}){last}"
+        )
+
+
 @sku_app.command("watch")
 def sku_watch(
     file: Annotated[Path, typer.Argument(help="Experiment file: the hosts and statistics.")],
@@ -706,12 +730,12 @@ def sku_watch(
     pushes; exit 7 when one's advantage is gone (docs/rollout.md)."""
     from musku.errors import AdvantageGone
     from musku.experiment import load_experiment
+    from musku.rollout.deploy import check_time as check_budget
     from musku.rollout.deploy import watch, watch_round
 
     experiment = load_experiment(file)
     _check_seed(seed)
-    if check_time is not None and not check_time > 0:
-        raise InputError(f"--check-time {check_time}: must be more than 0 s")
+    check_budget(check_time, "--check-time")
 
     def show(results: list[Any]) -> None:
         if json_out:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -139,6 +140,12 @@ def production_hosts(fleet: Fleet, taken: Mapping[str, int], avoid: Sequence[str
     return [h for h in fleet.names if h not in taken and h not in avoid]
 
 
+def check_time(seconds: float | None, option: str) -> None:
+    """A host-time budget: a finite number of seconds above 0 (None: none given)."""
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise InputError(f"{option} {seconds}: must be a finite number of seconds above 0")
+
+
 def _spec_for(experiment: Experiment, host_time_s: float | None) -> Experiment:
     """The experiment with its sample cap set from a host-time budget (None: as it is)."""
     if host_time_s is None:
@@ -234,8 +241,7 @@ def deploy_sku(
     progress = progress or NullProgress()
     stop = stop or threading.Event()
     check_request(hosts, canary, wave_size)
-    if canary_time_s is not None and not canary_time_s > 0:
-        raise InputError(f"--canary-time {canary_time_s}: must be more than 0 s")
+    check_time(canary_time_s, "--canary-time")
     rec = store.softsku(sku_id)
     if rec is None:
         raise InputError(f"no soft SKU with id {sku_id} (`musku sku show` lists them)")
@@ -478,6 +484,7 @@ def watch_round(
     recorded under a run of mode ``watch`` and as a ``deployment_watches`` row."""
     progress = progress or NullProgress()
     stop = stop or threading.Event()
+    check_time(check_time_s, "--check-time")
     backend = experiment.hosts.backend
     run_seed = experiment.stats.seed if seed is None else seed
     deps = []
@@ -485,7 +492,10 @@ def watch_round(
         if dep.backend != backend or dep.status is not DeploymentStatus.DEPLOYED:
             continue
         rec = store.softsku(dep.soft_sku_id)
-        if rec is None or rec.sku.service != experiment.service.name:
+        if rec is None or (rec.sku.service, rec.sku.platform) != (
+            experiment.service.name,
+            experiment.platform.name,
+        ):
             continue
         deps.append((dep, rec))
     if not deps:

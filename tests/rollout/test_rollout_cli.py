@@ -44,3 +44,10 @@ def test_deploy_and_watch_exit_codes(tmp_path: Path) -> None:
     assert "advantage gone: deployment(s) 1" in one_error_line(gone)
     (row,) = json.loads(gone.stdout)
     assert row["flagged"] and row["verdict"] in ("gone", "lost")
+    listed = musku("sku", "deployments", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    first, second = json.loads(listed.stdout)
+    assert (first["status"], second["status"]) == ("deployed", "rolled_back")
+    assert [w["verdict"] for w in first["watches"]] == ["holds", row["verdict"]]
+    inf = musku("sku", "deploy", str(good), "--hosts", "sim-005", "--canary-time", "inf", env=env)
+    assert inf.returncode == 3 and "finite number of seconds" in one_error_line(inf)

@@ -605,8 +605,8 @@ def sku_deploy(
         float | None,
         typer.Option(
             "--canary-time",
-            help="Host seconds the canary A/B may take at most (default: the experiment's "
-            "sample cap).",
+            help="Host seconds of measurement the canary A/B may take at most, warm-ups "
+            "aside (default: the experiment's sample cap).",
         ),
     ] = None,
     wave_size: Annotated[int, typer.Option("--wave-size", help="Hosts per wave.")] = 1,

@@ -564,7 +564,8 @@ def _watch_one(
             f"deployment {dep.id}: no production hosts left to compare against: every host "
             "runs a deployed soft SKU"
         )
-    host, prod = applied[n % len(applied)], prods[n % len(prods)]
+    k = len(store.watches(dep.id))  # rotate over the deployment's hosts from check to check
+    host, prod = applied[k % len(applied)], prods[(n + k) % len(prods)]
     sku = sku_configuration(experiment, rec)
     base = experiment.production
     owner = f"deployment-{dep.id}"
@@ -608,7 +609,14 @@ def watch(
     flagged: list[WatchResult] = []
     force = True
     while not stop.is_set():
-        results = watch_round(store, experiment, force=force, every_s=every_s, stop=stop, **kwargs)
+        try:
+            results = watch_round(
+                store, experiment, force=force, every_s=every_s, stop=stop, **kwargs
+            )
+        except Interrupted:
+            if stop.is_set():  # Ctrl-C during a comparison: it is recorded as aborted
+                break
+            raise
         force = False
         flagged.extend(r for r in results if r.flagged)
         on_round(results)

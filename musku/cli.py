@@ -585,6 +585,192 @@ def sku_diff(
     print_sku_diff(_console(), diff)
 
 
+# ---------------------------------------------------------------------------- rollout
+
+
+def _host_list(values: list[str]) -> list[str]:
+    """``--hosts a,b --hosts c`` -> ``[a, b, c]`` (empty names dropped)."""
+    return [h.strip() for v in values for h in v.split(",") if h.strip()]
+
+
+@sku_app.command("deploy")
+def sku_deploy(
+    sku_id: Annotated[int, typer.Argument(help="Soft SKU id (musku sku show).")],
+    hosts: Annotated[
+        list[str],
+        typer.Option("--hosts", help="Hosts to deploy on, in order: a,b,c (repeatable)."),
+    ],
+    canary: Annotated[int, typer.Option(help="How many of the first hosts are canaries.")] = 1,
+    canary_time: Annotated[
+        float | None,
+        typer.Option(
+            "--canary-time",
+            help="Host seconds of measurement the canary A/B may take at most, warm-ups "
+            "aside (default: the experiment's sample cap).",
+        ),
+    ] = None,
+    wave_size: Annotated[int, typer.Option("--wave-size", help="Hosts per wave.")] = 1,
+    experiment_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--experiment",
+            help="Experiment file (hosts, metric, guardrails, statistics); default: the one "
+            "that found the soft SKU.",
+        ),
+    ] = None,
+    code_version: Annotated[
+        str | None,
+        typer.Option(
+            "--code-version", help="The service's code version the hosts run (agent hosts)."
+        ),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Override the experiment's seed.")] = None,
+    db: DbOption = None,
+    json_out: JsonOption = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No live progress.")] = False,
+) -> None:
+    """Deploy a soft SKU: canary A/B against production hosts, then waves, each read back;
+    rolled back on a loss, a guardrail or a failure (docs/rollout.md)."""
+    from musku.display import LiveProgress  # lazy: see sweep()
+    from musku.rollout.deploy import check_request, deploy_sku, experiment_for
+
+    _check_seed(seed)
+    names = _host_list(hosts)
+    check_request(names, canary, wave_size)  # refused before the DB is opened
+    store = _open_store(db)
+    try:
+        experiment = experiment_for(store, sku_id, experiment_file)
+        with _StopFlag() as stop, LiveProgress(enabled=not quiet and not json_out) as progress:
+            report = deploy_sku(
+                store,
+                experiment,
+                sku_id,
+                names,
+                canary=canary,
+                canary_time_s=canary_time,
+                wave_size=wave_size,
+                seed=seed,
+                code_version=code_version,
+                progress=progress,
+                stop=stop,
+            )
+    finally:
+        store.close()
+    if json_out:
+        _print_json(report.to_dict())
+        return
+    for c in report.canary:
+        typer.echo(
+            f"canary {c['host']} against {c['production']}: {c['decision']} "
+            f"{pct(c['estimate'])} (comparison {c['comparison_id']})"
+        )
+    for n, wave in enumerate(report.waves, start=1):
+        typer.echo(f"wave {n}: {', '.join(wave)} (read back)")
+    typer.echo(
+        f"deployment {report.deployment_id}: soft SKU {report.soft_sku_id} "
+        f"{report.status.value} on {len(names)} host(s)"
+    )
+
+
+@sku_app.command("deployments")
+def sku_deployments(
+    live: Annotated[bool, typer.Option("--live", help="Only canary, rolling, deployed.")] = False,
+    db: DbOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Deployments of soft SKUs with their status, hosts and latest re-validation."""
+    store = _open_store(db)
+    try:
+        rows = [(d, store.watches(d.id)) for d in store.deployments(live=live)]
+    finally:
+        store.close()
+    if json_out:
+        _print_json([{**d.to_dict(), "watches": [w.to_dict() for w in ws]} for d, ws in rows])
+        return
+    for d, ws in rows:
+        last = f"; last watch {ws[-1].verdict} at code {ws[-1].code_version}" if ws else ""
+        reason = f" ({d.reason})" if d.reason else ""
+        typer.echo(
+            f"deployment {d.id}: soft SKU {d.soft_sku_id} {d.status.value}{reason} on "
+            f"{', '.join(d.hosts)} (canary {', '.join(d.canary_hosts)}){last}"
+        )
+
+
+@sku_app.command("watch")
+def sku_watch(
+    file: Annotated[Path, typer.Argument(help="Experiment file: the hosts and statistics.")],
+    once: Annotated[
+        bool, typer.Option("--once", help="Re-validate every deployment once and exit.")
+    ] = False,
+    every: Annotated[
+        float,
+        typer.Option("--every", min=1.0, help="Re-validate each deployment every this many s."),
+    ] = 86400.0,
+    poll: Annotated[
+        float,
+        typer.Option("--poll", min=0.1, help="Check for a code push every this many seconds."),
+    ] = 60.0,
+    check_time: Annotated[
+        float | None,
+        typer.Option("--check-time", help="Host seconds one re-validation may take at most."),
+    ] = None,
+    code_version: Annotated[
+        str | None,
+        typer.Option(
+            "--code-version",
+            help="The service's code version the hosts run now (agent hosts; the sim "
+            "backend reports its model's digest).",
+        ),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Override the experiment's seed.")] = None,
+    db: DbOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Re-validate deployed soft SKUs against production hosts, periodically and after code
+    pushes; exit 7 when one's advantage is gone (docs/rollout.md)."""
+    from musku.errors import AdvantageGone
+    from musku.experiment import load_experiment
+    from musku.rollout.deploy import check_time as check_budget
+    from musku.rollout.deploy import watch, watch_round
+
+    experiment = load_experiment(file)
+    _check_seed(seed)
+    check_budget(check_time, "--check-time")
+
+    def show(results: list[Any]) -> None:
+        if json_out:
+            _print_json([r.to_dict() for r in results])
+            return
+        for r in results:
+            typer.echo(
+                f"deployment {r.deployment_id}: {r.verdict}{' (FLAGGED)' if r.flagged else ''}"
+                f" -- {r.reason} [code {r.code_version or '?'}, comparison {r.comparison_id}]"
+            )
+
+    kwargs: dict[str, Any] = {
+        "check_time_s": check_time,
+        "seed": seed,
+        "code_version": code_version,
+    }
+    store = _open_store(db)
+    try:
+        with _StopFlag() as stop:
+            if once:
+                results = watch_round(store, experiment, force=True, stop=stop, **kwargs)
+                show(results)
+                flagged = [r for r in results if r.flagged]
+            else:
+                flagged = watch(
+                    store, experiment, every_s=every, poll_s=poll, stop=stop, on_round=show,
+                    **kwargs,
+                )  # fmt: skip
+    finally:
+        store.close()
+    if flagged:
+        ids = ", ".join(sorted({str(r.deployment_id) for r in flagged}))
+        raise AdvantageGone(f"advantage gone: deployment(s) {ids} (verdicts above)")
+
+
 # ---------------------------------------------------------------------------- report
 
 

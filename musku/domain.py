@@ -221,6 +221,28 @@ class ExperimentStatus(enum.Enum):
     ABORTED = "aborted"  # stopped by an operator (`musku abort`)
 
 
+class DeploymentStatus(enum.Enum):
+    """A soft SKU's deployment (``musku sku deploy``, docs/rollout.md):
+    ``canary -> rolling -> deployed``; ``rolled_back`` (the canary lost, broke a guardrail,
+    or a wave failed: every host of the deployment back at its baseline) or ``failed`` (the
+    rollback itself did not complete) from ``canary`` or ``rolling``."""
+
+    CANARY = "canary"
+    ROLLING = "rolling"
+    DEPLOYED = "deployed"
+    ROLLED_BACK = "rolled_back"
+    FAILED = "failed"
+
+    @property
+    def live(self) -> bool:
+        """Its hosts (may) run the soft SKU: another deployment may not take them."""
+        return self in (
+            DeploymentStatus.CANARY,
+            DeploymentStatus.ROLLING,
+            DeploymentStatus.DEPLOYED,
+        )
+
+
 @dataclass(frozen=True)
 class SoftSku:
     """The composed best configuration for a service on a platform, with its validations."""

@@ -20,6 +20,8 @@ class ExitStatus(enum.IntEnum):
     UNSUPPORTED = 4  # the host cannot do what was asked (knob unsupported, missing device)
     DATABASE = 5  # DB unreachable, or at an older/newer schema than this musku
     HOST = 6  # a host/agent failed: unreachable, apply/verify failed, rolled back
+    ADVANTAGE_GONE = 7  # `musku sku watch`: a deployed soft SKU is no longer better
+    ROLLED_BACK = 8  # `musku sku deploy`: the canary lost or broke a guardrail, rolled back
     INTERRUPTED = 130  # Ctrl-C: stopped cleanly, what was measured is kept
 
 
@@ -71,6 +73,18 @@ class HostError(MuskuError):
 class LinkDown(HostError):
     """The controller lost its link to an agent (no answer in time, connection refused or
     reset): the agent may still be running and spooling; the link may come back."""
+
+
+class RolledBack(MuskuError):
+    """``musku sku deploy``: the canary comparison said no; every host is back at baseline."""
+
+    status = ExitStatus.ROLLED_BACK
+
+
+class AdvantageGone(MuskuError):
+    """``musku sku watch``: a deployed soft SKU is no longer significantly better."""
+
+    status = ExitStatus.ADVANTAGE_GONE
 
 
 class Interrupted(MuskuError):

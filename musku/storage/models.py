@@ -331,3 +331,60 @@ class QueueRow(Base):
     )
     enqueued_at: Mapped[datetime] = mapped_column(TS)
     done_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+
+
+DEPLOYMENT_STATUSES = ("canary", "rolling", "deployed", "rolled_back", "failed")
+WATCH_VERDICTS = ("holds", "gone", "lost")
+
+
+class DeploymentRow(Base):
+    """Revision 0008: one rollout of a soft SKU (``musku sku deploy``, docs/rollout.md).
+    ``hosts`` in rollout order, the first ``canary_hosts`` of them the canary; ``waves`` the
+    rollout's steps as JSON (``[{"hosts": [...], "state": "applied" | "rolled_back",
+    "at": ...}, ...]``, the canary first); ``experiment_id`` the run its comparisons are
+    recorded under; ``code_version`` what the hosts ran when it was deployed."""
+
+    __tablename__ = "deployments"
+    __table_args__ = (CheckConstraint(_in("status", DEPLOYMENT_STATUSES), name="status"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    soft_sku_id: Mapped[int] = mapped_column(ForeignKey("soft_skus.id"), index=True)
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), index=True
+    )
+    backend: Mapped[str] = mapped_column(String(100))
+    hosts: Mapped[list[str]] = mapped_column(JSONType)
+    canary_hosts: Mapped[list[str]] = mapped_column(JSONType)
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    canary_comparison_id: Mapped[int | None] = mapped_column(
+        ForeignKey("comparisons.id", ondelete="SET NULL"), nullable=True
+    )
+    waves: Mapped[list[dict[str, Any]]] = mapped_column(JSONType)
+    code_version: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    controller: Mapped[str] = mapped_column(String(255))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(TS)
+    updated_at: Mapped[datetime] = mapped_column(TS)
+    finished_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+
+
+class DeploymentWatchRow(Base):
+    """Revision 0008: one re-validation of a deployment against production hosts
+    (``musku sku watch``): when, at which code version, the comparison and its verdict
+    (``holds``: still significantly better; ``gone``: not any more; ``lost``: worse, or a
+    guardrail broken)."""
+
+    __tablename__ = "deployment_watches"
+    __table_args__ = (CheckConstraint(_in("verdict", WATCH_VERDICTS), name="verdict"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    deployment_id: Mapped[int] = mapped_column(
+        ForeignKey("deployments.id", ondelete="CASCADE"), index=True
+    )
+    checked_at: Mapped[datetime] = mapped_column(TS)
+    code_version: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    comparison_id: Mapped[int | None] = mapped_column(
+        ForeignKey("comparisons.id", ondelete="SET NULL"), nullable=True
+    )
+    verdict: Mapped[str] = mapped_column(String(10))
+    reason: Mapped[str] = mapped_column(Text, default="")

@@ -14,6 +14,7 @@ from musku.domain import (
     ComparisonResult,
     Configuration,
     Decision,
+    DeploymentStatus,
     ExperimentStatus,
     SoftSku,
 )
@@ -51,6 +52,21 @@ EXPERIMENT_TRANSITIONS: Mapping[ExperimentStatus, frozenset[ExperimentStatus]] =
 """Allowed experiment status changes:
 ``created -> running -> (interrupted -> running)* -> done | failed``, and ``aborted`` (by
 ``musku abort``) from any unfinished status."""
+
+
+DEPLOYMENT_TRANSITIONS: Mapping[DeploymentStatus, frozenset[DeploymentStatus]] = {
+    DeploymentStatus.CANARY: frozenset(
+        {DeploymentStatus.ROLLING, DeploymentStatus.ROLLED_BACK, DeploymentStatus.FAILED}
+    ),
+    DeploymentStatus.ROLLING: frozenset(
+        {DeploymentStatus.DEPLOYED, DeploymentStatus.ROLLED_BACK, DeploymentStatus.FAILED}
+    ),
+    DeploymentStatus.DEPLOYED: frozenset(),
+    DeploymentStatus.ROLLED_BACK: frozenset(),
+    DeploymentStatus.FAILED: frozenset(),
+}
+"""Allowed deployment status changes: ``canary -> rolling -> deployed``, and
+``rolled_back`` or ``failed`` from ``canary`` or ``rolling``."""
 
 
 def _ts(value: datetime | None) -> str | None:
@@ -268,3 +284,75 @@ class QueueState:
     controller: ClaimInfo | None
     counts: Mapping[str, int]
     claims: tuple[ClaimInfo, ...]
+
+
+@dataclass(frozen=True)
+class DeploymentRecord:
+    """One row of ``deployments`` (revision 0008; docs/rollout.md)."""
+
+    id: int
+    soft_sku_id: int
+    experiment_id: int
+    backend: str
+    hosts: tuple[str, ...]
+    canary_hosts: tuple[str, ...]
+    status: DeploymentStatus
+    canary_comparison_id: int | None
+    waves: tuple[Mapping[str, Any], ...]
+    code_version: str | None
+    controller: str
+    reason: str
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    def applied_hosts(self) -> tuple[str, ...]:
+        """Hosts a wave (the canary included) applied the soft SKU to and did not roll back."""
+        out: list[str] = []
+        for wave in self.waves:
+            if wave.get("state") == "applied":
+                out.extend(str(h) for h in wave.get("hosts", []))
+        return tuple(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "soft_sku_id": self.soft_sku_id,
+            "experiment_id": self.experiment_id,
+            "backend": self.backend,
+            "hosts": list(self.hosts),
+            "canary_hosts": list(self.canary_hosts),
+            "status": self.status.value,
+            "canary_comparison_id": self.canary_comparison_id,
+            "waves": [dict(w) for w in self.waves],
+            "code_version": self.code_version,
+            "controller": self.controller,
+            "reason": self.reason,
+            "created_at": _ts(self.created_at),
+            "updated_at": _ts(self.updated_at),
+            "finished_at": _ts(self.finished_at),
+        }
+
+
+@dataclass(frozen=True)
+class WatchRecord:
+    """One re-validation of a deployment (``deployment_watches``, revision 0008)."""
+
+    id: int
+    deployment_id: int
+    checked_at: datetime
+    code_version: str | None
+    comparison_id: int | None
+    verdict: str  # "holds" | "gone" | "lost"
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "deployment_id": self.deployment_id,
+            "checked_at": _ts(self.checked_at),
+            "code_version": self.code_version,
+            "comparison_id": self.comparison_id,
+            "verdict": self.verdict,
+            "reason": self.reason,
+        }

@@ -37,10 +37,11 @@ from musku.domain import (
     ComparisonResult,
     Configuration,
     Decision,
+    DeploymentStatus,
     ExperimentStatus,
     SoftSku,
 )
-from musku.errors import DatabaseError
+from musku.errors import DatabaseError, InputError
 from musku.experiment import Experiment, load_experiment
 from musku.storage import current_revision, head_revision, open_store
 from musku.storage.records import ComparisonStatus, result_from_dict, result_to_dict
@@ -397,3 +398,52 @@ class StorageContract:
         assert mem.get("cfg") == 150.0 and mem.get("new") is None
         mem["new"] = 60.0
         assert store.transient("p", "hw", "new") == 60.0
+
+    def test_deployments(self, store: Store, experiment: Experiment) -> None:
+        """Revision 0008: a deployment's life cycle, its waves, the live-host conflict, watches."""
+        exp_id = store.create_experiment(experiment)
+        sku = SoftSku(
+            experiment.service.name, experiment.platform.name, Configuration.of(thp="always")
+        )
+        sku_id = store.save_softsku(exp_id, sku)
+        dep_id = store.create_deployment(
+            sku_id, exp_id, backend="sim", hosts=["a", "b", "c"], canary_hosts=["a"],
+            controller="me", code_version="v1",
+        )  # fmt: skip
+        dep = store.deployment(dep_id)
+        assert dep is not None and dep.status is DeploymentStatus.CANARY
+        assert (dep.hosts, dep.canary_hosts, dep.code_version) == (("a", "b", "c"), ("a",), "v1")
+        with pytest.raises(InputError, match="host b already runs soft SKU"):
+            store.create_deployment(sku_id, exp_id, backend="sim", hosts=["b"], canary_hosts=["b"],
+                                    controller="me")  # fmt: skip
+        # another backend's hosts of the same name are other hosts
+        other = store.create_deployment(sku_id, exp_id, backend="agent", hosts=["b"],
+                                        canary_hosts=["b"], controller="me")  # fmt: skip
+        cmp_id = store.start_comparison(
+            exp_id, "deploy:canary:a", experiment.production, sku.configuration
+        )
+        waves = [{"kind": "canary", "hosts": ["a"], "state": "applied"}]
+        store.update_deployment(dep_id, canary_comparison_id=cmp_id, waves=waves)
+        store.update_deployment(dep_id, status=DeploymentStatus.ROLLING)
+        with pytest.raises(InvalidTransition):
+            store.update_deployment(dep_id, status=DeploymentStatus.CANARY)
+        store.update_deployment(dep_id, status=DeploymentStatus.DEPLOYED)
+        dep = store.deployment(dep_id)
+        assert dep is not None and dep.status is DeploymentStatus.DEPLOYED
+        assert dep.canary_comparison_id == cmp_id and dep.applied_hosts() == ("a",)
+        assert dep.finished_at is not None
+        assert [d.id for d in store.deployments(live=True)] == [dep_id, other]
+        store.update_deployment(other, status=DeploymentStatus.ROLLED_BACK, reason="canary lost")
+        assert [d.id for d in store.deployments(live=True)] == [dep_id]
+        assert store.deployment(other).reason == "canary lost"  # type: ignore[union-attr]
+        w = store.add_watch(dep_id, verdict="gone", code_version="v2", comparison_id=cmp_id,
+                            reason="no_difference")  # fmt: skip
+        (got,) = store.watches(dep_id)
+        assert (got.id, got.verdict, got.code_version, got.comparison_id) == (
+            w,
+            "gone",
+            "v2",
+            cmp_id,
+        )
+        with pytest.raises(DatabaseError):
+            store.add_watch(dep_id, verdict="maybe", code_version=None, comparison_id=None)

@@ -91,8 +91,8 @@ def _dump(conn: Any) -> dict[str, list[tuple[Any, ...]]]:
             continue
         if table == "configuration_settings":
             continue
-        if table == "comparison_queue":  # revision 0007's table: empty on carried-over data
-            continue
+        if table in ("comparison_queue", "deployments", "deployment_watches"):
+            continue  # revisions 0007 and 0008's tables: empty on carried-over data
         # columns later revisions add (0005: experiment claims, 0006: comparison hosts; NULL
         # on carried-over rows)
         later = ("claim_", "host_a", "host_b")

@@ -818,10 +818,10 @@ class _HostOpt:
 def _host_options(opts: Mapping[str, Any]) -> list[_HostOpt]:
     """The two hosts of ``[hosts]``, validated by
     :class:`~musku.schema.hosts.AgentOptions` (as ``musku check`` does)."""
-    return _hosts_of(parse_options(AgentOptions, opts))
+    return hosts_of(parse_options(AgentOptions, opts))
 
 
-def _hosts_of(o: AgentOptions) -> list[_HostOpt]:
+def hosts_of(o: AgentOptions) -> list[_HostOpt]:
     out = []
     for entry in o.hosts:
         if isinstance(entry, str):
@@ -868,7 +868,7 @@ def open_pair(experiment: Experiment, seed: int = 0) -> AgentPair:
     opts = experiment.hosts.options
     options = parse_options(AgentOptions, opts, str(experiment.path))
     lease = options.lease_s
-    hosts = _hosts_of(options)
+    hosts = hosts_of(options)
     tables = cotune_tables(experiment)
     for h in (h for h in hosts if h.midtier):
         if tables is None:

@@ -224,3 +224,55 @@ def test_watch_loop_revalidates_after_a_push(tmp_path: Path, store: Store) -> No
                     check_time_s=4 * 3600)  # fmt: skip
     assert rounds == [["holds"], [], ["lost"]]
     assert [f.verdict for f in flagged] == ["lost"]
+
+
+def test_a_dead_controllers_deployment_is_taken_over_a_live_one_refused(
+    tmp_path: Path, store: Store
+) -> None:
+    """A deployment left ``rolling`` by a controller that stopped heartbeating: a new deploy
+    on its hosts rolls its applied hosts back and marks it, then goes on; while its heartbeat
+    is fresh the new deploy is refused (one line, exit 3)."""
+    exp = _experiment(tmp_path)
+    sku_id = _sku(store, exp, GOOD)
+    run = store.create_experiment(exp, mode="deploy")
+    dead = store.create_deployment(
+        sku_id,
+        run,
+        backend="sim",
+        hosts=["sim-001", "sim-002"],
+        canary_hosts=["sim-001"],
+        controller="gone@ctl-9:4242:dead",
+    )
+    store.update_deployment(
+        dead,
+        status=DeploymentStatus.ROLLING,
+        waves=[{"kind": "canary", "hosts": ["sim-001"], "state": "applied"}],
+    )
+    assert fleet_state(store, "sim") == {"sim-001": GOOD}
+    with pytest.raises(InputError, match=f"live deployment {dead} \\(rolling\\)"):
+        deploy_sku(store, exp, sku_id, HOSTS, canary=1, canary_time_s=4 * 3600)
+    assert store.deployment(dead).status is DeploymentStatus.ROLLING  # untouched
+    rep = deploy_sku(
+        store, exp, sku_id, HOSTS, canary=1, canary_time_s=4 * 3600, wave_size=2, stale_s=0.0
+    )
+    assert rep.status is DeploymentStatus.DEPLOYED
+    old = store.deployment(dead)
+    assert old.status is DeploymentStatus.ROLLED_BACK
+    assert "gone@ctl-9:4242:dead stopped heartbeating" in old.reason
+    assert [w["state"] for w in old.waves] == ["rolled_back"]
+    assert set(fleet_state(store, "sim")) == set(HOSTS)  # the new deployment's hosts only
+
+
+def test_a_deployment_heartbeats_while_it_runs(tmp_path: Path, store: Store) -> None:
+    exp = _experiment(tmp_path)
+    sku_id = _sku(store, exp, GOOD)
+    beats: list[int] = []
+    touch = store.touch_deployment
+
+    def counted(dep_id: int) -> None:
+        beats.append(dep_id)
+        touch(dep_id)
+
+    store.touch_deployment = counted  # type: ignore[method-assign]
+    rep = deploy_sku(store, exp, sku_id, HOSTS, canary=1, canary_time_s=4 * 3600, heartbeat_s=0.001)
+    assert beats and set(beats) == {rep.deployment_id}

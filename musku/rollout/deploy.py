@@ -22,7 +22,6 @@ code version changes; a verdict other than ``holds`` (still significantly better
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
@@ -30,7 +29,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +45,6 @@ from musku.owner import controller_id
 from musku.rollout.fleet import Fleet, check_hosts, open_fleet
 from musku.storage.records import DeploymentRecord, SoftSkuRecord
 from musku.sweep.runner import NullProgress, Progress, Runner
-from musku.sweep.sweep import CLAIM_STALE_S, HEARTBEAT_S
 
 log = logging.getLogger(__name__)
 
@@ -234,14 +231,8 @@ def deploy_sku(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
     fleet_opener: FleetOpener = open_fleet,
-    stale_s: float = CLAIM_STALE_S,
-    heartbeat_s: float = HEARTBEAT_S,
 ) -> DeployReport:
     """Deploy soft SKU ``sku_id`` on ``hosts``: canary, A/B, waves (module docstring).
-
-    While it runs the deployment's row is heartbeated every ``heartbeat_s``; a ``canary`` or
-    ``rolling`` deployment holding one of ``hosts`` whose heartbeat is older than ``stale_s``
-    (its controller died) is taken over first: its hosts rolled back, its row ``rolled_back``.
 
     Returns the report of a deployed SKU; raises :class:`RolledBack` (exit 8) when the canary
     lost or broke a guardrail, :class:`HostError` when a host failed (rolled back),
@@ -262,7 +253,6 @@ def deploy_sku(
     )
     try:
         check_hosts(fleet, hosts)
-        take_over_stale(store, experiment, fleet, hosts, progress, stale_s)
         taken = _taken(store, backend)
         for h in hosts:
             if h in taken:
@@ -297,11 +287,6 @@ def deploy_sku(
             store.set_status(exp_id, ExperimentStatus.FAILED)
             raise
         roll = _Rollout(store, experiment, fleet, exp_id, dep_id, sku_id, sku, progress, stop)
-        beat = threading.Event()
-        pulse = threading.Thread(
-            target=_heartbeat, args=(store, dep_id, heartbeat_s, beat), daemon=True
-        )
-        pulse.start()
         try:
             roll.canary(canaries, prods, canary_time_s, run_seed)
             roll.rolling(
@@ -311,77 +296,10 @@ def deploy_sku(
             roll.roll_back(exc)
             store.set_status(exp_id, ExperimentStatus.FAILED)
             raise
-        finally:
-            beat.set()
-            pulse.join()
         store.set_status(exp_id, ExperimentStatus.DONE)
         return roll.report
     finally:
         fleet.close()
-
-
-def _heartbeat(store: Any, dep_id: int, every_s: float, done: threading.Event) -> None:
-    """Touch deployment ``dep_id`` every ``every_s`` until ``done``: its controller lives."""
-    while not done.wait(every_s):
-        try:
-            store.touch_deployment(dep_id)
-        except MuskuError as exc:  # the next beat tries again; a stale row may be taken over
-            log.warning("deployment %d: heartbeat failed: %s", dep_id, exc.one_line())
-
-
-def take_over_stale(
-    store: Any,
-    experiment: Experiment,
-    fleet: Fleet,
-    hosts: Sequence[str],
-    progress: Progress,
-    stale_s: float,
-) -> list[int]:
-    """Deployments left ``canary`` or ``rolling`` by a controller that stopped heartbeating
-    (``updated_at`` older than ``stale_s``) and holding one of ``hosts``: each one's applied
-    hosts are rolled back (as its own rollback would), the row ends ``rolled_back`` (or
-    ``failed`` when a host could not be put back) with the reason, its run ``failed``.
-    Returns their ids. A live one (fresh heartbeat) is left alone: the caller refuses it."""
-    now = datetime.now(UTC)
-    wanted = set(hosts)
-    taken: list[int] = []
-    for dep in store.deployments(live=True):
-        if dep.backend != experiment.hosts.backend or not wanted.intersection(dep.hosts):
-            continue
-        if dep.status is DeploymentStatus.DEPLOYED:
-            continue  # finished: its hosts run the SKU on purpose
-        stamp = dep.updated_at if dep.updated_at.tzinfo else dep.updated_at.replace(tzinfo=UTC)
-        age = (now - stamp).total_seconds()
-        if age <= stale_s:
-            continue
-        progress.message(
-            f"deployment {dep.id} ({dep.status.value}): controller {dep.controller} silent for "
-            f"{age:.0f}s: taking it over, rolling its hosts back"
-        )
-        rec = store.softsku(dep.soft_sku_id)
-        sku = sku_configuration(experiment, rec) if rec is not None else Configuration()
-        roll = _Rollout(
-            store,
-            experiment,
-            fleet,
-            dep.experiment_id,
-            dep.id,
-            dep.soft_sku_id,
-            sku,
-            progress,
-            threading.Event(),
-        )
-        roll.waves = [dict(w) for w in dep.waves]
-        roll.roll_back(
-            HostError(
-                f"controller {dep.controller} stopped heartbeating ({age:.0f}s); "
-                f"taken over by {controller_id()}"
-            )
-        )
-        with contextlib.suppress(MuskuError):  # already finished or failed
-            store.set_status(dep.experiment_id, ExperimentStatus.FAILED)
-        taken.append(dep.id)
-    return taken
 
 
 class _Rollout:

@@ -1656,16 +1656,6 @@ class Store:
                 row.reason = reason
             row.updated_at = stamp
 
-    @_guard
-    def touch_deployment(self, dep_id: int) -> None:
-        """The deploying controller's heartbeat: ``updated_at`` is now."""
-        with self._session() as s, s.begin():
-            s.execute(
-                update(DeploymentRow)
-                .where(DeploymentRow.id == dep_id)
-                .values(updated_at=convert.now())
-            )
-
     @staticmethod
     def _deployment_record(row: DeploymentRow) -> DeploymentRecord:
         created, updated = convert.aware(row.created_at), convert.aware(row.updated_at)

@@ -159,13 +159,13 @@ class AgentFleet(Fleet):
         return self._code_version
 
     def _host(self, name: str) -> Any:
-        from musku.hosts.agent import AgentHost, _hosts_of, make_link  # lazy: paramiko
+        from musku.hosts.agent import AgentHost, hosts_of, make_link  # lazy: paramiko
 
         if name not in self._hosts:
             opts = parse_options(
                 AgentOptions, self.experiment.hosts.options, str(self.experiment.path)
             )
-            opt = next(o for o in _hosts_of(opts) if o.name == name)
+            opt = next(o for o in hosts_of(opts) if o.name == name)
             host = AgentHost(opt.name, make_link(opt, self.experiment.hosts.options))
             host.info = dict(host.link.call("hello"))
             self._hosts[name] = host

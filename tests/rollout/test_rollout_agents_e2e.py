@@ -38,7 +38,7 @@ SKU = Configuration.of(thp="always")
 class ThpService:
     """A service writing musku-stats/1 whose request rate is ``BASE_QPS`` x ``factor`` while
     its host's THP mode (the bracketed word of ``enabled``) is ``always``, ``BASE_QPS``
-    otherwise, with 3 % noise per 20 ms step."""
+    otherwise, with 3 % noise per 10 ms step."""
 
     def __init__(self, path: Path, host: FakeHost, factor: float, seed: int) -> None:
         self.path, self.host, self.factor = path, host, factor
@@ -70,7 +70,7 @@ class ThpService:
                 )
             )
             os.replace(tmp, self.path)
-            self.stop.wait(0.02)
+            self.stop.wait(0.01)
 
 
 class Fleet:
@@ -87,7 +87,7 @@ class Fleet:
             self.services.append(svc)
             cfg = config(
                 tmp / name,
-                sample_interval_s=0.05,
+                sample_interval_s=0.01,
                 samplers={"service": {"stats_file": str(svc.path)}},
             )
             self.pids.append(spawn_daemon(cfg, host))
@@ -117,7 +117,7 @@ def _experiment(tmp: Path, fleet: Fleet) -> Experiment:
         '[production]\nthp = "madvise"\n'
         '[metric]\nprimary = "qps"\n'
         "[statistics]\nconfidence = 0.95\nmin_effect = 0.05\nwarmup_s = 0.2\n"
-        "sample_interval_s = 0.05\nsample_cap = 600\nseed = 3\n"
+        "sample_interval_s = 0.01\nsample_cap = 200\nseed = 3\n"
         f'[hosts]\nbackend = "agent"\nlease_s = 10\nhosts = [{entries}]\n'
     )
     return load_experiment(path)

@@ -290,6 +290,7 @@ def deploy_sku(
         keeper = ClaimKeeper(store, exp_id, controller_id(), heartbeat_s)
         try:
             return _deploy(
+                keeper,
                 store, experiment, fleet, exp_id, sku_id, sku, hosts, canaries, prods,
                 canary=canary, canary_time_s=canary_time_s, wave_size=wave_size,
                 run_seed=run_seed, progress=progress, stop=stop,
@@ -301,6 +302,7 @@ def deploy_sku(
 
 
 def _deploy(
+    keeper: ClaimKeeper,
     store: Any,
     experiment: Experiment,
     fleet: Fleet,
@@ -335,12 +337,14 @@ def _deploy(
         store.set_status(exp_id, ExperimentStatus.FAILED)
         raise
     roll = _Rollout(store, experiment, fleet, exp_id, dep_id, sku_id, sku, progress, stop)
+    roll.lost = lambda: keeper.lost
     try:
         roll.canary(canaries, prods, canary_time_s, run_seed)
         roll.rolling([list(hosts[i : i + wave_size]) for i in range(canary, len(hosts), wave_size)])
     except BaseException as exc:
         roll.roll_back(exc)
-        store.set_status(exp_id, ExperimentStatus.FAILED)
+        if not keeper.lost:  # else the controller that took it over ended the run
+            store.set_status(exp_id, ExperimentStatus.FAILED)
         raise
     store.set_status(exp_id, ExperimentStatus.DONE)
     return roll.report
@@ -418,8 +422,14 @@ class _Rollout:
         self.owner = f"deployment-{dep_id}"
         self.waves: list[dict[str, Any]] = []
         self.report = DeployReport(dep_id, sku_id, DeploymentStatus.CANARY)
+        self.lost: Callable[[], bool] = lambda: False  # the claim was taken over
 
     def _record(self, **fields: Any) -> None:
+        if self.lost():  # another controller took it over: the row is its now
+            raise HostError(
+                f"deployment {self.dep_id}: taken over by another controller (this one's "
+                "heartbeat went stale)"
+            )
         self.store.update_deployment(self.dep_id, waves=self.waves, **fields)
 
     def canary(
@@ -485,7 +495,7 @@ class _Rollout:
                 )
 
     def rolling(self, waves: list[list[str]]) -> None:
-        self.store.update_deployment(self.dep_id, status=DeploymentStatus.ROLLING)
+        self._record(status=DeploymentStatus.ROLLING)
         self.report.status = DeploymentStatus.ROLLING
         for n, hosts in enumerate(waves, start=1):
             if self.stop.is_set():
@@ -511,7 +521,7 @@ class _Rollout:
             wave["verified"] = True
             self.report.waves.append(list(hosts))
             self._record()
-        self.store.update_deployment(self.dep_id, status=DeploymentStatus.DEPLOYED, reason="")
+        self._record(status=DeploymentStatus.DEPLOYED, reason="")
         self.report.status = DeploymentStatus.DEPLOYED
 
     def roll_back(self, cause: BaseException) -> None:
@@ -532,7 +542,8 @@ class _Rollout:
         why = cause.one_line() if isinstance(cause, MuskuError) else f"{type(cause).__name__}"
         status = DeploymentStatus.FAILED if errors else DeploymentStatus.ROLLED_BACK
         reason = why + (f"; not rolled back: {'; '.join(errors)}" if errors else "")
-        self._record(status=status, reason=reason)
+        if not self.lost():  # else the controller that took it over recorded its end
+            self._record(status=status, reason=reason)
         self.report.status, self.report.reason = status, reason
 
 

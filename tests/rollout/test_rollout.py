@@ -4,6 +4,7 @@ deployed in waves, a bad one rolled back at the canary, a gone advantage flagged
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -21,8 +22,10 @@ from musku.rollout.fleet import SimFleet, open_fleet
 from musku.storage import convert, open_store
 from musku.storage.models import ExperimentRow
 from musku.storage.store import Store
+from musku.sweep.runner import NullProgress
 from musku.testing.postgres import fresh_pg_database, pg_server  # noqa: F401 - fixtures
 from tests.fixtures.toy import EXPERIMENT, MODEL
+from tests.timing import scaled
 
 GOOD = Configuration.of(thp="always", shp=256)  # the toy model's +6.6 %
 BAD = Configuration.of(core_count=1)  # 0.55x throughput
@@ -321,3 +324,48 @@ def test_take_over_on_postgresql(tmp_path: Path, request: pytest.FixtureRequest)
     url = fresh_pg_database(request.getfixturevalue("pg_server"))
     with open_store(url) as store:
         _take_over(tmp_path, store)
+
+
+def test_a_controller_whose_claim_was_taken_over_stops(tmp_path: Path, store: Store) -> None:
+    """Its heartbeat stalled past the stale age and another controller took the claim: at its
+    next write it stops (HostError) and leaves the row to the controller that took it over."""
+    exp = _experiment(tmp_path)
+    sku_id = _sku(store, exp, GOOD)
+    took = threading.Event()
+
+    class Thief(NullProgress):
+        def message(self, text: str) -> None:
+            if "canary" in text and not took.is_set():
+                (dep,) = store.deployments(live=True)
+                store.claim(dep.experiment_id, "thief@elsewhere:2:beef", "elsewhere", 2, stale_s=0)
+                took.set()
+
+    def waiting_opener(*args: Any, **kwargs: Any) -> Any:
+        fleet = open_fleet(*args, **kwargs)
+        orig = fleet.open_pair
+
+        def open_pair(*a: Any, **kw: Any) -> Any:
+            pair = orig(*a, **kw)
+            # the keeper's thread ends at its first beat after the claim is gone
+            deadline = time.monotonic() + scaled(10.0)
+            while any(t.name == "musku-claim" for t in threading.enumerate()):
+                assert time.monotonic() < deadline, "the claim keeper did not notice"
+                time.sleep(0.01)
+            return pair
+
+        fleet.open_pair = open_pair
+        return fleet
+
+    with pytest.raises(HostError, match="taken over by another controller"):
+        deploy_sku(
+            store,
+            exp,
+            sku_id,
+            HOSTS[:3],
+            canary_time_s=4 * 3600,
+            progress=Thief(),
+            fleet_opener=waiting_opener,
+            heartbeat_s=0.02,
+        )
+    (dep,) = store.deployments()
+    assert dep.status is DeploymentStatus.CANARY  # untouched: the thief's to end

@@ -6,7 +6,6 @@ or really worse (rolled back at the canary, every host's tree as it was)."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -26,7 +25,7 @@ from musku.rollout.fleet import open_fleet
 from musku.storage import open_store
 from musku.storage.store import Store
 from musku.testing.fakehost import FakeHost
-from tests.agent.helpers import THP, config, fake_host, spawn_daemon
+from tests.agent.helpers import THP, config, fake_host, spawn_daemon, write_stats
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
@@ -58,18 +57,7 @@ class ThpService:
             qps = BASE_QPS * (self.factor if self.mode() == "always" else 1.0)
             count += (now - last) * qps * max(0.0, 1.0 + self.rng.gauss(0.0, 0.03))
             last = now
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(
-                json.dumps(
-                    {
-                        "format": "musku-stats/1",
-                        "pid": 1,
-                        "t": now,
-                        "counters": {"requests": int(count)},
-                    }
-                )
-            )
-            os.replace(tmp, self.path)
+            write_stats(self.path, now, int(count))
             self.stop.wait(0.01)
 
 

@@ -803,7 +803,9 @@ class AgentGroup:
 
 
 @dataclass(frozen=True)
-class _HostOpt:
+class HostOpt:
+    """One host of ``[hosts]`` (see :func:`hosts_of`)."""
+
     name: str
     host: str
     port: int
@@ -815,17 +817,19 @@ class _HostOpt:
     midtier: Mapping[str, str] = field(default_factory=dict)
 
 
-def _host_options(opts: Mapping[str, Any]) -> list[_HostOpt]:
+def _host_options(opts: Mapping[str, Any]) -> list[HostOpt]:
     """The two hosts of ``[hosts]``, validated by
     :class:`~musku.schema.hosts.AgentOptions` (as ``musku check`` does)."""
     return hosts_of(parse_options(AgentOptions, opts))
 
 
-def hosts_of(o: AgentOptions) -> list[_HostOpt]:
+def hosts_of(o: AgentOptions) -> list[HostOpt]:
+    """The hosts of validated ``[hosts]`` options, in order (a name alone: that SSH host at
+    the default port and user; a table: its host, port, user, socket and co-tuning admin)."""
     out = []
     for entry in o.hosts:
         if isinstance(entry, str):
-            out.append(_HostOpt(entry, entry, o.ssh_port, o.ssh_user, ""))
+            out.append(HostOpt(entry, entry, o.ssh_port, o.ssh_user, ""))
             continue
         midtier = {
             spec_key: getattr(entry, key)
@@ -834,11 +838,11 @@ def hosts_of(o: AgentOptions) -> list[_HostOpt]:
         }
         port = o.ssh_port if entry.port is None else entry.port
         user = entry.user or o.ssh_user
-        out.append(_HostOpt(host_name(entry), entry.host, port, user, entry.socket, midtier))
+        out.append(HostOpt(host_name(entry), entry.host, port, user, entry.socket, midtier))
     return out
 
 
-def make_link(h: _HostOpt, opts: Mapping[str, Any], *, timeout: float = 300.0) -> Link:
+def make_link(h: HostOpt, opts: Mapping[str, Any], *, timeout: float = 300.0) -> Link:
     """``timeout``: the longest request (an apply that trains a threading table is long)."""
     if not h.host:
         return SocketLink(h.socket, timeout=max(120.0, timeout))

@@ -44,7 +44,9 @@ from musku.experiment import Experiment, load_experiment
 from musku.owner import controller_id
 from musku.rollout.fleet import Fleet, check_hosts, open_fleet
 from musku.storage.records import DeploymentRecord, SoftSkuRecord
+from musku.storage.store import ClaimHeld
 from musku.sweep.runner import NullProgress, Progress, Runner
+from musku.sweep.sweep import CLAIM_STALE_S, HEARTBEAT_S, ClaimKeeper, claim_experiment
 
 log = logging.getLogger(__name__)
 
@@ -231,13 +233,20 @@ def deploy_sku(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
     fleet_opener: FleetOpener = open_fleet,
+    claim_stale_s: float = CLAIM_STALE_S,
+    heartbeat_s: float = HEARTBEAT_S,
 ) -> DeployReport:
     """Deploy soft SKU ``sku_id`` on ``hosts``: canary, A/B, waves (module docstring).
 
     Returns the report of a deployed SKU; raises :class:`RolledBack` (exit 8) when the canary
     lost or broke a guardrail, :class:`HostError` when a host failed (rolled back),
     :class:`Interrupted` on ``stop``; each after every applied host is back at baseline and
-    the deployment row says so. Bad requests are refused before anything is written."""
+    the deployment row says so. Bad requests are refused before anything is written.
+
+    The deployment's controller claims its experiment and heartbeats it every
+    ``heartbeat_s`` until the deployment ends: a ``canary`` / ``rolling`` deployment holding
+    a requested host whose controller's heartbeat is older than ``claim_stale_s`` is taken
+    over (:func:`take_over`), a live one is refused."""
     progress = progress or NullProgress()
     stop = stop or threading.Event()
     check_request(hosts, canary, wave_size)
@@ -253,6 +262,11 @@ def deploy_sku(
     )
     try:
         check_hosts(fleet, hosts)
+        taken = _taken(store, backend)
+        for dep_id in dict.fromkeys(taken[h] for h in hosts if h in taken):
+            dep = store.deployment(dep_id)
+            if dep.status is not DeploymentStatus.DEPLOYED:
+                take_over(store, fleet, dep, claim_stale_s, progress)
         taken = _taken(store, backend)
         for h in hosts:
             if h in taken:
@@ -272,34 +286,119 @@ def deploy_sku(
                 "is a canary or runs a deployed soft SKU"
             )
         exp_id = store.create_experiment(experiment, mode="deploy")
-        store.set_status(exp_id, ExperimentStatus.RUNNING)
+        claim_experiment(store, exp_id, claim_stale_s)  # new and ours: no other controller holds it
+        keeper = ClaimKeeper(store, exp_id, controller_id(), heartbeat_s)
         try:
-            dep_id = store.create_deployment(
-                sku_id,
-                exp_id,
-                backend=backend,
-                hosts=list(hosts),
-                canary_hosts=canaries,
-                controller=controller_id(),
-                code_version=fleet.code_version(),
-            )
-        except BaseException:
-            store.set_status(exp_id, ExperimentStatus.FAILED)
-            raise
-        roll = _Rollout(store, experiment, fleet, exp_id, dep_id, sku_id, sku, progress, stop)
-        try:
-            roll.canary(canaries, prods, canary_time_s, run_seed)
-            roll.rolling(
-                [list(hosts[i : i + wave_size]) for i in range(canary, len(hosts), wave_size)]
-            )
-        except BaseException as exc:
-            roll.roll_back(exc)
-            store.set_status(exp_id, ExperimentStatus.FAILED)
-            raise
-        store.set_status(exp_id, ExperimentStatus.DONE)
-        return roll.report
+            return _deploy(
+                keeper,
+                store, experiment, fleet, exp_id, sku_id, sku, hosts, canaries, prods,
+                canary=canary, canary_time_s=canary_time_s, wave_size=wave_size,
+                run_seed=run_seed, progress=progress, stop=stop,
+            )  # fmt: skip
+        finally:
+            keeper.close()
     finally:
         fleet.close()
+
+
+def _deploy(
+    keeper: ClaimKeeper,
+    store: Any,
+    experiment: Experiment,
+    fleet: Fleet,
+    exp_id: int,
+    sku_id: int,
+    sku: Configuration,
+    hosts: Sequence[str],
+    canaries: list[str],
+    prods: list[str],
+    *,
+    canary: int,
+    canary_time_s: float | None,
+    wave_size: int,
+    run_seed: int,
+    progress: Progress,
+    stop: threading.Event,
+) -> DeployReport:
+    """The deployment of :func:`deploy_sku` once its experiment is claimed."""
+    backend = experiment.hosts.backend
+    store.set_status(exp_id, ExperimentStatus.RUNNING)
+    try:
+        dep_id = store.create_deployment(
+            sku_id,
+            exp_id,
+            backend=backend,
+            hosts=list(hosts),
+            canary_hosts=canaries,
+            controller=controller_id(),
+            code_version=fleet.code_version(),
+        )
+    except BaseException:
+        store.set_status(exp_id, ExperimentStatus.FAILED)
+        raise
+    roll = _Rollout(store, experiment, fleet, exp_id, dep_id, sku_id, sku, progress, stop)
+    roll.lost = lambda: keeper.lost
+    try:
+        roll.canary(canaries, prods, canary_time_s, run_seed)
+        roll.rolling([list(hosts[i : i + wave_size]) for i in range(canary, len(hosts), wave_size)])
+    except BaseException as exc:
+        roll.roll_back(exc)
+        if not keeper.lost:  # else the controller that took it over ended the run
+            store.set_status(exp_id, ExperimentStatus.FAILED)
+        raise
+    store.set_status(exp_id, ExperimentStatus.DONE)
+    return roll.report
+
+
+def take_over(
+    store: Any, fleet: Fleet, dep: DeploymentRecord, stale_s: float, progress: Progress
+) -> None:
+    """Deployment ``dep`` (``canary`` or ``rolling``) left by a controller whose heartbeat is
+    older than ``stale_s``: claim its experiment, put every host of it not recorded as back
+    at production back (those it may have been applying when it stopped too), and mark it
+    ``rolled_back`` (``failed``, raising :class:`HostError`, when a host could not be put
+    back), with a note naming the old controller. Refused, one line (exit 3), while that
+    controller's heartbeat is fresh."""
+    try:
+        claim_experiment(store, dep.experiment_id, stale_s)
+    except ClaimHeld as exc:
+        raise InputError(
+            f"deployment {dep.id} ({dep.status.value}) is in progress under controller "
+            f"{dep.controller}: {exc.one_line()}"
+        ) from None
+    me = controller_id()
+    try:
+        progress.message(
+            f"deployment {dep.id}: controller {dep.controller} stopped: taking over, "
+            "rolling its hosts back"
+        )
+        waves = [dict(w) for w in dep.waves]
+        back = {str(h) for w in waves if w.get("state") != "applied" for h in w.get("hosts", [])}
+        # every host not recorded as back at production: an applied one, and any the old
+        # controller may have been applying when it stopped (undeploying a host that never
+        # got the soft SKU changes nothing)
+        errors: list[str] = []
+        for host in reversed(dep.hosts):
+            if host in back:
+                continue
+            try:
+                fleet.undeploy(host, f"deployment-{dep.id}")
+            except MuskuError as exc:
+                errors.append(f"{host}: {exc.one_line()}")
+        for wave in waves:
+            if wave.get("state") in ("applied", "restored"):
+                wave["state"] = "rolled_back"
+        reason = f"controller {dep.controller} stopped (stale heartbeat); taken over by {me}"
+        if errors:
+            reason += f"; not rolled back: {'; '.join(errors)}"
+        status = DeploymentStatus.FAILED if errors else DeploymentStatus.ROLLED_BACK
+        store.update_deployment(dep.id, waves=waves, status=status, reason=reason)
+        if store.experiment(dep.experiment_id).status is ExperimentStatus.RUNNING:
+            store.set_status(dep.experiment_id, ExperimentStatus.FAILED)
+        if errors:
+            raise HostError(f"deployment {dep.id}: {reason}")
+    finally:
+        store.release(dep.experiment_id, me)
 
 
 class _Rollout:
@@ -323,8 +422,14 @@ class _Rollout:
         self.owner = f"deployment-{dep_id}"
         self.waves: list[dict[str, Any]] = []
         self.report = DeployReport(dep_id, sku_id, DeploymentStatus.CANARY)
+        self.lost: Callable[[], bool] = lambda: False  # the claim was taken over
 
     def _record(self, **fields: Any) -> None:
+        if self.lost():  # another controller took it over: the row is its now
+            raise HostError(
+                f"deployment {self.dep_id}: taken over by another controller (this one's "
+                "heartbeat went stale)"
+            )
         self.store.update_deployment(self.dep_id, waves=self.waves, **fields)
 
     def canary(
@@ -390,7 +495,7 @@ class _Rollout:
                 )
 
     def rolling(self, waves: list[list[str]]) -> None:
-        self.store.update_deployment(self.dep_id, status=DeploymentStatus.ROLLING)
+        self._record(status=DeploymentStatus.ROLLING)
         self.report.status = DeploymentStatus.ROLLING
         for n, hosts in enumerate(waves, start=1):
             if self.stop.is_set():
@@ -416,7 +521,7 @@ class _Rollout:
             wave["verified"] = True
             self.report.waves.append(list(hosts))
             self._record()
-        self.store.update_deployment(self.dep_id, status=DeploymentStatus.DEPLOYED, reason="")
+        self._record(status=DeploymentStatus.DEPLOYED, reason="")
         self.report.status = DeploymentStatus.DEPLOYED
 
     def roll_back(self, cause: BaseException) -> None:
@@ -437,7 +542,8 @@ class _Rollout:
         why = cause.one_line() if isinstance(cause, MuskuError) else f"{type(cause).__name__}"
         status = DeploymentStatus.FAILED if errors else DeploymentStatus.ROLLED_BACK
         reason = why + (f"; not rolled back: {'; '.join(errors)}" if errors else "")
-        self._record(status=status, reason=reason)
+        if not self.lost():  # else the controller that took it over recorded its end
+            self._record(status=status, reason=reason)
         self.report.status, self.report.reason = status, reason
 
 

@@ -61,7 +61,8 @@ class ClaimKeeper:
                 log.error("experiment %d: claim not released: %s", self.exp_id, exc.one_line())
 
 
-def _claim(store: Any, exp_id: int, stale_s: float) -> None:
+def claim_experiment(store: Any, exp_id: int, stale_s: float) -> None:
+    """Claim experiment ``exp_id`` for this process's controller (:meth:`Store.claim`)."""
     store.claim(exp_id, controller_id(), socket.gethostname(), os.getpid(), stale_s=stale_s)
 
 
@@ -106,7 +107,9 @@ def experiment_run(
             ExperimentStatus.RUNNING,  # a crashed run: its open comparisons become aborted
         ):
             exp_id = previous.id
-            _claim(store, exp_id, claim_stale_s)  # first: a live controller's run is not ours
+            claim_experiment(
+                store, exp_id, claim_stale_s
+            )  # first: a live controller's run is not ours
             try:
                 store.resume(exp_id)
             except BaseException:
@@ -117,7 +120,7 @@ def experiment_run(
             if progress is not None and resume:
                 progress.message(f"nothing to resume for {experiment.name}: starting a new run")
             exp_id = store.create_experiment(experiment, mode=mode)
-            _claim(store, exp_id, claim_stale_s)
+            claim_experiment(store, exp_id, claim_stale_s)
             store.set_status(exp_id, ExperimentStatus.RUNNING)
         keeper = ClaimKeeper(store, exp_id, controller_id(), heartbeat_s)
     try:

@@ -127,6 +127,21 @@ def spawn_daemon(cfg: AgentConfig, host: FakeHost, *, timeout: float = 20.0) -> 
     raise RuntimeError("agent daemon did not answer")
 
 
+def write_stats(path: Path, t: float, requests: int) -> None:
+    """A fake service's musku-stats/1 file (read by the agent's service sampler), replaced
+    atomically as a real service does."""
+    import json
+    import os
+
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(
+        json.dumps(
+            {"format": "musku-stats/1", "pid": 1, "t": t, "counters": {"requests": requests}}
+        )
+    )
+    os.replace(tmp, path)
+
+
 def wait_for_real_host(timeout: float = 240.0, *, hold: bool = True) -> Any:
     """Serialise tests that change this machine's real knobs with any agent on "/" (and with
     other engineers' real-host tests that take the same lock). Returns the held lock (call

@@ -4,7 +4,6 @@ own fake host tree), driven through apply / window / restore with ``musku agent 
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -15,7 +14,7 @@ import pytest
 from musku.domain import Configuration
 from musku.errors import HostError
 from musku.experiment import load_experiment
-from tests.agent.helpers import SHP, THP, config, fake_host, spawn_daemon
+from tests.agent.helpers import SHP, THP, config, fake_host, spawn_daemon, write_stats
 from tests.fixtures.sshd import agent_hosts_toml, needs_sshd
 
 pytestmark = [*needs_sshd, pytest.mark.slow]
@@ -33,18 +32,7 @@ class FakeService:
         t0 = time.time()
         while not self.stop.is_set():
             now = time.time()
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(
-                json.dumps(
-                    {
-                        "format": "musku-stats/1",
-                        "pid": 1,
-                        "t": now,
-                        "counters": {"requests": int((now - t0) * self.qps)},
-                    }
-                )
-            )
-            os.replace(tmp, self.path)
+            write_stats(self.path, now, int((now - t0) * self.qps))
             time.sleep(0.02)
 
 

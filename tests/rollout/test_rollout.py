@@ -4,21 +4,28 @@ deployed in waves, a bad one rolled back at the canary, a gone advantage flagged
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import select, update
 
-from musku.domain import Configuration, DeploymentStatus, SoftSku
+from musku.domain import Configuration, DeploymentStatus, ExperimentStatus, SoftSku
 from musku.errors import HostError, InputError, RolledBack
 from musku.experiment import Experiment, load_experiment
 from musku.rollout import deploy_sku, watch_round
 from musku.rollout.deploy import fleet_state
-from musku.rollout.fleet import SimFleet
-from musku.storage import open_store
+from musku.rollout.fleet import SimFleet, open_fleet
+from musku.storage import convert, open_store
+from musku.storage.models import ExperimentRow
 from musku.storage.store import Store
+from musku.sweep.runner import NullProgress
 from musku.testing.postgres import fresh_pg_database, pg_server  # noqa: F401 - fixtures
 from tests.fixtures.toy import EXPERIMENT, MODEL
+from tests.timing import scaled
 
 GOOD = Configuration.of(thp="always", shp=256)  # the toy model's +6.6 %
 BAD = Configuration.of(core_count=1)  # 0.55x throughput
@@ -224,3 +231,141 @@ def test_watch_loop_revalidates_after_a_push(tmp_path: Path, store: Store) -> No
                     check_time_s=4 * 3600)  # fmt: skip
     assert rounds == [["holds"], [], ["lost"]]
     assert [f.verdict for f in flagged] == ["lost"]
+
+
+def _crashed_deployment(store: Store, exp: Experiment, sku_id: int, beat_age_s: float) -> int:
+    """A deployment left ``rolling`` by controller ``dead@gone:1:dead``: canary sim-000 and
+    wave sim-001 applied, wave sim-002 recorded as pending; its heartbeat ``beat_age_s`` old."""
+    exp_id = store.create_experiment(exp, mode="deploy")
+    store.claim(exp_id, "dead@gone:1:dead", "gone", 1)
+    store.set_status(exp_id, ExperimentStatus.RUNNING)
+    with store.engine.begin() as conn:
+        conn.execute(
+            update(ExperimentRow)
+            .where(ExperimentRow.id == exp_id)
+            .values(claim_heartbeat=convert.now() - timedelta(seconds=beat_age_s))
+        )
+    dep_id = store.create_deployment(
+        sku_id,
+        exp_id,
+        backend="sim",
+        hosts=["sim-000", "sim-001", "sim-002"],
+        canary_hosts=["sim-000"],
+        controller="dead@gone:1:dead",
+    )
+    waves = [
+        {"kind": "canary", "hosts": ["sim-000"], "production": "sim-005", "state": "applied"},
+        {"kind": "wave", "hosts": ["sim-001"], "state": "applied"},
+        {"kind": "wave", "hosts": ["sim-002"], "state": "pending"},
+    ]
+    store.update_deployment(dep_id, status=DeploymentStatus.ROLLING, waves=waves)
+    return dep_id
+
+
+def _take_over(tmp_path: Path, store: Store) -> None:
+    exp = _experiment(tmp_path)
+    sku_id = _sku(store, exp, GOOD)
+    fleets: list[SimFleet] = []
+
+    def opener(*args: Any, **kwargs: Any) -> Any:
+        fleets.append(open_fleet(*args, **kwargs))
+        return fleets[-1]
+
+    # a live controller's deployment (heartbeat 5 s old) is refused, one line, exit 3
+    live = _crashed_deployment(store, exp, sku_id, beat_age_s=5)
+    with pytest.raises(InputError) as info:
+        deploy_sku(store, exp, sku_id, ["sim-001", "sim-003"], canary_time_s=4 * 3600)
+    msg = info.value.one_line()
+    assert f"deployment {live} (rolling)" in msg and "dead@gone:1:dead" in msg
+    assert "\n" not in msg and info.value.status == 3
+    assert store.deployment(live).status is DeploymentStatus.ROLLING  # untouched
+    store.update_deployment(live, status=DeploymentStatus.FAILED, reason="test: cleared")
+
+    # a stale one (heartbeat 10 min old) is taken over: rolled back, then the deploy goes on
+    dead = _crashed_deployment(store, exp, sku_id, beat_age_s=600)
+    assert set(fleet_state(store, "sim")) == {"sim-000", "sim-001"}
+    rep = deploy_sku(
+        store,
+        exp,
+        sku_id,
+        ["sim-001", "sim-003"],
+        canary_time_s=4 * 3600,
+        fleet_opener=opener,
+    )
+    assert rep.status is DeploymentStatus.DEPLOYED
+    old = store.deployment(dead)
+    assert old.status is DeploymentStatus.ROLLED_BACK and old.finished_at is not None
+    assert "dead@gone:1:dead" in old.reason and "taken over" in old.reason
+    assert old.applied_hosts() == () and store.experiment(old.experiment_id).status.value == (
+        "failed"
+    )
+    (fleet,) = fleets
+    # the old deployment's hosts outside the new one are back at production
+    assert fleet._config["sim-000"] == fleet.baseline
+    assert fleet._config["sim-002"] == fleet.baseline
+    assert fleet_state(store, "sim") == {"sim-001": GOOD, "sim-003": GOOD}
+    # the new deployment's own claim is released at the end
+    assert _claim_holder(store, store.deployment(rep.deployment_id).experiment_id) is None
+
+
+def _claim_holder(store: Store, exp_id: int) -> str | None:
+    with store.engine.connect() as conn:
+        row = conn.execute(
+            select(ExperimentRow.claim_controller).where(ExperimentRow.id == exp_id)
+        ).one()
+    return row[0]
+
+
+def test_a_crashed_controllers_deployment_is_taken_over(tmp_path: Path, store: Store) -> None:
+    _take_over(tmp_path, store)
+
+
+def test_take_over_on_postgresql(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    url = fresh_pg_database(request.getfixturevalue("pg_server"))
+    with open_store(url) as store:
+        _take_over(tmp_path, store)
+
+
+def test_a_controller_whose_claim_was_taken_over_stops(tmp_path: Path, store: Store) -> None:
+    """Its heartbeat stalled past the stale age and another controller took the claim: at its
+    next write it stops (HostError) and leaves the row to the controller that took it over."""
+    exp = _experiment(tmp_path)
+    sku_id = _sku(store, exp, GOOD)
+    took = threading.Event()
+
+    class Thief(NullProgress):
+        def message(self, text: str) -> None:
+            if "canary" in text and not took.is_set():
+                (dep,) = store.deployments(live=True)
+                store.claim(dep.experiment_id, "thief@elsewhere:2:beef", "elsewhere", 2, stale_s=0)
+                took.set()
+
+    def waiting_opener(*args: Any, **kwargs: Any) -> Any:
+        fleet = open_fleet(*args, **kwargs)
+        orig = fleet.open_pair
+
+        def open_pair(*a: Any, **kw: Any) -> Any:
+            pair = orig(*a, **kw)
+            # the keeper's thread ends at its first beat after the claim is gone
+            deadline = time.monotonic() + scaled(10.0)
+            while any(t.name == "musku-claim" for t in threading.enumerate()):
+                assert time.monotonic() < deadline, "the claim keeper did not notice"
+                time.sleep(0.01)
+            return pair
+
+        fleet.open_pair = open_pair
+        return fleet
+
+    with pytest.raises(HostError, match="taken over by another controller"):
+        deploy_sku(
+            store,
+            exp,
+            sku_id,
+            HOSTS[:3],
+            canary_time_s=4 * 3600,
+            progress=Thief(),
+            fleet_opener=waiting_opener,
+            heartbeat_s=0.02,
+        )
+    (dep,) = store.deployments()
+    assert dep.status is DeploymentStatus.CANARY  # untouched: the thief's to end

@@ -63,6 +63,7 @@ from musku.agent.protocol import (
 from musku.errors import HostError, InputError
 
 if TYPE_CHECKING:
+    from musku.agent.config import AgentConfig
     from musku.agent.core import Agent
 
 log = logging.getLogger("musku.agent")
@@ -90,6 +91,17 @@ class ServerLimits:
 
 
 DEFAULT_LIMITS = ServerLimits()
+
+
+def limits_of(config: AgentConfig) -> ServerLimits:
+    """The default limits with what the agent's configuration sets (``max_clients``,
+    ``idle_timeout_s``, ``line_deadline_s``)."""
+    return replace(
+        DEFAULT_LIMITS,
+        max_clients=config.max_clients,
+        idle_timeout_s=config.idle_timeout_s,
+        line_deadline_s=config.line_deadline_s,
+    )
 
 
 def peer_credentials(sock: Any) -> tuple[int, int, int]:
@@ -622,7 +634,7 @@ class Listeners:
 
     def __init__(self, agent: Agent, limits: ServerLimits | None = None) -> None:
         self.agent = agent
-        self.limits = limits or DEFAULT_LIMITS
+        self.limits = limits or limits_of(agent.config)
         self.hub: _Hub | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -762,4 +774,4 @@ class Listeners:
         self._socket_id = None
 
 
-__all__ = ["DEFAULT_LIMITS", "Listeners", "ServerLimits", "peer_credentials"]
+__all__ = ["DEFAULT_LIMITS", "Listeners", "ServerLimits", "limits_of", "peer_credentials"]

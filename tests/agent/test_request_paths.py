@@ -212,3 +212,59 @@ def test_requests_naming_hostile_files_get_no_content_and_do_not_stall_the_agent
     assert watch.latencies and max(watch.latencies) < scaled(1.0), max(watch.latencies)
     assert (root / THP[1:]).read_text() == thp_before  # nothing applied, nothing left behind
     assert secret.read_text() == SECRET + "\n" and (outside / "port").read_text() == SECRET + "\n"
+
+
+def test_the_files_a_request_names_are_staged_before_the_lock(tmp_path: Path) -> None:
+    """The good path: the port file becomes the address it holds, the load data a copy in the
+    agent's state directory that the trainer reads (refreshed when the file changes), both
+    read while nobody holds the agent's lock."""
+    from musku.agent.cotune import AgentRequest, read_port_file
+    from musku.cotune_spec import CotuneSpec
+    from tests.agent.helpers import make_agent
+    from tests.tune.fakes import FakeMidtier, FakeTrainer
+
+    seen: list[tuple[str, str]] = []
+
+    class Recording(FakeTrainer):
+        def train(self, endpoint: Any, spec: CotuneSpec) -> tuple[dict[str, Any], float]:
+            seen.append((spec.load_data, Path(spec.load_data).read_text()))
+            return super().train(endpoint, spec)
+
+    mid = FakeMidtier("vm", cpus=2)
+    agent, host = make_agent(tmp_path, threading_endpoint=lambda s: mid,
+                             threading_trainer=Recording())  # fmt: skip
+    staged_under_lock: list[bool] = []
+    stage = agent._stage
+
+    def watched(request: AgentRequest) -> AgentRequest:
+        staged_under_lock.append(agent.lock._is_owned())  # type: ignore[attr-defined]
+        return stage(request)
+
+    agent._stage = watched  # type: ignore[method-assign]
+    (host.root / "srv").mkdir()
+    data = host.root / "srv/queries.txt"
+    data.write_text("q1\nq2\n")
+    (host.root / "run").mkdir(exist_ok=True)
+    (host.root / "run/mid.port").write_text("4242\n")
+    assert read_port_file(agent.fs, "/run/mid.port") == "127.0.0.1:4242"
+    for bad in ("0\n", "65536\n", "42 43\n", "4242" + " " * 80):
+        (host.root / "run/mid.port").write_text(bad)
+        with pytest.raises(HostError, match="not a port number") as exc:
+            read_port_file(agent.fs, "/run/mid.port")
+        assert bad.strip() not in exc.value.one_line().split(": ", 1)[1] or bad.strip() == ""
+
+    spec = _spec(admin="127.0.0.1:1", load_data="/srv/queries.txt")
+    try:
+        reply = agent.handle(_apply(spec))
+        assert reply["ok"], reply
+        copies = sorted((agent.config.state_dir / "load-data").iterdir())
+        assert [p.suffix for p in copies] == ["", ".id"]
+        assert seen == [(str(copies[0]), "q1\nq2\n")]
+        agent.handle({"op": "rollback"})
+        data.write_text("q3\n")  # changed: copied again for the next training
+        reply = agent.handle({**_apply(spec), "config": {"thp": "always"}})
+        assert reply["ok"], reply
+        assert seen[-1] == (str(copies[0]), "q3\n")
+        assert staged_under_lock == [False, False]
+    finally:
+        agent.close()

@@ -45,10 +45,16 @@ def _request_file(fs: HostFS, path: str, what: str) -> tuple[int, os.stat_result
     if not st.st_mode & stat.S_IROTH:
         os.close(fd)
         raise HostError(
-            f"{what} {path} is not readable by every user (mode {stat.S_IMODE(st.st_mode):04o}):"
-            " the agent reads only world-readable files a request names"
+            f"cannot read {path}: not readable by every user (mode "
+            f"{stat.S_IMODE(st.st_mode):04o}; the agent reads only world-readable files a "
+            f"request names, such as {what})"
         )
     return fd, st
+
+
+def _reason(exc: HostError, path: str) -> str:
+    """Why a request's file could not be read, without repeating its path."""
+    return exc.one_line().removeprefix(f"cannot read {path}: ")
 
 
 def read_port_file(fs: HostFS, path: str) -> str:
@@ -58,7 +64,7 @@ def read_port_file(fs: HostFS, path: str) -> str:
     try:
         fd, _ = _request_file(fs, path, "the port file")
     except HostError as exc:
-        raise HostError(f"{where}: {exc.one_line()}") from None
+        raise HostError(f"{where}: {_reason(exc, path)}") from None
     try:
         data = os.read(fd, MAX_PORT_FILE + 1)
     except OSError as exc:
@@ -78,7 +84,7 @@ def stage_load_data(fs: HostFS, path: str, into: Path) -> Path:
     try:
         fd, st = _request_file(fs, path, "the load generator's data")
     except HostError as exc:
-        raise InputError(f"[threading] load_data: {exc.one_line()}") from None
+        raise InputError(f"[threading] load_data {path}: {_reason(exc, path)}") from None
     try:
         if st.st_size > MAX_LOAD_DATA:
             raise InputError(f"[threading] load_data {path}: larger than {MAX_LOAD_DATA >> 20} MiB")

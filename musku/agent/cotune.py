@@ -34,6 +34,8 @@ MAX_PORT_FILE = 64
 """Bytes of a mid-tier's port file the agent reads (a port number and a newline)."""
 MAX_LOAD_DATA = 256 << 20
 """Largest load-generator data file the agent copies for a training (256 MiB)."""
+MAX_LOAD_COPIES = 4
+"""Load-data copies the agent keeps (one per host path, the least recently written dropped)."""
 COPY_CHUNK = 1 << 20
 
 
@@ -97,6 +99,7 @@ def stage_load_data(fs: HostFS, path: str, into: Path) -> Path:
                 return copy
         except OSError:
             pass
+        _prune(into, keep=name)
         tmp = into / (name + ".tmp")
         size = 0
         with open(tmp, "wb") as out:
@@ -114,6 +117,18 @@ def stage_load_data(fs: HostFS, path: str, into: Path) -> Path:
         raise HostError(f"cannot copy the load generator's data {path}: {exc.strerror}") from None
     finally:
         os.close(fd)
+
+
+def _prune(into: Path, *, keep: str) -> None:
+    """Keep at most :data:`MAX_LOAD_COPIES` - 1 other copies (the least recently written
+    go), so requests naming many files cannot fill the agent's disk."""
+    copies = sorted(
+        (p for p in into.iterdir() if p.is_file() and not p.suffix and p.name != keep),
+        key=lambda p: p.stat().st_mtime,
+    )
+    for old in copies[: max(0, len(copies) - (MAX_LOAD_COPIES - 1))]:
+        for f in (old, old.with_name(old.name + ".id")):
+            f.unlink(missing_ok=True)
 
 
 def stage(fs: HostFS, spec: CotuneSpec, into: Path, *, port_file: bool = True) -> CotuneSpec:

@@ -266,5 +266,13 @@ def test_the_files_a_request_names_are_staged_before_the_lock(tmp_path: Path) ->
         assert reply["ok"], reply
         assert seen[-1] == (str(copies[0]), "q3\n")
         assert staged_under_lock == [False, False]
+        # requests naming many files keep at most MAX_LOAD_COPIES copies on the agent's disk
+        from musku.agent.cotune import MAX_LOAD_COPIES, stage_load_data
+
+        for i in range(MAX_LOAD_COPIES + 3):
+            (host.root / f"srv/q{i}.txt").write_text(f"q{i}\n")
+            stage_load_data(agent.fs, f"/srv/q{i}.txt", agent.config.state_dir / "load-data")
+        kept = [p for p in (agent.config.state_dir / "load-data").iterdir() if not p.suffix]
+        assert len(kept) == MAX_LOAD_COPIES
     finally:
         agent.close()

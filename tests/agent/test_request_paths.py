@@ -23,6 +23,8 @@ from typing import Any
 
 import psutil
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from musku.agent.client import AgentClient
 from musku.errors import HostError
@@ -276,3 +278,73 @@ def test_the_files_a_request_names_are_staged_before_the_lock(tmp_path: Path) ->
         assert len(kept) == MAX_LOAD_COPIES
     finally:
         agent.close()
+
+
+_PIECES = st.sampled_from(
+    [
+        "run",
+        "shadow",
+        "shadow-link",
+        "fifo",
+        "srv",
+        "q.txt",
+        "..",
+        ".",
+        "",
+        "dev",
+        "zero",
+        "a\0b",
+        "x" * 300,
+        "é",
+        "mid",
+        "port",
+    ]  # fmt: skip
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(parts=st.lists(_PIECES, min_size=0, max_size=6), absolute=st.booleans())
+def test_any_path_in_a_request_is_a_clean_refusal_or_a_good_file(
+    tmp_path_factory: pytest.TempPathFactory, parts: list[str], absolute: bool
+) -> None:
+    """Hypothesis: whatever path a request names for the port file or the load data, the reply
+    is a clean error (status 3/4/6, one line, never an InternalError) quoting no content, or
+    the apply of a good file; nothing outside the root is read."""
+    from tests.agent.helpers import make_agent
+    from tests.tune.fakes import FakeMidtier, FakeTrainer
+
+    tmp = tmp_path_factory.mktemp("fuzz")
+    secret = tmp / "shadow"
+    secret.write_text(SECRET)
+    secret.chmod(0o600)
+    mid = FakeMidtier("vm", cpus=2)
+    with_mid, host = make_agent(tmp / "a", threading_endpoint=lambda s: mid,
+                                threading_trainer=FakeTrainer())  # fmt: skip
+    plain, _ = make_agent(tmp / "b", host)  # reads the port file itself
+    root = host.root
+    (root / "run").mkdir()
+    (root / "run/shadow").write_text(SECRET)
+    (root / "run/shadow").chmod(0o600)
+    (root / "run/shadow-link").symlink_to(secret)
+    os.mkfifo(root / "run/fifo")
+    (root / "srv").mkdir()
+    (root / "srv/q.txt").write_text("q\n")
+    path = ("/" if absolute else "") + "/".join(parts)
+    try:
+        for agent, spec in (
+            (plain, _spec(admin_port_file=path)),
+            (with_mid, _spec(admin="127.0.0.1:1", load_data=path)),
+        ):
+            if not spec.get("admin_port_file", "x") or not spec.get("load_data", "x"):
+                continue  # "" means "not given": another rule (docs/threading.md)
+            reply = agent.handle(_apply(spec))
+            assert SECRET not in json.dumps(reply)
+            if not reply["ok"]:
+                e = reply["error"]
+                assert e["status"] in (3, 4, 6) and e["type"] != "InternalError", e
+                assert "\n" not in e["message"]
+            else:
+                agent.handle({"op": "rollback"})
+    finally:
+        with_mid.close()
+        plain.close()

@@ -6,18 +6,25 @@ or restarting); the socket is connected before ``timeout`` (for each read and wr
 so a timeout never turns a connect into a failing non-blocking one. Over TCP, a request
 longer than :data:`~musku.agent.protocol.PREAUTH_LINE` on a new connection is preceded by a
 signed ``hello`` (the agent reads only a short first line from an unauthenticated peer).
+
+An agent with every client slot taken answers ``agent busy`` and closes: :meth:`AgentClient.call`
+raises :class:`~musku.agent.protocol.AgentBusy` (a HostError, not
+:class:`~musku.errors.LinkDown`: the agent is up and did not read the request). A connection
+the agent closed while idle (its ``idle_timeout_s``) is noticed before the next request is
+sent (readable at EOF, or holding the agent's parting line) and replaced by a new one.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import select
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
-from musku.agent.protocol import MAX_REPLY, PREAUTH_LINE, encode, raise_for, sign
+from musku.agent.protocol import MAX_REPLY, PREAUTH_LINE, encode, is_busy, raise_for, sign
 from musku.errors import HostError, LinkDown
 
 _RETRY = (errno.EAGAIN, errno.ECONNREFUSED, errno.EINTR)
@@ -88,9 +95,30 @@ class AgentClient:
         self._sock, self._file = s, s.makefile("rb")
         self._authenticated = False
 
+    def _stale(self) -> bool:
+        """Whether the open connection has something to read before a request was sent: the
+        agent closed it (EOF, maybe after a parting ``connection closed: idle`` line)."""
+        assert self._sock is not None
+        try:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
     def _roundtrip(self, data: bytes) -> bytes:
         assert self._sock is not None
-        self._sock.sendall(data)
+        try:
+            self._sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            # the agent closed at once (busy), maybe before our request arrived: its parting
+            # line is still ours to read
+            try:
+                parting: bytes = self._file.readline(MAX_REPLY + 1)
+            except OSError:
+                parting = b""
+            if parting:
+                return parting
+            raise
         line: bytes = self._file.readline(MAX_REPLY + 1)
         return line
 
@@ -102,6 +130,8 @@ class AgentClient:
         """Send one request, return the raw reply (``{"ok": ...}``)."""
         signing = bool(self.tcp) and self.token is not None
         for attempt in (0, 1):
+            if self._sock is not None and self._stale():
+                self.close()
             if self._sock is None:
                 self._open()
             try:
@@ -109,7 +139,11 @@ class AgentClient:
                 if signing and not self._authenticated and len(data) > PREAUTH_LINE:
                     hello = self._roundtrip(self._signed({"op": "hello"}))
                     if hello:
-                        raise_for(_json(hello, self.where), where=f"agent {self.where}: ")
+                        first = _json(hello, self.where)
+                        if is_busy(first):
+                            self.close()
+                            return first
+                        raise_for(first, where=f"agent {self.where}: ")
                     data = self._signed(req)  # a fresh timestamp after the round trip
                 line = self._roundtrip(data)
             except OSError as exc:
@@ -127,6 +161,14 @@ class AgentClient:
             except HostError:
                 self.close()
                 raise
+            if is_busy(reply):  # the agent closed this connection: the next call reconnects
+                self.close()
+                return reply
+            if reply.get("closed"):  # the agent's parting line: this connection is over
+                self.close()
+                if not attempt and _idle_close(reply):
+                    continue  # it was closed idle just before our request: send it again
+                return reply
             # answered: authenticated (a refused signature closes the connection instead)
             self._authenticated = True
             return reply
@@ -143,6 +185,13 @@ class AgentClient:
                 self._sock.close()
             finally:
                 self._sock = self._file = None
+
+
+def _idle_close(reply: dict[str, Any]) -> bool:
+    err = reply.get("error")
+    return isinstance(err, dict) and str(err.get("message", "")).startswith(
+        "connection closed: idle"
+    )
 
 
 def _json(line: bytes, where: str) -> dict[str, Any]:

@@ -40,6 +40,10 @@ class AgentConfig:
     reboot_hook_timeout_s: float = 120.0
     reboot_delay_s: float = 1.0
     reboot_after_rollback: bool = False
+    # the API server (musku/agent/server.py ServerLimits): client slots, idle and line deadlines
+    max_clients: int = 64
+    idle_timeout_s: float = 15.0
+    line_deadline_s: float = 10.0
 
     @property
     def table_dir(self) -> Path:
@@ -109,6 +113,9 @@ def _config(data: dict[str, Any], where: str, text: str | None, base: Path | Non
         reboot_hook_timeout_s=agent.reboot_hook_timeout_s,
         reboot_delay_s=agent.reboot_delay_s,
         reboot_after_rollback=agent.reboot_after_rollback,
+        max_clients=agent.max_clients,
+        idle_timeout_s=agent.idle_timeout_s,
+        line_deadline_s=agent.line_deadline_s,
         samplers={str(k): dict(v) for k, v in f.samplers.items()},
         knobs={str(k): dict(v) for k, v in f.knobs.items()},
     )

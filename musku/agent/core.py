@@ -18,7 +18,10 @@ Safety rules (docs/agent.md):
   configuration (looked up in the agent's table cache, the table the controller offers, or
   trained); the mid-tier's threading before the experiment is journaled with the experiment
   and restored when it is rolled back. A failed co-tuning rolls back this request's knob
-  writes (the co-tuner has put the mid-tier back on what it ran) and the request fails.
+  writes (the co-tuner has put the mid-tier back on what it ran) and the request fails;
+- the host files a request names (the mid-tier's port file, the load data) are read through
+  the host filesystem, strictly beneath the root, size-capped, before the lock is taken, and
+  no reply quotes their content (musku/agent/cotune.py).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from musku import __version__
 from musku.agent import reboot as reboot_mode
 from musku.agent.core_errors import error_reply
-from musku.agent.cotune import AdminEndpoint, AgentRequest, ServiceTrainer
+from musku.agent.cotune import AdminEndpoint, AgentRequest, ServiceTrainer, stage
 from musku.agent.journal import Journal, TxKind
 from musku.agent.metrics import AgentMetrics
 from musku.agent.spool import Spool
@@ -412,7 +415,19 @@ class Agent:
     def _endpoint(self, spec: CotuneSpec) -> Endpoint:
         if self._threading_endpoint is not None:
             return self._threading_endpoint(spec)
-        return AdminEndpoint(spec.admin, spec.admin_port_file)
+        return AdminEndpoint(spec.admin, spec.admin_port_file, fs=self.fs)
+
+    def _stage(self, request: AgentRequest) -> AgentRequest:
+        """The request with the host files it names read (the port file: the address it holds;
+        the load data: the agent's copy under its state directory), strictly beneath the host
+        root, before the lock is taken (:func:`musku.agent.cotune.stage`)."""
+        spec = stage(
+            self.fs,
+            request.spec,
+            self.config.state_dir / "load-data",
+            port_file=self._threading_endpoint is None,
+        )
+        return AgentRequest(spec, request.platform, request.table)
 
     def _cotune(self, request: AgentRequest, config: Configuration) -> dict[str, Any]:
         """Co-tune the mid-tier for ``config`` (caller holds the lock, the knobs are applied).
@@ -650,6 +665,9 @@ class Agent:
             raise InputError(f"experiment must be a string of at most {MAX_NAME} characters")
         cotune = AgentRequest.parse(req.get("threading"))  # bad input: refused, nothing written
         t0 = time.monotonic()
+        if cotune is not None:
+            # the host files the request names are read now, never under the lock
+            cotune = self._stage(cotune)
         with self.lock:
             if self._check_owner(req, "apply"):  # an override or a lapsed lease: it ends
                 self._rollback_experiment("override")

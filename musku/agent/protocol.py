@@ -155,11 +155,27 @@ class Verifier:
         return body
 
 
+class AgentBusy(HostError):
+    """The agent answered ``agent busy``: every client slot was taken, so the request was not
+    read (nothing ran; sending it again later is safe). Not a lost link: the agent is up."""
+
+
+BUSY = "AgentBusy"  # the error type of a busy reply
+
 _ERRORS: dict[str, type[MuskuError]] = {
     "InputError": InputError,
     "InvalidSetting": InputError,
     "UnsupportedError": UnsupportedError,
+    BUSY: AgentBusy,
 }
+
+
+def is_busy(reply: object) -> bool:
+    """Whether ``reply`` is the agent's ``agent busy`` refusal."""
+    if not isinstance(reply, dict) or reply.get("ok") is not False:
+        return False
+    err = reply.get("error")
+    return isinstance(err, dict) and err.get("type") == BUSY
 
 
 def raise_for(reply: object, *, where: str = "") -> Any:

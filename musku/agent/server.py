@@ -14,11 +14,14 @@ deadline in each state, every buffer a cap, and the connection counts are limite
   in :data:`~musku.agent.protocol.PREAUTH_LINE` bytes and arrive within ``auth_deadline_s``.
   When ``max_pending`` pending connections exist the oldest is dropped for a new one, so a
   flood of idle or slow clients cannot lock a controller out;
-- authenticated TCP connections and Unix connections are *clients*: at most ``max_clients``
-  (more are answered "too many connections" and closed); a request line may be
-  :data:`~musku.agent.protocol.MAX_LINE` bytes and must complete within ``line_deadline_s``
-  once started; a connection idle for ``idle_timeout_s`` is closed; a reply must drain
-  within ``write_deadline_s``;
+- authenticated TCP connections and Unix connections are *clients*: at most ``max_clients``;
+  one more gets an immediate one-line ``agent busy`` reply (type ``AgentBusy``, status 6) and
+  is closed, so a client never waits on a connection that will not be served (the client
+  library raises :class:`~musku.agent.protocol.AgentBusy`; the controller retries with
+  back-off). A request line may be :data:`~musku.agent.protocol.MAX_LINE` bytes and must
+  complete within ``line_deadline_s`` once started; a connection idle for ``idle_timeout_s``
+  (short: clients reconnect on their next call) is closed, so idle or slow clients hold a slot
+  for seconds, not minutes; a reply must drain within ``write_deadline_s``;
 - out of file descriptors (EMFILE), the loop stops accepting for a second instead of spinning
   (musku accepts itself: Python 3.11's ``create_server`` retries ``accept`` ``backlog`` times
   per wake-up and schedules as many retries, thousands of failed accepts a second); the soft ``RLIMIT_NOFILE`` is raised towards ``nofile`` at start and the
@@ -49,10 +52,18 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import make_wsgi_app
 
 from musku.agent.core_errors import error_reply
-from musku.agent.protocol import MAX_LINE, PREAUTH_LINE, Verifier, decode_request, encode
+from musku.agent.protocol import (
+    BUSY,
+    MAX_LINE,
+    PREAUTH_LINE,
+    Verifier,
+    decode_request,
+    encode,
+)
 from musku.errors import HostError, InputError
 
 if TYPE_CHECKING:
+    from musku.agent.config import AgentConfig
     from musku.agent.core import Agent
 
 log = logging.getLogger("musku.agent")
@@ -68,8 +79,8 @@ class ServerLimits:
     max_clients: int = 64  # Unix + authenticated TCP connections at once
     max_pending: int = 2048  # TCP connections not yet authenticated (oldest dropped when full)
     auth_deadline_s: float = 10.0  # a TCP connection's first line must be in by then
-    line_deadline_s: float = 60.0  # a started request line must be complete within this
-    idle_timeout_s: float = 600.0  # a connection without a request this long is closed
+    line_deadline_s: float = 10.0  # a started request line must be complete within this
+    idle_timeout_s: float = 15.0  # a connection without a request this long is closed
     write_deadline_s: float = 60.0  # a reply must drain to the client within this
     preauth_line: int = PREAUTH_LINE
     max_line: int = MAX_LINE
@@ -80,6 +91,17 @@ class ServerLimits:
 
 
 DEFAULT_LIMITS = ServerLimits()
+
+
+def limits_of(config: AgentConfig) -> ServerLimits:
+    """The default limits with what the agent's configuration sets (``max_clients``,
+    ``idle_timeout_s``, ``line_deadline_s``)."""
+    return replace(
+        DEFAULT_LIMITS,
+        max_clients=config.max_clients,
+        idle_timeout_s=config.idle_timeout_s,
+        line_deadline_s=config.line_deadline_s,
+    )
 
 
 def peer_credentials(sock: Any) -> tuple[int, int, int]:
@@ -98,6 +120,15 @@ def _refusal(message: str) -> dict[str, Any]:
     return _error(message, 6, "HostError")
 
 
+def _busy(limits: ServerLimits) -> dict[str, Any]:
+    """Every client slot is taken: the request was not read (safe to send again later)."""
+    return _error(
+        f"agent busy: all {limits.max_clients} connection slots are taken; retry later",
+        6,
+        BUSY,
+    )
+
+
 def _fit_fd_limit(limits: ServerLimits) -> ServerLimits:
     """Raise the soft RLIMIT_NOFILE towards ``limits.nofile``; shrink ``max_pending`` so that
     every connection the limits allow has a descriptor."""
@@ -109,8 +140,8 @@ def _fit_fd_limit(limits: ServerLimits) -> ServerLimits:
             soft = want
     if soft == resource.RLIM_INFINITY:
         return limits
-    # the pending TCP connections and the queue waiting for a client slot: max_pending each
-    room = (soft - limits.fd_reserve - limits.max_clients) // 2
+    # the clients, then the pending TCP connections
+    room = soft - limits.fd_reserve - limits.max_clients
     if room >= limits.max_pending:
         return limits
     pending = max(8, room)
@@ -136,7 +167,6 @@ class _Hub:
         self.pool = ThreadPoolExecutor(limits.workers, thread_name_prefix="agent-request")
         self.clients: set[_Connection] = set()
         self.pending: dict[_Connection, None] = {}  # insertion order: oldest first
-        self.waiting: dict[_Connection, None] = {}  # authenticated, for a client slot (FIFO)
         self.connections: set[_Connection] = set()  # all of them (for the shutdown)
         self._last_fd_warning = 0.0
         self._last_auth_warning = -math.inf
@@ -191,7 +221,6 @@ class _Connection(asyncio.Protocol):
         self.write_paused = False
         self.timer: asyncio.TimerHandle | None = None
         self.line_timer_set = False
-        self.on_admit: Callable[[], None] = lambda: None
         self.peer = ""
 
     # ------------------------------------------------------------------ life cycle
@@ -227,27 +256,18 @@ class _Connection(asyncio.Protocol):
         self._arm(hub.limits.auth_deadline_s, "authentication")
 
     def _become_client(self, then: Callable[[], None]) -> None:
-        """Take a client slot and go on with ``then``; with every slot taken, wait (reading
-        paused) for one in a queue as long as ``max_pending``; beyond that, refuse."""
+        """Take a client slot and go on with ``then``; with every slot taken, answer ``agent
+        busy`` at once and close (nothing of the connection's request is read or run)."""
         hub = self.hub
         hub.pending.pop(self, None)
         self.authenticated = True
-        if len(hub.clients) < hub.limits.max_clients and not hub.waiting:
-            self._admit(then)
-            return
-        if len(hub.waiting) >= hub.limits.max_pending:
+        if len(hub.clients) >= hub.limits.max_clients:
             hub.refused("client-limit")
-            self._finish(_refusal(f"agent busy: {hub.limits.max_clients} connections open"))
+            self.busy = False
+            self._finish(_busy(hub.limits))
             return
-        assert self.transport is not None
-        self.transport.pause_reading()
-        self.on_admit = then
-        hub.waiting[self] = None
-        self._arm(hub.limits.idle_timeout_s, "slot")
-
-    def _admit(self, then: Callable[[], None]) -> None:
-        self.hub.clients.add(self)
-        self._arm(self.hub.limits.idle_timeout_s, "idle")
+        hub.clients.add(self)
+        self._arm(hub.limits.idle_timeout_s, "idle")
         then()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -258,18 +278,10 @@ class _Connection(asyncio.Protocol):
     def _forget(self) -> None:
         hub = self.hub
         hub.pending.pop(self, None)
-        hub.waiting.pop(self, None)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        if self in hub.clients:
-            hub.clients.discard(self)
-            while hub.waiting and len(hub.clients) < hub.limits.max_clients:
-                nxt = next(iter(hub.waiting))
-                del hub.waiting[nxt]
-                assert nxt.transport is not None
-                nxt.transport.resume_reading()
-                nxt._admit(nxt.on_admit)
+        hub.clients.discard(self)
 
     def _finish(self, reply: dict[str, Any] | bytes | None) -> None:
         """Send a last reply (best effort) and close; abort if it does not drain in time."""
@@ -279,6 +291,8 @@ class _Connection(asyncio.Protocol):
         self._forget()
         t = self.transport
         if reply is not None:
+            if isinstance(reply, dict):
+                reply = {**reply, "closed": True}  # a parting line: clients reconnect
             with contextlib.suppress(OSError, RuntimeError):
                 t.write(reply if isinstance(reply, bytes) else encode(reply))
         t.close()
@@ -307,7 +321,6 @@ class _Connection(asyncio.Protocol):
         messages = {
             "authentication": f"no authenticated request within {seconds:g} s",
             "idle": f"idle for {seconds:g} s",
-            "slot": f"no free connection slot within {seconds:g} s",
             "line": f"request line not complete within {seconds:g} s",
             "write": f"reply not read within {seconds:g} s",
         }
@@ -621,7 +634,7 @@ class Listeners:
 
     def __init__(self, agent: Agent, limits: ServerLimits | None = None) -> None:
         self.agent = agent
-        self.limits = limits or DEFAULT_LIMITS
+        self.limits = limits or limits_of(agent.config)
         self.hub: _Hub | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -761,4 +774,4 @@ class Listeners:
         self._socket_id = None
 
 
-__all__ = ["DEFAULT_LIMITS", "Listeners", "ServerLimits", "peer_credentials"]
+__all__ = ["DEFAULT_LIMITS", "Listeners", "ServerLimits", "limits_of", "peer_credentials"]

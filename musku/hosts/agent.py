@@ -50,7 +50,7 @@ import numpy as np
 
 from musku import owner
 from musku.agent.client import AgentClient
-from musku.agent.protocol import raise_for
+from musku.agent.protocol import AgentBusy, raise_for
 from musku.agent.spool import Row
 from musku.cotune_spec import MIDTIER_KEYS
 from musku.domain import Configuration, Sample
@@ -73,19 +73,54 @@ class Link(Protocol):
     def close(self) -> None: ...
 
 
+BUSY_FIRST_DELAY_S = 0.05
+BUSY_MAX_DELAY_S = 2.0
+
+
+def retry_busy(call: Any, where: str, budget: float) -> Any:
+    """``call()``, sent again with exponential back-off (50 ms doubling to 2 s) while the agent
+    answers ``agent busy`` (every connection slot taken; the request was not read, so sending
+    it again is safe), for at most ``budget`` seconds; then one HostError line."""
+    deadline = time.monotonic() + budget
+    delay = BUSY_FIRST_DELAY_S
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            return call()
+        except AgentBusy:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise HostError(
+                    f"{where}: agent busy (every connection slot taken) for {budget:g} s, "
+                    f"{tries} tries; see its clients, or raise its max_clients"
+                ) from None
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, BUSY_MAX_DELAY_S)
+
+
 class SocketLink:
-    """An agent on this machine, through its Unix socket (thread-safe)."""
+    """An agent on this machine, through its Unix socket (thread-safe). An ``agent busy``
+    answer is retried for up to ``rpc_timeout`` (:func:`retry_busy`)."""
 
     def __init__(
-        self, path: str | Path, *, timeout: float = 120.0, connect_timeout: float = 10.0
+        self,
+        path: str | Path,
+        *,
+        timeout: float = 120.0,
+        connect_timeout: float = 10.0,
+        rpc_timeout: float = 30.0,
     ) -> None:
         self.where = str(path)
+        self.rpc_timeout = rpc_timeout
         self._client = AgentClient(path, timeout=timeout, connect_timeout=connect_timeout)
         self._lock = threading.Lock()
 
     def call(self, op: str, **fields: Any) -> Any:
         with self._lock:
-            return self._client.call(op, **fields)
+            return retry_busy(
+                lambda: self._client.call(op, **fields), f"agent {self.where}", self.rpc_timeout
+            )
 
     def close(self) -> None:
         with self._lock:
@@ -203,7 +238,13 @@ class SshLink:
         return reply
 
     def call(self, op: str, **fields: Any) -> Any:
-        return raise_for(self.request({"op": op, **fields}), where=f"{self.where}: ")
+        """The result; an ``agent busy`` answer (relayed by ``musku agent rpc``) is sent again
+        with back-off for up to ``rpc_timeout`` (:func:`retry_busy`)."""
+        return retry_busy(
+            lambda: raise_for(self.request({"op": op, **fields}), where=f"{self.where}: "),
+            self.where,
+            self.rpc_timeout,
+        )
 
     def _drop(self) -> None:
         if self._conn is not None:
@@ -844,9 +885,9 @@ def hosts_of(o: AgentOptions) -> list[HostOpt]:
 
 def make_link(h: HostOpt, opts: Mapping[str, Any], *, timeout: float = 300.0) -> Link:
     """``timeout``: the longest request (an apply that trains a threading table is long)."""
-    if not h.host:
-        return SocketLink(h.socket, timeout=max(120.0, timeout))
     o = parse_options(AgentOptions, opts)
+    if not h.host:
+        return SocketLink(h.socket, timeout=max(120.0, timeout), rpc_timeout=o.rpc_timeout_s)
     return SshLink(
         h.host,
         user=h.user,

@@ -117,6 +117,17 @@ class AgentTable(Strict):
     reboot_after_rollback: Annotated[
         bool, _check(lambda v: isinstance(v, bool), "{at} must be true or false")
     ] = False
+    # the API server's client slots and deadlines (docs/agent.md "Server limits")
+    max_clients: Annotated[
+        int,
+        _check(
+            lambda v: not isinstance(v, bool) and isinstance(v, int) and 1 <= v <= 4096,
+            "{at} must be an integer between 1 and 4096",
+        ),
+        Check(lambda v: v, minimum=1, maximum=4096),
+    ] = 64
+    idle_timeout_s: Annotated[float, _between(1.0, 3600.0)] = 15.0
+    line_deadline_s: Annotated[float, _between(1.0, 600.0)] = 10.0
 
     @model_validator(mode="after")
     def _together(self) -> AgentTable:

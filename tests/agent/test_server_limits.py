@@ -27,11 +27,13 @@ import pytest
 
 from musku.agent.client import AgentClient
 from musku.agent.core import Agent
-from musku.agent.protocol import PREAUTH_LINE, encode, sign
+from musku.agent.protocol import PREAUTH_LINE, AgentBusy, encode, sign
 from musku.agent.server import ACCEPT_RETRY_S, DEFAULT_LIMITS, Listeners
-from musku.errors import HostError
+from musku.errors import HostError, LinkDown
+from musku.hosts.agent import SocketLink
 from musku.testing.fakehost import FakeHost
 from tests.agent.helpers import THP, make_agent
+from tests.timing import scaled, wait_for
 
 TOKEN = b"0123456789abcdef0123456789abcdef"
 WAIT = 15.0  # the most a test waits for something that should take well under a second
@@ -285,36 +287,105 @@ def test_a_flood_of_pending_connections_cannot_lock_the_controller_out(
         s.close()
 
 
-def test_client_limit_queues_then_refuses(serve: Callable[..., Served]) -> None:
-    """Over ``max_clients`` a connection waits for a slot (reading paused: nothing buffered);
-    over ``max_pending`` waiting ones it is refused."""
-    srv = serve(max_clients=3, max_pending=2)
+def _hold_clients(srv: Served, n: int) -> list[socket.socket]:
+    """``n`` idle Unix connections, each a client (answered once), holding its slot."""
     held = []
-    for _ in range(3):
+    for _ in range(n):
         s = _unix(srv.sock)
         s.sendall(b'{"op": "hello"}\n')
         assert (_reply(s) or {}).get("ok")
         held.append(s)
-    waiting = []
-    for _ in range(2):
-        s = _unix(srv.sock)
-        s.sendall(b'{"op": "status"}\n')
-        waiting.append(s)
-    deadline = time.monotonic() + WAIT
     hub = srv.listeners.hub
-    assert hub is not None
-    while len(hub.waiting) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert len(hub.waiting) == 2 and len(hub.clients) == 3
+    assert hub is not None and len(hub.clients) == n
+    return held
+
+
+def test_the_65th_idle_client_gets_busy_at_once(serve: Callable[..., Served]) -> None:
+    """Before: over ``max_clients`` a connection waited, unanswered, for a slot (up to the
+    600 s idle timeout of the 64 before it), and AgentClient reported LinkDown. Now the 65th
+    gets a one-line ``agent busy`` at once, and the client library raises AgentBusy."""
+    srv = serve()  # the default limits: 64 clients
+    assert DEFAULT_LIMITS.max_clients == 64
+    held = _hold_clients(srv, 64)
+    t0 = time.monotonic()
     extra = _unix(srv.sock)
+    extra.sendall(b'{"op": "status"}\n')
     reply, _ = _last_words(extra)
+    took = time.monotonic() - t0
     extra.close()
-    assert "agent busy: 3 connections open" in _message(reply)
-    held.pop().close()  # a slot frees: the first waiting connection is served
-    assert (_reply(waiting[0]) or {}).get("ok") is True
+    assert reply is not None and reply["error"]["type"] == "AgentBusy", reply
+    assert "agent busy: all 64 connection slots are taken" in _message(reply)
+    assert took < scaled(1.0), took
+    c = AgentClient(srv.sock, timeout=WAIT)
+    t0 = time.monotonic()
+    with pytest.raises(AgentBusy, match="agent busy") as exc:
+        c.call("status")
+    assert not isinstance(exc.value, LinkDown) and time.monotonic() - t0 < scaled(1.0)
+    busy = srv.agent.metrics.refused.labels(why="client-limit")._value.get()
+    assert busy == 2
+    # a slot frees: the same client is served on its next call (it reconnects)
     held.pop().close()
-    assert (_reply(waiting[1]) or {}).get("ok") is True
-    for s in held + waiting:
+    wait_for(lambda: len(srv.listeners.hub.clients) < 64, 5, what="a freed slot")  # type: ignore[union-attr]
+    assert c.call("status")["experiment"] == ""
+    c.close()
+    for s in held:
+        s.close()
+
+
+def test_the_controller_retries_busy_then_gives_one_line(serve: Callable[..., Served]) -> None:
+    """The controller's link retries ``agent busy`` with back-off within its rpc timeout:
+    served once idle clients are closed (short idle timeout); a budget that runs out is one
+    HostError line, not LinkDown."""
+    srv = serve(max_clients=4, idle_timeout_s=1.0)
+    held = _hold_clients(srv, 4)
+    link = SocketLink(srv.sock, timeout=WAIT, rpc_timeout=0.3)
+    t0 = time.monotonic()
+    with pytest.raises(HostError) as exc:
+        link.call("status")
+    assert not isinstance(exc.value, LinkDown)
+    assert "agent busy (every connection slot taken) for 0.3 s" in exc.value.one_line()
+    assert "\n" not in exc.value.one_line() and time.monotonic() - t0 < scaled(5)
+    patient = SocketLink(srv.sock, timeout=WAIT, rpc_timeout=scaled(30))
+    t0 = time.monotonic()
+    assert patient.call("status")["experiment"] == ""  # the idle ones are closed after 1 s
+    assert time.monotonic() - t0 < scaled(10)
+    for s in held:
+        reply, _ = _last_words(s)
+        assert "idle for 1 s" in _message(reply)
+        s.close()
+    link.close()
+    patient.close()
+
+
+def test_slow_unix_senders_cannot_lock_the_controller_out(serve: Callable[..., Served]) -> None:
+    """Slow senders (a byte every 0.1 s, never a full line) on the Unix socket: those beyond
+    the slots are told ``busy`` at once, those holding one are cut at the line deadline, and
+    a controller is served meanwhile (retrying busy within its rpc timeout)."""
+    srv = serve(max_clients=8, line_deadline_s=1.0)
+    senders = [_unix(srv.sock) for _ in range(40)]
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(0.1):
+            for s in senders:
+                with contextlib.suppress(OSError):
+                    s.send(b"x")
+
+    t = threading.Thread(target=trickle, daemon=True)
+    t.start()
+    try:
+        link = SocketLink(srv.sock, timeout=WAIT, rpc_timeout=scaled(30))
+        t0 = time.monotonic()
+        assert link.call("status")["experiment"] == ""
+        assert time.monotonic() - t0 < scaled(10)
+        link.close()
+    finally:
+        stop.set()
+        t.join()
+    words = [_message(_last_words(s)[0]) for s in senders]
+    assert sum("agent busy" in w for w in words) >= 40 - 8
+    assert all("agent busy" in w or "not complete within 1 s" in w for w in words), words
+    for s in senders:
         s.close()
 
 
@@ -323,28 +394,43 @@ def test_client_limit_queues_then_refuses(serve: Callable[..., Served]) -> None:
 
 def test_a_burst_of_clients_all_connect(serve: Callable[..., Served]) -> None:
     """50 AgentClients at once got 22-31 'Resource temporarily unavailable' (backlog 5; the
-    timeout made connect non-blocking and EAGAIN was not retried)."""
+    timeout made connect non-blocking and EAGAIN was not retried). Beyond the 64 client slots a
+    client is told ``agent busy`` (AgentBusy, never a connect error); the controller's link
+    retries it, so all 100 are served."""
     srv = serve()
     n = 100
     barrier = threading.Barrier(n)
     errors: list[str] = []
 
-    def one() -> None:
+    busy: list[str] = []
+
+    def one(i: int) -> None:
         c = AgentClient(srv.sock, timeout=WAIT)
+        link = SocketLink(srv.sock, timeout=WAIT, rpc_timeout=scaled(60))
         barrier.wait()
         try:
             c.call("hello")
+        except AgentBusy as exc:
+            busy.append(str(exc))
         except HostError as exc:
             errors.append(str(exc))
         finally:
             c.close()
+        try:
+            barrier.wait()
+            link.call("hello")
+        except HostError as exc:
+            errors.append(str(exc))
+        finally:
+            link.close()
 
-    threads = [threading.Thread(target=one) for _ in range(n)]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert errors == []
+    assert all("agent busy" in b for b in busy)
 
 
 def test_client_retries_a_full_backlog_and_a_socket_not_yet_listening(tmp_path: Path) -> None:

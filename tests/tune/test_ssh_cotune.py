@@ -77,13 +77,19 @@ def test_each_host_cotunes_its_own_midtier_over_ssh(
     agents, hosts_opt = [], []
     for name, port_file in zip(("a", "b"), port_files, strict=True):
         host = fake_host(tmp_path / name / "host")
+        # the files a request names are read beneath the agent's host root (issue 29): each
+        # host's mid-tier port file and the load data, at host paths inside its fake root
+        (host.root / "run/sa").mkdir(parents=True)
+        (host.root / "run/sa/midtier.port").write_text(port_file.read_text())
+        (host.root / "srv").mkdir()
+        (host.root / "srv/queries.txt").write_bytes(queries.read_bytes())
         cfg = config(tmp_path / name, sample_interval_s=0.1)
         agents.append((spawn_daemon(cfg, host), host))
         hosts_opt.append({"name": f"host-{name}", "host": "127.0.0.1", "port": sshd["port"],
                           "socket": str(cfg.socket),
-                          "midtier_admin_port_file": str(port_file)})  # fmt: skip
+                          "midtier_admin_port_file": "/run/sa/midtier.port"})  # fmt: skip
     before = [h.tree() for _, h in agents]
-    exp = load_experiment(_experiment(tmp_path, sshd, hosts_opt, queries))
+    exp = load_experiment(_experiment(tmp_path, sshd, hosts_opt, Path("/srv/queries.txt")))
     try:
         pair = open_pair(exp)
         try:

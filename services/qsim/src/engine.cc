@@ -106,14 +106,8 @@ namespace {
 constexpr int kSubBits = Hist::kSubBits;
 constexpr int kSub = 1 << kSubBits;
 constexpr int kHalf = kSub / 2;
-constexpr int64_t kMaxValue = (int64_t{1} << 44) - 1;
-constexpr int IndexOf(int64_t v) {
-  if (v < 0) v = 0;
-  if (v > kMaxValue) v = kMaxValue;
-  if (v < kSub) return static_cast<int>(v);
-  const int shift = (63 - __builtin_clzll(static_cast<uint64_t>(v))) - (kSubBits - 1);
-  return shift * kHalf + static_cast<int>(v >> shift);
-}
+constexpr int64_t kMaxValue = Hist::kMaxValue;
+constexpr int IndexOf(int64_t v) { return Hist::Index(v); }
 inline int64_t UpperBound(int index) {
   if (index < kSub) return index;
   const int shift = index / kHalf - 1;
@@ -126,28 +120,35 @@ inline int64_t Midpoint(int index) {
   const int64_t mant = index % kHalf + kHalf;
   return (mant << shift) + ((int64_t{1} << shift) >> 1);
 }
-// indexes in segments of kHalf: segment 0 and 1 hold the exact values, then one per octave
-constexpr int kSegments = (IndexOf(kMaxValue) >> (kSubBits - 1)) + 1;
+static_assert(((IndexOf(kMaxValue) >> (kSubBits - 1)) + 1) == Hist::kSegments, "Hist::kSegments");
 }  // namespace
 
-Hist::Hist() : octaves_(static_cast<size_t>(kSegments)) {}
+Hist& Hist::operator=(const Hist& o) {
+  if (this == &o) return *this;
+  for (size_t s = 0; s < static_cast<size_t>(kSegments); ++s) {
+    if (o.seg_[s]) {
+      seg_[s].reset(new uint64_t[kHalf]);
+      std::copy(o.seg_[s].get(), o.seg_[s].get() + kHalf, seg_[s].get());
+    } else {
+      seg_[s].reset();
+    }
+  }
+  count_ = o.count_;
+  sum_ = o.sum_;
+  max_ = o.max_;
+  return *this;
+}
 
-void Hist::Record(int64_t v) {
-  if (v < 0) v = 0;
-  const int i = IndexOf(v);
-  std::vector<uint64_t>& seg = octaves_[static_cast<size_t>(i >> (kSubBits - 1))];
-  if (seg.empty()) seg.assign(static_cast<size_t>(kHalf), 0);
-  ++seg[static_cast<size_t>(i & (kHalf - 1))];
-  ++count_;
-  sum_ += static_cast<double>(v);
-  if (v > max_) max_ = v;
+uint64_t* Hist::Segment(size_t s) {
+  if (!seg_[s]) seg_[s].reset(new uint64_t[kHalf]());
+  return seg_[s].get();
 }
 
 void Hist::Merge(const Hist& o) {
-  for (size_t s = 0; s < octaves_.size(); ++s) {
-    if (o.octaves_[s].empty()) continue;
-    if (octaves_[s].empty()) octaves_[s].assign(static_cast<size_t>(kHalf), 0);
-    for (size_t k = 0; k < octaves_[s].size(); ++k) octaves_[s][k] += o.octaves_[s][k];
+  for (size_t s = 0; s < static_cast<size_t>(kSegments); ++s) {
+    if (!o.seg_[s]) continue;
+    uint64_t* seg = Segment(s);
+    for (int k = 0; k < kHalf; ++k) seg[k] += o.seg_[s][k];
   }
   count_ += o.count_;
   sum_ += o.sum_;
@@ -158,13 +159,13 @@ int64_t Hist::Percentile(double q) const {
   if (count_ == 0) return 0;
   const double target = std::max(1.0, std::ceil(q * static_cast<double>(count_)));
   uint64_t seen = 0;
-  for (size_t s = 0; s < octaves_.size(); ++s) {
-    const std::vector<uint64_t>& seg = octaves_[s];
-    if (seg.empty()) continue;
-    for (size_t k = 0; k < seg.size(); ++k) {
+  for (size_t s = 0; s < static_cast<size_t>(kSegments); ++s) {
+    const uint64_t* seg = seg_[s].get();
+    if (!seg) continue;
+    for (int k = 0; k < kHalf; ++k) {
       seen += seg[k];
       if (seg[k] > 0 && static_cast<double>(seen) >= target)
-        return std::min(Midpoint(static_cast<int>((s << (kSubBits - 1)) + k)), max_);
+        return std::min(Midpoint(static_cast<int>((s << (kSubBits - 1)) + static_cast<size_t>(k))), max_);
     }
   }
   return max_;
@@ -172,11 +173,13 @@ int64_t Hist::Percentile(double q) const {
 
 nlohmann::json Hist::Buckets() const {
   nlohmann::json out = nlohmann::json::array();
-  for (size_t s = 0; s < octaves_.size(); ++s)
-    for (size_t k = 0; k < octaves_[s].size(); ++k)
-      if (octaves_[s][k] > 0)
-        out.push_back({static_cast<double>(UpperBound(static_cast<int>((s << (kSubBits - 1)) + k))) / 1000.0,
-                       octaves_[s][k]});
+  for (size_t s = 0; s < static_cast<size_t>(kSegments); ++s) {
+    if (!seg_[s]) continue;
+    for (int k = 0; k < kHalf; ++k)
+      if (seg_[s][k] > 0)
+        out.push_back({static_cast<double>(UpperBound(static_cast<int>((s << (kSubBits - 1)) + static_cast<size_t>(k)))) / 1000.0,
+                       seg_[s][k]});
+  }
   return out;
 }
 

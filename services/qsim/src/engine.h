@@ -11,6 +11,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -49,8 +50,30 @@ uint64_t DeriveSeed(uint64_t run_seed, uint64_t stream);
 class Hist {
  public:
   static constexpr int kSubBits = 11;  // 2^11 exact values, then 2^10 buckets per octave
-  Hist();
-  void Record(int64_t v);
+  static constexpr int kSegments = 35;  // segments of 2^10 buckets: 2 exact, then octaves to 2^44 ns
+  Hist() = default;
+  Hist(const Hist& o) { *this = o; }
+  Hist& operator=(const Hist& o);
+  Hist(Hist&&) = default;
+  Hist& operator=(Hist&&) = default;
+  void Record(int64_t v) {  // inline: it runs for every job and request
+    if (v < 0) v = 0;
+    const int i = Index(v);
+    const size_t s = static_cast<size_t>(i >> (kSubBits - 1));
+    uint64_t* seg = seg_[s] ? seg_[s].get() : Segment(s);
+    ++seg[i & ((1 << (kSubBits - 1)) - 1)];
+    ++count_;
+    sum_ += static_cast<double>(v);
+    if (v > max_) max_ = v;
+  }
+  static constexpr int64_t kMaxValue = (int64_t{1} << 44) - 1;
+  static constexpr int Index(int64_t v) {  // the bucket of a value (clamped to [0, kMaxValue])
+    if (v < 0) v = 0;
+    if (v > kMaxValue) v = kMaxValue;
+    if (v < (1 << kSubBits)) return static_cast<int>(v);
+    const int shift = (63 - __builtin_clzll(static_cast<uint64_t>(v))) - (kSubBits - 1);
+    return shift * (1 << (kSubBits - 1)) + static_cast<int>(v >> shift);
+  }
   void Merge(const Hist& o);
   uint64_t Count() const { return count_; }
   double Mean() const { return count_ ? sum_ / static_cast<double>(count_) : 0.0; }
@@ -60,7 +83,8 @@ class Hist {
   nlohmann::json Buckets() const;  // non-empty buckets as [upper bound in us, count]
 
  private:
-  std::vector<std::vector<uint64_t>> octaves_;  // [segment][sub-bucket], empty until used
+  uint64_t* Segment(size_t s);  // allocated on first use
+  std::unique_ptr<uint64_t[]> seg_[kSegments];  // [segment][sub-bucket], null until used
   uint64_t count_ = 0;
   double sum_ = 0;
   int64_t max_ = 0;

@@ -51,8 +51,12 @@ def _print_run(result: dict[str, Any], title: str) -> None:
         f"{result['measured_s']:.2f} s; end-to-end mean {_us(lat['mean_us'])}, "
         f"p50 {_us(lat['p50_us'])}, p99 {_us(lat['p99_us'])}, p99.9 {_us(lat['p999_us'])}"
     )
+    ci = lat.get("ci", {})
+    given = [f"{k[:-3]} {_us(ci[k][0])}-{_us(ci[k][1])}" for k in ("p50_us", "p99_us") if k in ci]
+    if given:
+        con.print(f"95 % batch-means intervals ({ci['batches']} batches): " + ", ".join(given))
     if result["saturated"]:
-        con.print(f"[bold red]SATURATED[/]: {result['stop_reason']}; the run stopped there")
+        con.print(f"[bold red]SATURATED[/]: {result['stop_reason']}")
     t = Table(title="per service (time at the service, from arrival to the node's last stage)")
     for col in ("service", "requests", "mean", "p50", "p99", "thread util"):
         t.add_column(col, justify="left" if col == "service" else "right")
@@ -152,7 +156,7 @@ def curve_points(doc: dict[str, Any], rates: list[float]) -> dict[str, Any]:
     saturation: dict[str, Any] | None = None
     for qps in rates:
         r = simulate(with_overrides(doc, qps=qps))
-        sat = bool(r["saturated"]) or falls_behind(r, qps)
+        sat = bool(r["saturated"])  # the engine's rule, the same as `run` (docs/qsim.md "Overload")
         points.append(
             {
                 "qps": qps,

@@ -103,17 +103,11 @@ double Rng::Normal() {  // Box-Muller, one value per call (simple; reproducible)
 // ------------------------------------------------------------------ histogram
 
 namespace {
-constexpr int kSubBits = 7;
+constexpr int kSubBits = Hist::kSubBits;
 constexpr int kSub = 1 << kSubBits;
 constexpr int kHalf = kSub / 2;
-constexpr int64_t kMaxValue = (int64_t{1} << 44) - 1;
-inline int IndexOf(int64_t v) {
-  if (v < 0) v = 0;
-  if (v > kMaxValue) v = kMaxValue;
-  if (v < kSub) return static_cast<int>(v);
-  const int shift = (63 - __builtin_clzll(static_cast<uint64_t>(v))) - (kSubBits - 1);
-  return shift * kHalf + static_cast<int>(v >> shift);
-}
+constexpr int64_t kMaxValue = Hist::kMaxValue;
+constexpr int IndexOf(int64_t v) { return Hist::Index(v); }
 inline int64_t UpperBound(int index) {
   if (index < kSub) return index;
   const int shift = index / kHalf - 1;
@@ -126,20 +120,36 @@ inline int64_t Midpoint(int index) {
   const int64_t mant = index % kHalf + kHalf;
   return (mant << shift) + ((int64_t{1} << shift) >> 1);
 }
+static_assert(((IndexOf(kMaxValue) >> (kSubBits - 1)) + 1) == Hist::kSegments, "Hist::kSegments");
 }  // namespace
 
-Hist::Hist() : counts_(static_cast<size_t>(IndexOf(kMaxValue) + 1), 0) {}
+Hist& Hist::operator=(const Hist& o) {
+  if (this == &o) return *this;
+  for (size_t s = 0; s < static_cast<size_t>(kSegments); ++s) {
+    if (o.seg_[s]) {
+      seg_[s].reset(new uint64_t[kHalf]);
+      std::copy(o.seg_[s].get(), o.seg_[s].get() + kHalf, seg_[s].get());
+    } else {
+      seg_[s].reset();
+    }
+  }
+  count_ = o.count_;
+  sum_ = o.sum_;
+  max_ = o.max_;
+  return *this;
+}
 
-void Hist::Record(int64_t v) {
-  if (v < 0) v = 0;
-  ++counts_[static_cast<size_t>(IndexOf(v))];
-  ++count_;
-  sum_ += static_cast<double>(v);
-  if (v > max_) max_ = v;
+uint64_t* Hist::Segment(size_t s) {
+  if (!seg_[s]) seg_[s].reset(new uint64_t[kHalf]());
+  return seg_[s].get();
 }
 
 void Hist::Merge(const Hist& o) {
-  for (size_t i = 0; i < counts_.size(); ++i) counts_[i] += o.counts_[i];
+  for (size_t s = 0; s < static_cast<size_t>(kSegments); ++s) {
+    if (!o.seg_[s]) continue;
+    uint64_t* seg = Segment(s);
+    for (int k = 0; k < kHalf; ++k) seg[k] += o.seg_[s][k];
+  }
   count_ += o.count_;
   sum_ += o.sum_;
   max_ = std::max(max_, o.max_);
@@ -149,18 +159,27 @@ int64_t Hist::Percentile(double q) const {
   if (count_ == 0) return 0;
   const double target = std::max(1.0, std::ceil(q * static_cast<double>(count_)));
   uint64_t seen = 0;
-  for (size_t i = 0; i < counts_.size(); ++i) {
-    seen += counts_[i];
-    if (static_cast<double>(seen) >= target)
-      return std::min(Midpoint(static_cast<int>(i)), max_);
+  for (size_t s = 0; s < static_cast<size_t>(kSegments); ++s) {
+    const uint64_t* seg = seg_[s].get();
+    if (!seg) continue;
+    for (int k = 0; k < kHalf; ++k) {
+      seen += seg[k];
+      if (seg[k] > 0 && static_cast<double>(seen) >= target)
+        return std::min(Midpoint(static_cast<int>((s << (kSubBits - 1)) + static_cast<size_t>(k))), max_);
+    }
   }
   return max_;
 }
 
 nlohmann::json Hist::Buckets() const {
   nlohmann::json out = nlohmann::json::array();
-  for (size_t i = 0; i < counts_.size(); ++i)
-    if (counts_[i] > 0) out.push_back({static_cast<double>(UpperBound(static_cast<int>(i))) / 1000.0, counts_[i]});
+  for (size_t s = 0; s < static_cast<size_t>(kSegments); ++s) {
+    if (!seg_[s]) continue;
+    for (int k = 0; k < kHalf; ++k)
+      if (seg_[s][k] > 0)
+        out.push_back({static_cast<double>(UpperBound(static_cast<int>((s << (kSubBits - 1)) + static_cast<size_t>(k)))) / 1000.0,
+                       seg_[s][k]});
+  }
   return out;
 }
 
@@ -170,6 +189,44 @@ nlohmann::json Hist::Summary() const {
           {"p50_us", us(Percentile(0.5))}, {"p90_us", us(Percentile(0.9))},
           {"p99_us", us(Percentile(0.99))}, {"p999_us", us(Percentile(0.999))},
           {"max_us", us(max_)}};
+}
+
+void BatchHists::Record(double frac, int64_t v) {
+  const double n = static_cast<double>(h_.size());
+  size_t b = static_cast<size_t>(std::max(0.0, std::min(n - 1, std::floor(frac * n))));
+  h_[b].Record(v);
+}
+
+nlohmann::json BatchHists::Intervals(const Hist& all) const {
+  // t(0.975, n-1) for the batch counts used here; larger n: the normal quantile
+  static const double kT[] = {0, 0, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262,
+                              2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093};
+  const size_t n = h_.size();
+  nlohmann::json out = nlohmann::json::object();
+  out["batches"] = n;
+  if (n < 2) return out;
+  const double t = n < sizeof(kT) / sizeof(kT[0]) ? kT[n] : 1.96;
+  for (const auto& [key, q] : {std::pair<const char*, double>{"p50_us", 0.5}, {"p90_us", 0.9}, {"p99_us", 0.99}}) {
+    double sum = 0, sum2 = 0;
+    bool enough = true;
+    for (const Hist& h : h_) {
+      if (static_cast<double>(h.Count()) * (1 - q) < 20) {
+        enough = false;
+        break;
+      }
+      const double x = static_cast<double>(h.Percentile(q)) / 1000.0;
+      sum += x;
+      sum2 += x * x;
+    }
+    if (!enough) continue;
+    const double nn = static_cast<double>(n);
+    const double mean = sum / nn;
+    const double sd = std::sqrt(std::max(0.0, (sum2 - nn * mean * mean) / (nn - 1)));
+    const double centre = static_cast<double>(all.Percentile(q)) / 1000.0;
+    const double half = t * sd / std::sqrt(nn);
+    out[key] = {centre - half, centre + half};
+  }
+  return out;
 }
 
 // ------------------------------------------------------------------ simulator
@@ -472,9 +529,13 @@ class Sim {
   uint64_t issued_ = 0, completed_ = 0, completed_measured_ = 0, issued_measured_ = 0;
   int epoch_ = 0;
   Hist e2e_;
+  BatchHists batches_;
   std::vector<Hist> svc_hist_;
-  uint64_t live_mid_ = 0;
-  double lindley_backlog_ = 0, lindley_backlog_mid_ = 0;  // jobs queued at a Lindley instance
+  // Overload: the requests in the system (issued, not yet answered) at the start of the
+  // measured window, half-way and at its end. A request a Lindley instance answers is counted
+  // by the time it is answered, not by when the engine computed that time.
+  double sample_t_[3] = {0, 0, 0};
+  uint64_t issued_by_[3] = {0, 0, 0}, done_by_[3] = {0, 0, 0};
   bool mid_seen_ = false;
 };
 
@@ -915,7 +976,6 @@ bool Sim::Lindley(Job* j, Instance& in) {
   // the backlog is in free_at, not in live requests: bound it the same way
   const double mean_ns = std::max(1.0, sv.stages[static_cast<size_t>(stage)].mean_us * 1000.0);
   const double backlog = (start - now_) / mean_ns;
-  if (backlog > lindley_backlog_) lindley_backlog_ = backlog;
   if (backlog > static_cast<double>(m_.max_live_requests))
     Stop("a backlog of more than " + std::to_string(m_.max_live_requests) + " jobs at " + sv.name, true);
   const double b = std::min(dep, end_) - std::max(start, measure_start_);
@@ -935,9 +995,12 @@ void Sim::Complete(Request* r) {
   const double t = r->done + m_.reply_latency_us * 1000.0;
   if (r->measured && r->done <= end_) {
     e2e_.Record(static_cast<int64_t>(t - r->start));
+    batches_.Record((r->start - measure_start_) / std::max(1.0, end_ - measure_start_), static_cast<int64_t>(t - r->start));
     ++completed_measured_;
   }
   if (!win_svc_.empty()) win_e2e_.Record(static_cast<int64_t>(t - r->start));
+  for (int k = 0; k < 3; ++k)
+    if (t <= sample_t_[k]) ++done_by_[k];
   ++completed_;
   --live_requests_;
   const int user = r->user;
@@ -953,6 +1016,9 @@ nlohmann::json Sim::Run() {
   end_ = m_.duration_s * 1e9;
   warmup_ = m_.warmup_s * 1e9;
   measure_start_ = 0;
+  sample_t_[0] = warmup_;
+  sample_t_[1] = warmup_ + (end_ - warmup_) / 2;
+  sample_t_[2] = end_;
   rng_arrival_ = Rng(DeriveSeed(m_.seed, kStreamArrival));
   rng_path_ = Rng(DeriveSeed(m_.seed, kStreamPath));
   rng_lb_ = Rng(DeriveSeed(m_.seed, kStreamLb));
@@ -1038,11 +1104,9 @@ nlohmann::json Sim::Run() {
     }
     now_ = ev.t;
     ++events_;
-    if (!mid_seen_ && now_ >= warmup_ + (end_ - warmup_) / 2) {
+    if (!mid_seen_ && now_ >= sample_t_[1]) {
       mid_seen_ = true;
-      live_mid_ = live_requests_;
-      lindley_backlog_mid_ = lindley_backlog_;
-      lindley_backlog_ = 0;
+      issued_by_[1] = issued_;
     }
     switch (ev.type()) {
       case kArrival: {
@@ -1094,6 +1158,7 @@ nlohmann::json Sim::Run() {
         break;
       case kWarmup:
         measure_start_ = now_;
+        issued_by_[0] = issued_;
         for (Thread& t : threads_) t.busy_time = 0;
         std::fill(win_busy_mark_.begin(), win_busy_mark_.end(), 0.0);
         for (MachineRt& mc : machines_)
@@ -1124,19 +1189,22 @@ nlohmann::json Sim::Run() {
       }
     }
   }
-  // backlog growth: the live requests doubled over the second half of the window
-  if (!saturated_ && !m_.client.closed && mid_seen_ && live_requests_ > 64 && live_requests_ > 2 * live_mid_ + 16) {
-    saturated_ = true;
-    stop_reason_ = "the backlog grows: " + std::to_string(live_mid_) + " requests in flight half-way, " +
-                   std::to_string(live_requests_) + " at the end";
-  }
-
-  if (!saturated_ && !m_.client.closed && mid_seen_ && lindley_backlog_ > 64 &&
-      lindley_backlog_ > 2 * lindley_backlog_mid_ + 16) {
-    saturated_ = true;
-    stop_reason_ = "the backlog grows: up to " + std::to_string(static_cast<long>(lindley_backlog_mid_)) +
-                   " jobs queued in the first half, " + std::to_string(static_cast<long>(lindley_backlog_)) +
-                   " in the second";
+  // overload: the requests in the system grew by more than the arrivals' own noise in both
+  // halves of the measured window (a backlog that grows linearly, whatever its level; docs/qsim.md)
+  issued_by_[2] = issued_;
+  int64_t in_system[3];
+  for (int k = 0; k < 3; ++k) in_system[k] = static_cast<int64_t>(issued_by_[k]) - static_cast<int64_t>(done_by_[k]);
+  const bool reached_end = stop_reason_ == "duration reached" || stop_reason_ == "no more events";
+  if (!saturated_ && !m_.client.closed && mid_seen_ && reached_end) {
+    const double half = static_cast<double>(issued_by_[2] - issued_by_[0]) / 2.0;
+    const double noise = 16.0 + 4.0 * std::sqrt(std::max(1.0, half));
+    const double grew1 = static_cast<double>(in_system[1] - in_system[0]);
+    const double grew2 = static_cast<double>(in_system[2] - in_system[1]);
+    if (grew1 > noise && grew2 > noise) {
+      saturated_ = true;
+      stop_reason_ = "the backlog grows: " + std::to_string(in_system[0]) + " requests in the system at the start of the measured window, " +
+                     std::to_string(in_system[1]) + " half-way, " + std::to_string(in_system[2]) + " at its end";
+    }
   }
   nlohmann::json out;
   out["saturated"] = saturated_;
@@ -1149,6 +1217,7 @@ nlohmann::json Sim::Run() {
   out["throughput_qps"] = static_cast<double>(completed_measured_) / (window / 1e9);
   out["offered_qps"] = static_cast<double>(issued_measured_) / (window / 1e9);
   out["live_requests_end"] = live_requests_;
+  out["in_system"] = {in_system[0], in_system[1], in_system[2]};
   out["events"] = events_;
   out["stage_runs"] = stage_runs_;
   out["jobs_run"] = jobs_run_;
@@ -1156,6 +1225,7 @@ nlohmann::json Sim::Run() {
   out["peak_rss_kib"] = PeakRssKib();
   out["pool"] = {{"requests", req_pool_.Allocated()}, {"jobs", job_pool_.Allocated()}};
   out["latency"] = e2e_.Summary();
+  out["latency"]["ci"] = batches_.Intervals(e2e_);
   out["latency_buckets"] = e2e_.Buckets();
   nlohmann::json svcs = nlohmann::json::object();
   nlohmann::json threads = nlohmann::json::array();

@@ -316,6 +316,108 @@ TEST(Saturation, StopsAndSays) {
   EXPECT_LE(r["pool"]["requests"].get<double>(), 5001);
 }
 
+// Overload in `run` (docs/qsim.md "Overload"): the requests in the system must grow by more
+// than the arrivals' noise in both halves of the measured window. M/M/1 with 10 us service on
+// the Lindley fast path and through the event path, ~1 s of simulated time, 5 seeds each:
+// rho 0.9 and 0.95 never flagged, 1.05 and 1.5 always (1.05 grows by ~2,400 requests a half
+// against a noise bound of ~1,100).
+TEST(Overload, FlaggedFromTheBacklogTrendNotAnEndState) {
+  for (bool fast : {true, false}) {
+    for (int seed = 1; seed <= 5; ++seed) {
+      for (double rho : {0.9, 0.95, 1.05, 1.5}) {
+        json m = OneStage(Stage("exp", 10), rho * 100000, 1.0);
+        m["seed"] = seed;
+        m["max_live_requests"] = 1000000;
+        if (!fast) m["no_fast_path"] = true;
+        const json r = Sim(m);
+        const bool over = rho > 1;
+        EXPECT_EQ(r["saturated"].get<bool>(), over)
+            << "rho " << rho << " seed " << seed << (fast ? " fast" : " events") << ": " << r["stop_reason"];
+        ASSERT_EQ(r["in_system"].size(), 3u);
+        if (over) {
+          EXPECT_GT(r["in_system"][2].get<double>(), r["in_system"][1].get<double>());
+        }
+      }
+    }
+  }
+}
+
+// A fan-out of 10 leaves at rho 0.95 per leaf is not overload (was flagged on one seed when
+// the rule compared end states); at 1.1 it is.
+TEST(Overload, FanOutNearCapacity) {
+  for (double rho : {0.95, 1.1}) {
+    for (int seed = 1; seed <= 4; ++seed) {
+      const int n = 10;
+      json leaf_inst = json::array();
+      for (int i = 0; i < n; ++i) leaf_inst.push_back({{"machine", 0}});
+      json m = {{"seed", seed},
+                {"duration_s", 2.0},
+                {"warmup_s", 0.1},
+                {"max_live_requests", 1000000},
+                {"machines", {{{"name", "m0"}, {"cores", 1}}}},
+                {"services",
+                 {{{"name", "root"}, {"execution", "simple"}, {"stages", {Stage("const", 0)}},
+                   {"instances", {{{"machine", 0}}}}},
+                  {{"name", "leaf"}, {"execution", "simple"}, {"stages", {Stage("exp", 10)}},
+                   {"instances", leaf_inst}}}},
+                {"paths",
+                 {{{"nodes",
+                    {{{"service", 0}, {"stages", {0}}, {"children", {1}}},
+                     {{"service", 1}, {"stages", {0}}, {"copies", n}, {"children", {2}}},
+                     {{"service", 0}, {"stages", {0}}, {"join", n}}}}}}},
+                {"client", {{"kind", "open"}, {"epochs", {{{"end_s", 2.0}, {"qps", rho * 100000}}}}}}};
+      const json r = Sim(m);
+      EXPECT_EQ(r["saturated"].get<bool>(), rho > 1) << "rho " << rho << " seed " << seed << ": " << r["stop_reason"];
+    }
+  }
+}
+
+// Percentiles within 0.1 % of the exact order statistic: constant service times spread over
+// four decades, recorded through the histogram, against the sorted values.
+TEST(Histogram, PercentilesWithinATenthOfAPercent) {
+  q::Hist h;
+  std::vector<int64_t> v;
+  q::Rng rng(11);
+  for (int i = 0; i < 200000; ++i) {
+    const int64_t x = static_cast<int64_t>(1000.0 * std::exp(rng.Uniform() * std::log(1e4)));
+    h.Record(x);
+    v.push_back(x);
+  }
+  std::sort(v.begin(), v.end());
+  for (double qq : {0.5, 0.9, 0.99, 0.999}) {
+    const double exact = static_cast<double>(v[static_cast<size_t>(std::ceil(qq * v.size())) - 1]);
+    EXPECT_NEAR(static_cast<double>(h.Percentile(qq)), exact, 0.001 * exact) << qq;
+  }
+  // small values are exact
+  q::Hist s;
+  for (int64_t x : {5, 17, 1999, 2047}) s.Record(x);
+  EXPECT_EQ(s.Percentile(0.25), 5);
+  EXPECT_EQ(s.Percentile(1.0), 2047);
+}
+
+// Batch-means intervals on p50/p99: given for a long run, they contain the closed form of
+// M/M/1 (p = W ln(1/(1-q))) and the p99 of two seeds differ (they came from ~1.3 %-wide
+// buckets and were identical).
+TEST(Histogram, IntervalsAndSeedsThatDiffer) {
+  json m = OneStage(Stage("exp", 10), 70000, 4.0);
+  const json a = Sim(m);
+  m["seed"] = 8;
+  const json b = Sim(m);
+  const double w = 10.0 / (1 - 0.7);
+  const json& ci = a["latency"]["ci"];
+  ASSERT_TRUE(ci.contains("p50_us") && ci.contains("p99_us")) << ci;
+  EXPECT_LT(ci["p99_us"][0].get<double>(), ci["p99_us"][1].get<double>());
+  // the truth within the interval widened by 2 %: the intervals are +- a few %
+  EXPECT_LE(ci["p50_us"][0].get<double>() * 0.98, w * std::log(2.0));
+  EXPECT_GE(ci["p50_us"][1].get<double>() * 1.02, w * std::log(2.0));
+  EXPECT_LE(ci["p99_us"][0].get<double>() * 0.98, w * std::log(100.0));
+  EXPECT_GE(ci["p99_us"][1].get<double>() * 1.02, w * std::log(100.0));
+  EXPECT_NE(a["latency"]["p99_us"].get<double>(), b["latency"]["p99_us"].get<double>());
+  // a short run gives no p99 interval (fewer than 20 values above it in a batch)
+  const json c = Sim(OneStage(Stage("exp", 10), 1000, 0.5));
+  EXPECT_FALSE(c["latency"]["ci"].contains("p99_us"));
+}
+
 TEST(BadInput, RefusedCleanly) {
   json m = OneStage(Stage("exp", 10), 1000, 1.0);
   json z = m;

@@ -36,7 +36,7 @@ from musku.experiment import load_experiment
 from tests.agent.helpers import THP, config, fake_host, spawn_daemon
 from tests.fixtures.sshd import needs_sshd, run_sshd
 from tests.hosts.test_agent_ssh import FakeService
-from tests.timing import scaled
+from tests.timing import scaled, slowdown
 
 pytestmark = [
     *needs_sshd,
@@ -44,6 +44,9 @@ pytestmark = [
     pytest.mark.slow,
 ]
 
+# on an idle machine; the test multiplies all three by the machine's slowdown when it starts
+# (a busy machine's SSH handshake alone can take longer than 1.5 s, and a link that is up must
+# not look cut)
 LEASE_S = 3.0
 RPC_TIMEOUT_S = 1.5
 CONNECT_TIMEOUT_S = 1.5
@@ -82,7 +85,7 @@ def _link(ns: dict[str, str], state: str) -> None:
     _ip("netns", "exec", ns["ns"], "ip", "link", "set", ns["inner"], state)
 
 
-def _experiment(tmp: Path, server: dict, hosts: list[dict]) -> Path:
+def _experiment(tmp: Path, server: dict, hosts: list[dict], k: float) -> Path:
     def table(h: dict) -> str:
         return "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in h.items()) + "}"
 
@@ -96,8 +99,8 @@ def _experiment(tmp: Path, server: dict, hosts: list[dict]) -> Path:
         f"identity_file = {json.dumps(str(server['dir'] / 'client_key'))}\n"
         f"known_hosts = {json.dumps(str(server['dir'] / 'known_hosts'))}\n"
         f"remote_command = {json.dumps([sys.executable, '-m', 'musku.agent', 'rpc'])}\n"
-        f"lease_s = {LEASE_S:g}\nrpc_timeout_s = {RPC_TIMEOUT_S:g}\n"
-        f"connect_timeout_s = {CONNECT_TIMEOUT_S:g}\nreconnect_timeout_s = 120\n"
+        f"lease_s = {LEASE_S * k:g}\nrpc_timeout_s = {RPC_TIMEOUT_S * k:g}\n"
+        f"connect_timeout_s = {CONNECT_TIMEOUT_S * k:g}\nreconnect_timeout_s = {120 * k:g}\n"
     )
     return p
 
@@ -107,11 +110,20 @@ class Messages:
 
     def __init__(self) -> None:
         self.got: list[tuple[float, str]] = []
+        self.looks = 0  # the tester's looks at the data (windows measured)
         self.changed = threading.Condition()
 
     def comparison_started(self, *args: object) -> None: ...
 
-    def comparison_progress(self, info: object) -> None: ...
+    def comparison_progress(self, info: object) -> None:
+        with self.changed:
+            self.looks += 1
+            self.changed.notify_all()
+
+    def wait_looks(self, n: int, timeout: float) -> None:
+        with self.changed:
+            ok = self.changed.wait_for(lambda: self.looks >= n, timeout=scaled(timeout))
+        assert ok, f"the tester had not looked {n} times within {scaled(timeout):.0f}s"
 
     def comparison_finished(self, *args: object) -> None: ...
 
@@ -164,7 +176,8 @@ def test_partition_mid_comparison(tmp_path: Path) -> None:
             if name == "a":  # behind the namespace's sshd
                 entry |= {"host": ns["address"], "port": server["port"]}
             hosts_opt.append(entry)
-        exp = load_experiment(_experiment(tmp_path, server, hosts_opt))
+        k = slowdown()
+        exp = load_experiment(_experiment(tmp_path, server, hosts_opt, k))
         store = open_store(f"sqlite:///{tmp_path / 'results.db'}")
         exp_id = store.create_experiment(exp)
         progress = Messages()
@@ -189,18 +202,23 @@ def test_partition_mid_comparison(tmp_path: Path) -> None:
         stack.callback(runner.stop.set)
         t.start()
         _wait_until(lambda: host_a.read(THP) != original, "no arm applied on A")
-        time.sleep(3.0)  # measuring: the A/B tester stores its windows a minute at a time
+        # measuring: windows measured before the cut (on a busy machine the apply, warm-up
+        # probe and first look take longer than the 3 s they take on an idle one)
+        progress.wait_looks(1, 60)
+        time.sleep(3.0)
         (first,) = _comparisons(store, exp_id)
         cut_at = time.time()
         _link(ns, "down")
         try:
             noticed = progress.wait_for("interrupted", 30)
             # a silent link is noticed in seconds: one request's timeout, one reconnect
-            assert noticed - cut_at <= scaled(2 * (RPC_TIMEOUT_S + CONNECT_TIMEOUT_S) + 3)
+            assert noticed - cut_at <= max(k, slowdown()) * (
+                2 * (RPC_TIMEOUT_S + CONNECT_TIMEOUT_S) + 3
+            )
             # A's lease lapses while the controller cannot renew it: A reverts by itself
-            _wait_until(lambda: host_a.read(THP) == original, "A kept its arm", LEASE_S + 10)
+            _wait_until(lambda: host_a.read(THP) == original, "A kept its arm", k * LEASE_S + 10)
             reverted_at = time.time()
-            time.sleep(max(0.0, cut_at + 2 * LEASE_S - time.time()))
+            time.sleep(max(0.0, cut_at + 2 * k * LEASE_S - time.time()))
         finally:
             _link(ns, "up")
         back_at = time.time()

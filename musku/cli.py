@@ -471,9 +471,9 @@ def results(
         ),
     ] = None,
     table: Annotated[
-        str,
-        typer.Option("--table", help="With --format: comparisons, decisions or samples."),
-    ] = "comparisons",
+        str | None,
+        typer.Option("--table", help="With --format: comparisons (default), decisions or samples."),
+    ] = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="With --format: the file (default: standard output)."),
@@ -483,19 +483,24 @@ def results(
     an experiment's comparisons, decisions or samples as CSV, Parquet or JSON."""
     from musku.display import print_comparisons, print_experiments  # lazy: see sweep()
 
-    if fmt is not None or output is not None:
+    if fmt is not None or output is not None or table is not None:
+        from musku.outputs import check_target
         from musku.report import export  # lazy: pyarrow for parquet
 
         if fmt is None:
-            raise InputError("-o FILE needs --format csv|parquet|json")
+            given = "-o FILE" if output is not None else f"--table {table}"
+            raise InputError(f"{given} needs --format csv|parquet|json")
         if fmt not in export.FORMATS:
             raise InputError(f"--format {fmt!r}: choose one of {', '.join(export.FORMATS)}")
-        if table not in export.TABLES:
+        if table is not None and table not in export.TABLES:
             raise InputError(f"--table {table!r}: choose one of {', '.join(export.TABLES)}")
         if experiment is None:
             raise InputError(
                 "--format exports one experiment: `musku results EXPERIMENT --format ...`"
             )
+        if output is not None:
+            check_target(output)  # before any work: a device, FIFO, link or directory refused
+    table = table or "comparisons"
     store = _open_store(db)
     try:
         if fmt is not None:
@@ -503,7 +508,7 @@ def results(
             from musku.report.data import find
 
             rows = export.write(store, find(store, experiment or "").id, table, fmt, output)
-            if output is not None:
+            if output is not None and str(output) != "-":
                 typer.echo(f"wrote {rows:,} {table} rows to {output}", err=True)
             return
         if experiment is None:
@@ -822,6 +827,8 @@ def report(
     started = time.monotonic()
     if fmt == "html":
         write_report(sides, out, version=__version__)
+        if str(out) == "-":  # standard output: the report is the output
+            return
         typer.echo(
             f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {time.monotonic() - started:.1f} s)"
         )

@@ -97,10 +97,12 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(finite(data), indent=2, allow_nan=False) + "\n")
 
 
-def _open_store(url: str | None) -> Any:
+def _open_store(url: str | None, *, read_only: bool = False, create: bool = True) -> Any:
+    """The results DB; ``read_only`` for commands that only read (nothing created, migrated
+    or written: a read-only file or directory serves them)."""
     from musku.storage import open_store  # lazy: SQLAlchemy and alembic (~0.2 s)
 
-    return open_store(url)
+    return open_store(url, read_only=read_only, create=create)
 
 
 class _StopFlag:
@@ -501,7 +503,7 @@ def results(
         if output is not None:
             check_target(output)  # before any work: a device, FIFO, link or directory refused
     table = table or "comparisons"
-    store = _open_store(db)
+    store = _open_store(db, read_only=True)
     try:
         if fmt is not None:
             from musku.report import export  # lazy: pyarrow for parquet
@@ -548,7 +550,7 @@ def sku_show(
     """Show a soft SKU (its settings and validated gains), or list them."""
     from musku.display import print_sku, print_skus  # lazy: see sweep()
 
-    store = _open_store(db)
+    store = _open_store(db, read_only=True)
     try:
         if sku_id is None:
             skus = store.softskus(service=service, platform=platform)
@@ -579,7 +581,7 @@ def sku_diff(
     from musku.display import print_sku_diff  # lazy: rich, for the commands that print tables
     from musku.summary import sku_diff  # lazy: the experiment model and its parsers
 
-    store = _open_store(db)
+    store = _open_store(db, read_only=True)
     try:
         diff = sku_diff(store, first, second)
     finally:
@@ -684,7 +686,7 @@ def sku_deployments(
     json_out: JsonOption = False,
 ) -> None:
     """Deployments of soft SKUs with their status, hosts and latest re-validation."""
-    store = _open_store(db)
+    store = _open_store(db, read_only=True)
     try:
         rows = [(d, store.watches(d.id)) for d in store.deployments(live=live)]
     finally:
@@ -819,7 +821,7 @@ def report(
     if fmt == "html":
         out = output if output is not None else Path("report.html")
         check_output(out)
-    store = _open_store(db)
+    store = _open_store(db, read_only=True)
     try:
         sides = [report_data.load(store, ref) for ref in refs]
     finally:
@@ -945,7 +947,7 @@ def experiments(
     claimed / done comparisons."""
     from musku.sweep.queue import experiment_rows
 
-    store = _open_store(db)
+    store = _open_store(db, read_only=True)
     try:
         rows = experiment_rows(store, running_only=running)
     finally:
@@ -980,7 +982,7 @@ def abort(
 
     if not ident.isdigit():
         raise InputError(f"{ident!r}: give the experiment's id (musku experiments lists them)")
-    store = _open_store(db)
+    store = _open_store(db, create=False)
     try:
         rec = store.find_experiment(int(ident))
         if rec is None:

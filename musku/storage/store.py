@@ -8,6 +8,7 @@ becomes a one-line :class:`~musku.errors.DatabaseError`.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -132,18 +133,34 @@ def _held_message(row: ExperimentRow, stamp: Any) -> str:
     )
 
 
-def open_store(url: str | None = None, *, create: bool = True) -> Store:
+def open_store(url: str | None = None, *, create: bool = True, read_only: bool = False) -> Store:
     """Open the results database at ``url`` (default: :func:`musku.storage.urls.default_url`).
 
     A new, empty database is created at the newest schema when ``create``; a database at an
-    older (or newer) schema revision raises :class:`~musku.errors.SchemaOutOfDate`."""
+    older (or newer) schema revision raises :class:`~musku.errors.SchemaOutOfDate`.
+
+    ``read_only``: for commands that only read. Nothing is created, migrated or written (an
+    SQLite file is opened read-only, so a read-only file or directory serves them); a missing
+    or empty database is a :class:`~musku.errors.DatabaseError`."""
     explicit = url is not None
     url = url if url is not None else default_url()
-    engine = make_engine(url)
+    engine = make_engine(url, read_only=read_only)
     hint = display(engine.url) if explicit else None
+    path = engine.url.database if engine.dialect.name == "sqlite" else None
+    if (not create or read_only) and path not in (None, "", ":memory:"):
+        if not os.path.exists(str(path)):  # connecting would create the file
+            engine.dispose()
+            raise DatabaseError(
+                f"no musku database at {display(engine.url)}: no such file (a sweep or "
+                "`musku db upgrade` creates one)"
+            )
     try:
         with reader(engine).begin() as conn:
-            rev = revision_of(conn)
+            rev = revision_of(conn) if not read_only else check(conn, hint)
+        if read_only and rev is None:
+            raise DatabaseError(
+                f"no musku database at {display(engine.url)} (it is empty): a sweep creates one"
+            )
         if rev != head_revision():
             # new, older, newer or foreign: decide under the lock, so that of several musku
             # processes opening a brand-new database at once exactly one creates the schema

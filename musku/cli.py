@@ -520,7 +520,7 @@ def results(
             else:
                 print_experiments(_console(), exps)
             return
-        rec = store.find_experiment(int(experiment) if experiment.isdigit() else experiment)
+        rec = store.find_experiment(experiment)  # a name, else an id
         if rec is None:
             raise InputError(f"no experiment {experiment!r} in the results DB")
         comps = store.comparisons(rec.id)
@@ -980,11 +980,10 @@ def abort(
     stops at its next heartbeat and rolls its hosts back."""
     from musku.domain import ExperimentStatus
 
-    if not ident.isdigit():
-        raise InputError(f"{ident!r}: give the experiment's id (musku experiments lists them)")
+    exp_id = parse_id(ident, "experiment")
     store = _open_store(db, create=False)
     try:
-        rec = store.find_experiment(int(ident))
+        rec = store.find_experiment(exp_id)
         if rec is None:
             raise InputError(f"no experiment with id {ident} in {store.url}")
         if rec.status in (ExperimentStatus.DONE, ExperimentStatus.FAILED, ExperimentStatus.ABORTED):
@@ -1002,6 +1001,21 @@ def abort(
         else "no live controller held it"
     )
     typer.echo(f"experiment {rec.id} ({rec.name}) aborted: {tail}")
+
+
+MAX_ID = 2**63 - 1  # the DB's BIGINT ids
+
+
+def parse_id(text: str, what: str) -> int:
+    """A database id given on the command line: ASCII digits only (``str.isdigit`` takes
+    ``²``), within the DB's 64-bit ids; else one line, exit 3."""
+    digits = re.fullmatch(r"[0-9]+", text) is not None
+    if not digits or len(text.lstrip("0")) > 19 or int(text) > MAX_ID:
+        raise InputError(
+            f"{text[:40]!r} is not a{'n' if what[0] in 'aeiou' else ''} {what} id (a whole number "
+            f"1..{MAX_ID}; `musku experiments` lists them)"
+        )
+    return int(text)
 
 
 # ---------------------------------------------------------------------------- entry point

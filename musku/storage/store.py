@@ -133,6 +133,10 @@ def _held_message(row: ExperimentRow, stamp: Any) -> str:
     )
 
 
+MAX_ID = 2**63 - 1
+"""The largest id a row can have (64-bit integer keys): a larger one names no row."""
+
+
 def open_store(url: str | None = None, *, create: bool = True, read_only: bool = False) -> Store:
     """Open the results database at ``url`` (default: :func:`musku.storage.urls.default_url`).
 
@@ -408,9 +412,12 @@ class Store:
                     .limit(1)
                 ).first()
             if row is None:
-                try:
-                    ident = int(name_or_id)
-                except ValueError:
+                if isinstance(name_or_id, str) and not (
+                    name_or_id.isascii() and name_or_id.isdigit()
+                ):
+                    return None  # int() would take " 12", "1_2", "١٢" or fail on "²"
+                ident = int(name_or_id)
+                if not 0 < ident <= MAX_ID:  # beyond the DB's ids: the driver would overflow
                     return None
                 row = s.get(ExperimentRow, ident)
             return self._experiment_record(s, row) if row is not None else None
@@ -1073,6 +1080,8 @@ class Store:
 
     @_guard
     def softsku(self, sku_id: int) -> SoftSkuRecord | None:
+        if not 0 < sku_id <= MAX_ID:  # beyond the DB's ids: the driver would overflow
+            return None
         with self._reader() as s:
             row = s.get(SoftSkuRow, sku_id)
             return self._softsku_records(s, [row])[0] if row is not None else None

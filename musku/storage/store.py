@@ -151,13 +151,13 @@ def open_store(url: str | None = None, *, create: bool = True, read_only: bool =
     engine = make_engine(url, read_only=read_only)
     hint = display(engine.url) if explicit else None
     path = engine.url.database if engine.dialect.name == "sqlite" else None
-    if (not create or read_only) and path not in (None, "", ":memory:"):
-        if not os.path.exists(str(path)):  # connecting would create the file
-            engine.dispose()
-            raise DatabaseError(
-                f"no musku database at {display(engine.url)}: no such file (a sweep or "
-                "`musku db upgrade` creates one)"
-            )
+    missing = path not in (None, "", ":memory:") and not os.path.exists(str(path))
+    if missing and (not create or read_only):  # connecting would create the file
+        engine.dispose()
+        raise DatabaseError(
+            f"no musku database at {display(engine.url)}: no such file (a sweep or "
+            "`musku db upgrade` creates one)"
+        )
     try:
         with reader(engine).begin() as conn:
             rev = revision_of(conn) if not read_only else check(conn, hint)

@@ -600,6 +600,21 @@ def _host_list(values: list[str]) -> list[str]:
     return [h.strip() for v in values for h in v.split(",") if h.strip()]
 
 
+def _check_deployable(store: Any, sku_id: int) -> None:
+    """A soft SKU of an aborted experiment is not deployable: one line, exit 3."""
+    from musku.domain import ExperimentStatus
+
+    rec = store.softsku(sku_id)
+    if rec is None:
+        return  # experiment_for says so
+    exp = store.experiment(rec.experiment_id)
+    if exp.status is ExperimentStatus.ABORTED:
+        raise InputError(
+            f"soft SKU {sku_id} comes from experiment {exp.id} ({exp.name}), which was "
+            "aborted: not deployable (sweep again)"
+        )
+
+
 @sku_app.command("deploy")
 def sku_deploy(
     sku_id: Annotated[int, typer.Argument(help="Soft SKU id (musku sku show).")],
@@ -646,6 +661,7 @@ def sku_deploy(
     check_request(names, canary, wave_size)  # refused before the DB is opened
     store = _open_store(db)
     try:
+        _check_deployable(store, sku_id)
         experiment = experiment_for(store, sku_id, experiment_file)
         with _StopFlag() as stop, LiveProgress(enabled=not quiet and not json_out) as progress:
             report = deploy_sku(
@@ -979,6 +995,7 @@ def abort(
     """Stop an experiment cleanly: status aborted, claims released; its running controller
     stops at its next heartbeat and rolls its hosts back."""
     from musku.domain import ExperimentStatus
+    from musku.storage import InvalidTransition
 
     exp_id = parse_id(ident, "experiment")
     store = _open_store(db, create=False)
@@ -991,7 +1008,10 @@ def abort(
                 f"experiment {rec.id} ({rec.name}) is already {rec.status.value}: nothing to abort"
             )
         held = store.queue_states([rec.id])[rec.id].controller
-        store.abort_experiment(rec.id, stale_s=claim_stale)
+        try:
+            store.abort_experiment(rec.id, stale_s=claim_stale)
+        except InvalidTransition as exc:  # finished meanwhile, or its soft SKU is stored
+            raise InputError(exc.message) from None
     finally:
         store.close()
     live = held is not None and (held.heartbeat_age_s or 0.0) <= claim_stale

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequenc
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from sqlalchemy import and_, func, or_, select, text, update
+from sqlalchemy import and_, delete, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -996,31 +996,56 @@ class Store:
 
     @_guard
     def save_softsku(self, exp_id: int, sku: SoftSku) -> int:
-        """Store a composed soft SKU with its validations; returns its id."""
+        """Store a composed soft SKU with its validations; returns its id.
+
+        Idempotent: an experiment has at most one soft SKU. A run resumed after a kill that
+        came after the SKU was stored (before the run was marked done) gets the stored one
+        back, its configuration and validations updated to this run's, never a second row.
+        Serialised with ``musku abort`` on the experiment's row lock: an experiment already
+        aborted gets no soft SKU (:class:`InvalidTransition`), and one that has its soft SKU
+        can no longer be aborted (:meth:`abort_experiment`)."""
         with self._session() as s, s.begin():
-            self._experiment(s, exp_id)
+            exp = _locked_experiment(s, exp_id)
+            if exp.status == ExperimentStatus.ABORTED.value:
+                raise InvalidTransition(
+                    f"experiment {exp_id} ({exp.name}) was aborted (musku abort) before its "
+                    "soft SKU was stored: none stored"
+                )
+            config_id = self._config_id(s, sku.configuration)
+            existing = s.scalars(
+                select(SoftSkuRow).where(SoftSkuRow.experiment_id == exp_id).order_by(SoftSkuRow.id)
+            ).first()
+            if existing is not None:
+                existing.configuration_id = config_id
+                existing.service, existing.platform = sku.service, sku.platform
+                s.execute(delete(ValidationRow).where(ValidationRow.soft_sku_id == existing.id))
+                self._add_validations(s, exp_id, existing.id, sku)
+                return existing.id
             row = SoftSkuRow(
                 experiment_id=exp_id,
                 service=sku.service,
                 platform=sku.platform,
-                configuration_id=self._config_id(s, sku.configuration),
+                configuration_id=config_id,
                 created_at=convert.now(),
             )
             s.add(row)
             s.flush()
-            for against, result in (("production", sku.vs_production), ("stock", sku.vs_stock)):
-                if result is None:
-                    continue
-                cmp_id, dec_id = self._validation_ids(s, exp_id, against, result)
-                s.add(
-                    ValidationRow(
-                        soft_sku_id=row.id,
-                        against=against,
-                        comparison_id=cmp_id,
-                        decision_id=dec_id,
-                    )
-                )
+            self._add_validations(s, exp_id, row.id, sku)
             return row.id
+
+    def _add_validations(self, s: Session, exp_id: int, sku_id: int, sku: SoftSku) -> None:
+        for against, result in (("production", sku.vs_production), ("stock", sku.vs_stock)):
+            if result is None:
+                continue
+            cmp_id, dec_id = self._validation_ids(s, exp_id, against, result)
+            s.add(
+                ValidationRow(
+                    soft_sku_id=sku_id,
+                    against=against,
+                    comparison_id=cmp_id,
+                    decision_id=dec_id,
+                )
+            )
 
     def _softsku_records(self, s: Session, rows: Sequence[SoftSkuRow]) -> list[SoftSkuRecord]:
         if not rows:
@@ -1067,10 +1092,19 @@ class Store:
 
     @_guard
     def softskus(
-        self, service: str | None = None, platform: str | None = None
+        self,
+        service: str | None = None,
+        platform: str | None = None,
+        *,
+        include_aborted: bool = False,
     ) -> list[SoftSkuRecord]:
-        """Soft SKUs, oldest first, optionally of one service and/or platform."""
+        """Soft SKUs, oldest first, optionally of one service and/or platform. Those of an
+        aborted experiment are not deployable and left out unless ``include_aborted``."""
         q = select(SoftSkuRow).order_by(SoftSkuRow.id)
+        if not include_aborted:
+            q = q.join(ExperimentRow, ExperimentRow.id == SoftSkuRow.experiment_id).where(
+                ExperimentRow.status != ExperimentStatus.ABORTED.value
+            )
         if service is not None:
             q = q.where(SoftSkuRow.service == service)
         if platform is not None:
@@ -1553,8 +1587,10 @@ class Store:
         released (rows back to ``queued``; nobody claims them again). A live controller
         (heartbeat younger than ``stale_s``) notices at its next heartbeat, stops, aborts the
         comparison it is measuring, rolls its hosts back and releases its claim; a dead one's
-        claim is released here and the comparisons it left ``running`` are aborted. A finished experiment (done, failed,
-        aborted) raises :class:`InvalidTransition`."""
+        claim is released here and the comparisons it left ``running`` are aborted. A finished
+        experiment (done, failed, aborted), or one whose soft SKU is stored already (the abort
+        came after its last comparison), raises :class:`InvalidTransition`: an abort is
+        refused or wins cleanly, never "aborted" with a soft SKU (:meth:`save_softsku`)."""
         with self._session() as s, s.begin():
             row = _locked_experiment(s, exp_id)
             current = ExperimentStatus(row.status)
@@ -1562,6 +1598,14 @@ class Store:
                 raise InvalidTransition(
                     f"experiment {exp_id} ({row.name}) is already {current.value}: "
                     "only a running or interrupted experiment can be aborted"
+                )
+            sku = s.scalars(
+                select(SoftSkuRow.id).where(SoftSkuRow.experiment_id == exp_id).limit(1)
+            ).first()
+            if sku is not None:  # the abort came after the last comparison: too late
+                raise InvalidTransition(
+                    f"experiment {exp_id} ({row.name}) is already finished: its soft SKU "
+                    f"{sku} is stored (the run ends as done; `musku sku show {sku}`)"
                 )
             stamp = convert.now()
             beat = convert.aware(row.claim_heartbeat)

@@ -998,9 +998,10 @@ class Store:
     def save_softsku(self, exp_id: int, sku: SoftSku) -> int:
         """Store a composed soft SKU with its validations; returns its id.
 
-        Idempotent: an experiment has at most one soft SKU. A run resumed after a kill that
-        came after the SKU was stored (before the run was marked done) gets the stored one
-        back, its configuration and validations updated to this run's, never a second row.
+        Idempotent: the same soft SKU (service, platform, configuration) of an experiment is
+        stored once. A run resumed after a kill that came after the SKU was stored (before
+        the run was marked done) composes the same one from its stored comparisons and gets
+        the stored row back, its validations those of this run, never a second row.
         Serialised with ``musku abort`` on the experiment's row lock: an experiment already
         aborted gets no soft SKU (:class:`InvalidTransition`), and one that has its soft SKU
         can no longer be aborted (:meth:`abort_experiment`)."""
@@ -1013,11 +1014,16 @@ class Store:
                 )
             config_id = self._config_id(s, sku.configuration)
             existing = s.scalars(
-                select(SoftSkuRow).where(SoftSkuRow.experiment_id == exp_id).order_by(SoftSkuRow.id)
+                select(SoftSkuRow)
+                .where(
+                    SoftSkuRow.experiment_id == exp_id,
+                    SoftSkuRow.configuration_id == config_id,
+                    SoftSkuRow.service == sku.service,
+                    SoftSkuRow.platform == sku.platform,
+                )
+                .order_by(SoftSkuRow.id)
             ).first()
             if existing is not None:
-                existing.configuration_id = config_id
-                existing.service, existing.platform = sku.service, sku.platform
                 s.execute(delete(ValidationRow).where(ValidationRow.soft_sku_id == existing.id))
                 self._add_validations(s, exp_id, existing.id, sku)
                 return existing.id

@@ -448,8 +448,11 @@ def print_check(con: Any, exp: Any, data: Mapping[str, Any]) -> None:
     if ct is not None:
         n = len(ct["loads"]) * len(ct["candidates"])
         con.print(
-            f"  threading co-tuned per configuration: {ct['service']} mid-tier, {n} training "
-            f"points (~{n * ct['seconds_per_point'] / 60:.0f} min host time per new configuration)"
+            escape(
+                f"  threading co-tuned per configuration: {ct['service']} mid-tier, {n} training "
+                f"points (~{n * ct['seconds_per_point'] / 60:.0f} min host time per new "
+                "configuration)"
+            )
         )
     else:
         con.print("  threading: not co-tuned (hosts keep what their mid-tiers run)")

@@ -195,7 +195,9 @@ def split_host(text: str, what: str = "[hosts]") -> tuple[str, int | None]:
         return raw, None
     if raw.endswith("."):
         raw = raw[:-1]
-    if len(raw) > 253 or _HOST_CHARS.fullmatch(raw) is None or ".." in raw:
+    if len(raw) > 255:  # hosts.name is a VARCHAR(255)
+        raise Refusal(f"{what} a host name is longer than 255 characters")
+    if _HOST_CHARS.fullmatch(raw) is None or ".." in raw:
         raise Refusal(
             f"{what} host {shown!r} is not a host name (letters, digits, '-', '_', '.'; "
             "an optional :port)"

@@ -596,8 +596,22 @@ def sku_diff(
 
 
 def _host_list(values: list[str]) -> list[str]:
-    """``--hosts a,b --hosts c`` -> ``[a, b, c]`` (empty names dropped)."""
-    return [h.strip() for v in values for h in v.split(",") if h.strip()]
+    """``--hosts a,b --hosts c`` -> ``[a, b, c]`` (empty names dropped), each normalised as
+    the experiment file's hosts are (``WEB-1.`` is ``web-1``), so duplicates are seen."""
+    from musku.schema.document import Refusal  # lazy: pydantic
+    from musku.schema.hosts import split_host
+
+    out = []
+    for h in (h for v in values for h in v.split(",") if h.strip()):
+        try:
+            name, port = split_host(h, "--hosts:")
+        except Refusal as exc:
+            raise InputError(str(exc)) from None
+        if port is not None:
+            raise InputError(f"--hosts: {h.strip()!r}: give the host's name (its port belongs "
+                             "in the experiment file's [hosts])")  # fmt: skip
+        out.append(name)
+    return out
 
 
 def _check_deployable(store: Any, sku_id: int) -> None:

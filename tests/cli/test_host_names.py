@@ -126,3 +126,14 @@ def test_any_text_is_a_host_or_one_refusal(text: str) -> None:
         assert host == host.strip().lower() and not host.endswith(".")
         assert host and not any(c.isspace() for c in host)
         assert port is None or 0 < port < 65536
+
+
+@pytest.mark.parametrize(
+    ("hosts", "needle"),
+    [("web-1,WEB-1.", "host 'web-1' is listed twice"), ("web-1:22,b", "give the host's name")],
+)
+def test_deploy_hosts_are_normalised_before_the_db(tmp_path: Path, hosts: str, needle: str) -> None:
+    proc = musku("sku", "deploy", "1", "--hosts", hosts, "--db", f"sqlite:///{tmp_path}/r.db")
+    assert proc.returncode == 3, proc.stderr
+    assert needle in one_error_line(proc)
+    assert list(tmp_path.iterdir()) == []  # refused before the DB is opened

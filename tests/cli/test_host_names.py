@@ -18,7 +18,7 @@ from tests.cli.test_exit_codes import musku, one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
 
-EXP = f"""\
+EXP = """\
 [experiment]
 name = "hosts"
 [service]
@@ -28,7 +28,7 @@ knobs = ["thp"]
 catalog = "skylake18"
 [hosts]
 backend = "agent"
-hosts = [{{hosts}}]
+hosts = [{hosts}]
 """
 
 

@@ -175,3 +175,19 @@ def test_failed_body_leaves_the_old_file(tmp_path: Path) -> None:
 def test_unwritable_names_are_one_line(tmp_path: Path, name: str) -> None:
     with pytest.raises(InputError, match="cannot write"):
         outputs.check_target(tmp_path / name)
+
+
+def test_tune_table_output_is_checked_before_training(tmp_path: Path) -> None:
+    """`musku tune train --out` (minutes of training) and the table writer itself."""
+    from musku.tune.table import write_table
+
+    fifo = tmp_path / "table.json"
+    os.mkfifo(fifo)
+    proc = musku("tune", "train", "setalgebra", "--out", str(fifo))
+    assert proc.returncode == 3, proc.stderr
+    assert "it is a FIFO" in one_error_line(proc)
+    with pytest.raises(InputError, match="it is a FIFO"):
+        write_table({"format": "x"}, fifo)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    write_table({"format": "x"}, tmp_path / "new" / "t.json")  # a new path: made
+    assert (tmp_path / "new" / "t.json").read_text().startswith("{")

@@ -65,9 +65,25 @@ def on_finish(self, r, cmp_id, *a, **k):
         if point == "validate-both-done" and seen["validate_finished"] == 2:
             kill()
 
-def on_sku(self, r, *a, **k):
+def on_sku(self, r, exp_id, *a, **k):
     if point == "sku-saved":
         kill()
+    if point == "abort-after-sku":  # the operator's abort lands just after the soft SKU
+        import subprocess
+        url = self.engine.url.render_as_string(hide_password=False)
+        p = subprocess.run([sys.executable, "-m", "musku", "abort", str(exp_id), "--db", url],
+                           capture_output=True, text=True)
+        with open(os.environ["ABORT_LOG"], "w") as f:
+            f.write(f"{p.returncode}\n{p.stderr}")
+
+orig_save = S.Store.save_softsku
+def save_first_aborted(self, exp_id, *a, **k):
+    if point == "abort-before-sku":  # the operator's abort lands just before the soft SKU
+        other = S.open_store(self.engine.url.render_as_string(hide_password=False))
+        other.abort_experiment(exp_id, stale_s=600)
+        other.close()
+    return orig_save(self, exp_id, *a, **k)
+S.Store.save_softsku = save_first_aborted
 
 wrap("start_comparison", on_start)
 wrap("add_samples", on_samples)
@@ -82,9 +98,12 @@ POINTS = ["validate-start", "validate-window", "validate-one-done", "validate-bo
           "sku-saved"]  # fmt: skip
 
 
-def _run(args: list[str], point: str | None = None) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: list[str], point: str | None = None, abort_log: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "MUSKU_DEBUG"}
     env["PYTHONPATH"] = str(ROOT)
+    env["ABORT_LOG"] = str(abort_log or "/dev/null")
     cmd = [sys.executable, "-c", DRIVER, point or "none", *args]
     return subprocess.run(
         cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=scaled(600)
@@ -152,3 +171,30 @@ def test_kill_then_resume_leaves_one_soft_sku_with_two_validations(
     # each validation measured to its end once: a comparison cut by the kill is aborted
     assert rows["finished_validate"] == [("validate:production", 1), ("validate:stock", 1)]
     assert report["soft_sku"] is not None
+
+
+@pytest.mark.timeout(600)
+def test_abort_just_before_the_soft_sku_wins_cleanly(toy: Any, tmp_path: Path) -> None:
+    exp = toy("independent", name="abort-before")
+    url = f"sqlite:///{tmp_path}/results.db"
+    proc = _run(["sweep", str(exp), "--db", url, "--json", "-q"], "abort-before-sku")
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert "was aborted (musku abort) after its last comparison: no soft SKU stored" in proc.stderr
+    rows = _rows(url)
+    assert [s for _, s in rows["experiments"]] == ["aborted"]
+    assert rows["skus"] == [] and rows["validations"] == []
+
+
+@pytest.mark.timeout(600)
+def test_abort_just_after_the_soft_sku_is_refused(toy: Any, tmp_path: Path) -> None:
+    exp = toy("independent", name="abort-after")
+    url = f"sqlite:///{tmp_path}/results.db"
+    log = tmp_path / "abort.log"
+    proc = _run(["sweep", str(exp), "--db", url, "--json", "-q"], "abort-after-sku", log)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    code, err = log.read_text().split("\n", 1)
+    assert code == "3", err
+    assert "is already finished: its soft SKU" in err
+    rows = _rows(url)
+    assert [s for _, s in rows["experiments"]] == ["done"]
+    assert len(rows["skus"]) == 1

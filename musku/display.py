@@ -92,8 +92,8 @@ def print_table(con: Any, table: Any) -> None:
     if _min_width(table) <= con.width:
         con.print(table)
         return
-    if table.title:
-        con.print(table.title, markup=False)
+    if table.title:  # markup with user strings escaped, as the cells: print what it shows
+        con.print(Text.from_markup(str(table.title)).plain, markup=False)
     headers = [str(c.header) for c in table.columns]
     label = max((len(h) for h in headers), default=0)
     cells = [list(c.cells) for c in table.columns]

@@ -92,3 +92,23 @@ def test_experiments_table_renders_any_name(name: str, host: str, holder: str) -
     print_experiment_claims(con, [row])
     out = buf.getvalue()
     assert name.strip() in out and host.strip() in out and holder.strip() in out
+
+
+@settings(max_examples=40, deadline=None)
+@given(title=MARKUP, cell=MARKUP)
+def test_narrow_tables_print_titles_and_cells_as_written(title: str, cell: str) -> None:
+    """A table too wide for the console is printed as blocks: its (escaped) title and cells
+    come out as written, without the escapes' backslashes."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from musku.display import print_table
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=30, highlight=False, color_system=None)
+    t = Table("a", "b", title=escape(title))
+    t.add_row("w" * 40, escape(cell))
+    print_table(con, t)
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == title
+    assert f"b: {cell}" in buf.getvalue().replace("\n   ", " ")

@@ -104,6 +104,10 @@ def test_aborted_runs_soft_skus_are_not_listed_or_ranked(
     assert store.softskus() == []
     assert [s.id for s in store.softskus(include_aborted=True)] == [sku_id]
     assert ranked() == []
+    gains = (QUERIES / "softsku_gains.sql").read_text()
+    gains = "\n".join(line.split("--", 1)[0] for line in gains.splitlines())
+    with store.engine.connect() as conn:
+        assert [r.soft_sku_id for r in conn.execute(text(gains))] == []
     if not db_url.startswith("sqlite"):
         return
     proc = musku("sku", "deploy", str(sku_id), "--hosts", "a,b", "--db", db_url)

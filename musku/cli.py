@@ -97,10 +97,12 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(finite(data), indent=2, allow_nan=False) + "\n")
 
 
-def _open_store(url: str | None) -> Any:
+def _open_store(url: str | None, *, read_only: bool = False, create: bool = True) -> Any:
+    """The results DB; ``read_only`` for commands that only read (nothing created, migrated
+    or written: a read-only file or directory serves them)."""
     from musku.storage import open_store  # lazy: SQLAlchemy and alembic (~0.2 s)
 
-    return open_store(url)
+    return open_store(url, read_only=read_only, create=create)
 
 
 class _StopFlag:
@@ -471,9 +473,9 @@ def results(
         ),
     ] = None,
     table: Annotated[
-        str,
-        typer.Option("--table", help="With --format: comparisons, decisions or samples."),
-    ] = "comparisons",
+        str | None,
+        typer.Option("--table", help="With --format: comparisons (default), decisions or samples."),
+    ] = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="With --format: the file (default: standard output)."),
@@ -483,27 +485,32 @@ def results(
     an experiment's comparisons, decisions or samples as CSV, Parquet or JSON."""
     from musku.display import print_comparisons, print_experiments  # lazy: see sweep()
 
-    if fmt is not None or output is not None:
+    if fmt is not None or output is not None or table is not None:
+        from musku.outputs import check_target
         from musku.report import export  # lazy: pyarrow for parquet
 
         if fmt is None:
-            raise InputError("-o FILE needs --format csv|parquet|json")
+            given = "-o FILE" if output is not None else f"--table {table}"
+            raise InputError(f"{given} needs --format csv|parquet|json")
         if fmt not in export.FORMATS:
             raise InputError(f"--format {fmt!r}: choose one of {', '.join(export.FORMATS)}")
-        if table not in export.TABLES:
+        if table is not None and table not in export.TABLES:
             raise InputError(f"--table {table!r}: choose one of {', '.join(export.TABLES)}")
         if experiment is None:
             raise InputError(
                 "--format exports one experiment: `musku results EXPERIMENT --format ...`"
             )
-    store = _open_store(db)
+        if output is not None:
+            check_target(output)  # before any work: a device, FIFO, link or directory refused
+    table = table or "comparisons"
+    store = _open_store(db, read_only=True)
     try:
         if fmt is not None:
             from musku.report import export  # lazy: pyarrow for parquet
             from musku.report.data import find
 
             rows = export.write(store, find(store, experiment or "").id, table, fmt, output)
-            if output is not None:
+            if output is not None and str(output) != "-":
                 typer.echo(f"wrote {rows:,} {table} rows to {output}", err=True)
             return
         if experiment is None:
@@ -513,7 +520,7 @@ def results(
             else:
                 print_experiments(_console(), exps)
             return
-        rec = store.find_experiment(int(experiment) if experiment.isdigit() else experiment)
+        rec = store.find_experiment(experiment)  # a name, else an id
         if rec is None:
             raise InputError(f"no experiment {experiment!r} in the results DB")
         comps = store.comparisons(rec.id)
@@ -543,7 +550,7 @@ def sku_show(
     """Show a soft SKU (its settings and validated gains), or list them."""
     from musku.display import print_sku, print_skus  # lazy: see sweep()
 
-    store = _open_store(db)
+    store = _open_store(db, read_only=True)
     try:
         if sku_id is None:
             skus = store.softskus(service=service, platform=platform)
@@ -574,7 +581,7 @@ def sku_diff(
     from musku.display import print_sku_diff  # lazy: rich, for the commands that print tables
     from musku.summary import sku_diff  # lazy: the experiment model and its parsers
 
-    store = _open_store(db)
+    store = _open_store(db, read_only=True)
     try:
         diff = sku_diff(store, first, second)
     finally:
@@ -589,8 +596,37 @@ def sku_diff(
 
 
 def _host_list(values: list[str]) -> list[str]:
-    """``--hosts a,b --hosts c`` -> ``[a, b, c]`` (empty names dropped)."""
-    return [h.strip() for v in values for h in v.split(",") if h.strip()]
+    """``--hosts a,b --hosts c`` -> ``[a, b, c]`` (empty names dropped), each normalised as
+    the experiment file's hosts are (``WEB-1.`` is ``web-1``), so duplicates are seen."""
+    from musku.schema.document import Refusal  # lazy: pydantic
+    from musku.schema.hosts import split_host
+
+    out = []
+    for h in (h for v in values for h in v.split(",") if h.strip()):
+        try:
+            name, port = split_host(h, "--hosts:")
+        except Refusal as exc:
+            raise InputError(str(exc)) from None
+        if port is not None:
+            raise InputError(f"--hosts: {h.strip()!r}: give the host's name (its port belongs "
+                             "in the experiment file's [hosts])")  # fmt: skip
+        out.append(name)
+    return out
+
+
+def _check_deployable(store: Any, sku_id: int) -> None:
+    """A soft SKU of an aborted experiment is not deployable: one line, exit 3."""
+    from musku.domain import ExperimentStatus
+
+    rec = store.softsku(sku_id)
+    if rec is None:
+        return  # experiment_for says so
+    exp = store.experiment(rec.experiment_id)
+    if exp.status is ExperimentStatus.ABORTED:
+        raise InputError(
+            f"soft SKU {sku_id} comes from experiment {exp.id} ({exp.name}), which was "
+            "aborted: not deployable (sweep again)"
+        )
 
 
 @sku_app.command("deploy")
@@ -639,6 +675,7 @@ def sku_deploy(
     check_request(names, canary, wave_size)  # refused before the DB is opened
     store = _open_store(db)
     try:
+        _check_deployable(store, sku_id)
         experiment = experiment_for(store, sku_id, experiment_file)
         with _StopFlag() as stop, LiveProgress(enabled=not quiet and not json_out) as progress:
             report = deploy_sku(
@@ -679,7 +716,7 @@ def sku_deployments(
     json_out: JsonOption = False,
 ) -> None:
     """Deployments of soft SKUs with their status, hosts and latest re-validation."""
-    store = _open_store(db)
+    store = _open_store(db, read_only=True)
     try:
         rows = [(d, store.watches(d.id)) for d in store.deployments(live=live)]
     finally:
@@ -814,7 +851,7 @@ def report(
     if fmt == "html":
         out = output if output is not None else Path("report.html")
         check_output(out)
-    store = _open_store(db)
+    store = _open_store(db, read_only=True)
     try:
         sides = [report_data.load(store, ref) for ref in refs]
     finally:
@@ -822,6 +859,8 @@ def report(
     started = time.monotonic()
     if fmt == "html":
         write_report(sides, out, version=__version__)
+        if str(out) == "-":  # standard output: the report is the output
+            return
         typer.echo(
             f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {time.monotonic() - started:.1f} s)"
         )
@@ -938,7 +977,7 @@ def experiments(
     claimed / done comparisons."""
     from musku.sweep.queue import experiment_rows
 
-    store = _open_store(db)
+    store = _open_store(db, read_only=True)
     try:
         rows = experiment_rows(store, running_only=running)
     finally:
@@ -970,12 +1009,12 @@ def abort(
     """Stop an experiment cleanly: status aborted, claims released; its running controller
     stops at its next heartbeat and rolls its hosts back."""
     from musku.domain import ExperimentStatus
+    from musku.storage import InvalidTransition
 
-    if not ident.isdigit():
-        raise InputError(f"{ident!r}: give the experiment's id (musku experiments lists them)")
-    store = _open_store(db)
+    exp_id = parse_id(ident, "experiment")
+    store = _open_store(db, create=False)
     try:
-        rec = store.find_experiment(int(ident))
+        rec = store.find_experiment(exp_id)
         if rec is None:
             raise InputError(f"no experiment with id {ident} in {store.url}")
         if rec.status in (ExperimentStatus.DONE, ExperimentStatus.FAILED, ExperimentStatus.ABORTED):
@@ -983,7 +1022,10 @@ def abort(
                 f"experiment {rec.id} ({rec.name}) is already {rec.status.value}: nothing to abort"
             )
         held = store.queue_states([rec.id])[rec.id].controller
-        store.abort_experiment(rec.id, stale_s=claim_stale)
+        try:
+            store.abort_experiment(rec.id, stale_s=claim_stale)
+        except InvalidTransition as exc:  # finished meanwhile, or its soft SKU is stored
+            raise InputError(exc.message) from None
     finally:
         store.close()
     live = held is not None and (held.heartbeat_age_s or 0.0) <= claim_stale
@@ -993,6 +1035,21 @@ def abort(
         else "no live controller held it"
     )
     typer.echo(f"experiment {rec.id} ({rec.name}) aborted: {tail}")
+
+
+MAX_ID = 2**63 - 1  # the DB's BIGINT ids
+
+
+def parse_id(text: str, what: str) -> int:
+    """A database id given on the command line: ASCII digits only (``str.isdigit`` takes
+    ``²``), within the DB's 64-bit ids; else one line, exit 3."""
+    digits = re.fullmatch(r"[0-9]+", text) is not None
+    if not digits or len(text.lstrip("0")) > 19 or int(text) > MAX_ID:
+        raise InputError(
+            f"{text[:40]!r} is not a{'n' if what[0] in 'aeiou' else ''} {what} id (a whole number "
+            f"1..{MAX_ID}; `musku experiments` lists them)"
+        )
+    return int(text)
 
 
 # ---------------------------------------------------------------------------- entry point

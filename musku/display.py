@@ -92,8 +92,8 @@ def print_table(con: Any, table: Any) -> None:
     if _min_width(table) <= con.width:
         con.print(table)
         return
-    if table.title:
-        con.print(table.title, markup=False)
+    if table.title:  # markup with user strings escaped, as the cells: print what it shows
+        con.print(Text.from_markup(str(table.title)).plain, markup=False)
     headers = [str(c.header) for c in table.columns]
     label = max((len(h) for h in headers), default=0)
     cells = [list(c.cells) for c in table.columns]
@@ -448,8 +448,11 @@ def print_check(con: Any, exp: Any, data: Mapping[str, Any]) -> None:
     if ct is not None:
         n = len(ct["loads"]) * len(ct["candidates"])
         con.print(
-            f"  threading co-tuned per configuration: {ct['service']} mid-tier, {n} training "
-            f"points (~{n * ct['seconds_per_point'] / 60:.0f} min host time per new configuration)"
+            escape(
+                f"  threading co-tuned per configuration: {ct['service']} mid-tier, {n} training "
+                f"points (~{n * ct['seconds_per_point'] / 60:.0f} min host time per new "
+                "configuration)"
+            )
         )
     else:
         con.print("  threading: not co-tuned (hosts keep what their mid-tiers run)")

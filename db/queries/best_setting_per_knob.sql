@@ -5,6 +5,7 @@
 -- of the primary metric (+0.042 = 4.2 % better), with the confidence interval. Only the knob's
 -- own comparisons against the baseline count (purpose `knob:<knob>`): the sweep's run-offs and
 -- confirmations (`knob:<knob>:runoff`, `knob:<knob>:confirm`) compare settings with each other.
+-- Runs stopped by `musku abort` do not count.
 WITH ranked AS (
     SELECT
         e.service,
@@ -38,6 +39,7 @@ WITH ranked AS (
     WHERE c.purpose LIKE 'knob:%'
       AND c.purpose NOT LIKE 'knob:%:%'
       AND d.decision = 'better'
+      AND e.status <> 'aborted'  -- an aborted run's findings rank nowhere
 )
 SELECT service, platform, knob, setting, estimate, ci_low, ci_high, samples, experiment,
        comparison_id

@@ -2,12 +2,12 @@
 -- Answers: "what does the newest soft SKU of each service buy on each platform, against the
 -- production configuration and against the stock one?" Gains are in percent of the primary
 -- metric; NULL means that validation was not run. Soft SKUs of failed experiments (a run that
--- crashed after composing its SKU) do not count.
+-- crashed after composing its SKU) and of aborted ones (`musku abort`) do not count.
 WITH kept AS (
     SELECT s.*
     FROM v_soft_skus s
     JOIN experiments e ON e.id = s.experiment_id
-    WHERE e.status <> 'failed'
+    WHERE e.status NOT IN ('failed', 'aborted')
 ),
 latest AS (
     SELECT service, platform, MAX(soft_sku_id) AS soft_sku_id

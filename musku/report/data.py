@@ -90,7 +90,7 @@ class ReportData:
 
 
 def find(store: Any, ref: str) -> ExperimentRecord:
-    rec = store.find_experiment(int(ref) if ref.isdigit() else ref)
+    rec = store.find_experiment(ref)  # a name, else an id (ASCII digits: not `²`)
     if rec is None:
         raise InputError(f"no experiment {ref!r} in the results DB (`musku results` lists them)")
     return rec  # type: ignore[no-any-return]

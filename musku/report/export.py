@@ -16,14 +16,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+from musku import outputs
 from musku.domain import format_value
 from musku.errors import InputError
 from musku.report.strict_json import finite
@@ -154,8 +153,9 @@ def write(
     *,
     stdout: IO[bytes] | None = None,
 ) -> int:
-    """Export ``table`` of experiment ``exp_id`` as ``fmt`` to ``out`` (written atomically) or
-    to standard output (``out`` None). Returns the number of rows."""
+    """Export ``table`` of experiment ``exp_id`` as ``fmt`` to ``out`` (written atomically, only
+    over a regular file or a new path) or to standard output (``out`` None or ``-``). Returns
+    the number of rows."""
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if table not in TABLES:
@@ -166,7 +166,7 @@ def write(
         "json": _json,
         "parquet": _parquet,
     }[fmt]
-    if out is None:
+    if out is None or outputs.is_stdout(out):
         sink = stdout if stdout is not None else sys.stdout.buffer
         if fmt == "parquet" and sink.isatty():
             raise InputError("Parquet is binary: give -o FILE (or redirect the output)")
@@ -175,28 +175,8 @@ def write(
 
 
 def _atomic(out: Path, body: Callable[[IO[bytes]], int]) -> int:
-    parent = out.parent if str(out.parent) else Path(".")
-    if out.is_dir():
-        raise InputError(f"cannot write {out}: it is a directory")
-    if not parent.is_dir():
-        raise InputError(f"cannot write {out}: no directory {parent}")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=parent)
-    except OSError as exc:
-        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
-    try:
-        mask = os.umask(0)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)
-        with os.fdopen(fd, "wb") as f:
-            n = body(f)
-        os.replace(tmp, out)
-        return n
-    except OSError as exc:
-        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Written atomically, only over a regular file or a new path (musku/outputs.py)."""
+    return outputs.write_atomic(out, body)
 
 
 def _csv(cols: dict[str, str], parts: Iterable[list[tuple[Any, ...]]], sink: IO[bytes]) -> int:

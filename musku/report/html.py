@@ -9,7 +9,6 @@ import math
 import multiprocessing
 import os
 import re
-import tempfile
 import tomllib
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -18,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from musku import outputs
 from musku.domain import Configuration, format_value
-from musku.errors import InputError
 from musku.report import figures as F
 from musku.report.data import PAPER_HOST_HOURS, ReportData, host_bias
 from musku.report.strict_json import dumps
@@ -415,18 +414,12 @@ def write_report(sides: Sequence[ReportData], out: Path, *, version: str) -> Pat
 def write_figures(sides: Sequence[ReportData], out_dir: Path, fmt: str) -> list[Path]:
     """Every figure as its own ``fmt`` file in ``out_dir`` (created): knob-<knob>, softsku,
     host-time, comparison-<id>."""
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot write to {out_dir}: {exc.strerror or exc}") from None
+    outputs.check_directory(out_dir)
     written: list[Path] = []
 
     def put(name: str, fig: Any) -> None:
         path = out_dir / f"{name}.{fmt}"
-        try:
-            F.save(fig, path, fmt)
-        except OSError as exc:
-            raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+        outputs.write_atomic(path, lambda f: F.save(fig, f, fmt))
         written.append(path)
 
     for k in knobs_of(sides):
@@ -437,10 +430,7 @@ def write_figures(sides: Sequence[ReportData], out_dir: Path, fmt: str) -> list[
     put("host-time", F.host_time_figure(sides))
     for (exp_id, cmp_id), image in sorted(comparison_images(sides, fmt).items()):
         path = out_dir / f"comparison-{exp_id}-{cmp_id}.{fmt}"
-        try:
-            path.write_bytes(image)
-        except OSError as exc:
-            raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+        outputs.write_bytes(path, image)
         written.append(path)
     return written
 
@@ -450,25 +440,13 @@ def _slug(text: str) -> str:
 
 
 def check_output(out: Path) -> None:
-    """Refuse, before any work, an output whose directory does not exist or is not writable."""
-    parent = out.parent if str(out.parent) else Path(".")
-    if out.is_dir():
-        raise InputError(f"cannot write {out}: it is a directory")
-    if not parent.is_dir():
-        raise InputError(f"cannot write {out}: no directory {parent}")
-    if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        raise InputError(f"cannot write {out}: permission denied")
+    """Refuse, before any work, an output that is not a new path or a regular file, or whose
+    directory does not exist or is not writable (musku/outputs.py); ``-`` is standard
+    output."""
+    outputs.check_target(out)
 
 
 def _write(out: Path, data: bytes) -> None:
-    """Write atomically: a reader never sees half a report."""
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)  # as open() would create it, not mkstemp's 0600
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, out)
-    except OSError as exc:
-        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
+    """Write atomically: a reader never sees half a report; never over a device, a FIFO or a
+    link (musku/outputs.py)."""
+    outputs.write_bytes(out, data)

@@ -11,6 +11,8 @@ models here keeps that import one-way. A ``module:factory`` backend checks its o
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
@@ -160,10 +162,63 @@ class AgentHostEntry(Strict):
     midtier_admin_port_file: str = ""
 
 
+_HOST_CHARS = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?")
+_IPV6 = re.compile(r"[0-9a-f:.]+(?:%[a-z0-9_.-]+)?")
+
+
+def split_host(text: str, what: str = "[hosts]") -> tuple[str, int | None]:
+    """A host as written -> ``(canonical name, port or None)``: surrounding whitespace
+    dropped, lower case (DNS names are case-insensitive), one trailing dot (the root)
+    dropped; ``name:port`` and ``[v6-address]:port`` split with the port checked
+    (1..65535), a bare IPv6 address kept whole. So ``web-1``, ``WEB-1``, ``web-1.``,
+    `` web-1`` and ``web-1:22`` are one host. Anything else (empty, inner whitespace,
+    control characters, a port that is not a number) is one line (:class:`Refusal`)."""
+    if not isinstance(text, str):
+        raise Refusal(f"{what} a host must be a string, not {type(text).__name__}")
+    raw = text.strip().lower()
+    shown = text if len(text) <= 80 else text[:80] + "..."
+    port: int | None = None
+    if raw.startswith("["):  # [v6]:port or [v6]
+        end = raw.find("]")
+        host, rest = raw[1:end], raw[end + 1 :] if end > 0 else ""
+        if end < 0 or _IPV6.fullmatch(host) is None or (rest and not rest.startswith(":")):
+            raise Refusal(f"{what} host {shown!r}: not an address ([v6-address]:port)")
+        if rest:
+            port = _port(rest[1:], shown, what)
+        return host, port
+    if raw.count(":") == 1:
+        raw, _, tail = raw.partition(":")
+        port = _port(tail, shown, what)
+    elif raw.count(":") > 1:  # a bare IPv6 address: no port (write [addr]:port)
+        if _IPV6.fullmatch(raw) is None:
+            raise Refusal(f"{what} host {shown!r}: not an IPv6 address")
+        return raw, None
+    if raw.endswith("."):
+        raw = raw[:-1]
+    if len(raw) > 255:  # hosts.name is a VARCHAR(255)
+        raise Refusal(f"{what} a host name is longer than 255 characters")
+    if _HOST_CHARS.fullmatch(raw) is None or ".." in raw:
+        raise Refusal(
+            f"{what} host {shown!r} is not a host name (letters, digits, '-', '_', '.'; "
+            "an optional :port)"
+        )
+    return raw, port
+
+
+def _port(text: str, shown: str, what: str) -> int:
+    if not text.isascii() or not text.isdigit() or not 0 < int(text) < 65536:
+        raise Refusal(f"{what} host {shown!r}: the port must be a number in 1..65535")
+    return int(text)
+
+
 def _agent_host(value: Any) -> Any:
-    """A host is a name or a table; refused with the agent backend's messages."""
-    if isinstance(value, str) and value:
-        return value
+    """A host is a name or a table; refused with the agent backend's messages. A name is
+    normalised (:func:`split_host`); ``name:port`` becomes the table ``{name, host, port}``."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise Refusal("[hosts] a host name must not be empty")
+        name, port = split_host(value)
+        return name if port is None else {"name": name, "host": name, "port": port}
     if not isinstance(value, dict):
         raise Refusal("[hosts] each host is a name or a table {name, host, socket, ...}")
     extra = set(value) - set(AgentHostEntry.key_names())
@@ -185,6 +240,15 @@ def _agent_host(value: Any) -> Any:
     for key in ("name", "host", "user", "socket"):
         if not isinstance(value.get(key, ""), str):
             raise Refusal(f"[hosts] {name}: {key} must be a string")
+    if host:
+        canon, in_host = split_host(host)
+        if in_host is not None and "port" in value and value["port"] != in_host:
+            raise Refusal(f"[hosts] {name}: host {host!r} and port = {value['port']} disagree")
+        value = {**value, "host": canon}
+        if in_host is not None:
+            value["port"] = in_host
+    if "name" in value:
+        value = {**value, "name": value["name"].strip()}
     return value
 
 
@@ -258,12 +322,24 @@ class AgentOptions(HostOptions):
 
     @model_validator(mode="after")
     def _names(self) -> AgentOptions:
+        """No host twice: names compared without case or a trailing dot, and endpoints
+        (address and port, or socket path) compared too, so a host is never paired with
+        itself under two spellings."""
         names = [host_name(h) for h in self.hosts]
-        seen: set[str] = set()
-        for n in names:
-            if n in seen:
-                raise Refusal(f"[hosts] host {n!r} is listed twice", line_key="hosts")
-            seen.add(n)
+        seen: dict[Any, str] = {}
+        for h, n in zip(self.hosts, names, strict=True):
+            keys: list[Any] = [("name", n.strip().lower().rstrip("."))]
+            if isinstance(h, str):
+                keys.append(("ssh", h, self.ssh_port))
+            elif h.host:
+                keys.append(("ssh", h.host, self.ssh_port if h.port is None else h.port))
+            else:
+                keys.append(("socket", os.path.normpath(h.socket)))
+            for key in keys:
+                if key in seen:
+                    also = f" (as {seen[key]!r})" if seen[key] != n else ""
+                    raise Refusal(f"[hosts] host {n!r} is listed twice{also}", line_key="hosts")
+                seen[key] = n
         if any(len(n) > 255 for n in names):  # hosts.name is a VARCHAR(255)
             raise Refusal("[hosts] a host name is longer than 255 characters", line_key="hosts")
         return self

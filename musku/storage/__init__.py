@@ -54,11 +54,11 @@ __all__ = [
 ]
 
 
-def open_store(url: str | None = None, *, create: bool = True) -> Store:
+def open_store(url: str | None = None, *, create: bool = True, read_only: bool = False) -> Store:
     """Open the results DB (see :func:`musku.storage.store.open_store`)."""
     from musku.storage.store import open_store as _open
 
-    return _open(url, create=create)
+    return _open(url, create=create, read_only=read_only)
 
 
 def upgrade(url: str | None = None) -> tuple[str | None, str]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -101,8 +102,42 @@ def _switch_to_wal(cur: Any, timeout_s: float = 30.0) -> None:
         time.sleep(0.005)  # still locked by another connection (some versions answer "delete")
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url`` (not yet connected). Raises DatabaseError for bad URLs."""
+def _read_only_sqlite(path: str) -> Any:
+    """A connection that can only read the SQLite file at ``path``: ``mode=ro``, so nothing is
+    created or written, not even the file. A WAL database whose ``-shm`` cannot be created
+    (a read-only directory, or a file the user may not write) is opened ``immutable=1`` when
+    it has no write-ahead log pending; with one, it cannot be read consistently: refused."""
+    import sqlite3
+    from urllib.parse import quote
+
+    uri = "file:" + quote(os.path.abspath(path))
+    if not os.path.exists(path):
+        raise sqlite3.OperationalError(f"no such file: {path}")
+    conn = sqlite3.connect(uri + "?mode=ro", uri=True, check_same_thread=False)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        if "readonly" not in str(exc) and "unable to open" not in str(exc):
+            raise
+    wal = path + "-wal"
+    if os.path.exists(wal) and os.path.getsize(wal) > 0:
+        raise sqlite3.OperationalError(
+            f"its write-ahead log {wal} is pending and the directory is read-only: "
+            "read it where it can be written, or checkpoint it first"
+        )
+    return sqlite3.connect(uri + "?immutable=1", uri=True, check_same_thread=False)
+
+
+def make_engine(url: str, *, read_only: bool = False) -> Engine:
+    """An engine for ``url`` (not yet connected). Raises DatabaseError for bad URLs.
+
+    ``read_only``: an engine for commands that only read (``results``, ``report``, ``sku
+    show``...). On SQLite it opens the file read-only (``mode=ro``; see
+    :func:`_read_only_sqlite`), so a read-only file or directory serves them and a missing
+    file is not created; it never switches the journal mode. Every transaction begins
+    deferred."""
     from sqlalchemy import create_engine, event
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
     from sqlalchemy.pool import StaticPool
@@ -113,6 +148,9 @@ def make_engine(url: str) -> Engine:
         if parsed.database in (None, "", ":memory:"):
             # one shared connection, or every checkout would see a fresh empty DB
             kwargs.update(poolclass=StaticPool, connect_args={"check_same_thread": False})
+        elif read_only:
+            path = str(parsed.database)
+            kwargs["creator"] = lambda: _read_only_sqlite(path)
     else:
         kwargs.update(pool_pre_ping=True)
         if "connect_timeout" not in parsed.query:
@@ -132,9 +170,33 @@ def make_engine(url: str) -> Engine:
     except ArgumentError as exc:
         raise DatabaseError(f"bad database URL {display(parsed)!r}: {exc}") from None
     if parsed.get_backend_name() == "sqlite":
-        event.listen(engine, "connect", _sqlite_pragmas)
-        event.listen(engine, "begin", _sqlite_begin)
+        if read_only:
+            event.listen(engine, "connect", _sqlite_read_only_pragmas)
+            event.listen(engine, "begin", _sqlite_begin_deferred)
+        else:
+            event.listen(engine, "connect", _sqlite_pragmas)
+            event.listen(engine, "begin", _sqlite_begin)
+    elif read_only:
+        event.listen(engine, "connect", _postgres_read_only)
     return engine
+
+
+def _sqlite_read_only_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.isolation_level = None  # BEGIN issued by the "begin" event, as for writers
+    cur = dbapi_conn.cursor()
+    try:
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA query_only=ON")
+    finally:
+        cur.close()
+
+
+def _sqlite_begin_deferred(conn: Any) -> None:
+    conn.exec_driver_sql("BEGIN")
+
+
+def _postgres_read_only(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.read_only = True  # psycopg 3: every transaction READ ONLY
 
 
 READ_ONLY = "musku_read_only"

@@ -8,11 +8,12 @@ becomes a one-line :class:`~musku.errors.DatabaseError`.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from sqlalchemy import and_, func, or_, select, text, update
+from sqlalchemy import and_, delete, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -132,18 +133,38 @@ def _held_message(row: ExperimentRow, stamp: Any) -> str:
     )
 
 
-def open_store(url: str | None = None, *, create: bool = True) -> Store:
+MAX_ID = 2**63 - 1
+"""The largest id a row can have (64-bit integer keys): a larger one names no row."""
+
+
+def open_store(url: str | None = None, *, create: bool = True, read_only: bool = False) -> Store:
     """Open the results database at ``url`` (default: :func:`musku.storage.urls.default_url`).
 
     A new, empty database is created at the newest schema when ``create``; a database at an
-    older (or newer) schema revision raises :class:`~musku.errors.SchemaOutOfDate`."""
+    older (or newer) schema revision raises :class:`~musku.errors.SchemaOutOfDate`.
+
+    ``read_only``: for commands that only read. Nothing is created, migrated or written (an
+    SQLite file is opened read-only, so a read-only file or directory serves them); a missing
+    or empty database is a :class:`~musku.errors.DatabaseError`."""
     explicit = url is not None
     url = url if url is not None else default_url()
-    engine = make_engine(url)
+    engine = make_engine(url, read_only=read_only)
     hint = display(engine.url) if explicit else None
+    path = engine.url.database if engine.dialect.name == "sqlite" else None
+    missing = path not in (None, "", ":memory:") and not os.path.exists(str(path))
+    if missing and (not create or read_only):  # connecting would create the file
+        engine.dispose()
+        raise DatabaseError(
+            f"no musku database at {display(engine.url)}: no such file (a sweep or "
+            "`musku db upgrade` creates one)"
+        )
     try:
         with reader(engine).begin() as conn:
-            rev = revision_of(conn)
+            rev = revision_of(conn) if not read_only else check(conn, hint)
+        if read_only and rev is None:
+            raise DatabaseError(
+                f"no musku database at {display(engine.url)} (it is empty): a sweep creates one"
+            )
         if rev != head_revision():
             # new, older, newer or foreign: decide under the lock, so that of several musku
             # processes opening a brand-new database at once exactly one creates the schema
@@ -391,9 +412,12 @@ class Store:
                     .limit(1)
                 ).first()
             if row is None:
-                try:
-                    ident = int(name_or_id)
-                except ValueError:
+                if isinstance(name_or_id, str) and not (
+                    name_or_id.isascii() and name_or_id.isdigit()
+                ):
+                    return None  # int() would take " 12", "1_2", "١٢" or fail on "²"
+                ident = int(name_or_id)
+                if not 0 < ident <= MAX_ID:  # beyond the DB's ids: the driver would overflow
                     return None
                 row = s.get(ExperimentRow, ident)
             return self._experiment_record(s, row) if row is not None else None
@@ -972,31 +996,62 @@ class Store:
 
     @_guard
     def save_softsku(self, exp_id: int, sku: SoftSku) -> int:
-        """Store a composed soft SKU with its validations; returns its id."""
+        """Store a composed soft SKU with its validations; returns its id.
+
+        Idempotent: the same soft SKU (service, platform, configuration) of an experiment is
+        stored once. A run resumed after a kill that came after the SKU was stored (before
+        the run was marked done) composes the same one from its stored comparisons and gets
+        the stored row back, its validations those of this run, never a second row.
+        Serialised with ``musku abort`` on the experiment's row lock: an experiment already
+        aborted gets no soft SKU (:class:`InvalidTransition`), and one that has its soft SKU
+        can no longer be aborted (:meth:`abort_experiment`)."""
         with self._session() as s, s.begin():
-            self._experiment(s, exp_id)
+            exp = _locked_experiment(s, exp_id)
+            if exp.status == ExperimentStatus.ABORTED.value:
+                raise InvalidTransition(
+                    f"experiment {exp_id} ({exp.name}) was aborted (musku abort) before its "
+                    "soft SKU was stored: none stored"
+                )
+            config_id = self._config_id(s, sku.configuration)
+            existing = s.scalars(
+                select(SoftSkuRow)
+                .where(
+                    SoftSkuRow.experiment_id == exp_id,
+                    SoftSkuRow.configuration_id == config_id,
+                    SoftSkuRow.service == sku.service,
+                    SoftSkuRow.platform == sku.platform,
+                )
+                .order_by(SoftSkuRow.id)
+            ).first()
+            if existing is not None:
+                s.execute(delete(ValidationRow).where(ValidationRow.soft_sku_id == existing.id))
+                self._add_validations(s, exp_id, existing.id, sku)
+                return existing.id
             row = SoftSkuRow(
                 experiment_id=exp_id,
                 service=sku.service,
                 platform=sku.platform,
-                configuration_id=self._config_id(s, sku.configuration),
+                configuration_id=config_id,
                 created_at=convert.now(),
             )
             s.add(row)
             s.flush()
-            for against, result in (("production", sku.vs_production), ("stock", sku.vs_stock)):
-                if result is None:
-                    continue
-                cmp_id, dec_id = self._validation_ids(s, exp_id, against, result)
-                s.add(
-                    ValidationRow(
-                        soft_sku_id=row.id,
-                        against=against,
-                        comparison_id=cmp_id,
-                        decision_id=dec_id,
-                    )
-                )
+            self._add_validations(s, exp_id, row.id, sku)
             return row.id
+
+    def _add_validations(self, s: Session, exp_id: int, sku_id: int, sku: SoftSku) -> None:
+        for against, result in (("production", sku.vs_production), ("stock", sku.vs_stock)):
+            if result is None:
+                continue
+            cmp_id, dec_id = self._validation_ids(s, exp_id, against, result)
+            s.add(
+                ValidationRow(
+                    soft_sku_id=sku_id,
+                    against=against,
+                    comparison_id=cmp_id,
+                    decision_id=dec_id,
+                )
+            )
 
     def _softsku_records(self, s: Session, rows: Sequence[SoftSkuRow]) -> list[SoftSkuRecord]:
         if not rows:
@@ -1043,10 +1098,19 @@ class Store:
 
     @_guard
     def softskus(
-        self, service: str | None = None, platform: str | None = None
+        self,
+        service: str | None = None,
+        platform: str | None = None,
+        *,
+        include_aborted: bool = False,
     ) -> list[SoftSkuRecord]:
-        """Soft SKUs, oldest first, optionally of one service and/or platform."""
+        """Soft SKUs, oldest first, optionally of one service and/or platform. Those of an
+        aborted experiment are not deployable and left out unless ``include_aborted``."""
         q = select(SoftSkuRow).order_by(SoftSkuRow.id)
+        if not include_aborted:
+            q = q.join(ExperimentRow, ExperimentRow.id == SoftSkuRow.experiment_id).where(
+                ExperimentRow.status != ExperimentStatus.ABORTED.value
+            )
         if service is not None:
             q = q.where(SoftSkuRow.service == service)
         if platform is not None:
@@ -1056,6 +1120,8 @@ class Store:
 
     @_guard
     def softsku(self, sku_id: int) -> SoftSkuRecord | None:
+        if not 0 < sku_id <= MAX_ID:  # beyond the DB's ids: the driver would overflow
+            return None
         with self._reader() as s:
             row = s.get(SoftSkuRow, sku_id)
             return self._softsku_records(s, [row])[0] if row is not None else None
@@ -1527,8 +1593,10 @@ class Store:
         released (rows back to ``queued``; nobody claims them again). A live controller
         (heartbeat younger than ``stale_s``) notices at its next heartbeat, stops, aborts the
         comparison it is measuring, rolls its hosts back and releases its claim; a dead one's
-        claim is released here and the comparisons it left ``running`` are aborted. A finished experiment (done, failed,
-        aborted) raises :class:`InvalidTransition`."""
+        claim is released here and the comparisons it left ``running`` are aborted. A finished
+        experiment (done, failed, aborted), or one whose soft SKU is stored already (the abort
+        came after its last comparison), raises :class:`InvalidTransition`: an abort is
+        refused or wins cleanly, never "aborted" with a soft SKU (:meth:`save_softsku`)."""
         with self._session() as s, s.begin():
             row = _locked_experiment(s, exp_id)
             current = ExperimentStatus(row.status)
@@ -1536,6 +1604,14 @@ class Store:
                 raise InvalidTransition(
                     f"experiment {exp_id} ({row.name}) is already {current.value}: "
                     "only a running or interrupted experiment can be aborted"
+                )
+            sku = s.scalars(
+                select(SoftSkuRow.id).where(SoftSkuRow.experiment_id == exp_id).limit(1)
+            ).first()
+            if sku is not None:  # the abort came after the last comparison: too late
+                raise InvalidTransition(
+                    f"experiment {exp_id} ({row.name}) is already finished: its soft SKU "
+                    f"{sku} is stored (the run ends as done; `musku sku show {sku}`)"
                 )
             stamp = convert.now()
             beat = convert.aware(row.claim_heartbeat)

@@ -20,7 +20,8 @@ from musku.hosts.base import BACKENDS, HostPair
 from musku.hosts.pool import Locked, open_pool
 from musku.owner import controller_id
 from musku.registry import load
-from musku.sweep.queue import shared_runner
+from musku.storage.records import InvalidTransition
+from musku.sweep.queue import Aborted, shared_runner
 from musku.sweep.runner import Progress, Runner, SweepReport
 from musku.sweep.strategies import STRATEGIES
 
@@ -220,7 +221,7 @@ def run_sweep(
         best, outcomes = strategy(runner)
         sku = runner.generate_softsku(best)
         if store is not None and runner.experiment_id is not None:
-            store.save_softsku(runner.experiment_id, sku)
+            _save_softsku(store, runner.experiment_id, experiment.name, sku)
     return SweepReport(
         experiment=experiment.name,
         mode=experiment.mode.value,
@@ -236,6 +237,20 @@ def run_sweep(
         pairs=len(runner.pool) if runner.pool is not None else 1,
         host_hours=runner.host_seconds / 3600.0,
     )
+
+
+def _save_softsku(store: Any, exp_id: int, name: str, sku: Any) -> None:
+    """Store the run's soft SKU (idempotent on resume). ``musku abort`` that came first wins:
+    no soft SKU, the run stops as aborted (:class:`Aborted`, exit 130)."""
+    try:
+        store.save_softsku(exp_id, sku)
+    except InvalidTransition:
+        if store.status_of(exp_id) is not ExperimentStatus.ABORTED:
+            raise
+        raise Aborted(
+            f"experiment {exp_id} ({name}) was aborted (musku abort) after its last "
+            "comparison: no soft SKU stored; hosts rolled back"
+        ) from None
 
 
 def run_abtest(

@@ -82,6 +82,10 @@ def train(
                 err=True,
             )
 
+    if out is not None and (out.exists() or out.is_symlink() or str(out) == "-"):
+        from musku.outputs import check_target  # a missing directory is created later
+
+        check_target(out, stdout_ok=False)  # a device, FIFO, link: before minutes of training
     try:
         runtime.check_service(service)
         run = tr.ServiceTraining(

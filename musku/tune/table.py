@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from musku import outputs
 from musku.cotune_spec import MODELS
 from musku.errors import InputError
 
@@ -22,10 +23,12 @@ def service_name(service: str) -> str:
 
 
 def write_table(table: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(table, indent=2) + "\n")
-    tmp.replace(path)
+    """Written atomically, only over a regular file or a new path (musku/outputs.py)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    outputs.write_text(path, json.dumps(table, indent=2) + "\n")
 
 
 def validate_table(path: Path, service: str, *, cpus: int | None = None) -> dict[str, Any]:

@@ -405,6 +405,7 @@ def profile(
     from musku.qsim.profile import measure, profile_json, write_model
     from musku.services import deployments, runtime
 
+    check_out(out)
     data_opts = deployments.parse_opts(service, list(opt or []))
     if not duration > 0:
         raise InputError(f"--duration must be positive, not {duration}")

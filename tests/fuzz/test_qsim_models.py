@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tests.experiment.generators import draw, to_toml
 from tests.fuzz.qsim_docs import BUDGET_CPU_S, check_qsim, prepare, qsim_base
 
-EXAMPLES = int(os.environ.get("MUSKU_PROPERTY_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("MUSKU_PROPERTY_EXAMPLES", "20"))
 
 
 @pytest.fixture(scope="module")

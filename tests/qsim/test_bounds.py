@@ -306,3 +306,18 @@ def test_engine_memory_budget(engine: str, tmp_path: Path) -> None:
     text = text.replace('name = "server"', 'name = "server"\ninstances = 8')
     p = model(tmp_path, text)
     refused(musku("qsim", "run", str(p), "--memory-limit", "64"), "MiB of memory")
+
+
+def test_a_service_with_fewer_connections_than_the_client(engine: str, tmp_path: Path) -> None:
+    """Found by bench/fuzz.py (seed 29, model #697): an epoll stage of a service with fewer
+    connections than the client indexed its sub-queues by the client's connection, past their
+    end, and the engine died of SIGSEGV. A job's connection is the client's modulo the
+    service's (docs/qsim.md)."""
+    text = MM1.format(duration=0.2, qps=20_000).replace(
+        'execution = "simple"', 'execution = "threads"\nthreads = 1\nconnections = 2'
+    )
+    text = text.replace('name = "work"', 'name = "work"\n  queue = "epoll"\n  batch = 8')
+    text = text.replace("qps = 20000", "qps = 20000\nconnections = 16")
+    r = musku("qsim", "run", str(model(tmp_path, text)), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["latency"]["count"] > 100

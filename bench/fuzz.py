@@ -1,5 +1,6 @@
-"""Fuzz every input file kind musku reads (issue 18, "Must show": >= 5,000 experiment files),
-and, through bench/fuzz_agent.py when it is present, >= 5,000 agent requests.
+"""Fuzz every input file kind musku reads (issue 18, "Must show": >= 5,000 experiment files;
+issue 29: >= 10,000 inputs across all kinds, qsim models included), and, through
+bench/fuzz_agent.py when it is present, >= 5,000 agent requests.
 
 Documents come from the generators of the property tests (tests/experiment/generators.py):
 valid documents mutated (hostile values, wrong types, unknown and missing keys, deep nesting,
@@ -9,12 +10,21 @@ through ``musku check`` in this process (the exit status a user would see); an a
 experiment's hosts are then opened as ``musku sweep`` opens them (check must not accept what
 sweep refuses). Catalogs, simulator models and agent configurations go through their loaders.
 
+qsim models (tests/fuzz/qsim_docs.py: the 2-tier model with a histogram and a fan-out, mutated
+by the same generator) go through ``musku qsim check`` and, when accepted, ``musku qsim run``
+of a 10 ms window under an engine budget of 5 CPU seconds and 512 MiB (a run over it is a clean
+error); ``check`` accepting what ``run`` refuses counts as "check OK but run refused" (goal 0).
+Their budget is 10 CPU seconds per model (this thread's and the engine's) and 1 GiB peak RSS
+for the largest engine process. They need the engine (``$MUSKU_QSIM`` or the services' build);
+without it they are skipped, and the table says so.
+
 Printed per kind: accepted / clean errors per exit status / internal errors (goal 0) / over
 budget (goal 0: a document over budget is timed once more, and counts if it is over twice) /
 check-accepted-but-sweep-refused (goal 0). Budgets: 2 CPU seconds per document
 (tests/experiment/generators.BUDGET_S), 400 MiB peak RSS for the process.
 
-    PYTHONPATH=. python bench/fuzz.py [-n 5000] [--seed 0] [--other 1000] [--agent 5000]
+    PYTHONPATH=. python bench/fuzz.py [-n 5000] [--seed 0] [--other 1000] [--qsim 1000]
+        [--agent 5000]
 """
 
 from __future__ import annotations
@@ -106,6 +116,64 @@ def fuzz_kind(kind: str, n: int, seed: int, work: Workdir) -> dict[str, Any]:
     }
 
 
+def fuzz_qsim(n: int, seed: int, d: Path) -> dict[str, Any]:
+    """``n`` generated qsim models through check and a short run (the module doc)."""
+    from tests.experiment.generators import draw
+    from tests.fuzz.qsim_docs import BUDGET_CPU_S, check_qsim, prepare, qsim_base
+
+    prepare(d)
+    base = qsim_base()
+    rng = random.Random(f"{seed}:qsim-model")
+    clean: collections.Counter[int] = collections.Counter()
+    accepted, ran = 0, 0
+    internal: list[str] = []
+    over: list[str] = []
+    parity: list[str] = []
+    worst = 0.0
+    budget_refusals = 0
+    started = time.perf_counter()
+    for i in range(n):
+        text = draw(rng, base)
+        outcome, status, cpu, message = check_qsim(text, d)
+        worst = max(worst, cpu)
+        if cpu > BUDGET_CPU_S:
+            over.append(f"#{i} {cpu:.2f} CPU s {message[:120]}")
+        if outcome == "accepted":
+            accepted += 1
+            ran += 1
+        elif outcome == "clean":
+            clean[status] += 1
+            budget_refusals += "budget" in message or "of memory" in message
+        elif outcome == "parity":
+            parity.append(f"#{i} {message[:200]}")
+        else:
+            internal.append(f"#{i} {message[:200]}")
+    return {
+        "kind": "qsim-model",
+        "documents": n,
+        "accepted": accepted,
+        "clean": dict(sorted(clean.items())),
+        "internal": internal,
+        "over_budget": over,
+        "over_budget_first_try": len(over),
+        "check_ok_sweep_refused": parity,
+        "budget_refusals": budget_refusals,
+        "worst_s": worst,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def _engine_built() -> str:
+    from musku.errors import UnsupportedError
+    from musku.qsim.engine import binary
+
+    try:
+        binary()
+    except UnsupportedError as exc:
+        return exc.one_line()
+    return ""
+
+
 def _agent_half(n: int, seed: int) -> dict[str, Any] | None:
     """bench/fuzz_agent.py's ``run(n, seed)`` (written alongside the agent server), if here."""
     path = ROOT / "bench" / "fuzz_agent.py"
@@ -123,6 +191,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=5000, help="experiment files")
     ap.add_argument("--other", type=int, default=1000, help="documents of each other kind")
+    ap.add_argument("--qsim", type=int, default=1000, help="qsim models (0: skip)")
     ap.add_argument("--agent", type=int, default=5000, help="agent requests (0: skip)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -131,9 +200,21 @@ def main() -> int:
         work = Workdir(Path(d))
         warm_up(work)
         print(f"budgets: {BUDGET_S:g} CPU s per document, {RSS_BUDGET_MIB} MiB peak RSS")
+        results = []
+        total = 0
         for kind in BASES:
             n = args.n if kind == "experiment" else args.other
-            r = fuzz_kind(kind, n, args.seed, work)
+            results.append(fuzz_kind(kind, n, args.seed, work))
+        missing = _engine_built()
+        if args.qsim > 0 and not missing:
+            qdir = Path(d) / "qsim"
+            qdir.mkdir()
+            results.append(fuzz_qsim(args.qsim, args.seed, qdir))
+        elif args.qsim > 0:
+            print(f"qsim models: skipped, the engine is not built ({missing})")
+        for r in results:
+            kind = r["kind"]
+            total += r["documents"]
             clean = ", ".join(f"status {s}: {c}" for s, c in r["clean"].items()) or "none"
             print(
                 f"{kind:13} {r['documents']:6} documents in {r['seconds']:6.1f} s: "
@@ -141,8 +222,14 @@ def main() -> int:
                 f"internal errors {len(r['internal'])} (goal 0), "
                 f"over budget {len(r['over_budget'])} (goal 0; "
                 f"{r['over_budget_first_try']} over at the first try), "
-                f"check OK but sweep refused {len(r['check_ok_sweep_refused'])} (goal 0); "
+                f"check OK but {'run' if kind == 'qsim-model' else 'sweep'} refused "
+                f"{len(r['check_ok_sweep_refused'])} (goal 0); "
                 f"slowest {r['worst_s'] * 1000:.0f} ms"
+                + (
+                    f" CPU (engine included; {r['budget_refusals']} runs over the engine budget)"
+                    if kind == "qsim-model"
+                    else ""
+                )
             )
             for key in ("internal", "over_budget", "check_ok_sweep_refused"):
                 for line in r[key][:10]:
@@ -151,6 +238,12 @@ def main() -> int:
     rss = peak_rss_mib()
     print(f"peak RSS {rss:.0f} MiB (budget {RSS_BUDGET_MIB} MiB)")
     bad += rss > RSS_BUDGET_MIB
+    if args.qsim > 0:
+        from tests.fuzz.qsim_docs import engine_peak_rss_mib
+
+        engine_rss = engine_peak_rss_mib()
+        print(f"largest child (engine) peak RSS {engine_rss:.0f} MiB (budget 1024 MiB)")
+        bad += engine_rss > 1024
     agent = _agent_half(args.agent, args.seed)
     if agent is None:
         print("agent requests: bench/fuzz_agent.py not present (run it on its own)")
@@ -163,6 +256,8 @@ def main() -> int:
             f"over budget {len(agent['over_budget'])} (goal 0)"
         )
         bad += len(agent["internal_errors"]) + len(agent["over_budget"])
+        total += agent["requests"]
+    print(f"{total:,} generated inputs in all")
     print("(measured on a 2-core VM shared with other work: times are upper bounds)")
     return 1 if bad else 0
 

@@ -242,95 +242,130 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
+class Fuzzer:
+    """A real agent daemon on a fake host (under a temporary directory) and its two
+    connections; :meth:`one` sends one generated request and classifies the reply. Shared by
+    :func:`run` and the Hypothesis test tests/fuzz/test_agent_requests.py."""
+
+    def __init__(self, *, tcp_share: float = 0.25) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="musku-agent-fuzz-"))
+        self.cfg, self.host, self.port, self.pid = spawn_tcp_daemon(self.tmp, TOKEN)
+        self.unix, self.tcp = Conn(str(self.cfg.socket)), Conn(self.port)
+        self.tcp_share = tcp_share
+        self.replay: list[bytes] = []
+
+    def draw(self, rng: random.Random) -> tuple[str, bytes, bool]:
+        """One generated request: (class, the line, whether it goes over TCP)."""
+        r = rng.random()
+        kind = (
+            "valid"
+            if r < 0.25
+            else "bad-field"
+            if r < 0.55
+            else "unknown"
+            if r < 0.65
+            else "malformed"
+            if r < 0.83
+            else "oversize"
+            if r < 0.835
+            else "auth"
+        )
+        over_tcp = kind != "auth" and rng.random() < self.tcp_share
+        if kind == "auth":
+            data = _auth_attack(rng, self.replay)
+        elif kind == "oversize":
+            data = b'{"op": "hello", "pad": "' + b"x" * MAX_LINE + b'"}\n'
+        elif kind == "malformed":
+            data = _malformed(rng) + b"\n"
+        else:
+            req = {"valid": _valid, "bad-field": _bad_field, "unknown": _unknown}[kind](rng)
+            if over_tcp:
+                signed = sign(req, TOKEN)
+                data = json.dumps(signed).encode() + b"\n"
+                if kind == "valid" and len(self.replay) < 50:
+                    self.replay.append(data)
+            else:
+                data = json.dumps(req).encode() + b"\n"
+        if over_tcp and kind == "malformed":
+            over_tcp = False  # an unsigned line on TCP is an auth refusal, not this class
+        return kind, data, over_tcp
+
+    def one(self, rng: random.Random, label: str) -> dict[str, Any]:
+        """Send one generated request; its outcome: ``{"kind", "outcome": accepted | clean |
+        internal | wrote, "status", "seconds", "why"}``."""
+        kind, data, over_tcp = self.draw(rng)
+        before = _knob_state(self.host) if kind != "valid" else None
+        t0 = time.monotonic()
+        conn = self.tcp if over_tcp else self.unix
+        if kind == "auth":
+            reply = _one_shot(self.port, data)
+        else:
+            reply = conn.exchange(data)
+            if kind == "oversize":
+                conn.close()  # the agent answers a line over the limit, then hangs up
+        out: dict[str, Any] = {"kind": kind, "seconds": time.monotonic() - t0, "status": 0}
+        label = f"{kind}#{label}"
+        if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+            return {**out, "outcome": "internal", "why": f"{label}: no reply to {data[:80]!r}"}
+        if reply["ok"]:
+            if kind == "auth":
+                why = f"{label}: an auth attack was accepted: {data[:120]!r}"
+                return {**out, "outcome": "internal", "why": why}
+            return {**out, "outcome": "accepted", "why": data[:120] if kind == "bad-field" else ""}
+        err = reply.get("error") or {}
+        status = err.get("status")
+        if err.get("type") == "InternalError" or status not in (3, 4, 6):
+            return {**out, "outcome": "internal", "why": f"{label}: {err}"}
+        out["status"] = int(status)
+        if before is not None and _knob_state(self.host) != before:
+            why = f"{label}: refused ({err.get('message')}) but the host changed"
+            return {**out, "outcome": "wrote", "why": why}
+        return {**out, "outcome": "clean", "why": ""}
+
+    def rss_mib(self) -> float:
+        return _rss_mib(self.pid)
+
+    def close(self) -> None:
+        self.unix.close()
+        self.tcp.close()
+        os.kill(self.pid, signal.SIGTERM)
+        os.waitpid(self.pid, 0)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 def run(n: int = 5000, seed: int = 0, *, tcp_share: float = 0.25) -> dict[str, Any]:
     """Fuzz a fresh agent with ``n`` requests; the counts (see the module doc)."""
     rng = random.Random(seed)
-    tmp = Path(tempfile.mkdtemp(prefix="musku-agent-fuzz-"))
-    cfg, host, port, pid = spawn_tcp_daemon(tmp, TOKEN)
-    unix, tcp = Conn(str(cfg.socket)), Conn(port)
+    fz = Fuzzer(tcp_share=tcp_share)
     counts: Counter[str] = Counter()
     clean: Counter[tuple[str, int]] = Counter()
     internal: list[str] = []
     over: list[str] = []
     wrote: list[str] = []
-    replay: list[bytes] = []
     accepted_odd: list[bytes] = []  # bad-field requests whose "hostile" value was valid
     t_start = time.monotonic()
     worst = 0.0
     try:
         for i in range(n):
-            r = rng.random()
-            kind = (
-                "valid"
-                if r < 0.25
-                else "bad-field"
-                if r < 0.55
-                else "unknown"
-                if r < 0.65
-                else "malformed"
-                if r < 0.83
-                else "oversize"
-                if r < 0.835
-                else "auth"
-            )
-            over_tcp = kind != "auth" and rng.random() < tcp_share
-            if kind == "auth":
-                data = _auth_attack(rng, replay)
-            elif kind == "oversize":
-                data = b'{"op": "hello", "pad": "' + b"x" * MAX_LINE + b'"}\n'
-            elif kind == "malformed":
-                data = _malformed(rng) + b"\n"
-            else:
-                req = {"valid": _valid, "bad-field": _bad_field, "unknown": _unknown}[kind](rng)
-                if over_tcp:
-                    signed = sign(req, TOKEN)
-                    data = json.dumps(signed).encode() + b"\n"
-                    if kind == "valid" and len(replay) < 50:
-                        replay.append(data)
-                else:
-                    data = json.dumps(req).encode() + b"\n"
-            if over_tcp and kind == "malformed":
-                over_tcp = False  # an unsigned line on TCP is an auth refusal, not this class
-            before = _knob_state(host) if kind != "valid" else None
-            t0 = time.monotonic()
-            conn = tcp if over_tcp else unix
-            if kind == "auth":
-                reply = _one_shot(port, data)
-            else:
-                reply = conn.exchange(data)
-                if kind == "oversize":
-                    conn.close()  # the agent answers a line over the limit, then hangs up
-            took = time.monotonic() - t0
+            r = fz.one(rng, str(i))
+            kind, took = r["kind"], r["seconds"]
             worst = max(worst, took)
-            label = f"{kind}#{i}"
             if took > BUDGET_S:
-                over.append(f"{label}: {took:.2f} s")
-            if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
-                internal.append(f"{label}: no reply to {data[:80]!r}")
-                continue
-            if reply["ok"]:
+                over.append(f"{kind}#{i}: {took:.2f} s")
+            if r["outcome"] == "internal":
+                internal.append(r["why"])
+            elif r["outcome"] == "accepted":
                 counts[f"accepted {kind}"] += 1
-                if kind == "bad-field":
-                    accepted_odd.append(data[:120])
-                if kind == "auth":
-                    internal.append(f"{label}: an auth attack was accepted: {data[:120]!r}")
-                continue
-            err = reply.get("error") or {}
-            status = err.get("status")
-            if err.get("type") == "InternalError" or status not in (3, 4, 6):
-                internal.append(f"{label}: {err}")
-                continue
-            clean[(kind, int(status))] += 1
-            if before is not None and _knob_state(host) != before:
-                wrote.append(f"{label}: refused ({err.get('message')}) but the host changed")
-        rss = _rss_mib(pid)
+                if r["why"]:
+                    accepted_odd.append(r["why"])
+            else:
+                clean[(kind, r["status"])] += 1
+                if r["outcome"] == "wrote":
+                    wrote.append(r["why"])
+        rss = fz.rss_mib()
         seconds = time.monotonic() - t_start
     finally:
-        unix.close()
-        tcp.close()
-        os.kill(pid, signal.SIGTERM)
-        os.waitpid(pid, 0)
-        shutil.rmtree(tmp, ignore_errors=True)
+        fz.close()
     if rss > RSS_BUDGET_MIB:
         over.append(f"agent peak RSS {rss:.0f} MiB > {RSS_BUDGET_MIB:g} MiB")
     return {

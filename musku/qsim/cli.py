@@ -1,18 +1,30 @@
 """``musku qsim run | curve | check | import-uqsim`` (docs/qsim.md).
 
-Exit statuses (docs/cli.md): 3 a bad model (with ``file:line``), 4 the engine is not built.
+Exit statuses (docs/cli.md): 3 a bad model (with ``file:line``), a bad ``--out``, or a model
+that needs more than the engine's CPU or memory budget; 4 the engine is not built. Names from
+the model (services, stages, machines, paths) are printed as text: rich markup in them is shown,
+never interpreted.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
+import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from musku.errors import InputError
+
+if TYPE_CHECKING:
+    from musku.qsim.engine import Limits
+
+MAX_CURVE_STEPS = 1000
+"""Most rates one ``qsim curve`` runs."""
 
 app = typer.Typer(help="Queueing-network simulation of microservice graphs.", no_args_is_help=True)
 
@@ -27,7 +39,88 @@ DurationOpt = Annotated[
 ]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="Run seed (overrides [run]).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-OutOpt = Annotated[Path | None, typer.Option("--out", help="Also write the result as JSON here.")]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out", help="Also write the result as JSON here (a new or regular file; - stdout)."
+    ),
+]
+CpuOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--cpu-limit",
+        help="CPU seconds the engine may spend in all (default 600; $MUSKU_QSIM_CPU_S).",
+        show_default=False,
+    ),
+]
+MemOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--memory-limit",
+        help="MiB of memory per engine run (default 2048; $MUSKU_QSIM_MEMORY_MIB).",
+        show_default=False,
+    ),
+]
+
+
+def check_out(out: Path | None) -> None:
+    """Refuse an output path that is not a new path or a regular file (a directory, a device,
+    a FIFO, a socket, a symbolic link) before any work is done."""
+    if out is None or str(out) == "-":
+        return
+    where = str(out)
+    if "\0" in where:
+        raise InputError("--out: the file name holds a NUL character", where=repr(where))
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        parent = out.parent
+        if not parent.is_dir():
+            raise InputError("--out: no such directory", where=str(parent)) from None
+        return
+    except OSError as e:
+        raise InputError(f"--out: {e.strerror}", where=where) from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError("--out is a symbolic link: name the file itself", where=where)
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError("--out is a directory: name a file", where=where)
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError("--out is not a regular file (a device, FIFO or socket)", where=where)
+
+
+def write_out(out: Path, text: str) -> None:
+    """``text`` to ``out`` atomically (a temporary file beside it, renamed over it), or to
+    stdout for ``-``."""
+    if str(out) == "-":
+        sys.stdout.write(text)
+        return
+    check_out(out)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    except OSError as e:
+        raise InputError(f"--out: cannot write: {e.strerror}", where=str(out)) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"--out: cannot write: {e.strerror}", where=str(out)) from None
+
+
+def _limits(cpu_limit: float | None, memory_limit: int | None) -> Limits:
+    from musku.qsim.engine import Limits
+
+    return Limits.from_env(cpu_limit, memory_limit)
+
+
+def _e(text: Any) -> str:
+    """A name from the model, as text in rich markup."""
+    from rich.markup import escape
+
+    return escape(str(text))
 
 
 def _console() -> Any:
@@ -46,7 +139,7 @@ def _print_run(result: dict[str, Any], title: str) -> None:
     con = _console()
     lat = result["latency"]
     con.print(
-        f"[bold]{title}[/]: {result['throughput_qps']:.0f} req/s completed "
+        f"[bold]{_e(title)}[/]: {result['throughput_qps']:.0f} req/s completed "
         f"(offered {result['offered_qps']:.0f}), {lat['count']} requests measured over "
         f"{result['measured_s']:.2f} s; end-to-end mean {_us(lat['mean_us'])}, "
         f"p50 {_us(lat['p50_us'])}, p99 {_us(lat['p99_us'])}, p99.9 {_us(lat['p999_us'])}"
@@ -56,19 +149,19 @@ def _print_run(result: dict[str, Any], title: str) -> None:
     if given:
         con.print(f"95 % batch-means intervals ({ci['batches']} batches): " + ", ".join(given))
     if result["saturated"]:
-        con.print(f"[bold red]SATURATED[/]: {result['stop_reason']}")
+        con.print(f"[bold red]SATURATED[/]: {_e(result['stop_reason'])}")
     t = Table(title="per service (time at the service, from arrival to the node's last stage)")
     for col in ("service", "requests", "mean", "p50", "p99", "thread util"):
         t.add_column(col, justify="left" if col == "service" else "right")
     for name, s in result["services"].items():
-        t.add_row(name, str(s["count"]), _us(s["mean_us"]), _us(s["p50_us"]), _us(s["p99_us"]),
+        t.add_row(_e(name), str(s["count"]), _us(s["mean_us"]), _us(s["p50_us"]), _us(s["p99_us"]),
                   f"{s['thread_util'] * 100:.1f} %")  # fmt: skip
     con.print(t)
     q = Table(title="queues (all instances)")
     for col in ("service", "stage", "mean length", "max length"):
         q.add_column(col, justify="left" if col in ("service", "stage") else "right")
     for s in result["stages"]:
-        q.add_row(s["service"], s["stage"], f"{s['mean_queue']:.2f}", str(s["max_queue"]))
+        q.add_row(_e(s["service"]), _e(s["stage"]), f"{s['mean_queue']:.2f}", str(s["max_queue"]))
     con.print(q)
     per_machine: dict[str, list[float]] = {}
     for c in result["cores"]:
@@ -76,7 +169,8 @@ def _print_run(result: dict[str, Any], title: str) -> None:
     con.print(
         "cores: "
         + "; ".join(
-            f"{m} " + " ".join(f"{u * 100:.0f}" for u in us) + " %" for m, us in per_machine.items()
+            f"{_e(m)} " + " ".join(f"{u * 100:.0f}" for u in us) + " %"
+            for m, us in per_machine.items()
         )
     )
     con.print(
@@ -108,18 +202,22 @@ def run(
     seed: SeedOpt = None,
     out: OutOpt = None,
     json_out: JsonOpt = False,
+    cpu_limit: CpuOpt = None,
+    memory_limit: MemOpt = None,
 ) -> None:
     """Simulate a model: latency percentiles, throughput, utilisation and queue lengths."""
     from musku.qsim.engine import simulate
     from musku.qsim.model import load, with_overrides
 
+    limits = _limits(cpu_limit, memory_limit)
+    check_out(out)
     loaded = load(model)
     doc = with_overrides(loaded.engine, qps=qps, duration_s=duration, seed=seed)
-    result = simulate(doc)
+    result = simulate(doc, limits=limits)
     result["model"] = str(model)
     result["seed"] = doc["seed"]
     if out is not None:
-        out.write_text(json.dumps(result, indent=2) + "\n")
+        write_out(out, json.dumps(result, indent=2) + "\n")
     if json_out:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:
@@ -128,13 +226,19 @@ def run(
 
 def parse_range(text: str) -> list[float]:
     """``A:B:STEPS`` -> STEPS evenly spaced rates from A to B."""
+    import math
+
     try:
         a, b, n = text.split(":")
         lo, hi, steps = float(a), float(b), int(n)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError(text)
     except ValueError:
         raise InputError(f"--qps takes A:B:STEPS (e.g. 1000:20000:10), not {text!r}") from None
     if not (0 < lo <= hi) or steps < 1 or (steps == 1 and lo != hi):
         raise InputError(f"--qps {text}: need 0 < A <= B and STEPS >= 1 (1 only when A = B)")
+    if steps > MAX_CURVE_STEPS:
+        raise InputError(f"--qps {text}: at most {MAX_CURVE_STEPS} steps")
     return [lo + (hi - lo) * i / max(1, steps - 1) for i in range(steps)]
 
 
@@ -147,15 +251,19 @@ def falls_behind(result: dict[str, Any], qps: float) -> bool:
     return bool(result["throughput_qps"] < qps * (1 - max(0.01, 4 / math.sqrt(n))))
 
 
-def curve_points(doc: dict[str, Any], rates: list[float]) -> dict[str, Any]:
-    """Run the model at each rate until it saturates; the curve and the saturation point."""
-    from musku.qsim.engine import simulate
+def curve_points(
+    doc: dict[str, Any], rates: list[float], limits: Limits | None = None
+) -> dict[str, Any]:
+    """Run the model at each rate until it saturates; the curve and the saturation point.
+    Every run spends the one CPU budget (``limits``)."""
+    from musku.qsim.engine import Limits, simulate
     from musku.qsim.model import with_overrides
 
+    lim = limits if limits is not None else Limits.from_env()
     points = []
     saturation: dict[str, Any] | None = None
     for qps in rates:
-        r = simulate(with_overrides(doc, qps=qps))
+        r = simulate(with_overrides(doc, qps=qps), limits=lim)
         sat = bool(r["saturated"])  # the engine's rule, the same as `run` (docs/qsim.md "Overload")
         points.append(
             {
@@ -190,6 +298,8 @@ def curve(
     seed: SeedOpt = None,
     out: OutOpt = None,
     json_out: JsonOpt = False,
+    cpu_limit: CpuOpt = None,
+    memory_limit: MemOpt = None,
 ) -> None:
     """Load-latency curve; stops at the first saturated rate and says so."""
     from rich.table import Table
@@ -197,18 +307,20 @@ def curve(
     from musku.qsim.model import load, with_overrides
 
     rates = parse_range(qps)
+    limits = _limits(cpu_limit, memory_limit)
+    check_out(out)
     loaded = load(model)
     doc = with_overrides(loaded.engine, duration_s=duration, seed=seed)
     if doc["client"]["kind"] != "open":
-        raise InputError(f"{model}: a load-latency curve needs an open-loop client")
-    res = curve_points(doc, rates)
+        raise InputError("a load-latency curve needs an open-loop client", where=str(model))
+    res = curve_points(doc, rates, limits)
     res["model"] = str(model)
     if out is not None:
-        out.write_text(json.dumps(res, indent=2) + "\n")
+        write_out(out, json.dumps(res, indent=2) + "\n")
     if json_out:
         sys.stdout.write(json.dumps(res, indent=2) + "\n")
         return
-    t = Table(title=f"load-latency curve of {model}")
+    t = Table(title=f"load-latency curve of {_e(model)}")
     for col in ("offered", "completed", "mean", "p50", "p99", "p99.9", ""):
         t.add_column(col, justify="right")
     for p in res["points"]:
@@ -225,7 +337,7 @@ def curve(
         below = f" (stable at {s['last_stable_qps']:.0f})" if s["last_stable_qps"] else ""
         con.print(
             f"[bold]saturation[/] at {s['first_saturated_qps']:.0f} req/s offered{below}: "
-            f"{s['reason']}; max completed {s['max_throughput_qps']:.0f} req/s"
+            f"{_e(s['reason'])}; max completed {s['max_throughput_qps']:.0f} req/s"
         )
 
 
@@ -249,6 +361,7 @@ def import_uqsim(
     """Convert a μqSim architecture directory into a qsim model file."""
     from musku.qsim.uqsim import convert
 
+    check_out(out)
     notes = convert(
         directory, out, qps=qps, connections=connections, client_latency_us=client_latency_us
     )
@@ -296,6 +409,7 @@ def profile(
     from musku.qsim.profile import measure, profile_json, write_model
     from musku.services import deployments, runtime
 
+    check_out(out)
     data_opts = deployments.parse_opts(service, list(opt or []))
     if not duration > 0:
         raise InputError(f"--duration must be positive, not {duration}")

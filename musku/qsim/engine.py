@@ -1,16 +1,144 @@
-"""Running a normalised model through the C++ engine (``musku_qsim``, built from services/qsim)."""
+"""Running a normalised model through the C++ engine (``musku_qsim``, built from services/qsim).
+
+The engine runs under a CPU-time and an address-space bound (``setrlimit`` in the child before
+it starts: ``RLIMIT_CPU``, ``RLIMIT_AS``) and a wall-clock backstop, so a model that asks for
+more work than it can do in its budget (a week of simulated time at a million requests a
+second, a hundred million threads) ends with one clear line and exit status 3, never a run that
+does not end or a machine out of memory. The budget is :class:`Limits` (``--cpu-limit``,
+``--memory-limit`` on ``musku qsim run | curve``; ``MUSKU_QSIM_CPU_S`` and
+``MUSKU_QSIM_MEMORY_MIB`` for every caller).
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import resource
+import signal
 import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from musku.errors import InputError, MuskuError, UnsupportedError
 
 BINARY = "qsim/musku_qsim"
+
+DEFAULT_CPU_S = 600.0
+"""CPU seconds one command may spend in the engine (every run of a curve together)."""
+DEFAULT_MEMORY_MIB = 2048
+"""Address space of one engine process (its peak RSS on the shipped models is under 10 MiB)."""
+MAX_CPU_S = 7 * 86_400.0
+MIN_MEMORY_MIB = 64
+WALL_FACTOR = 10.0
+"""A run is stopped after this many times its CPU budget in wall time, plus a minute (an
+engine that blocks, or a machine so busy it gets a tenth of a core)."""
+
+
+def _env_number(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InputError(f"{name} must be a number, not {raw!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"{name} must be a positive number, not {raw!r}")
+    return value
+
+
+@dataclass
+class Limits:
+    """The engine's budget for one command: CPU seconds (spent down by every run) and the
+    address space of each engine process."""
+
+    cpu_s: float = DEFAULT_CPU_S
+    memory_mib: int = DEFAULT_MEMORY_MIB
+    spent_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.cpu_s) and 0 < self.cpu_s <= MAX_CPU_S):
+            raise InputError(f"--cpu-limit must be in (0, {MAX_CPU_S:g}] s, not {self.cpu_s}")
+        if not MIN_MEMORY_MIB <= self.memory_mib <= 1 << 22:
+            raise InputError(
+                f"--memory-limit must be in {MIN_MEMORY_MIB}..{1 << 22} MiB, not {self.memory_mib}"
+            )
+
+    @classmethod
+    def from_env(cls, cpu_s: float | None = None, memory_mib: int | None = None) -> Limits:
+        """Options first, then ``MUSKU_QSIM_CPU_S`` / ``MUSKU_QSIM_MEMORY_MIB``, then the
+        defaults."""
+        return cls(
+            cpu_s=cpu_s if cpu_s is not None else _env_number("MUSKU_QSIM_CPU_S", DEFAULT_CPU_S),
+            memory_mib=memory_mib
+            if memory_mib is not None
+            else int(_env_number("MUSKU_QSIM_MEMORY_MIB", DEFAULT_MEMORY_MIB)),
+        )
+
+    @property
+    def left_s(self) -> float:
+        return self.cpu_s - self.spent_s
+
+    def preexec(self) -> Callable[[], None]:
+        """The child's ``preexec_fn``: the CPU bound (SIGXCPU at the soft limit, SIGKILL a
+        second later) and the address-space bound (allocations fail: the engine reports
+        ``bad_alloc``)."""
+        cpu = max(1, math.ceil(self.left_s))
+        mem = self.memory_mib << 20
+
+        def limit() -> None:
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+        return limit
+
+    def wall_s(self) -> float:
+        return self.left_s * WALL_FACTOR + 60.0
+
+    def check_left(self) -> None:
+        if self.left_s <= 0:
+            raise self.over_cpu()
+
+    def over_cpu(self) -> InputError:
+        return InputError(
+            f"the simulation needed more than its {self.cpu_s:g} CPU-second budget "
+            "(--cpu-limit): shorten duration_s (--duration), lower the load or fewer rates, "
+            "or raise the budget"
+        )
+
+    def over_memory(self) -> InputError:
+        return InputError(
+            f"the simulation needed more than its {self.memory_mib} MiB of memory "
+            "(--memory-limit): lower max_live_requests / max_live_jobs, instances, threads or "
+            "connections, or raise the budget"
+        )
+
+    def failure(self, returncode: int, stderr: str) -> MuskuError:
+        """What an engine that did not succeed means, in one line."""
+        lines = stderr.strip().splitlines()
+        last = lines[-1] if lines else ""
+        if returncode in (-signal.SIGXCPU, -signal.SIGKILL) and self.left_s <= 1.5:
+            return self.over_cpu()
+        if "bad_alloc" in last or "bad_array_new_length" in last:
+            return self.over_memory()
+        if returncode == 3:
+            return InputError(last or "the engine refused the model")
+        if returncode < 0:
+            try:
+                name = signal.Signals(-returncode).name
+            except ValueError:
+                name = f"signal {-returncode}"
+            return MuskuError(f"musku_qsim was killed by {name}: {last}".rstrip(": "))
+        return MuskuError(f"musku_qsim exited with status {returncode}: {last}".rstrip(": "))
+
+    def charge(self, before: resource.struct_rusage) -> None:
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.spent_s += (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def binary() -> Path:
@@ -26,24 +154,44 @@ def binary() -> Path:
     return services_binary(BINARY)
 
 
-def simulate(doc: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
-    """Run one normalised model document; the engine's result document."""
+def encode(doc: dict[str, Any]) -> bytes:
+    """The engine's JSON (strict: a NaN or an infinity is refused here, never sent)."""
+    try:
+        return json.dumps(doc, allow_nan=False).encode()
+    except ValueError:
+        raise InputError("the model holds a number that is not finite") from None
+
+
+def simulate(
+    doc: dict[str, Any], *, timeout: float | None = None, limits: Limits | None = None
+) -> dict[str, Any]:
+    """Run one normalised model document under ``limits`` (default: :meth:`Limits.from_env`,
+    a budget of its own); the engine's result document. ``timeout``: wall seconds, at most."""
+    lim = limits if limits is not None else Limits.from_env()
+    lim.check_left()
+    data = encode(doc)
+    wall = lim.wall_s() if timeout is None else min(timeout, lim.wall_s())
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
     try:
         proc = subprocess.run(
             [str(binary()), "-"],
-            input=json.dumps(doc).encode(),
+            input=data,
             capture_output=True,
-            timeout=timeout,
+            timeout=wall,
             check=False,
+            preexec_fn=lim.preexec(),  # noqa: PLW1509 - setrlimit only, no threads touched
         )
     except subprocess.TimeoutExpired:
-        raise MuskuError(f"the simulation took longer than {timeout} s") from None
-    err = proc.stderr.decode(errors="replace").strip().splitlines()
-    if proc.returncode == 3:
-        raise InputError(err[-1] if err else "the engine refused the model")
-    if proc.returncode != 0:
+        lim.charge(before)
         raise MuskuError(
-            f"musku_qsim exited with status {proc.returncode}: {err[-1] if err else ''}"
-        )
-    result: dict[str, Any] = json.loads(proc.stdout)
+            f"the simulation took longer than {time.monotonic() - started:.0f} s of wall time"
+        ) from None
+    lim.charge(before)
+    if proc.returncode != 0:
+        raise lim.failure(proc.returncode, proc.stderr.decode(errors="replace"))
+    try:
+        result: dict[str, Any] = json.loads(proc.stdout)
+    except ValueError:
+        raise MuskuError("musku_qsim printed a result that is not JSON") from None
     return result

@@ -34,7 +34,7 @@ from musku.errors import InputError
 from musku.hosts.base import Host, HostPair
 from musku.knobs.spec import by_resource, knob_names, spec_of
 from musku.qsim.engine import simulate
-from musku.qsim.model import QsimModel, normalise, parse, with_overrides
+from musku.qsim.model import QsimModel, normalise, parse, read_model, with_overrides
 from musku.schema.tomlpos import Positions
 
 RESOURCES = ("core_ghz", "uncore_ghz", "cores")
@@ -205,11 +205,7 @@ def open_pair(experiment: Any, seed: int = 0) -> QsimPair:
         raise InputError(f"the qsim backend models {', '.join(modelled())}; this experiment also "
                          f"sweeps {', '.join(other)}", where=where)  # fmt: skip
     path = experiment.resolve(model_opt)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise InputError(f"cannot read model: {e.strerror}", where=str(path)) from None
-    model, pos = parse(text, path)
+    model, pos = parse(read_model(path), path)
     normalise(model, pos, path)  # errors now, with file:line
     stock = by_resource(experiment.stock.as_dict()).get("uncore_ghz")
     qps = _num(opts, "qps", None, where)

@@ -1,10 +1,16 @@
 """The qsim model file: typed (pydantic v2), validated with ``file:line`` errors, normalised.
 
-A model is a TOML file (format in docs/qsim.md). :func:`load` parses and validates it, checks
-what a schema cannot (unknown names, cycles, fan-ins that can never complete, placement), and
-returns a :class:`Loaded` holding the typed model and the *normalised* JSON document the C++
-engine (services/qsim) runs: names resolved to indices, nodes topologically sorted, join counts
-computed, cores placed, frequencies turned into DVFS ratios, histogram files read.
+A model is a TOML file (format in docs/qsim.md). :func:`load` reads it through the bounded
+document layer every input file goes through (:mod:`musku.inputfiles`: a regular file of at
+most 1 MiB, nesting, list and key limits; :class:`~musku.schema.document.Strict` models: no
+coercion, ``seed = "7"`` is refused), checks what a schema cannot (unknown names, cycles,
+fan-ins that can never complete, placement), and returns a :class:`Loaded` holding the typed
+model and the *normalised* JSON document the C++ engine (services/qsim) runs: names resolved to
+indices, nodes topologically sorted, join counts computed, cores placed, frequencies turned
+into DVFS ratios, histogram files read (beneath the model's folder, capped, never echoed).
+
+Every number the engine bounds is bounded here with the engine's own limit
+(services/qsim/src/model.cc), so that ``qsim check`` accepts exactly what ``qsim run`` runs.
 """
 
 from __future__ import annotations
@@ -12,31 +18,63 @@ from __future__ import annotations
 import csv
 import io
 import math
-import re
-import tomllib
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from musku.errors import InputError
+from musku.inputfiles import MAX_LABEL_CHARS, MAX_PATH_CHARS, parse_toml, read_text
+from musku.schema.document import Document, Refusal, Strict
 from musku.schema.tomlpos import Positions
 
-PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-PosInt = Annotated[int, Field(ge=1)]
+# The engine's limits (services/qsim/src/model.cc, ``Int(..., hi)``): a model over one of them
+# is refused by ``qsim check`` as by the engine.
+MAX_CORES = 4096  # machines[].cores
+MAX_THREADS = 1 << 20  # services[].threads
+MAX_CONNECTIONS = 1 << 20  # services[].connections
+MAX_BATCH = 1 << 30  # stages[].batch
+MAX_COPIES = 1 << 20  # nodes[].copies
+MAX_JOIN = 1 << 30  # a fan-in's arrivals (copies multiplied down to it)
+MAX_POOL = 1 << 30  # nodes[].pool
+MAX_CLIENT_CONNECTIONS = 1 << 24  # client.connections
+MAX_USERS = 1 << 24  # client.users (closed loop)
+MAX_COUNT = (1 << 53) - 1  # max_requests, max_live_*: the engine reads them as doubles
+# musku's own limits (the engine has none; the normalised document is built in memory)
+MAX_INSTANCES = 10_000  # instances of one service
+MAX_TOTAL_INSTANCES = 100_000  # instances of all services
+MAX_DURATION_S = 1e6  # simulated seconds (11.6 days): [run] duration_s, epochs, --duration
+MAX_TIME_US = 1e12  # any time or latency in microseconds (11.6 days)
+MAX_QPS = 1e9  # an open-loop rate
+MAX_GHZ = 100.0
+
+TimeUs = Annotated[float, Field(ge=0, le=MAX_TIME_US, allow_inf_nan=False)]
+Ghz = Annotated[float, Field(gt=0, le=MAX_GHZ, allow_inf_nan=False)]
+Qps = Annotated[float, Field(gt=0, le=MAX_QPS, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(gt=0, le=MAX_DURATION_S, allow_inf_nan=False)]
+PosInt = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_LABEL_CHARS)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def _bounded(hi: int, lo: int = 1) -> Any:
+    return Field(ge=lo, le=hi)
+
+
+class _Strict(Strict):
+    """The shared strict base (no coercion, unknown keys refused), worded for qsim's
+    ``services[0].stages[1].batch: ...`` locations."""
+
+    UNKNOWN: ClassVar[str] = "{at}: unknown key '{key}' (allowed: {allowed})"
+    NOT_TABLE: ClassVar[str] = "{at}: must be a table"
 
 
 class Run(_Strict):
-    duration_s: PosFloat = 10.0
-    warmup_s: NonNegFloat = 1.0
+    duration_s: Seconds = 10.0
+    warmup_s: Annotated[float, Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False)] = 1.0
     seed: Annotated[int, Field(ge=0, lt=2**63)] = 1
-    max_requests: Annotated[int, Field(ge=0)] = 0
+    max_requests: Annotated[int, Field(ge=0, le=MAX_COUNT)] = 0
     max_live_requests: PosInt = 100_000
     max_live_jobs: PosInt = 4_000_000
 
@@ -48,18 +86,18 @@ class Run(_Strict):
 
 
 class Network(_Strict):
-    latency_us: NonNegFloat = 0.0  # one hop between machines (and client <-> entry)
-    local_latency_us: NonNegFloat = 0.0  # one hop inside a machine
-    client_latency_us: NonNegFloat | None = None  # client -> entry (default: latency_us)
-    reply_latency_us: NonNegFloat | None = None  # last service -> client (default: latency_us)
+    latency_us: TimeUs = 0.0  # one hop between machines (and client <-> entry)
+    local_latency_us: TimeUs = 0.0  # one hop inside a machine
+    client_latency_us: TimeUs | None = None  # client -> entry (default: latency_us)
+    reply_latency_us: TimeUs | None = None  # last service -> client (default: latency_us)
 
 
 class Machine(_Strict):
-    name: str
-    cores: PosInt
-    irq_cores: Annotated[int, Field(ge=0)] = 0  # the first N cores serve network interrupts
-    freq_base_ghz: PosFloat = 2.6
-    freq_ghz: PosFloat | None = None  # current core frequency (default: base)
+    name: Name
+    cores: Annotated[int, _bounded(MAX_CORES)]
+    irq_cores: Annotated[int, _bounded(MAX_CORES, 0)] = 0  # the first N serve interrupts
+    freq_base_ghz: Ghz = 2.6
+    freq_ghz: Ghz | None = None  # current core frequency (default: base)
 
     @model_validator(mode="after")
     def _irq_fit(self) -> Machine:
@@ -68,14 +106,28 @@ class Machine(_Strict):
         return self
 
 
+def _row(v: Any) -> Any:
+    """A TOML ``[a, b]`` row as the tuple the model holds (strict mode takes no list)."""
+    return tuple(v) if isinstance(v, list) else v
+
+
 class Time(_Strict):
     dist: Literal["exp", "const", "lognormal", "empirical"] = "exp"
-    mean_us: NonNegFloat | None = None  # mean for a batch of one job (empirical: its own mean)
-    per_job_us: NonNegFloat = 0.0  # added for each further job of a batch
-    sigma: PosFloat | None = None  # lognormal shape
-    file: str | None = None  # empirical: CSV "value_us[,weight]" per line
-    bytes_per_job: NonNegFloat = 0.0
-    bytes_table: list[tuple[PosFloat, NonNegFloat]] | None = None  # step: [bytes, mean_us]
+    mean_us: TimeUs | None = None  # mean for a batch of one job (empirical: its own mean)
+    per_job_us: TimeUs = 0.0  # added for each further job of a batch
+    sigma: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)] | None = None  # lognormal
+    file: Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)] | None = None
+    bytes_per_job: Annotated[float, Field(ge=0, le=1e18, allow_inf_nan=False)] = 0.0
+    # a step function: [bytes, mean_us] rows
+    bytes_table: (
+        list[
+            Annotated[
+                tuple[Annotated[float, Field(gt=0, le=1e18, allow_inf_nan=False)], TimeUs],
+                BeforeValidator(_row),
+            ]
+        ]
+        | None
+    ) = None
 
     @model_validator(mode="after")
     def _complete(self) -> Time:
@@ -96,60 +148,62 @@ class Time(_Strict):
 
 
 class Stage(_Strict):
-    name: str
+    name: Name
     queue: Literal["fifo", "epoll", "socket"] = "fifo"
-    batch: PosInt = 1  # fifo/socket: up to N jobs; epoll: up to N from each ready connection
+    # fifo/socket: up to N jobs; epoll: up to N from each ready connection
+    batch: Annotated[int, _bounded(MAX_BATCH)] = 1
     time: Time
     dvfs_scale: Annotated[float, Field(ge=0, le=1)] = 0.0  # t (1 - s + s f_base / f)
 
 
 class Service(_Strict):
-    name: str
+    name: Name
     execution: Literal["simple", "threads", "pinned"] = "threads"
-    threads: PosInt = 1
-    cores_per_instance: PosInt | None = None  # default: threads
-    context_switch_us: NonNegFloat = 0.0
-    connections: PosInt = 1
+    threads: Annotated[int, _bounded(MAX_THREADS)] = 1
+    cores_per_instance: Annotated[int, _bounded(MAX_CORES)] | None = None  # default: threads
+    context_switch_us: TimeUs = 0.0
+    connections: Annotated[int, _bounded(MAX_CONNECTIONS)] = 1
     lb: Literal["round_robin", "random", "least_loaded", "connection"] = "round_robin"
-    instances: PosInt = 1
-    machines: list[str] | None = None  # placement: instance i on machines[i % len]
+    instances: Annotated[int, _bounded(MAX_INSTANCES)] = 1
+    machines: list[Name] | None = None  # placement: instance i on machines[i % len]
     irq: bool = False  # runs on its machines' interrupt cores (a network stack)
-    freq_ghz: PosFloat | None = None  # this service's cores' frequency (default: the machine's)
+    freq_ghz: Ghz | None = None  # this service's cores' frequency (default: the machine's)
     stages: list[Stage] = Field(min_length=1)
 
 
 class Node(_Strict):
-    name: str
-    service: str
-    stages: list[str] | None = None  # default: all of the service's stages, in order
-    children: list[str] = []
+    name: Name
+    service: Name
+    stages: list[Name] | None = None  # default: all of the service's stages, in order
+    children: list[Name] = []
     branch: Literal["all", "one"] = "all"
-    child_weights: list[NonNegFloat] | None = None
-    copies: PosInt = 1  # fan-out: copies spread round-robin over the instances
+    child_weights: list[Annotated[float, Field(ge=0, le=1e300, allow_inf_nan=False)]] | None = None
+    copies: Annotated[int, _bounded(MAX_COPIES)] = 1  # fan-out: copies round-robin on instances
     gather: bool = False  # wait for every copy of the parent (a fan-in); else follow each copy
     hold_thread: bool = False  # blocking call: the thread waits for the reply
     release_thread: bool = False  # the reply, run on the thread held earlier
-    pool: PosInt | None = None  # calls into this node share N blocking connections (http/1.1)
+    # calls into this node share N blocking connections (http/1.1)
+    pool: Annotated[int, _bounded(MAX_POOL)] | None = None
 
 
 class Path_(_Strict):
-    name: str = "request"
-    weight: PosFloat = 1.0
+    name: Name = "request"
+    weight: Annotated[float, Field(gt=0, le=1e300, allow_inf_nan=False)] = 1.0
     nodes: list[Node] = Field(min_length=1)
 
 
 class Epoch(_Strict):
-    until_s: PosFloat
-    qps: PosFloat
+    until_s: Seconds
+    qps: Qps
 
 
 class Client(_Strict):
     kind: Literal["open", "closed"] = "open"
-    qps: PosFloat | None = None
+    qps: Qps | None = None
     epochs: list[Epoch] | None = None
-    users: PosInt | None = None
-    think_us: NonNegFloat = 0.0
-    connections: PosInt = 1
+    users: Annotated[int, _bounded(MAX_USERS)] | None = None
+    think_us: TimeUs = 0.0
+    connections: Annotated[int, _bounded(MAX_CLIENT_CONNECTIONS)] = 1
 
     @model_validator(mode="after")
     def _load(self) -> Client:
@@ -186,39 +240,67 @@ def _fmt_loc(loc: tuple[str | int, ...]) -> str:
     return out
 
 
+def read_model(path: Path) -> str:
+    """The model file's text, read within the input limits (a regular file of at most 1 MiB)."""
+    try:
+        return read_text(path)
+    except InputError as e:
+        raise InputError(f"cannot read model: {e.message}", where=e.where) from None
+
+
 def parse(text: str, path: Path) -> tuple[QsimModel, Positions]:
-    """Parse and schema-validate; errors carry ``file:line``."""
+    """Parse (within the document limits) and schema-validate; errors carry ``file:line``."""
+    doc = Document(path, text, parse_toml(text, str(path)))
+    pos = doc.positions
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        m = re.search(r"at line (\d+)", str(e))
-        line = int(m.group(1)) if m else None
-        raise InputError(
-            f"not valid TOML: {e}", where=f"{path}:{line}" if line else str(path)
-        ) from None
-    pos = Positions(text)
-    try:
-        model = QsimModel.model_validate(data)
+        model = QsimModel.model_validate(doc.data)
     except ValidationError as e:
-        err = e.errors()[0]
+        errors = e.errors(include_url=False)
+        err = errors[0]
         loc = tuple(p for p in err["loc"] if isinstance(p, str | int))
-        # union/literal errors append the type tried: keep the part that is in the document
+        at = _fmt_loc(loc) or "model"
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, Refusal):
+            if cause.key is not None:
+                loc = (*loc, cause.key)
+            msg = cause.message.replace("{at}", at).replace("{table}", at)
+        else:
+            # union/literal errors append the type tried: keep the part that is in the document
+            msg = f"{at}: " + err["msg"].removeprefix("Value error, ")
         line = pos.line(loc)
-        msg = err["msg"].removeprefix("Value error, ")
-        more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
-        raise InputError(
-            f"{_fmt_loc(loc) or 'model'}: {msg}{more}",
-            where=f"{path}:{line}" if line else str(path),
-        ) from None
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise InputError(msg + more, where=f"{path}:{line}" if line else str(path)) from None
     return model, pos
 
 
+MAX_HISTOGRAM_ROWS = 1_000_000
+"""Most histogram rows in one model's engine document (all stages together)."""
+
+
+def histogram_path(model_path: Path, name: str) -> Path:
+    """Where an empirical time's ``file`` is: resolved (symlinks too) beneath the model's
+    folder, never outside it (``../../etc/shadow`` is refused before anything is read)."""
+    if "\0" in name:
+        raise InputError("a histogram file name holds a NUL character", where=str(model_path))
+    folder = Path(os.path.realpath(model_path.parent))
+    f = Path(name)
+    real = Path(os.path.realpath(f if f.is_absolute() else model_path.parent / f))
+    if folder not in real.parents:
+        raise InputError(
+            f"histogram file {name!r} is not beneath the model's folder {str(folder)!r} "
+            "(histograms are read from there only)",
+            where=str(model_path),
+        )
+    return real
+
+
 def read_histogram(file: Path) -> list[tuple[float, float]]:
-    """An empirical histogram: ``value_us[,weight]`` per line (``#`` comments, blank lines)."""
+    """An empirical histogram: ``value_us[,weight]`` per line (``#`` comments, blank lines),
+    a regular file of at most 1 MiB. Errors say which line, never what it holds."""
     try:
-        text = file.read_text()
-    except OSError as e:
-        raise InputError(f"cannot read histogram: {e.strerror}", where=str(file)) from None
+        text = read_text(file)
+    except InputError as e:
+        raise InputError(f"cannot read histogram: {e.message}", where=e.where) from None
     rows: list[tuple[float, float]] = []
     for no, fields in enumerate(csv.reader(io.StringIO(text)), start=1):
         if not fields or not "".join(fields).strip() or fields[0].strip().startswith("#"):
@@ -227,16 +309,23 @@ def read_histogram(file: Path) -> list[tuple[float, float]]:
             vals = [float(f) for f in fields]
         except ValueError:
             raise InputError(
-                f"expected 'value_us[,weight]', got {','.join(fields)!r}", where=f"{file}:{no}"
+                "expected 'value_us[,weight]' (one or two numbers)", where=f"{file}:{no}"
             ) from None
         if len(vals) not in (1, 2) or any(not math.isfinite(v) or v < 0 for v in vals):
             raise InputError(
                 "expected 'value_us[,weight]' with finite values >= 0", where=f"{file}:{no}"
             )
+        if vals[0] > MAX_TIME_US:
+            raise InputError(f"a value over {MAX_TIME_US:g} us", where=f"{file}:{no}")
         rows.append((vals[0], vals[1] if len(vals) == 2 else 1.0))
     if not rows or sum(w for _, w in rows) <= 0:
         raise InputError("empty histogram (no values with a positive weight)", where=str(file))
     return rows
+
+
+MAX_ENGINE_STATE = 1 << 24
+"""Most threads, connection sub-queues and placed cores (together) a model may give the
+engine: its memory grows with them before the first event (16 M items: a few hundred MiB)."""
 
 
 def normalise(model: QsimModel, pos: Positions, path: Path) -> dict[str, Any]:
@@ -252,6 +341,26 @@ def normalise(model: QsimModel, pos: Positions, path: Path) -> dict[str, Any]:
     services = {s.name: i for i, s in enumerate(model.services)}
     if len(services) != len(model.services):
         raise err("duplicate service names", ("services",))
+
+    n_instances = sum(s.instances for s in model.services)
+    if n_instances > MAX_TOTAL_INSTANCES:
+        raise err(
+            f"{n_instances:,} service instances in all (the limit is {MAX_TOTAL_INSTANCES:,})",
+            ("services",),
+        )
+    state = 0  # threads, connection sub-queues and placed cores the engine will hold
+    for s in model.services:
+        queues = sum(1 for st in s.stages if st.queue != "fifo") * s.connections
+        placed = 0 if s.execution == "simple" else (s.cores_per_instance or s.threads)
+        state += s.instances * (s.threads + queues + placed)
+    if state > MAX_ENGINE_STATE:
+        raise err(
+            f"the services' instances hold {state:,} threads, connection queues and cores "
+            f"(the limit is {MAX_ENGINE_STATE:,}: fewer instances, threads or connections)",
+            ("services",),
+        )
+    histograms: dict[Path, list[tuple[float, float]]] = {}
+    histogram_rows = 0
 
     # placement: cores per machine, non-interrupt cores handed out in order (then shared)
     next_core = {m.name: m.irq_cores for m in model.machines}
@@ -327,10 +436,16 @@ def normalise(model: QsimModel, pos: Positions, path: Path) -> dict[str, Any]:
                 doc["bytes_table"] = [list(r) for r in t.bytes_table]
             if t.dist == "empirical":
                 assert t.file is not None
-                f = Path(t.file)
-                f = f if f.is_absolute() else path.parent / f
                 try:
-                    rows = read_histogram(f)
+                    f = histogram_path(path, t.file)
+                    if f not in histograms:
+                        histograms[f] = read_histogram(f)
+                    rows = histograms[f]
+                    histogram_rows += len(rows)
+                    if histogram_rows > MAX_HISTOGRAM_ROWS:
+                        raise InputError(
+                            f"the histograms hold over {MAX_HISTOGRAM_ROWS:,} rows in all"
+                        )
                 except InputError as e:
                     line = pos.line(("services", si, "stages", ki, "time"))
                     raise InputError(
@@ -506,9 +621,20 @@ def _normalise_path(
             raise err(f"node {n.name!r}: gather on the root", ("paths", pi, "nodes", i, "gather"))
         # how many times the node runs per request: copies multiply down to a fan-in
         mult[i] = n.copies if fan_in or not parents[i] else n.copies * mult[parents[i][0]]
+        if mult[i] > MAX_JOIN:  # copies multiplied down a chain: the engine counts in int
+            raise err(
+                f"node {n.name!r} runs {mult[i]:,} times per request (copies multiply down to "
+                f"a fan-in; the limit is {MAX_JOIN:,})",
+                ("paths", pi, "nodes", i, "copies"),
+            )
         if fan_in:
             mult[i] = 1
             join[i] = sum(mult[q] for q in parents[i])
+            if join[i] > MAX_JOIN:
+                raise err(
+                    f"fan-in {n.name!r} waits for {join[i]:,} arrivals (the limit is {MAX_JOIN:,})",
+                    ("paths", pi, "nodes", i, "name"),
+                )
     index = {old: new for new, old in enumerate(order)}
     nodes = []
     for old in order:
@@ -535,11 +661,7 @@ def _normalise_path(
 def load(path: Path | str) -> Loaded:
     """Read, validate and normalise a model file (InputError, exit status 3, on bad input)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise InputError(f"cannot read model: {e.strerror}", where=str(path)) from None
-    model, pos = parse(text, path)
+    model, pos = parse(read_model(path), path)
     return Loaded(path, model, normalise(model, pos, path))
 
 
@@ -554,17 +676,23 @@ def with_overrides(
     """A copy of a normalised document with the run's command-line overrides applied."""
     out = dict(doc)
     if duration_s is not None:
-        if duration_s <= 0:
-            raise InputError(f"--duration must be > 0, got {duration_s}")
+        if not (math.isfinite(duration_s) and 0 < duration_s <= MAX_DURATION_S):
+            raise InputError(
+                f"--duration must be > 0 and at most {MAX_DURATION_S:g} s, not {duration_s}"
+            )
         out["duration_s"] = duration_s
         out["warmup_s"] = min(doc["warmup_s"], duration_s / 10)
     if seed is not None:
+        if not 0 <= seed < 2**63:
+            raise InputError(f"--seed must be in 0..2^63-1, not {seed}")
         out["seed"] = seed
     if max_requests is not None:
+        if not 0 <= max_requests <= MAX_COUNT:
+            raise InputError(f"max_requests must be in 0..{MAX_COUNT}, not {max_requests}")
         out["max_requests"] = max_requests
     if qps is not None:
-        if not qps > 0 or not math.isfinite(qps):
-            raise InputError(f"--qps must be > 0, got {qps}")
+        if not (math.isfinite(qps) and 0 < qps <= MAX_QPS):
+            raise InputError(f"--qps must be > 0 and at most {MAX_QPS:g}, got {qps}")
         client = dict(doc["client"])
         if client["kind"] != "open":
             raise InputError("--qps needs an open-loop client (this model's client is closed)")

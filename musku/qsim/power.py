@@ -173,12 +173,12 @@ def run_controlled(
     """Run a normalised model through ``musku_qsim --control``: ``on_window`` gets each
     window's report (engine.h, ``Controller``) and returns the answer (``{}``, ``{"freq_ratio":
     [...]}`` or ``{"stop": true}``). Returns the engine's result document."""
-    from musku.qsim.engine import binary
+    from musku.qsim.engine import Limits, binary, encode
 
     if not window_s > 0:
         raise MuskuError(f"the control window must be positive, not {window_s}")
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as tf:
-        json.dump(dict(doc, control_interval_s=window_s), tf)
+        tf.write(encode(dict(doc, control_interval_s=window_s)).decode())
         path = Path(tf.name)
     try:
         with subprocess.Popen(
@@ -187,6 +187,7 @@ def run_controlled(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=Limits.from_env().preexec(),  # noqa: PLW1509 - setrlimit only
         ) as proc:
             assert proc.stdin is not None and proc.stdout is not None
             result: dict[str, Any] | None = None

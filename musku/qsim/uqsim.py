@@ -59,13 +59,26 @@ def _epoll_table() -> list[tuple[int, float]]:
     ]
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _read(path: Path) -> Any:
+    """A μqSim JSON file, read within the input limits (a regular file of at most 1 MiB,
+    nesting, list and number limits of :mod:`musku.inputfiles`; no NaN or Infinity)."""
+    from musku.inputfiles import check_shape, read_text
+
+    text = read_text(path)
     try:
-        return json.loads(path.read_text())
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", where=str(path)) from None
+        data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise InputError(f"not JSON: {e.msg}", where=f"{path}:{e.lineno}") from None
+    except RecursionError:
+        raise InputError("nested too deeply", where=str(path)) from None
+    except ValueError as e:
+        raise InputError(f"not JSON: {e}", where=str(path)) from None
+    check_shape(data, str(path))
+    return data
 
 
 def _need(d: Any, key: str, where: Path) -> Any:
@@ -114,6 +127,11 @@ def convert(
     models: dict[str, Any] = {}
 
     def model(name: str) -> Any:
+        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+            raise InputError(
+                f"a microservice model name must be a plain file name, not {name!r}",
+                where=str(d / "graph.json"),
+            )
         if name not in models:
             models[name] = _read(d / "microservice" / f"{name}.json")
         return models[name]

@@ -126,7 +126,7 @@ def test_topological_order_any_listing(tmp_path: Path) -> None:
         ('children = ["c"]', 'children = ["z"]', 'children = ["z"]', "unknown child node 'z'"),
         ('dist = "exp"', 'dist = "weibull"', 'dist = "weibull"', "'exp', 'const'"),
         ("threads = 2", "threads = 7", "threads = 7", "wants 7 cores"),
-        ("gather = true", "gather = true\ncolour = 1", "colour = 1", "Extra inputs"),
+        ("gather = true", "gather = true\ncolour = 1", "colour = 1", "unknown key 'colour'"),
     ],
 )
 def test_bad_input_has_file_and_line(

@@ -680,8 +680,11 @@ void Sim::Enqueue(Job* j) {
   if (q.kind == QueueKind::kFifo) {
     q.fifo.push_back(j);
   } else {
-    auto& cq = q.conns[static_cast<size_t>(j->conn)];
-    if (cq.empty()) q.ready.push_back(j->conn);
+    // the request's client connection, modulo this service's connection count (a service
+    // with fewer connections than the client has: indexing by j->conn alone overran conns)
+    const int c = j->conn % static_cast<int>(q.conns.size());
+    auto& cq = q.conns[static_cast<size_t>(c)];
+    if (cq.empty()) q.ready.push_back(c);
     cq.push_back(j);
   }
   ++in.pending;

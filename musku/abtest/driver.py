@@ -926,6 +926,10 @@ class _Comparison:
         for key, secs in self.transients.items():
             self.memory.transients[key] = secs
         decision, reason = outcome
+        need = self._windows_needed()
+        if need is not None and "needs about" not in reason:
+            # stopped (aborted, a guardrail, a transient) before any interval: say how far
+            reason += f"; no interval yet (needs about {need:,} more windows)"
         if not self.cov_seen and hasattr(self.rule, "covariate"):
             self.rule.covariate = None  # the hosts did not report it: say so in the method
         self._progress(decision)

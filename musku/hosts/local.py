@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("musku.hosts")
 PR_SET_PDEATHSIG = 1
+SWITCH_TRIES = 3  # attempts at one arm's apply before the comparison fails (host restored)
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -134,10 +135,12 @@ class LocalSwitchbackPair(HostPair):
     def _switch(self, arm: _Arm) -> None:
         """Apply one arm (and, co-tuning, its threading). A host-side failure (the agent
         already rolled that apply back, e.g. a verify that lost a race with an outside writer)
-        is retried once after a pause; a second failure restores the host and raises."""
+        is retried after a pause (twice: a huge page pool that the kernel grants short while
+        the workload is still letting its pages go, or memory is being compacted, usually
+        takes on the next try); a third failure restores the host and raises."""
         cfg = arm.config
         fields: dict[str, Any] = {}
-        for attempt in (0, 1):
+        for attempt in range(SWITCH_TRIES):
             try:
                 if self.cotune is not None:
                     fields["threading"] = self.cotune.request(self.agent.hostname, cfg)
@@ -153,9 +156,9 @@ class LocalSwitchbackPair(HostPair):
                 self.switches += 1
                 return
             except HostError as exc:
-                if attempt == 0 and "cannot reach" not in exc.message:
-                    log.warning("switch to %s failed (%s); retrying once", cfg, exc.one_line())
-                    time.sleep(1.0)
+                if attempt < SWITCH_TRIES - 1 and "cannot reach" not in exc.message:
+                    log.warning("switch to %s failed (%s); retrying", cfg, exc.one_line())
+                    time.sleep(0.5 * (attempt + 1))
                     continue
                 self.restore()
                 raise HostError(f"{exc.one_line()} (host rolled back)") from None

@@ -407,6 +407,7 @@ def print_dry_run(con: Any, d: Mapping[str, Any]) -> None:
         f"  host time: {guess} (from {est['source']}); at most {_hours(bound)} if every "
         "comparison ran to the sample cap",
     )
+    _print_decidable(con, d.get("decidable"))
     pool = d.get("pool")
     if pool:
         idle = f"; {pool['idle']} idles (odd pool)" if pool.get("idle") else ""
@@ -453,6 +454,28 @@ def print_check(con: Any, exp: Any, data: Mapping[str, Any]) -> None:
         )
     else:
         con.print("  threading: not co-tuned (hosts keep what their mid-tiers run)")
+    _print_decidable(con, data.get("decidable"))
+
+
+def _print_decidable(con: Any, fit: Mapping[str, Any] | None) -> None:
+    """The sample cap against min_effect (musku.summary.decidable): a warning line when the
+    cap cannot allow a decision with the noise expected, naming the cap that would."""
+    if not fit:
+        return
+    if fit.get("ok"):
+        hw = fit.get("halfwidth_at_cap")
+        if hw is not None:
+            print_wrapped(
+                con,
+                f"  sample cap: a decision is possible (interval at the cap at best "
+                f"±{hw * 100:.1f} % with the noise of {fit.get('noise_source')})",
+            )
+        return
+    print_wrapped(
+        con,
+        f"  warning: {fit.get('reason')} (noise from {fit.get('noise_source')})",
+        styles={"warning": "yellow"},
+    )
 
 
 def print_sku_diff(con: Any, diff: Any) -> None:

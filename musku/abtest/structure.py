@@ -196,11 +196,11 @@ def feasibility(stats: StatsSettings, noise_sd: float | None = None) -> Feasibil
             hi = mid
     return Feasibility(
         False,
-        f"sample_cap = {stats.sample_cap} cannot decide at min_effect "
+        f"sample_cap = {stats.sample_cap} cannot decide effects near min_effect "
         f"{me * 100:.2f} %: with a noise of about {noise_sd * 100:.1f} % per "
         f"{stats.sample_interval_s:g} s window the interval at the cap is at best "
-        f"±{hw * 100:.1f} %; a cap of about {hi} windows would allow a decision "
-        f"(or a larger min_effect / a quieter window)",
+        f"±{hw * 100:.1f} %, so only effects beyond about that get a decision; a cap of "
+        f"about {hi} windows would decide at min_effect",
         first,
         hi,
         noise_sd,

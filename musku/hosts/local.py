@@ -54,6 +54,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("musku.hosts")
 PR_SET_PDEATHSIG = 1
+NOISE_SD_GUESS = 0.15
+"""sd of one window's log-ratio B vs A on this backend with the built-in workload's
+``ops_cpu`` (0.13-0.16 measured on the 2-vCPU dev VM at load 5-12, 0.4-2 s windows; ``ops``
+per wall second: 0.2-0.3): what ``musku check`` assumes before anything runs."""
 SWITCH_TRIES = 3  # attempts at one arm's apply before the comparison fails (host restored)
 
 

@@ -287,6 +287,8 @@ def _model_seconds(experiment: Any) -> float | None:
 
 
 def dry_run(experiment: Any, store: Any = None) -> dict[str, Any]:
+    from musku.summary import decidable  # lazy: above the experiment model
+
     plan = planned(experiment)
     configs = plan.pop("configurations")
     past = None
@@ -310,6 +312,7 @@ def dry_run(experiment: Any, store: Any = None) -> dict[str, Any]:
         "pool": pool,
         "hosts": hosts,
         "host_time": est,
+        "decidable": decidable(experiment),
         "applied": False,
         "db_rows_written": 0,
     }

@@ -58,6 +58,10 @@ NOISE_SD_GUESS = 0.15
 """sd of one window's log-ratio B vs A on this backend with the built-in workload's
 ``ops_cpu`` (0.13-0.16 measured on the 2-vCPU dev VM at load 5-12, 0.4-2 s windows; ``ops``
 per wall second: 0.2-0.3): what ``musku check`` assumes before anything runs."""
+SWITCH_OVERHEAD_S = 0.75
+"""Host seconds a sub-window costs beyond its settle and measurement (the agent's apply round
+trip, the workload re-mapping its arena, the wait for the agent's next sample), measured on
+the busy dev VM: a 0.4 s window with settle 0.3 s takes about 2.9 s."""
 SWITCH_TRIES = 3  # attempts at one arm's apply before the comparison fails (host restored)
 
 
@@ -254,6 +258,12 @@ class LocalSwitchbackPair(HostPair):
             "agent": self.agent.info,
             "cotune": self.cotune.spec.to_json() if self.cotune is not None else None,
         }
+
+
+def window_seconds(interval_s: float, options: Mapping[str, Any]) -> float:
+    """Host seconds one window (an A and a B sub-window) takes on this backend."""
+    settle = float(options.get("settle_s", 1.0))
+    return 2.0 * (interval_s + settle + SWITCH_OVERHEAD_S)
 
 
 def _wait_for_socket(

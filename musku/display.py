@@ -176,8 +176,8 @@ class LiveProgress:
         lo, hi = _field(info, "ci_low"), _field(info, "ci_high")
         host = _field(info, "host_time_s", 0.0) or 0.0
         text = f"{self._label}  n={samples:,}"
-        if est is not None and lo is not None and hi is not None and lo == lo and hi == hi:
-            text += f"  {_pct(est)} {_interval(lo, hi)}"
+        if est is not None and est == est:
+            text += f"  {_pct(est)} {_interval(lo, hi, needed=_field(info, 'windows_needed'))}"
         text += f"  host {_hours(host)}"
         self._progress.update(self._task, description=text)
 
@@ -190,7 +190,7 @@ class LiveProgress:
             self._progress.console,
             f"{purpose:>22}  {change_text(result.baseline, result.candidate):40}  "
             f"{result.decision.value:13} {_pct(result.estimate)} "
-            f"{_interval(result.ci_low, result.ci_high)}  n={result.samples:,}  "
+            f"{_interval(result.ci_low, result.ci_high, result.reason)}  n={result.samples:,}  "
             f"{_hours(result.host_time_s)}{origin}",
             indent=24,
             styles={result.decision.value: colour},
@@ -207,7 +207,7 @@ def print_result(con: Any, r: ComparisonResult) -> None:
     con.print(escape(f"B: {r.candidate}"))
     print_wrapped(
         con,
-        f"{r.decision.value}: B vs A {_pct(r.estimate)} {_interval(r.ci_low, r.ci_high)}, "
+        f"{r.decision.value}: B vs A {_pct(r.estimate)} {_interval(r.ci_low, r.ci_high, r.reason)}, "
         f"{r.samples:,} samples per host, {_hours(r.host_time_s)} host time",
         styles={r.decision.value: colour},
     )
@@ -237,7 +237,7 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
                 and only_this_knob
                 and r.baseline == rep.baseline
             ):
-                gain = f"{_pct(r.estimate)} {_interval(r.ci_low, r.ci_high)}"
+                gain = f"{_pct(r.estimate)} {_interval(r.ci_low, r.ci_high, r.reason)}"
                 break
         pruned = ", ".join(format_value(o.knob, v) for v in o.pruned) or "-"  # type: ignore[arg-type]
         t.add_row(
@@ -263,7 +263,7 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
             colour = _COLOURS.get(r.decision, "white")
             print_wrapped(
                 con,
-                f"  vs {label:10} {_pct(r.estimate)} {_interval(r.ci_low, r.ci_high)} "
+                f"  vs {label:10} {_pct(r.estimate)} {_interval(r.ci_low, r.ci_high, r.reason)} "
                 f"({r.decision.value}, {r.samples:,} samples)",
                 styles={r.decision.value: colour},
             )
@@ -327,7 +327,7 @@ def print_comparisons(con: Any, rec: Any, comps: Sequence[Any], skus: Sequence[A
             escape(change_text(base, cand)),
             str(res.get("decision", cd.get("status", ""))),
             _pct(est) if est is not None else "-",
-            _interval(lo, hi) if lo is not None and hi is not None else "-",
+            _interval(lo, hi, res.get("reason")) if res.get("decision") else "-",
             f"{res.get('samples', 0) or 0:,}",
             _hours(res.get("host_time_s") or 0.0),
         )
@@ -356,7 +356,7 @@ def print_skus(con: Any, skus: Sequence[Any]) -> None:
 def _gain(v: Any) -> str:
     if not v:
         return "-"
-    return f"{_pct(v['estimate'])} {_interval(v['ci_low'], v['ci_high'])}"
+    return f"{_pct(v['estimate'])} {_interval(v['ci_low'], v['ci_high'], v.get('reason'))}"
 
 
 def print_sku(con: Any, s: Any) -> None:
@@ -407,6 +407,7 @@ def print_dry_run(con: Any, d: Mapping[str, Any]) -> None:
         f"  host time: {guess} (from {est['source']}); at most {_hours(bound)} if every "
         "comparison ran to the sample cap",
     )
+    _print_decidable(con, d.get("decidable"))
     pool = d.get("pool")
     if pool:
         idle = f"; {pool['idle']} idles (odd pool)" if pool.get("idle") else ""
@@ -456,6 +457,28 @@ def print_check(con: Any, exp: Any, data: Mapping[str, Any]) -> None:
         )
     else:
         con.print("  threading: not co-tuned (hosts keep what their mid-tiers run)")
+    _print_decidable(con, data.get("decidable"))
+
+
+def _print_decidable(con: Any, fit: Mapping[str, Any] | None) -> None:
+    """The sample cap against min_effect (musku.summary.decidable): a warning line when the
+    cap cannot allow a decision with the noise expected, naming the cap that would."""
+    if not fit:
+        return
+    if fit.get("ok"):
+        hw = fit.get("halfwidth_at_cap")
+        if hw is not None:
+            print_wrapped(
+                con,
+                f"  sample cap: a decision is possible (interval at the cap at best "
+                f"±{hw * 100:.1f} % with the noise of {fit.get('noise_source')})",
+            )
+        return
+    print_wrapped(
+        con,
+        f"  warning: {fit.get('reason')} (noise from {fit.get('noise_source')})",
+        styles={"warning": "yellow"},
+    )
 
 
 def print_sku_diff(con: Any, diff: Any) -> None:

@@ -34,6 +34,7 @@ def experiment_summary(exp: Experiment) -> dict[str, Any]:
         "statistics": exp.stats.__dict__,
         "hosts": {"backend": exp.hosts.backend, **dict(exp.hosts.options)},
         "threading": None,
+        "decidable": decidable(exp),
     }
     ct = exp.cotune
     if ct is not None:
@@ -47,13 +48,58 @@ def experiment_summary(exp: Experiment) -> dict[str, Any]:
     return data
 
 
+def noise_guess(exp: Experiment) -> tuple[float, str] | None:
+    """(sd of one window's log-ratio B vs A, where it comes from) as far as is known before
+    anything runs: the simulator's model (both hosts' AR(1) noise), the local backend's
+    documented guess for this VM; None for agent hosts (nothing known)."""
+    if exp.hosts.backend == "sim":
+        opt = exp.hosts.options.get("model")
+        if not isinstance(opt, str):
+            return None
+        try:
+            model = SimModel.load(exp.resolve(opt), space=exp.space)
+        except InputError:
+            return None
+        n = model.noise
+        scale = float(exp.hosts.options.get("noise_scale", 1.0) or 1.0)
+        sd = math.sqrt(2.0) * n.ar_sigma * scale * math.sqrt((1 + n.ar_phi) / (1 - n.ar_phi))
+        return sd, "the simulator model's noise"
+    if exp.hosts.backend == "local":
+        from musku.hosts.local import NOISE_SD_GUESS  # lazy: the backend's process helpers
+
+        return NOISE_SD_GUESS, "the local backend's guess (measured on a busy 2-vCPU VM)"
+    return None
+
+
+def decidable(exp: Experiment) -> dict[str, Any]:
+    """Whether the sample cap can allow a decision at min_effect
+    (:func:`musku.abtest.structure.feasibility`), with the noise assumed and the cap that
+    would; ``check`` and ``sweep --dry-run`` show it before anything runs."""
+    from musku.abtest.structure import feasibility  # lazy: scipy for the boundary
+
+    guess = noise_guess(exp)
+    fit = feasibility(exp.stats, guess[0] if guess else None)
+    return {**fit.to_json(), "noise_source": guess[1] if guess else None}
+
+
+def check_structure(exp: Experiment) -> None:
+    """Refuse a sample cap too small for any decision (the first possible decision point does
+    not fit in it), before hosts open: one line, exit 3, with the cap that would."""
+    from musku.abtest.structure import feasibility  # lazy: scipy for the boundary
+
+    fit = feasibility(exp.stats)
+    if not fit.ok:
+        raise InputError(f"[statistics] {fit.reason}", where=str(exp.path))
+
+
 def check_host_files(exp: Experiment) -> None:
     """What the backend's factory reads before it opens a host, read and checked the same
     way, without opening one: for ``sim``, the model file against the experiment. ``musku
     check``, ``sweep`` and ``pair calibrate`` call this, so that check refuses what the sweep
     would (nothing is simulated or written). Here, above the experiment model, because it
     reads the simulator's model (which reads platform catalogs through the experiment's
-    loader)."""
+    loader). Also refuses a sample cap too small for any decision (:func:`check_structure`)."""
+    check_structure(exp)
     if exp.hosts.backend != "sim":
         return
     where = str(exp.path)

@@ -3,7 +3,12 @@ progress view, the sweep's own messages and the HTML report share."""
 
 from __future__ import annotations
 
+import math
+import re
+
 from musku.domain import Configuration, Value, format_value
+
+_NEEDS = re.compile(r"needs about ([\d,]+) more windows")
 
 
 def pct(x: float) -> str:
@@ -11,8 +16,37 @@ def pct(x: float) -> str:
     return f"{x * 100:+.2f} %"
 
 
-def interval(lo: float, hi: float) -> str:
-    """A relative interval: ``[+0.06, +9.50] %``."""
+def windows_needed(reason: str | None) -> int | None:
+    """The "needs about N more windows" a comparison's reason gives (None: it gives none)."""
+    m = _NEEDS.search(reason or "")
+    return int(m.group(1).replace(",", "")) if m else None
+
+
+def no_interval(reason: str | None = None, needed: int | None = None) -> str:
+    """What a person sees instead of an unbounded interval: ``no interval yet (needs about 12
+    more windows)``; the count from ``needed`` or the comparison's ``reason``."""
+    n = needed if needed is not None else windows_needed(reason)
+    return "no interval yet" + (f" (needs about {n:,} more windows)" if n is not None else "")
+
+
+def interval_note(
+    lo: float | None, hi: float | None, reason: str | None = None, needed: int | None = None
+) -> str | None:
+    """:func:`no_interval` when the interval is missing or unbounded, else None (JSON gives
+    the interval's ends as null and this as its reason)."""
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return no_interval(reason, needed)
+    return None
+
+
+def interval(
+    lo: float | None, hi: float | None, reason: str | None = None, needed: int | None = None
+) -> str:
+    """A relative interval: ``[+0.06, +9.50] %``; never an infinite one: ``no interval yet
+    (needs about N more windows)`` instead (:func:`no_interval`)."""
+    note = interval_note(lo, hi, reason, needed)
+    if note is not None or lo is None or hi is None:
+        return note or no_interval(reason, needed)
     return f"[{lo * 100:+.2f}, {hi * 100:+.2f}] %"
 
 

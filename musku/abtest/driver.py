@@ -53,6 +53,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from musku.abtest import stats
+from musku.abtest import structure as structure_mod
 from musku.abtest.calibration import PairMemory
 from musku.abtest.rules import DecisionRule, Evidence, RuleSetup, Verdict, make_rule, pct
 from musku.domain import (
@@ -70,14 +71,11 @@ from musku.hosts.base import HostPair
 FloatArray = NDArray[np.float64]
 WindowRow = dict[str, Any]
 
-PROBE_MIN = 180  # windows searched for the end of the transient after the minimum warm-up
 TRANSIENT_CAP_S = 3600.0  # a transient still going after this long: INCONCLUSIVE
 TRANSIENT_EPS = 0.1  # a transient has ended where it is below this x min_effect
 TRANSIENT_T = 2.0  # a fitted transient counts beyond this many standard errors
 SWAP_OVERHEAD = 3.0  # period length / swap cost (k: periods >= k x the measured transient)
-FIRST_PERIOD_SHARE = 0.5  # the first period's length / a full period's (A-B-B-A half-periods)
 BATCH_CORRELATION = 0.05  # target correlation of neighbouring batch means
-MIN_BATCHES_IN_CAP = 12  # the batch size never exceeds cap / this (else no decision fits)
 MEASURE_PIECE_S = 60.0  # host seconds measured per pair.windows() call, at most
 MAX_INVALID_FRACTION = 0.5  # of a period's windows, beyond which the hosts are not measurable
 
@@ -95,6 +93,9 @@ class Progress:
     batches: int
     batch_size: int
     decision: Decision | None = None  # set on the last call
+    # no finite interval yet: about how many more steady windows until the rule's first
+    # possible decision (musku.abtest.structure); None once there is an interval
+    windows_needed: int | None = None
 
 
 class _Stop(Exception):
@@ -146,6 +147,9 @@ def validate_spec(spec: ComparisonSpec) -> None:
     for key, value, ok, why in checks:
         if not ok:
             raise InputError(f"statistics {key} = {value!r} is invalid: must be {why}")
+    fit = structure_mod.feasibility(st)
+    if not fit.ok:
+        raise InputError(fit.reason)
     for g in spec.guardrails:
         if not isinstance(g, Guardrail) or g.op not in ("<=", ">=") or not _num(g.limit):
             raise InputError(
@@ -245,7 +249,16 @@ class _Comparison:
         self.interval = float(st.sample_interval_s)
         self.cap = int(rule.sample_cap if rule.sample_cap is not None else st.sample_cap)
         self.dir = 1.0 if spec.direction is Direction.HIGHER else -1.0
-        self.warm_n = int(math.ceil(st.warmup_s / self.interval - 1e-9))
+        # probe, batch, period and first-decision lengths from the window, the cap and the
+        # rule's minimum batches (musku.abtest.structure)
+        self.structure = structure_mod.derive(
+            st,
+            cap=self.cap,
+            min_batches=int(getattr(rule, "min_batches", structure_mod.MIN_BATCHES)),
+            min_per_order=int(getattr(rule, "min_per_order", structure_mod.MIN_PER_ORDER)),
+        )
+        self.warm_n = self.structure.warm_n
+        self.settles_itself = _design(pair) == "switchback"
         # windows per pair.windows() call: about a minute of host time, so should_stop is
         # polled at least once a minute on real hosts
         self.piece = max(1, int(MEASURE_PIECE_S / self.interval))
@@ -447,7 +460,18 @@ class _Comparison:
         if not self.rule.detect_warmup:
             self.warm_s.append(self.pair.now() - t_start)
             return self._columns([])
-        probe_n = max(PROBE_MIN, self.warm_n, 2 * (self.b or 0), min_n)
+        if self.settles_itself:
+            # a switchback pair applies each arm inside its windows and discards each
+            # sub-window's own transient (settle_s): nothing after apply() is a transient.
+            # The first period's pilot is the structure's probe, all of it steady
+            self.warm_s.append(self.pair.now() - t_start)
+            if self.b is not None:
+                return self._columns([])
+            pilot = self._measure(self.structure.probe_n)
+            self._emit(pilot, False)
+            return pilot.select(pilot.valid)
+        probe_min = self.structure.probe_n
+        probe_n = max(probe_min, self.warm_n, 2 * (self.b or 0), min_n)
         chunks: list[_Chunk] = []
         discard = 0
         own = [0, 0]
@@ -471,7 +495,7 @@ class _Comparison:
             # go on while a transient may outlast the probe (a fit at its longest time
             # constant, MSER at its search limit, a trend left), or its end is not yet in
             # it with some steady data after it
-            longer = any(f[1] for f in found) or discard > len(full.samples) - PROBE_MIN // 2
+            longer = any(f[1] for f in found) or discard > len(full.samples) - probe_min // 2
             if not longer:
                 break
             if self.pair.now() - t_start >= TRANSIENT_CAP_S:
@@ -562,10 +586,8 @@ class _Comparison:
 
     def _batch_size(self, x: FloatArray) -> int:
         """Batch size for the window series ``x`` (:func:`musku.abtest.stats.batch_size_for`);
-        at most a twelfth of the cap, so a decision still fits in it."""
-        b, bw = stats.batch_size_for(
-            x, target=BATCH_CORRELATION, maximum=max(5, self.cap // MIN_BATCHES_IN_CAP)
-        )
+        at most the structure's (the rule's minimum batches fit twice in the cap)."""
+        b, bw = stats.batch_size_for(x, target=BATCH_CORRELATION, maximum=self.structure.max_batch)
         self.window_bandwidth = bw
         return b
 
@@ -659,11 +681,7 @@ class _Comparison:
             # first apply may not have rebooted (hosts already there): assume a reboot costs
             # at least as much as the warm-up until a swap has been measured
             swap_cost_s = max(swap_cost_s, 2 * max(self.warm_s))
-        cost_w = swap_cost_s / self.interval
-        lo = 4 * b
-        hi = max(lo, self.cap // 6)
-        n = min(max(SWAP_OVERHEAD * cost_w, lo), hi)
-        return int(math.ceil(n / b) * b)
+        return self.structure.period_length(b, swap_cost_s, SWAP_OVERHEAD)
 
     def _extend_first_period(self) -> bool:
         """Before the first swap: one more batch while the rule's early (pre-crossover)
@@ -689,8 +707,7 @@ class _Comparison:
             return self.cap
         assert self.period_len is not None and self.b is not None
         if self.period == 0:
-            first = FIRST_PERIOD_SHARE * self.period_len
-            return max(2 * self.b, int(math.ceil(first / self.b) * self.b))
+            return self.structure.first_period(self.b, self.period_len)
         return self.period_len
 
     # ------------------------------------------------------------------ steady state
@@ -808,8 +825,20 @@ class _Comparison:
                 batches=len(self.batch_d),
                 batch_size=self.b or 0,
                 decision=decision,
+                windows_needed=self._windows_needed(),
             )
         )
+
+    def _windows_needed(self) -> int | None:
+        """About how many more steady windows until the rule can first give an interval
+        (None when it has one)."""
+        v = self.verdict
+        if math.isfinite(v.ci_low) and math.isfinite(v.ci_high):
+            return None
+        b = self.b or 1
+        period = self.period_len or self.structure.period_length(b, 0.0, SWAP_OVERHEAD)
+        n = self.d.n - self.dropped
+        return max(b, self.structure.windows_to_first_decision(n, b, period))
 
     def _check_bias(self) -> None:
         """The comparison's own host-bias estimate against the bound in use: a confidence
@@ -868,6 +897,12 @@ class _Comparison:
             m = self.spec.stats.min_effect
             return v.decision, f"{interval} lies inside ±{m * 100:.2f} % after {n:,} samples"
         if capped:
+            need = self._windows_needed()
+            if need is not None:
+                return Decision.INCONCLUSIVE, (
+                    f"no interval yet (needs about {need:,} more windows) after {n:,} "
+                    "samples (sample cap)"
+                )
             return Decision.INCONCLUSIVE, (
                 f"no significant difference: {interval} after {n:,} samples (sample cap)"
             )
@@ -891,6 +926,10 @@ class _Comparison:
         for key, secs in self.transients.items():
             self.memory.transients[key] = secs
         decision, reason = outcome
+        need = self._windows_needed()
+        if need is not None and "needs about" not in reason:
+            # stopped (aborted, a guardrail, a transient) before any interval: say how far
+            reason += f"; no interval yet (needs about {need:,} more windows)"
         if not self.cov_seen and hasattr(self.rule, "covariate"):
             self.rule.covariate = None  # the hosts did not report it: say so in the method
         self._progress(decision)

@@ -54,6 +54,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("musku.hosts")
 PR_SET_PDEATHSIG = 1
+NOISE_SD_GUESS = 0.15
+"""sd of one window's log-ratio B vs A on this backend with the built-in workload's
+``ops_cpu`` (0.13-0.16 measured on the 2-vCPU dev VM at load 5-12, 0.4-2 s windows; ``ops``
+per wall second: 0.2-0.3): what ``musku check`` assumes before anything runs."""
+SWITCH_OVERHEAD_S = 0.75
+"""Host seconds a sub-window costs beyond its settle and measurement (the agent's apply round
+trip, the workload re-mapping its arena, the wait for the agent's next sample), measured on
+the busy dev VM: a 0.4 s window with settle 0.3 s takes about 2.9 s."""
+SWITCH_TRIES = 3  # attempts at one arm's apply before the comparison fails (host restored)
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -134,10 +143,12 @@ class LocalSwitchbackPair(HostPair):
     def _switch(self, arm: _Arm) -> None:
         """Apply one arm (and, co-tuning, its threading). A host-side failure (the agent
         already rolled that apply back, e.g. a verify that lost a race with an outside writer)
-        is retried once after a pause; a second failure restores the host and raises."""
+        is retried after a pause (twice: a huge page pool that the kernel grants short while
+        the workload is still letting its pages go, or memory is being compacted, usually
+        takes on the next try); a third failure restores the host and raises."""
         cfg = arm.config
         fields: dict[str, Any] = {}
-        for attempt in (0, 1):
+        for attempt in range(SWITCH_TRIES):
             try:
                 if self.cotune is not None:
                     fields["threading"] = self.cotune.request(self.agent.hostname, cfg)
@@ -153,9 +164,9 @@ class LocalSwitchbackPair(HostPair):
                 self.switches += 1
                 return
             except HostError as exc:
-                if attempt == 0 and "cannot reach" not in exc.message:
-                    log.warning("switch to %s failed (%s); retrying once", cfg, exc.one_line())
-                    time.sleep(1.0)
+                if attempt < SWITCH_TRIES - 1 and "cannot reach" not in exc.message:
+                    log.warning("switch to %s failed (%s); retrying", cfg, exc.one_line())
+                    time.sleep(0.5 * (attempt + 1))
                     continue
                 self.restore()
                 raise HostError(f"{exc.one_line()} (host rolled back)") from None
@@ -247,6 +258,12 @@ class LocalSwitchbackPair(HostPair):
             "agent": self.agent.info,
             "cotune": self.cotune.spec.to_json() if self.cotune is not None else None,
         }
+
+
+def window_seconds(interval_s: float, options: Mapping[str, Any]) -> float:
+    """Host seconds one window (an A and a B sub-window) takes on this backend."""
+    settle = float(options.get("settle_s", 1.0))
+    return 2.0 * (interval_s + settle + SWITCH_OVERHEAD_S)
 
 
 def _wait_for_socket(

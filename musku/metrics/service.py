@@ -11,7 +11,9 @@ since the service started::
      "latency_us": {"bounds": [1, 2, 4, ...],  # bucket upper bounds, increasing
                     "counts": [0, 3, 40, ...]}} # cumulative count per bucket
 
-Metrics: ``qps`` (requests/s), ``ops`` (ops/s; the workload's memory operations),
+Metrics: ``qps`` (requests/s), ``ops`` (ops/s; the workload's memory operations), ``ops_cpu``
+(ops per CPU-second of the service, when it reports a ``cpu_s`` counter: on a host shared with
+other work, the time the service waits for a CPU does not dilute it),
 ``p50_ms``/``p95_ms``/``p99_ms`` (bucket upper bound where the interval's quantile falls),
 ``qos_violation_rate`` (violations / requests in the interval). A file that has not advanced
 since the previous reading yields no metrics (no data, not zero).
@@ -98,6 +100,8 @@ class ServiceSampler(Sampler):
             out["qps"] = d["requests"] / dt
         if "ops" in d:
             out["ops"] = d["ops"] / dt
+            if d.get("cpu_s", 0.0) > 0:  # the service's own CPU time: ops per CPU-second
+                out["ops_cpu"] = d["ops"] / d["cpu_s"]
         if "qos_violations" in d and d.get("requests", 0.0) > 0:
             out["qos_violation_rate"] = d["qos_violations"] / d["requests"]
         h1, h0 = cur.get("latency_us"), prev.get("latency_us")

@@ -191,7 +191,12 @@ def estimate(experiment: Any, plan: Mapping[str, Any], past: Any = None) -> dict
     given, else from the statistics settings and the model."""
     n = int(plan["comparisons_planned"])
     st = experiment.stats
-    cap_s = st.warmup_s + st.sample_cap * st.sample_interval_s
+    per_window = st.sample_interval_s
+    if experiment.hosts.backend == "local":  # switchback: two sub-windows, each switched
+        from musku.hosts.local import window_seconds
+
+        per_window = window_seconds(st.sample_interval_s, experiment.hosts.options)
+    cap_s = st.warmup_s + st.sample_cap * per_window
     if past:
         done = [c.result.host_time_s for c in past if c.result is not None]
         if done:
@@ -287,6 +292,8 @@ def _model_seconds(experiment: Any) -> float | None:
 
 
 def dry_run(experiment: Any, store: Any = None) -> dict[str, Any]:
+    from musku.summary import decidable  # lazy: above the experiment model
+
     plan = planned(experiment)
     configs = plan.pop("configurations")
     past = None
@@ -310,6 +317,7 @@ def dry_run(experiment: Any, store: Any = None) -> dict[str, Any]:
         "pool": pool,
         "hosts": hosts,
         "host_time": est,
+        "decidable": decidable(experiment),
         "applied": False,
         "db_rows_written": 0,
     }

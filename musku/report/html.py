@@ -22,7 +22,7 @@ from musku.domain import Configuration, format_value
 from musku.report import figures as F
 from musku.report.data import PAPER_HOST_HOURS, ReportData, host_bias
 from musku.report.strict_json import dumps
-from musku.text import change_text
+from musku.text import change_text, interval
 
 FORMATS = ("html", "png", "svg")
 
@@ -48,11 +48,9 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.2f} %" if math.isfinite(x) else "-"
 
 
-def _iv(lo: float, hi: float) -> str:
-    def end(v: float) -> str:
-        return f"{v * 100:+.2f}" if math.isfinite(v) else ("-∞" if v < 0 else "+∞")
-
-    return f"[{end(lo)}, {end(hi)}] %"
+def _iv(lo: float, hi: float, reason: str = "") -> str:
+    """The interval, or "no interval yet (needs about N more windows)": never an infinite one."""
+    return interval(lo, hi, reason)
 
 
 def _hours(s: float) -> str:
@@ -143,7 +141,7 @@ def _best_gain(d: ReportData, knob: str) -> tuple[Any, str]:
     for c in reversed(d.knob_comparisons(knob)):
         r = c.result
         if r is not None and best is not None and c.candidate.get(knob) == best:
-            return best, f"{_pct(r.estimate)} {_iv(r.ci_low, r.ci_high)}"
+            return best, f"{_pct(r.estimate)} {_iv(r.ci_low, r.ci_high, r.reason)}"
     return best, "-"
 
 
@@ -189,7 +187,7 @@ def _knob_section(knob: str, sides: Sequence[ReportData]) -> str:
                 f"<tr><td>{_cmp_link(c)}</td><td>{_e(c.purpose)}</td>"
                 f"<td>{_e(_change(c.baseline, c.candidate))}</td>"
                 f'<td class="{_e(r.decision.value)}">{_e(r.decision.value)}</td>'
-                f'<td class="num">{_e(_pct(r.estimate))}</td><td class="iv">{_e(_iv(r.ci_low, r.ci_high))}</td>'
+                f'<td class="num">{_e(_pct(r.estimate))}</td><td class="iv">{_e(_iv(r.ci_low, r.ci_high, r.reason))}</td>'
                 f'<td class="num">{r.samples:,}</td><td class="num">{_e(_hours(r.host_time_s))}</td>'
                 f"<td>{_e(r.reason)}</td></tr>"
             )
@@ -335,7 +333,7 @@ def _comparison(d: ReportData, c: Any, image: bytes | None) -> str:
     r = c.result
     head = f"#{c.id} {_e(c.purpose)}: {_e(_change(c.baseline, c.candidate))} -- " + (
         f'<span class="{_e(r.decision.value)}">{_e(r.decision.value)}</span> '
-        f"{_e(_pct(r.estimate))} {_e(_iv(r.ci_low, r.ci_high))}, {_e(_hours(r.host_time_s))}"
+        f"{_e(_pct(r.estimate))} {_e(_iv(r.ci_low, r.ci_high, r.reason))}, {_e(_hours(r.host_time_s))}"
         if r is not None
         else _e(c.status.value)
     )

@@ -19,6 +19,7 @@ from musku.domain import (
     SoftSku,
 )
 from musku.errors import DatabaseError
+from musku.text import interval_note
 
 
 class InvalidTransition(DatabaseError):
@@ -86,6 +87,8 @@ def result_to_dict(result: ComparisonResult) -> dict[str, Any]:
         "estimate": result.estimate,
         "ci_low": result.ci_low,
         "ci_high": result.ci_high,
+        # why the interval's ends are null in JSON (unbounded: no interval yet), else None
+        "interval_note": interval_note(result.ci_low, result.ci_high, result.reason),
         "samples": result.samples,
         "host_time_s": result.host_time_s,
         "reason": result.reason,

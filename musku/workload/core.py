@@ -125,7 +125,9 @@ class Workload:
             "service": "musku-workload",
             "pid": os.getpid(),
             "t": time.time(),
-            "counters": {"ops": self.ops, "requests": self.batches},
+            # cpu_s: the process's CPU seconds, so a reader can give ops per CPU-second
+            # (ops_cpu), which a busy host's scheduling delays do not dilute
+            "counters": {"ops": self.ops, "requests": self.batches, "cpu_s": time.process_time()},
             "latency_us": {"bounds": list(BOUNDS_US), "counts": list(self.counts)},
             "arena": {
                 "mib": self.o.arena_mib,

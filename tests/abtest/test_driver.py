@@ -175,7 +175,9 @@ def test_sample_cap_gives_inconclusive() -> None:
     pair = FakePair(freq_level(0.004), seed=3, sigma=0.03)
     r = run_comparison(pair, A, B, spec, seed=3)
     assert r.decision is Decision.INCONCLUSIVE
-    assert r.samples == 200
+    # the cap counts every steady window measured; a transient seen at a later swap may
+    # drop some of them after the fact (musku.abtest.structure: short probes at this cap)
+    assert 150 <= r.samples <= 200
     assert "no significant difference" in r.reason and "sample cap" in r.reason
     assert r.ci_low < 0 < r.ci_high
 

@@ -1,6 +1,7 @@
-"""The local switchback backend on this machine's REAL THP (restored afterwards): a short A/B of
-THP always vs never with the built-in workload through the lead's A/B tester, bad input, and
-clean-up when the controller goes away."""
+"""The local switchback backend on this machine's REAL THP (restored afterwards): one whole A/B
+of THP madvise vs always with the built-in workload, decided by the tester; bad input (a
+workload that cannot start, bad options, a setting the host refuses); clean-up when the
+controller goes away."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from musku.domain import Configuration, StatsSettings
-from musku.errors import InputError
+from musku.domain import Configuration, Decision
+from musku.errors import HostError, InputError
 from musku.experiment import Experiment, load_experiment
 from musku.hostfs import THP_DIR, HostFS
 
@@ -54,67 +55,72 @@ def _experiment(tmp: Path, **hosts: object) -> Experiment:
     return dataclasses.replace(e, hosts=dataclasses.replace(e.hosts, options=opts))
 
 
-def test_switchback_ab_of_thp(tmp_path: Path, restore_thp: None) -> None:
+def _host_bytes() -> dict[str, bytes]:
+    """Every file the THP and SHP knobs write, byte for byte."""
+    from musku.hostfs import HUGEPAGES_DIR
+
+    fs = HostFS("/")
+    paths = [ENABLED, THP_DIR + "/defrag", HUGEPAGES_DIR + "/hugepages-2048kB/nr_hugepages"]
+    return {p: fs.read_bytes(p) for p in paths if fs.exists(p)}
+
+
+def _thp_writable() -> str:
+    """Why a real THP comparison cannot run here ("" when it can): THP must be writable."""
+    if not os.access("/sys/kernel/mm/transparent_hugepage/enabled", os.W_OK):
+        return "THP is not writable here (read-only sysfs or no root)"
+    return ""
+
+
+@pytest.mark.skipif(bool(_thp_writable()), reason=_thp_writable() or "THP writable")
+def test_switchback_ab_of_thp_decides(tmp_path: Path, restore_thp: None) -> None:
+    """One whole real comparison on this machine: THP madvise (A) against always (B) with the
+    built-in workload, switchback through a private agent, decided by the tester (the
+    experiment file's settings; a cap of 48 windows keeps it near 2 minutes: batches of at
+    most 2 windows, the first possible decision after 24), then the host restored byte for
+    byte. THP "always" gives the workload +15 to +40 % here, well beyond the interval."""
+    from musku.abtest import Progress, run_comparison
     from musku.hosts.local import open_pair
 
-    before = _real_state()
-    exp = _experiment(tmp_path, settle_s=0.3)
-    base = Configuration.of({"thp": "never"})
+    before = _host_bytes()
+    exp = _experiment(tmp_path)
+    spec = dataclasses.replace(
+        exp.spec,
+        stats=dataclasses.replace(exp.spec.stats, sample_cap=48, min_effect=0.05, seed=3),
+    )
+    base = Configuration.of({"thp": "madvise"})
     cand = Configuration.of({"thp": "always"})
     pair = open_pair(exp, seed=3)
     children = [c.pid for c in pair.children]
+    looks: list[Progress] = []
     try:
-        pair.apply((base, cand))
-        assert _real_state() == before  # apply only records (and validates) the two arms
-        try:
-            from musku.abtest import run_comparison
-        except ImportError:  # the A/B tester is not there yet: drive the windows directly
-            run_comparison = None
-        if run_comparison is not None:
-            spec = dataclasses.replace(
-                exp.spec,
-                stats=StatsSettings(
-                    confidence=0.9,
-                    min_effect=0.05,
-                    warmup_s=1.2,
-                    sample_interval_s=0.4,
-                    sample_cap=12,
-                    seed=3,
-                ),
-            )
-            # the tester's warm-up probe alone is 60 windows (bench/agent_local_ab.py runs a
-            # whole comparison); here: stop after the minimum warm-up, to show the tester
-            # drives this backend unchanged
-            calls = []
-            window = pair.window
-
-            def counted(seconds: float) -> tuple:
-                calls.append(seconds)
-                return window(seconds)
-
-            pair.window = counted  # type: ignore[method-assign]
-            result = run_comparison(pair, base, cand, spec, should_stop=lambda: len(calls) >= 3)
-            pair.window = window  # type: ignore[method-assign]
-            assert len(calls) >= 3 and calls[0] == pytest.approx(0.4)
-            assert result.baseline == base and result.candidate == cand
-        a_ops, b_ops = [], []
-        for _ in range(3):
-            a, b = pair.window(0.4)
-            assert (a.host, b.host) == ("local/A", "local/B")
-            assert a.valid and b.valid, (a.note, b.note)
-            assert a.metrics["ops"] > 0 and b.metrics["ops"] > 0 and "qps" in a.metrics
-            a_ops.append(a.metrics["ops"])
-            b_ops.append(b.metrics["ops"])
-        assert pair.switches >= 6
-        # someone else changes THP during a sub-window: that sample is invalid
+        result = run_comparison(pair, base, cand, spec, on_progress=looks.append)
         pair.restore()
-        assert _real_state() == before
+        assert _host_bytes() == before
     finally:
         pair.close()
-    assert _real_state() == before
+    assert _host_bytes() == before
     for pid in children:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+    assert result.decision is Decision.BETTER, result.reason
+    assert 0.0 < result.ci_low < result.estimate < result.ci_high
+    assert result.samples <= 48 and pair.switches >= 2 * result.samples
+    assert looks and looks[-1].windows_needed is None
+
+
+def test_a_workload_that_cannot_start_is_one_clear_host_error(
+    tmp_path: Path, restore_thp: None
+) -> None:
+    """A stats file the workload cannot write (its directory cannot exist): the workload
+    exits, open_pair says so in one line and leaves nothing running; the host is untouched."""
+    from musku.hosts.local import open_pair
+
+    before = _host_bytes()
+    bad = "/proc/musku-no-such-dir/workload.json"
+    with pytest.raises(HostError, match="the workload did not start") as err:
+        open_pair(_experiment(tmp_path, stats_file=bad), seed=1)
+    assert "\n" not in err.value.one_line()
+    assert _host_bytes() == before
 
 
 def test_close_without_restore_still_rolls_back(tmp_path: Path, restore_thp: None) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 
 from musku.domain import Configuration, Decision
 from musku.errors import InputError
+from musku.storage.lookup import FoundRun, find_run
 from musku.storage.records import ComparisonRecord, ExperimentRecord, SoftSkuRecord
 
 PAPER_HOST_HOURS = (5.0, 10.0)
@@ -50,6 +51,7 @@ class ReportData:
     comparisons: list[ComparisonRecord]
     softskus: list[SoftSkuRecord]
     series: dict[int, Series] = field(default_factory=dict)
+    run_note: str = ""  # which run a name resolved to (musku.storage.lookup)
 
     @property
     def resolved(self) -> Mapping[str, Any]:
@@ -89,16 +91,16 @@ class ReportData:
         return [c for c in self.comparisons if c.purpose.startswith(f"knob:{knob}:")]
 
 
-def find(store: Any, ref: str) -> ExperimentRecord:
-    rec = store.find_experiment(int(ref) if ref.isdigit() else ref)
-    if rec is None:
-        raise InputError(f"no experiment {ref!r} in the results DB (`musku results` lists them)")
-    return rec  # type: ignore[no-any-return]
+def find(store: Any, ref: str, kind: str = "sweep") -> FoundRun:
+    """The run ``ref`` means: the latest finished sweep of a name, or of ``kind``; an id
+    (:func:`musku.storage.lookup.find_run`)."""
+    return find_run(store, ref, kind)
 
 
-def load(store: Any, ref: str, *, series: bool = True) -> ReportData:
-    """Everything the report of experiment ``ref`` (name or id) shows."""
-    rec = find(store, ref)
+def load(store: Any, ref: str, *, kind: str = "sweep", series: bool = True) -> ReportData:
+    """Everything the report of run ``ref`` (name or id, see :func:`find`) shows."""
+    found = find(store, ref, kind)
+    rec = found.record
     comps = store.comparisons(rec.id)
     if not any(c.result is not None and c.result.decision.final for c in comps):
         raise InputError(
@@ -106,7 +108,7 @@ def load(store: Any, ref: str, *, series: bool = True) -> ReportData:
             "report (run or resume its sweep first)"
         )
     skus = [s for s in store.softskus() if s.experiment_id == rec.id]
-    data = ReportData(rec, store.experiment_meta(rec.id), comps, skus)
+    data = ReportData(rec, store.experiment_meta(rec.id), comps, skus, run_note=found.note)
     if series:
         data.series = load_series(store, rec.id, [c.id for c in comps if c.result is not None])
     return data

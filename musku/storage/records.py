@@ -17,6 +17,7 @@ from musku.domain import (
     DeploymentStatus,
     ExperimentStatus,
     SoftSku,
+    run_kind,
 )
 from musku.errors import DatabaseError
 
@@ -160,10 +161,16 @@ class ExperimentRecord:
     finished_at: datetime | None
     hosts: tuple[HostRecord, ...] = ()
 
+    @property
+    def kind(self) -> str:
+        """sweep, abtest, deploy, watch or calibrate (:data:`musku.domain.RUN_KINDS`)."""
+        return run_kind(self.mode)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "name": self.name,
+            "kind": self.kind,
             "description": self.description,
             "service": self.service,
             "platform": self.platform,

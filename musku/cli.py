@@ -710,6 +710,36 @@ def sku_deployments(
         )
 
 
+@sku_app.command("rollback")
+def sku_rollback(
+    deployment: Annotated[int, typer.Argument(help="Deployment id (musku sku deployments).")],
+    experiment_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--experiment", help="Experiment file with its hosts; default: the deployment's."
+        ),
+    ] = None,
+    db: DbOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Put every host of a deployment back at its baseline and end it (rolled_back), so its
+    hosts are free for another deployment (docs/rollout.md)."""
+    from musku.rollout.deploy import rollback_deployment
+
+    store = _open_store(db)
+    try:
+        dep = rollback_deployment(store, deployment, experiment_file=experiment_file)
+    finally:
+        store.close()
+    if json_out:
+        _print_json(dep.to_dict())
+        return
+    typer.echo(
+        f"deployment {dep.id}: soft SKU {dep.soft_sku_id} {dep.status.value} on "
+        f"{', '.join(dep.hosts)} ({dep.reason})"
+    )
+
+
 @sku_app.command("watch")
 def sku_watch(
     file: Annotated[Path, typer.Argument(help="Experiment file: the hosts and statistics.")],

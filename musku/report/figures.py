@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from matplotlib import rcParams
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from musku.domain import Decision, format_value
@@ -53,7 +54,7 @@ SIDE_MARKERS = ("o", "s")  # --compare: the left run's settings as dots, the rig
 
 
 def mark_name(marker: str) -> str:
-    return {"o": "●", "s": "■"}.get(marker, marker)
+    return {"o": "dots", "s": "squares"}.get(marker, marker)
 
 
 def _figure(w: float, h: float, *, layout: Literal["constrained"] | None = "constrained") -> Figure:
@@ -157,6 +158,7 @@ def knob_figure(knob: str, sides: Sequence[ReportData]) -> Figure:
         return label
 
     marks = SIDE_MARKERS if len(sides) > 1 else ("o",)
+    swatches: dict[str, str] = {}  # --compare: decision -> its colour
     untested: dict[int, list[int]] = {}  # x -> the sides that did not test it
     for k, d in enumerate(sides):
         off = (k - (len(sides) - 1) / 2) * width
@@ -199,7 +201,7 @@ def knob_figure(knob: str, sides: Sequence[ReportData]) -> Figure:
                 label="_nolegend_" if len(sides) > 1 else once(r.decision.value.replace("_", " ")),
             )
             if len(sides) > 1:  # the colour is the decision, the shape the side: a swatch
-                ax.bar([], [], color=colour, label=once(r.decision.value.replace("_", " ")))
+                swatches.setdefault(r.decision.value.replace("_", " "), colour)
         if base_value is not None and json_key(base_value) in x_of:
             label = (
                 "production (baseline)" if d.experiment.baseline != "stock" else "stock (baseline)"
@@ -247,7 +249,7 @@ def knob_figure(knob: str, sides: Sequence[ReportData]) -> Figure:
                 [],
                 marker=mark,
                 color="#444444",
-                label=once(f"{mark_name(mark)}: #{d.experiment.id} {d.experiment.name}"),
+                label=once(f"#{d.experiment.id} {d.experiment.name} ({mark_name(mark)})"),
             )
     for i, ks in untested.items():  # one label per setting, however many sides skipped it
         who = (
@@ -257,7 +259,7 @@ def knob_figure(knob: str, sides: Sequence[ReportData]) -> Figure:
         )
         ax.text(
             i,
-            -0.92 * lim,
+            -1.3 * lim,
             f"not\ntested{who}",
             ha="center",
             va="bottom",
@@ -271,14 +273,20 @@ def knob_figure(knob: str, sides: Sequence[ReportData]) -> Figure:
     ]
     ax.set_xticks(range(len(settings)), ticks, fontsize=8)
     ax.set_xlim(-0.6, len(settings) - 0.4)
-    ax.set_ylim(-lim, lim)
+    ax.set_ylim(-1.35 * lim if untested else -lim, lim)  # room for "not tested" under the data
     ax.set_ylabel(f"{metric} vs baseline (%)")
     ax.set_title(
         f"{knob}: relative {metric} per setting, {int(100 * float(stats.get('confidence', 0.95)))} % intervals",
         fontsize=10,
         loc="left",
     )
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    handles, names = ax.get_legend_handles_labels()
+    for label, colour in swatches.items():
+        handles.append(Patch(facecolor=colour, label=label))
+        names.append(label)
+    ax.legend(
+        handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False
+    )
     return fig
 
 
@@ -324,7 +332,8 @@ def softsku_figure(sides: Sequence[ReportData]) -> Figure | None:
         hi = _pct(r.ci_high) if math.isfinite(r.ci_high) else _pct(r.estimate)
         est = _pct(r.estimate)
         ym = y + (bar_h / 2 if name in papers else 0.0)
-        ax.barh([ym], [est], color=colour, alpha=0.8, height=bar_h, label="musku's soft SKU")
+        who = name.split(" ")[0] + " soft SKU" if len(sides) > 1 else "musku's soft SKU"
+        ax.barh([ym], [est], color=colour, alpha=0.8, height=bar_h, label=who)
         ax.errorbar(
             [est],
             [ym],
@@ -479,7 +488,7 @@ LEGEND = (
 )
 """What the colours of a :class:`ComparisonPlot` mean (drawn once, in HTML)."""
 
-POINTS = 200
+POINTS = 160
 """Points per drawn trace: a comparison's windows are binned to this many means (the raw
 windows stay in the DB and in ``musku results NAME --format ... --table samples``)."""
 

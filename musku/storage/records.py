@@ -62,7 +62,8 @@ DEPLOYMENT_TRANSITIONS: Mapping[DeploymentStatus, frozenset[DeploymentStatus]] =
     DeploymentStatus.ROLLING: frozenset(
         {DeploymentStatus.DEPLOYED, DeploymentStatus.ROLLED_BACK, DeploymentStatus.FAILED}
     ),
-    DeploymentStatus.DEPLOYED: frozenset(),
+    # `musku sku rollback`: an operator puts a deployed soft SKU's hosts back
+    DeploymentStatus.DEPLOYED: frozenset({DeploymentStatus.ROLLED_BACK, DeploymentStatus.FAILED}),
     DeploymentStatus.ROLLED_BACK: frozenset(),
     DeploymentStatus.FAILED: frozenset(),
 }

@@ -137,3 +137,20 @@ def test_choose_takes_the_latest_done_run_of_the_kind(
         assert all(s is ExperimentStatus.FAILED for i, s in mine if i > got[0])
     else:
         assert all(s is ExperimentStatus.FAILED for _, s in mine)
+
+
+def test_resume_of_a_finished_sweep_is_refused(
+    sweep_then_abtest: str, toy_db: tuple[str, Path]
+) -> None:
+    """`--resume` continues the latest sweep of the name (not its later abtest); a finished one
+    is refused with the command that starts a new run, and nothing is written."""
+    url = sweep_then_abtest
+    _, exp = toy_db
+    before = _runs(url)
+    proc = musku("sweep", str(exp), "--resume", "--db", url, "-q")
+    assert proc.returncode == 3, proc.stderr
+    line = one_error_line(proc)
+    assert f"the latest sweep of 'toy' (run {before['sweep']}) is done" in line
+    assert f"`musku sweep {exp}` starts a new run" in line
+    with open_store(url) as store:
+        assert len(store.runs_named("toy")) == 2  # no run written

@@ -7,16 +7,19 @@ held deployment)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 
 from musku.domain import DeploymentStatus
 from musku.errors import InputError
 from musku.experiment import load_experiment
 from musku.rollout import deploy_sku, rollback_deployment, watch_round
 from musku.rollout.deploy import fleet_state
-from musku.storage import open_store
+from musku.storage import convert, open_store
+from musku.storage.models import ExperimentRow
 from musku.storage.store import Store
 from tests.cli.test_exit_codes import musku, one_error_line
 from tests.fixtures.toy import EXPERIMENT
@@ -105,6 +108,12 @@ def test_rollback_from_the_command_line(tmp_path: Path) -> None:
         dep = db.deployment(rep.deployment_id)
         assert dep is not None
         db.claim(dep.experiment_id, "other@elsewhere:7:beef", "elsewhere", 7)
+        with db.engine.begin() as conn:  # its heartbeat stays fresh however slow this machine
+            conn.execute(
+                update(ExperimentRow)
+                .where(ExperimentRow.id == dep.experiment_id)
+                .values(claim_heartbeat=convert.now() + timedelta(days=1))
+            )
     env = {"MUSKU_DB": url}
     held = musku("sku", "rollback", str(rep.deployment_id), env=env)
     assert held.returncode == 3

@@ -400,10 +400,15 @@ def _reproduce(sides: Sequence[ReportData], version: str) -> str:
     for d in sides:
         e = d.experiment
         made_by = d.meta.get("musku_version") or "?"
+        seed = d.statistics.get("seed")
+        file_seed = (dict(e.content).get("statistics") or {}).get("seed")
+        override = f" --seed {seed}" if seed is not None and seed != file_seed else ""
+        where = "given with --seed" if override else "the file's"
         out.append(
             f"<p>#{e.id}: experiment file <code>{_e(e.path)}</code>, run by musku "
             f"{_e(made_by)} (this report: musku {_e(version)}). Rerun with "
-            f"<code>musku sweep {_e(e.path)}</code>; statistics: "
+            f"<code>musku sweep {_e(e.path)}{override}</code> (seed {_e(seed)}, {where}; on "
+            "simulated hosts the same file and seed give the same comparisons); statistics: "
             f"<code>{_e(dumps(d.statistics))}</code>.</p>"
         )
         text = _file_text(e.path, e.content)

@@ -117,6 +117,11 @@ def experiment_run(
     with :class:`~musku.storage.store.ClaimHeld` before anything changes; a stale claim (a
     crashed controller) is taken over.
     """
+    if seed is not None and seed != experiment.stats.seed:
+        # the run's seed is recorded as its statistics' seed (the report's rerun line)
+        spec = experiment.spec
+        stats = dataclasses.replace(spec.stats, seed=seed)
+        experiment = dataclasses.replace(experiment, spec=dataclasses.replace(spec, stats=stats))
     exp_id = None
     keeper: ClaimKeeper | None = None
     if store is not None:

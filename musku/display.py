@@ -436,7 +436,14 @@ def print_check(con: Any, exp: Any, data: Mapping[str, Any]) -> None:
     )
     for knob, values in exp.space.items():
         con.print(
-            escape(f"  {knob:12} {len(values):3} settings  production={exp.production.get(knob)}")
+            escape(
+                f"  {knob:12} {len(values):3} settings  production="
+                + (
+                    format_value(knob, v)
+                    if (v := exp.production.get(knob)) is not None
+                    else "(not set)"
+                )
+            )
         )
     con.print(
         escape(

@@ -154,3 +154,11 @@ def test_resume_of_a_finished_sweep_is_refused(
     assert f"`musku sweep {exp}` starts a new run" in line
     with open_store(url) as store:
         assert len(store.runs_named("toy")) == 2  # no run written
+
+
+def test_a_file_path_given_as_db_is_bad_input(tmp_path: Path) -> None:
+    path = tmp_path / "results.db"
+    proc = musku("results", "--db", str(path))
+    assert proc.returncode == 3  # a usage slip, not a database failure (5)
+    assert f"for that SQLite file: sqlite:///{path}" in one_error_line(proc)
+    assert not path.exists()

@@ -162,3 +162,15 @@ def test_a_file_path_given_as_db_is_bad_input(tmp_path: Path) -> None:
     assert proc.returncode == 3  # a usage slip, not a database failure (5)
     assert f"for that SQLite file: sqlite:///{path}" in one_error_line(proc)
     assert not path.exists()
+
+
+def test_experiments_on_sqlite_show_no_queue_counts(sweep_then_abtest: str) -> None:
+    """SQLite has no comparison queue: `musku experiments` said 0/0/0 for every run."""
+    from musku.display import _host_summary
+
+    proc = musku("experiments", "--db", sweep_then_abtest, env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    assert "0/0/0" not in proc.stdout and "sim-a, sim-b" in proc.stdout
+    names = [f"sim-{i:03d}" for i in range(16)]
+    assert _host_summary(names) == "sim-000 .. sim-015 (16)"
+    assert _host_summary(names[:3]) == "sim-000, sim-001, sim-002"

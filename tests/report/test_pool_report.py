@@ -20,6 +20,7 @@ from musku.experiment import load_experiment
 from musku.report import figures as F
 from musku.storage import open_store
 from musku.sweep import run_sweep
+from musku.sweep.runner import NullProgress
 from tests.cli.test_exit_codes import musku
 from tests.fixtures.toy import EXPERIMENT, MODEL
 
@@ -37,9 +38,49 @@ def pool_db(tmp_path_factory: pytest.TempPathFactory) -> str:
     (d / "multi.toml").write_text(_pool(EXPERIMENT.format(name="multi", mode="multiarm"), 5))
     url = f"sqlite:///{d}/results.db"
     with open_store(url) as store:
-        run_sweep(load_experiment(d / "pool.toml"), store=store)
-        run_sweep(load_experiment(d / "multi.toml"), store=store)
+        run_sweep(load_experiment(d / "pool.toml"), store=store, progress=Messages())
+        run_sweep(load_experiment(d / "multi.toml"), store=store, progress=Messages())
     return url
+
+
+class Messages(NullProgress):
+    """The sweep's progress lines, kept (MESSAGES)."""
+
+    def message(self, text: str) -> None:
+        MESSAGES.append(text)
+
+    def comparison_started(self, purpose: str, baseline: object, candidate: object) -> None:
+        STARTED.append(purpose)
+
+
+MESSAGES: list[str] = []
+STARTED: list[str] = []
+
+
+def test_pool_progress_names_each_comparisons_pair(pool_db: str) -> None:
+    """Issue 32: pool progress lines did not say which pair ran the comparison."""
+    knob_lines = [p for p in STARTED if p.startswith("knob:")]
+    assert knob_lines
+    pairs = set()
+    for p in knob_lines:
+        m = re.search(r" on (sim-\d{3})\+(sim-\d{3})$", p)
+        assert m is not None, p
+        a, b = (int(x[4:]) for x in m.groups())
+        assert b == a + 1 and a % 2 == 0  # a pair of the pool: (0, 1), (2, 3), ...
+        pairs.add(a)
+    assert len(pairs) > 1  # several pairs ran at once
+
+
+def test_multiarm_progress_formats_settings(pool_db: str) -> None:
+    """Issue 32: multi-arm progress printed `6:5` and `1.8 -> 1.8`."""
+    lines = [m for m in MESSAGES if m.startswith("multiarm ")]
+    assert lines, MESSAGES
+    for line in lines:
+        m = re.match(r"multiarm (\w+): (?:stays at (\S+)|(\S+) -> (\S+)) \(", line)
+        assert m is not None, line
+        assert m.group(3) != m.group(4), line  # an unchanged setting says "stays at"
+    thp = next(m for m in lines if m.startswith("multiarm thp:"))
+    assert "madvise" in thp
 
 
 def _figures(text: str) -> list[str]:

@@ -65,6 +65,14 @@ DbOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+KindOption = Annotated[
+    str,
+    typer.Option(
+        "--kind",
+        help="Which kind of run a name means: sweep, abtest, deploy, watch or calibrate "
+        "(the latest finished one of that name).",
+    ),
+]
 
 
 def _mount_optional(module: str, name: str, help_text: str) -> None:
@@ -480,6 +488,7 @@ def results(
         Path | None,
         typer.Option("--output", "-o", help="With --format: the file (default: standard output)."),
     ] = None,
+    kind: KindOption = "sweep",
 ) -> None:
     """Experiments, their comparisons and soft SKUs from the results DB; or, with --format,
     an experiment's comparisons, decisions or samples as CSV, Parquet or JSON."""
@@ -509,7 +518,9 @@ def results(
             from musku.report import export  # lazy: pyarrow for parquet
             from musku.report.data import find
 
-            rows = export.write(store, find(store, experiment or "").id, table, fmt, output)
+            found = find(store, experiment or "", kind)
+            rows = export.write(store, found.record.id, table, fmt, output)
+            typer.echo(found.note, err=True)
             if output is not None and str(output) != "-":
                 typer.echo(f"wrote {rows:,} {table} rows to {output}", err=True)
             return
@@ -520,20 +531,23 @@ def results(
             else:
                 print_experiments(_console(), exps)
             return
-        rec = store.find_experiment(experiment)  # a name, else an id
-        if rec is None:
-            raise InputError(f"no experiment {experiment!r} in the results DB")
+        from musku.storage.lookup import find_run
+
+        found = find_run(store, experiment, kind)
+        rec = found.record
         comps = store.comparisons(rec.id)
         skus = [s for s in store.softskus() if getattr(s, "experiment_id", None) == rec.id]
         if json_out:
             _print_json(
                 {
+                    "run": found.to_dict(),
                     "experiment": rec.to_dict(),
                     "comparisons": [c.to_dict() for c in comps],
                     "soft_skus": [s.to_dict() for s in skus],
                 }
             )
             return
+        typer.echo(found.note, err=True)
         print_comparisons(_console(), rec, comps, skus)
     finally:
         store.close()
@@ -733,6 +747,36 @@ def sku_deployments(
         )
 
 
+@sku_app.command("rollback")
+def sku_rollback(
+    deployment: Annotated[int, typer.Argument(help="Deployment id (musku sku deployments).")],
+    experiment_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--experiment", help="Experiment file with its hosts; default: the deployment's."
+        ),
+    ] = None,
+    db: DbOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Put every host of a deployment back at its baseline and end it (rolled_back), so its
+    hosts are free for another deployment (docs/rollout.md)."""
+    from musku.rollout.deploy import rollback_deployment
+
+    store = _open_store(db)
+    try:
+        dep = rollback_deployment(store, deployment, experiment_file=experiment_file)
+    finally:
+        store.close()
+    if json_out:
+        _print_json(dep.to_dict())
+        return
+    typer.echo(
+        f"deployment {dep.id}: soft SKU {dep.soft_sku_id} {dep.status.value} on "
+        f"{', '.join(dep.hosts)} ({dep.reason})"
+    )
+
+
 @sku_app.command("watch")
 def sku_watch(
     file: Annotated[Path, typer.Argument(help="Experiment file: the hosts and statistics.")],
@@ -814,7 +858,8 @@ def sku_watch(
 @app.command()
 def report(
     experiment: Annotated[
-        str | None, typer.Argument(help="Experiment name or id (the latest run of a name).")
+        str | None,
+        typer.Argument(help="Run name or id (a name: its latest finished sweep, or --kind)."),
     ] = None,
     output: Annotated[
         Path | None,
@@ -836,6 +881,7 @@ def report(
         typer.Option("--compare", metavar="ID1 ID2", help="Two experiments side by side."),
     ] = None,
     db: DbOption = None,
+    kind: KindOption = "sweep",
 ) -> None:
     """The paper's figures of an experiment as one HTML file (no network needed to view it)."""
     from musku.report import data as report_data  # lazy: matplotlib, numpy
@@ -853,12 +899,14 @@ def report(
         check_output(out)
     store = _open_store(db, read_only=True)
     try:
-        sides = [report_data.load(store, ref) for ref in refs]
+        sides = [report_data.load(store, ref, kind=kind) for ref in refs]
     finally:
         store.close()
     started = time.monotonic()
     if fmt == "html":
         write_report(sides, out, version=__version__)
+        for side in sides:
+            typer.echo(side.run_note, err=True)
         if str(out) == "-":  # standard output: the report is the output
             return
         typer.echo(
@@ -868,6 +916,8 @@ def report(
     name = "-vs-".join(d.experiment.name for d in sides)
     out_dir = output if output is not None else Path(f"{name}-figures")
     paths = write_figures(sides, out_dir, fmt)
+    for side in sides:
+        typer.echo(side.run_note, err=True)
     typer.echo(f"wrote {len(paths)} {fmt} figures to {out_dir}/")
 
 

@@ -437,7 +437,14 @@ def print_check(con: Any, exp: Any, data: Mapping[str, Any]) -> None:
     )
     for knob, values in exp.space.items():
         con.print(
-            escape(f"  {knob:12} {len(values):3} settings  production={exp.production.get(knob)}")
+            escape(
+                f"  {knob:12} {len(values):3} settings  production="
+                + (
+                    format_value(knob, v)
+                    if (v := exp.production.get(knob)) is not None
+                    else "(not set)"
+                )
+            )
         )
     con.print(
         escape(
@@ -497,6 +504,16 @@ def print_sku_diff(con: Any, diff: Any) -> None:
     con.print(t)
 
 
+def _host_summary(hosts: list[str]) -> str:
+    """A pool's hosts in a table cell: up to four by name, more as ``first .. last (N)``
+    (all of them in --json)."""
+    if not hosts:
+        return "-"
+    if len(hosts) <= 4:
+        return ", ".join(hosts)
+    return f"{hosts[0]} .. {hosts[-1]} ({len(hosts)})"
+
+
 def print_experiment_claims(con: Any, rows: Sequence[Mapping[str, Any]]) -> None:
     """``musku experiments``: rows of :func:`musku.sweep.queue.experiment_rows`."""
 
@@ -511,7 +528,12 @@ def print_experiment_claims(con: Any, rows: Sequence[Mapping[str, Any]]) -> None
         ctl = r.get("controller")
         q = r.get("queue") or {}
         claims = r.get("claims") or []
-        counts = "-" if not q else f"{q.get('queued', 0)}/{q.get('claimed', 0)}/{q.get('done', 0)}"
+        # no queue (SQLite runs one controller per experiment, docs/cli.md): "-", not 0/0/0
+        counts = (
+            "-"
+            if not any(q.values())
+            else f"{q.get('queued', 0)}/{q.get('claimed', 0)}/{q.get('done', 0)}"
+        )
         if claims:
             counts += (
                 " ("
@@ -522,7 +544,7 @@ def print_experiment_claims(con: Any, rows: Sequence[Mapping[str, Any]]) -> None
             str(r["id"]),
             escape(str(r["name"])),
             str(r["status"]),
-            escape(", ".join(r.get("hosts") or []) or "-"),
+            escape(_host_summary(list(r.get("hosts") or []))),
             escape(ctl["id"]) if ctl else "-",
             age(ctl["heartbeat_age_s"]) if ctl else "-",
             escape(counts),

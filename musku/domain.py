@@ -209,6 +209,17 @@ class SweepMode(enum.Enum):
     MULTIARM = "multiarm"  # each knob's scan as one multi-arm crossover on a group of hosts
 
 
+RUN_KINDS = ("sweep", "abtest", "deploy", "watch", "calibrate")
+"""What a run (an ``experiments`` row) is: a sweep (any :class:`SweepMode`), one ``abtest``, a
+``deploy``, a ``watch`` round or a pair ``calibrate``; ``experiments.mode`` holds the sweep's
+mode or the other kinds' name."""
+
+
+def run_kind(mode: str) -> str:
+    """The kind of a run from its ``experiments.mode``: ``sweep`` for every sweep mode."""
+    return "sweep" if mode in {m.value for m in SweepMode} else mode
+
+
 class ExperimentStatus(enum.Enum):
     """created -> running -> (interrupted -> running)* -> done | failed; ``musku abort``
     makes any unfinished run aborted (final)."""

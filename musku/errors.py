@@ -62,6 +62,13 @@ class DatabaseError(MuskuError):
     status = ExitStatus.DATABASE
 
 
+class BadDatabaseURL(DatabaseError):
+    """``--db`` / ``MUSKU_DB`` is not a database URL at all (a bare file path, a typo): bad
+    input (exit 3), not a database failure."""
+
+    status = ExitStatus.BAD_INPUT
+
+
 class SchemaOutOfDate(DatabaseError):
     """The database is at another schema revision; ``musku db upgrade`` fixes it."""
 

@@ -154,6 +154,8 @@ def memory_for(pair: Any, store: Any | None, *, max_age_s: float | None = None) 
         calibration=store.calibration(key),
         hardware=hw,
         max_age_s=max_age_s,
-        transients=store.transients(key, hw),
+        # run-local on hosts made anew by each run (simulated): a later run of the same seed
+        # must see the same windows (HostPair.persistent)
+        transients=store.transients(key, hw) if getattr(pair, "persistent", True) else {},
         on_breach=breach,
     )

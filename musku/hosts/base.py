@@ -37,6 +37,11 @@ class HostPair(ABC):
     """Two identical hosts, measured in the same windows."""
 
     hosts: tuple[Host, Host]
+    persistent: bool = True
+    """The hosts outlive the process, so what a run learns about them (each configuration's
+    warm-up transient) is kept in the results DB for later runs. Simulated hosts are made anew
+    by each run from its seed: what one run learned must not change the next one's windows
+    (the same file and seed give the same results on every run)."""
 
     @abstractmethod
     def now(self) -> float:

@@ -12,6 +12,7 @@ import numpy as np
 
 from musku.domain import Configuration, Decision
 from musku.errors import InputError
+from musku.storage.lookup import FoundRun, find_run
 from musku.storage.records import ComparisonRecord, ExperimentRecord, SoftSkuRecord
 
 PAPER_HOST_HOURS = (5.0, 10.0)
@@ -29,18 +30,48 @@ SERIES_COLUMNS = ("comparison_id", "seq", "host", "t", "role", "period", "warmup
 
 @dataclass
 class Series:
-    """One comparison's windows, host by host: arrays indexed by window (``seq``)."""
+    """One comparison's windows, host by host: arrays indexed by window (``seq``), one row per
+    host that measured it (``hosts``: their indices in the run's pool, ascending: a pair's two
+    hosts, or the hosts of a multi-arm scan, each of which ran the baseline or the candidate in
+    some periods)."""
 
-    t: np.ndarray  # (n,) seconds, host 0's clock
-    value: np.ndarray  # (2, n) primary metric per host
-    role_b: np.ndarray  # (2, n) bool: the host ran B
+    t: np.ndarray  # (n,) seconds, the first host's clock
+    value: np.ndarray  # (H, n) primary metric per host (NaN: the host has no such window)
+    role_b: np.ndarray  # (H, n) bool: the host ran B
     period: np.ndarray  # (n,)
-    warmup: np.ndarray  # (n,) bool (either host)
-    valid: np.ndarray  # (n,) bool (both hosts)
+    warmup: np.ndarray  # (n,) bool (any host)
+    valid: np.ndarray  # (n,) bool (every host)
+    hosts: tuple[int, ...] = (0, 1)
 
     @property
     def size(self) -> int:
         return int(self.t.size)
+
+    @property
+    def pair(self) -> bool:
+        """Two hosts that measured every window: the crossover estimator applies."""
+        return len(self.hosts) == 2
+
+    def a_b(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per window, the value on the host that ran A and on the host that ran B (NaN where
+        a window has no such host)."""
+        has = np.isfinite(self.value)
+        b_rows = self.role_b & has
+        a_rows = ~self.role_b & has
+        vb = np.where(b_rows, self.value, 0.0).sum(axis=0) / np.maximum(b_rows.sum(axis=0), 1)
+        va = np.where(a_rows, self.value, 0.0).sum(axis=0) / np.maximum(a_rows.sum(axis=0), 1)
+        vb[b_rows.sum(axis=0) == 0] = np.nan
+        va[a_rows.sum(axis=0) == 0] = np.nan
+        return va, vb
+
+    def relative(self, direction: float) -> np.ndarray:
+        """Per window, B over A relative (``direction`` -1: lower is better, so a drop is a
+        gain), NaN where either is missing or not positive."""
+        va, vb = self.a_b()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.expm1(direction * np.log(vb / va))
+        r[~np.isfinite(r)] = np.nan
+        return r
 
 
 @dataclass
@@ -50,6 +81,7 @@ class ReportData:
     comparisons: list[ComparisonRecord]
     softskus: list[SoftSkuRecord]
     series: dict[int, Series] = field(default_factory=dict)
+    run_note: str = ""  # which run a name resolved to (musku.storage.lookup)
 
     @property
     def resolved(self) -> Mapping[str, Any]:
@@ -81,24 +113,25 @@ class ReportData:
         return sum(c.result.host_time_s for c in self.comparisons if c.result is not None)
 
     def knob_comparisons(self, knob: str) -> list[ComparisonRecord]:
-        """The knob's own comparisons against the baseline (purpose ``knob:<knob>``)."""
-        return [c for c in self.comparisons if c.purpose == f"knob:{knob}"]
+        """The knob's own comparisons against the baseline: purpose ``knob:<knob>``, or a
+        multi-arm scan's rows (``multiarm:<knob>``, one per candidate arm)."""
+        return [c for c in self.comparisons if c.purpose in (f"knob:{knob}", f"multiarm:{knob}")]
 
     def knob_steps(self, knob: str) -> list[ComparisonRecord]:
         """Run-offs and confirmations of the knob (purpose ``knob:<knob>:<step>``)."""
         return [c for c in self.comparisons if c.purpose.startswith(f"knob:{knob}:")]
 
 
-def find(store: Any, ref: str) -> ExperimentRecord:
-    rec = store.find_experiment(ref)  # a name, else an id (ASCII digits: not `²`)
-    if rec is None:
-        raise InputError(f"no experiment {ref!r} in the results DB (`musku results` lists them)")
-    return rec  # type: ignore[no-any-return]
+def find(store: Any, ref: str, kind: str = "sweep") -> FoundRun:
+    """The run ``ref`` means: the latest finished sweep of a name, or of ``kind``; an id
+    (:func:`musku.storage.lookup.find_run`)."""
+    return find_run(store, ref, kind)
 
 
-def load(store: Any, ref: str, *, series: bool = True) -> ReportData:
-    """Everything the report of experiment ``ref`` (name or id) shows."""
-    rec = find(store, ref)
+def load(store: Any, ref: str, *, kind: str = "sweep", series: bool = True) -> ReportData:
+    """Everything the report of run ``ref`` (name or id, see :func:`find`) shows."""
+    found = find(store, ref, kind)
+    rec = found.record
     comps = store.comparisons(rec.id)
     if not any(c.result is not None and c.result.decision.final for c in comps):
         raise InputError(
@@ -106,7 +139,7 @@ def load(store: Any, ref: str, *, series: bool = True) -> ReportData:
             "report (run or resume its sweep first)"
         )
     skus = [s for s in store.softskus() if s.experiment_id == rec.id]
-    data = ReportData(rec, store.experiment_meta(rec.id), comps, skus)
+    data = ReportData(rec, store.experiment_meta(rec.id), comps, skus, run_note=found.note)
     if series:
         data.series = load_series(store, rec.id, [c.id for c in comps if c.result is not None])
     return data
@@ -127,26 +160,29 @@ def load_series(store: Any, exp_id: int, comparison_ids: Sequence[int]) -> dict[
 
 def _series(rows: list[tuple[Any, ...]]) -> Series:
     seqs = sorted({int(r[1]) for r in rows})
+    hosts = tuple(sorted({int(r[2]) for r in rows}))
     index = {s: i for i, s in enumerate(seqs)}
-    n = len(seqs)
+    slot = {h: k for k, h in enumerate(hosts)}
+    n, nh = len(seqs), len(hosts)
     t = np.full(n, np.nan)
-    value = np.full((2, n), np.nan)
-    role_b = np.zeros((2, n), dtype=bool)
+    t_host = np.full(n, nh)  # the slot whose clock t holds: the first host's
+    value = np.full((nh, n), np.nan)
+    role_b = np.zeros((nh, n), dtype=bool)
     period = np.zeros(n, dtype=np.int64)
     warmup = np.zeros(n, dtype=bool)
     valid = np.ones(n, dtype=bool)
     for _, seq, host, tt, role, per, warm, ok, val in rows:
-        i, h = index[int(seq)], int(host)
-        if h not in (0, 1):
-            continue
-        if h == 0 or np.isnan(t[i]):
-            t[i] = float(tt)
+        i, h = index[int(seq)], slot[int(host)]
+        if h < t_host[i] and tt is not None:
+            t[i], t_host[i] = float(tt), h
         value[h, i] = np.nan if val is None else float(val)
         role_b[h, i] = role == "B"
         period[i] = int(per)
         warmup[i] |= bool(warm)
         valid[i] &= bool(ok)
-    return Series(t, value, role_b, period, warmup, valid)
+    if np.isnan(t).any():  # a window with no time: its sequence number keeps the order
+        t = np.where(np.isnan(t), np.arange(n, dtype=float), t)
+    return Series(t, value, role_b, period, warmup, valid, hosts)
 
 
 def running_interval(
@@ -161,6 +197,8 @@ def running_interval(
     from musku.abtest import stats
     from musku.abtest.rules import to_relative
 
+    if not s.pair:  # a multi-arm scan's per-period means: no pairwise crossover to recompute
+        return None
     keep = s.valid & ~s.warmup & np.all(np.isfinite(s.value), axis=0) & np.all(s.value > 0, axis=0)
     if keep.sum() < 12:
         return None
@@ -203,7 +241,10 @@ def running_interval(
 
 def host_bias(s: Series) -> float | None:
     """Host 1 over host 0 on the same configuration, relative: half the sum of the two role
-    orders' mean log-ratios (the effect cancels, the bias stays). None before both orders."""
+    orders' mean log-ratios (the effect cancels, the bias stays). None before both orders,
+    and for a scan of more than two hosts."""
+    if not s.pair:
+        return None
     keep = s.valid & ~s.warmup & np.all(np.isfinite(s.value), axis=0) & np.all(s.value > 0, axis=0)
     r = np.log(s.value[1, keep] / s.value[0, keep])
     b1 = s.role_b[1, keep]

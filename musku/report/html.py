@@ -243,9 +243,10 @@ def _softsku_section(sides: Sequence[ReportData]) -> str:
     if fig is not None:
         out.append(
             f'<figure class="softsku" id="fig-softsku">{_img(F.encode(fig, "svg"), "soft SKU against production and stock")}'
-            "<figcaption>The soft SKU's gain with its interval, validated by A/B against the "
-            "production and the stock configuration; the bars mark the paper's gains for this "
-            "service and platform where the paper has them.</figcaption></figure>"
+            "<figcaption>The soft SKU's gain (solid bar) with its interval (whiskers), validated "
+            "by A/B against the production and the stock configuration; the hatched bar under "
+            "it is the paper's gain for this service and platform, where the paper has one "
+            "(Sriraman et al., ISCA 2019, Fig. 19).</figcaption></figure>"
         )
     return "".join(out)
 
@@ -262,8 +263,10 @@ def _host_time_section(sides: Sequence[ReportData]) -> str:
     return (
         f'<h2 id="host-time">Host time</h2><ul>{lines}</ul>'
         f'<figure id="fig-host-time">{_img(F.encode(fig, "svg"), "host time per knob against the paper")}'
-        "<figcaption>Time the two hosts spent, warm-up and reboots included (virtual time on "
-        "simulated hosts).</figcaption></figure>"
+        "<figcaption>Host time the comparisons took, summed (warm-up and reboots included; "
+        "virtual time on simulated hosts), by knob; the hatched band is the paper's 5-10 h a "
+        "sweep. On a pool, pairs run at once: the wait is shorter (host-clock, "
+        "docs/fleet.md).</figcaption></figure>"
     )
 
 
@@ -277,6 +280,7 @@ def _comparison_image(d: ReportData, c: Any, plot: F.ComparisonPlot, fmt: str) -
         min_effect=float(stats.get("min_effect", 0.0) or 0.0),
         metric=d.experiment.metric,
         fmt=fmt,
+        names=[h.name for h in d.experiment.hosts],
     )
 
 
@@ -322,10 +326,18 @@ def comparison_images(sides: Sequence[ReportData], fmt: str) -> dict[tuple[int, 
 
 def _periods(s: Any, hosts: Sequence[str]) -> str:
     starts = np.r_[0, np.flatnonzero(np.diff(s.period)) + 1]
-    names = [h for h in hosts] + ["host 0", "host 1"][len(hosts) :]
-    return ", ".join(
-        f"P{int(s.period[a])}: B on {_e(names[1] if s.role_b[1, a] else names[0])}"
-        for a in starts[:12]
+
+    def name(h: int) -> str:
+        return hosts[h] if h < len(hosts) else f"host {h}"
+
+    def on(a: int, b: bool) -> str:
+        rows = [
+            k for k in range(len(s.hosts)) if s.role_b[k, a] == b and np.isfinite(s.value[k, a])
+        ]
+        return ", ".join(_e(name(s.hosts[k])) for k in rows) or "-"
+
+    return "; ".join(
+        f"P{int(s.period[a])}: A on {on(a, False)}, B on {on(a, True)}" for a in starts[:12]
     ) + (" ..." if len(starts) > 12 else "")
 
 
@@ -346,6 +358,7 @@ def _comparison(d: ReportData, c: Any, image: bytes | None) -> str:
         )
         bias = host_bias(s)
         hosts = [h.name for h in d.experiment.hosts]
+        pair = " and ".join(_e(hosts[h] if h < len(hosts) else f"host {h}") for h in s.hosts)
         adjusted = r is not None and "CUPED" in r.method
         note = (
             "; the tester's figure in the reason below is adjusted for each host's offered load "
@@ -353,10 +366,20 @@ def _comparison(d: ReportData, c: Any, image: bytes | None) -> str:
             if adjusted
             else ""
         )
+        if s.pair:
+            what = (
+                f"Host bias ({pair}: the second over the first on the same configuration, from "
+                f"the two role orders' raw windows{note}): <b>"
+                + (_e(_pct(bias)) if bias is not None else "not estimable (one role order only)")
+                + "</b>. "
+            )
+        else:
+            what = (
+                f"Multi-arm scan on {len(s.hosts)} hosts ({pair}); each point is a host's mean "
+                "over a period, on the baseline (A) or this arm (B). "
+            )
         body.append(
-            "<p>Host bias (host 1 over host 0 on the same configuration, from the two role "
-            f"orders' raw windows{note}): <b>{_e(_pct(bias)) if bias is not None else 'not estimable (one role order only)'}</b>. "
-            f"{s.size:,} windows per host, {int((~s.valid).sum()):,} invalid, "
+            f"<p>{what}{s.size:,} windows per host, {int((~s.valid).sum()):,} invalid, "
             f"{int(s.warmup.sum()):,} warm-up. Periods: {_periods(s, hosts)}.</p>"
         )
     else:
@@ -374,10 +397,15 @@ def _reproduce(sides: Sequence[ReportData], version: str) -> str:
     for d in sides:
         e = d.experiment
         made_by = d.meta.get("musku_version") or "?"
+        seed = d.statistics.get("seed")
+        file_seed = (dict(e.content).get("statistics") or {}).get("seed")
+        override = f" --seed {seed}" if seed is not None and seed != file_seed else ""
+        where = "given with --seed" if override else "the file's"
         out.append(
             f"<p>#{e.id}: experiment file <code>{_e(e.path)}</code>, run by musku "
             f"{_e(made_by)} (this report: musku {_e(version)}). Rerun with "
-            f"<code>musku sweep {_e(e.path)}</code>; statistics: "
+            f"<code>musku sweep {_e(e.path)}{override}</code> (seed {_e(seed)}, {where}; on "
+            "simulated hosts the same file and seed give the same comparisons); statistics: "
             f"<code>{_e(dumps(d.statistics))}</code>.</p>"
         )
         text = _file_text(e.path, e.content)

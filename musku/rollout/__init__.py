@@ -2,6 +2,20 @@
 docs/rollout.md): :mod:`musku.rollout.fleet` the hosts, :mod:`musku.rollout.deploy` the
 workflows."""
 
-from musku.rollout.deploy import DeployReport, WatchResult, deploy_sku, watch, watch_round
+from musku.rollout.deploy import (
+    DeployReport,
+    WatchResult,
+    deploy_sku,
+    rollback_deployment,
+    watch,
+    watch_round,
+)
 
-__all__ = ["DeployReport", "WatchResult", "deploy_sku", "watch", "watch_round"]
+__all__ = [
+    "DeployReport",
+    "WatchResult",
+    "deploy_sku",
+    "rollback_deployment",
+    "watch",
+    "watch_round",
+]

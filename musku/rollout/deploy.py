@@ -278,6 +278,12 @@ def deploy_sku(
         canaries = list(hosts[:canary])
         # production hosts outside the rollout first: they stay on production afterwards
         outside = production_hosts(fleet, taken, hosts)
+        if not outside:
+            raise InputError(
+                f"no production hosts left after this deployment: every host of "
+                f"{experiment.path.name} other than --hosts runs a deployed soft SKU; keep at "
+                "least one out (the canary A/B and `musku sku watch` compare against it)"
+            )
         inside = [h for h in hosts[canary:] if h not in taken]
         prods = outside + inside
         if not prods:
@@ -547,6 +553,83 @@ class _Rollout:
         self.report.status, self.report.reason = status, reason
 
 
+def rollback_deployment(
+    store: Any,
+    dep_id: int,
+    *,
+    experiment_file: Path | None = None,
+    progress: Progress | None = None,
+    fleet_opener: FleetOpener = open_fleet,
+    claim_stale_s: float = CLAIM_STALE_S,
+) -> DeploymentRecord:
+    """``musku sku rollback DEPLOYMENT``: every host deployment ``dep_id`` applied its soft
+    SKU to back at its baseline, newest first, and the row ``rolled_back`` (``failed``, with
+    :class:`HostError`, when a host could not be put back), so its hosts are free for another
+    deployment. A ``canary`` / ``rolling`` deployment is taken over when its controller's
+    heartbeat is stale (:func:`take_over`). Refused (one line, exit 3, nothing changed): an
+    unknown deployment, one already ended, one another live controller holds."""
+    progress = progress or NullProgress()
+    dep = store.deployment(dep_id)
+    if dep is None:
+        raise InputError(f"no deployment {dep_id} (`musku sku deployments` lists them)")
+    if not dep.status.live:
+        raise InputError(
+            f"deployment {dep_id} is {dep.status.value} already: its hosts run no soft SKU of it"
+        )
+    experiment = (
+        load_experiment(experiment_file)
+        if experiment_file is not None
+        else _deployed_by(store, dep, dep.backend)
+    )
+    fleet = fleet_opener(
+        experiment,
+        seed=experiment.stats.seed,
+        state=fleet_state(store, dep.backend),
+        code_version=None,
+    )
+    try:
+        check_hosts(fleet, dep.hosts)
+        if dep.status is not DeploymentStatus.DEPLOYED:
+            take_over(store, fleet, dep, claim_stale_s, progress)
+            got = store.deployment(dep_id)
+            assert got is not None
+            return got  # type: ignore[no-any-return]
+        try:
+            claim_experiment(store, dep.experiment_id, claim_stale_s)
+        except ClaimHeld as exc:
+            raise InputError(
+                f"deployment {dep.id} is held by another controller: {exc.one_line()}"
+            ) from None
+        me = controller_id()
+        try:
+            owner = f"deployment-{dep.id}"
+            errors: list[str] = []
+            for host in reversed(dep.applied_hosts()):
+                progress.message(f"deployment {dep.id}: {host} back at its baseline")
+                try:
+                    fleet.undeploy(host, owner)
+                except MuskuError as exc:
+                    errors.append(f"{host}: {exc.one_line()}")
+            waves = [dict(w) for w in dep.waves]
+            for wave in waves:
+                if wave.get("state") in ("applied", "restored"):
+                    wave["state"] = "rolled_back"
+            reason = f"rolled back by an operator (musku sku rollback, controller {me})"
+            if errors:
+                reason += f"; not rolled back: {'; '.join(errors)}"
+            status = DeploymentStatus.FAILED if errors else DeploymentStatus.ROLLED_BACK
+            store.update_deployment(dep.id, waves=waves, status=status, reason=reason)
+            if errors:
+                raise HostError(f"deployment {dep.id}: {reason}")
+        finally:
+            store.release(dep.experiment_id, me)
+        got = store.deployment(dep_id)
+        assert got is not None
+        return got  # type: ignore[no-any-return]
+    finally:
+        fleet.close()
+
+
 # ---------------------------------------------------------------------------- watch
 
 
@@ -605,35 +688,74 @@ def watch_round(
             continue
         deps.append((dep, rec))
     if not deps:
+        if force:  # asked for a check: say there is nothing to check
+            raise InputError(
+                f"no deployed soft SKU of {experiment.service.name} on "
+                f"{experiment.platform.name} to watch (`musku sku deployments` lists them)"
+            )
         return []
-    fleet = fleet_opener(
-        experiment, seed=run_seed, state=fleet_state(store, backend), code_version=code_version
-    )
-    out: list[WatchResult] = []
+    # each deployment on the hosts of its own experiment file: the watched file when it has
+    # the deployment's hosts, else the file that deployed it (one service, many files)
+    groups: dict[str, tuple[Experiment, list[tuple[DeploymentRecord, SoftSkuRecord]]]] = {}
+    names: dict[str, list[str]] = {}
+    fleets: dict[str, Fleet] = {}
+    state = fleet_state(store, backend)
     try:
-        version = fleet.code_version()
+
+        def fleet_of(exp: Experiment) -> Fleet:
+            key = str(exp.path)
+            if key not in fleets:
+                fleets[key] = fleet_opener(
+                    exp, seed=run_seed, state=state, code_version=code_version
+                )
+                names[key] = list(fleets[key].names)
+            return fleets[key]
+
+        for dep, rec in deps:
+            exp = experiment
+            if not set(dep.hosts) <= set(fleet_of(experiment).names):
+                exp = _deployed_by(store, dep, backend)
+                fleet_of(exp)
+            groups.setdefault(str(exp.path), (exp, []))[1].append((dep, rec))
+        version = fleet_of(experiment).code_version()
         now = time.time()
-        due = [(d, r) for d, r in deps if force or _due(store, d, version, every_s, now)]
-        if not due:
+        taken = _taken(store, backend)
+        plan: list[tuple[Experiment, Fleet, DeploymentRecord, SoftSkuRecord, list[str]]] = []
+        for key, (exp, members) in groups.items():
+            fleet = fleets[key]
+            v = fleet.code_version()
+            prods = production_hosts(fleet, taken, ())
+            for dep, rec in members:
+                if not (force or _due(store, dep, v, every_s, now)):
+                    continue
+                if not dep.applied_hosts():
+                    raise InputError(f"deployment {dep.id} has no applied host to re-validate")
+                if not prods:
+                    raise InputError(
+                        f"deployment {dep.id}: no production hosts left to compare against: "
+                        f"every host of {exp.path.name} runs a deployed soft SKU "
+                        f"(`musku sku rollback {dep.id}` frees them)"
+                    )
+                plan.append((exp, fleet, dep, rec, prods))
+        if not plan:
             return []
-        exp = _spec_for(experiment, check_time_s)
+        out: list[WatchResult] = []
         exp_id = store.create_experiment(experiment, mode="watch")
         store.set_status(exp_id, ExperimentStatus.RUNNING)
         try:
-            taken = _taken(store, backend)
-            prods = production_hosts(fleet, taken, ())
-            for n, (dep, rec) in enumerate(due):
+            for n, (exp, fleet, dep, rec, prods) in enumerate(plan):
+                v = fleet.code_version() if fleet is not fleet_of(experiment) else version
                 out.append(
                     _watch_one(
                         store,
-                        exp,
+                        _spec_for(exp, check_time_s),
                         exp_id,
                         fleet,
                         dep,
                         rec,
                         prods,
                         n,
-                        version,
+                        v,
                         run_seed,
                         progress,
                         stop,
@@ -645,7 +767,24 @@ def watch_round(
         store.set_status(exp_id, ExperimentStatus.DONE)
         return out
     finally:
-        fleet.close()
+        for f in fleets.values():
+            f.close()
+
+
+def _deployed_by(store: Any, dep: DeploymentRecord, backend: str) -> Experiment:
+    """The experiment file deployment ``dep`` was made with (its hosts), as the DB records
+    it; refused (one line, exit 3) when that file is gone or is not on ``backend``."""
+    run = store.experiment(dep.experiment_id)
+    path = Path(run.path)
+    if not path.is_file():
+        raise InputError(
+            f"deployment {dep.id} runs on {', '.join(dep.hosts)}, hosts of {path}, which is "
+            "not there any more: watch with that experiment file"
+        )
+    exp = load_experiment(path)
+    if exp.hosts.backend != backend:
+        raise InputError(f"deployment {dep.id} was made with {path} on another backend")
+    return exp
 
 
 def _watch_one(

@@ -99,6 +99,8 @@ class WindowArrays:
 class SimPair(HostPair):
     """Two simulated hosts driven by a :class:`SimModel`. Seeded and reproducible."""
 
+    persistent = False  # made anew by each run: nothing learned carries over (HostPair)
+
     def __init__(
         self,
         model: SimModel,

@@ -7,7 +7,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from musku.errors import DatabaseError
+from musku.errors import BadDatabaseURL, DatabaseError
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL, Engine
@@ -30,10 +30,12 @@ def parse_url(url: str) -> URL:
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
-        raise DatabaseError(
-            f"not a database URL: {redact(url)!r} "
-            "(use sqlite:///path/results.db or postgresql://user@host:port/dbname)"
-        ) from None
+        hint = (
+            f"for that SQLite file: sqlite:///{url}"
+            if url.strip() and "://" not in url and " " not in url.strip()
+            else "use sqlite:///path/results.db or postgresql://user@host:port/dbname"
+        )
+        raise BadDatabaseURL(f"not a database URL: {redact(url)!r} ({hint})") from None
     backend = parsed.get_backend_name()
     if backend not in SUPPORTED:
         raise DatabaseError(

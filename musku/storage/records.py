@@ -17,6 +17,7 @@ from musku.domain import (
     DeploymentStatus,
     ExperimentStatus,
     SoftSku,
+    run_kind,
 )
 from musku.errors import DatabaseError
 from musku.text import interval_note
@@ -62,7 +63,8 @@ DEPLOYMENT_TRANSITIONS: Mapping[DeploymentStatus, frozenset[DeploymentStatus]] =
     DeploymentStatus.ROLLING: frozenset(
         {DeploymentStatus.DEPLOYED, DeploymentStatus.ROLLED_BACK, DeploymentStatus.FAILED}
     ),
-    DeploymentStatus.DEPLOYED: frozenset(),
+    # `musku sku rollback`: an operator puts a deployed soft SKU's hosts back
+    DeploymentStatus.DEPLOYED: frozenset({DeploymentStatus.ROLLED_BACK, DeploymentStatus.FAILED}),
     DeploymentStatus.ROLLED_BACK: frozenset(),
     DeploymentStatus.FAILED: frozenset(),
 }
@@ -163,10 +165,16 @@ class ExperimentRecord:
     finished_at: datetime | None
     hosts: tuple[HostRecord, ...] = ()
 
+    @property
+    def kind(self) -> str:
+        """sweep, abtest, deploy, watch or calibrate (:data:`musku.domain.RUN_KINDS`)."""
+        return run_kind(self.mode)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "name": self.name,
+            "kind": self.kind,
             "description": self.description,
             "service": self.service,
             "platform": self.platform,

@@ -423,6 +423,18 @@ class Store:
             return self._experiment_record(s, row) if row is not None else None
 
     @_guard
+    def runs_named(self, name: str) -> list[tuple[int, str, ExperimentStatus]]:
+        """(id, mode, status) of every run (``experiments`` row) of that name, oldest first:
+        what :func:`musku.storage.lookup.find_run` chooses from."""
+        with self._reader() as s:
+            rows = s.execute(
+                select(ExperimentRow.id, ExperimentRow.mode, ExperimentRow.status)
+                .where(ExperimentRow.name == name)
+                .order_by(ExperimentRow.id)
+            ).all()
+            return [(int(i), str(m), ExperimentStatus(st)) for i, m, st in rows]
+
+    @_guard
     def experiment(self, exp_id: int) -> ExperimentRecord:
         with self._reader() as s:
             return self._experiment_record(s, self._experiment(s, exp_id))

@@ -35,7 +35,7 @@ import numpy as np
 
 from musku.design.fleet import Period, group_size, scan_knob
 from musku.design.group import HostGroup, ScanResult, SimGroup
-from musku.domain import ComparisonResult, Configuration, Decision
+from musku.domain import ComparisonResult, Configuration, Decision, format_value
 from musku.errors import InputError
 from musku.experiment import check_multiarm
 from musku.hosts.pool import derive_seed
@@ -264,9 +264,10 @@ def multiarm(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
             times[knob] = ks.time_s
             with lock:
                 runner.host_seconds += ks.hosts * ks.time_s
+            was, now = format_value(knob, base[knob]), format_value(knob, ks.chosen)  # type: ignore[arg-type]
+            change = f"stays at {was}" if was == now else f"{was} -> {now}"
             runner.progress.message(
-                f"multiarm {knob}: {base[knob]} -> {ks.chosen} ({ks.scans} scan(s), "
-                f"{sizes[knob]} hosts)"
+                f"multiarm {knob}: {change} ({ks.scans} scan(s), {sizes[knob]} hosts)"
             )
 
         threads = [

@@ -204,7 +204,11 @@ class Runner:
         cached = self.answered(purpose, key)
         if cached is not None:
             return cached
-        self.progress.comparison_started(purpose, baseline, candidate)
+        label = purpose
+        if self.pool is not None and self._hosts is not None:  # pairs at once: say which
+            a, b = self._hosts
+            label = f"{purpose} on {self.pool.names[a]}+{self.pool.names[b]}"
+        self.progress.comparison_started(label, baseline, candidate)
         for attempt in range(1, MAX_INTERRUPTIONS + 2):
             cmp_id = None
             on_window: Callable[[list[dict[str, Any]]], None] | None = None

@@ -13,8 +13,8 @@ from typing import Any
 
 from musku.abtest.calibrate import calibrate_pair
 from musku.abtest.calibration import PairCalibration
-from musku.domain import ComparisonResult, Configuration, ExperimentStatus
-from musku.errors import HostError, Interrupted, MuskuError
+from musku.domain import ComparisonResult, Configuration, ExperimentStatus, run_kind
+from musku.errors import HostError, InputError, Interrupted, MuskuError
 from musku.experiment import Experiment
 from musku.hosts.base import BACKENDS, HostPair
 from musku.hosts.pool import Locked, open_pool
@@ -67,6 +67,25 @@ def claim_experiment(store: Any, exp_id: int, stale_s: float) -> None:
     store.claim(exp_id, controller_id(), socket.gethostname(), os.getpid(), stale_s=stale_s)
 
 
+def resumable(store: Any, experiment: Experiment, mode: str | None) -> Any:
+    """The run ``--resume`` continues: the latest run of the experiment's name and kind (a
+    sweep: :func:`musku.domain.run_kind`) when it is interrupted or was left running, None when
+    there is none. Refused (one line, exit 3; nothing written) when that run is finished,
+    failed or aborted: resuming it would measure nothing, and a new run is what a fresh
+    ``musku sweep FILE`` starts."""
+    kind = run_kind(mode or experiment.mode.value)
+    runs = [r for r in store.runs_named(experiment.name) if run_kind(r[1]) == kind]
+    if not runs:
+        return None
+    run_id, _, status = runs[-1]
+    if status in (ExperimentStatus.INTERRUPTED, ExperimentStatus.RUNNING):
+        return store.experiment(run_id)
+    raise InputError(
+        f"nothing to resume: the latest {kind} of {experiment.name!r} (run {run_id}) is "
+        f"{status.value}; `musku sweep {experiment.path}` starts a new run"
+    )
+
+
 def open_pair(experiment: Experiment, *, seed: int | None = None) -> HostPair:
     """Open the experiment's host pair through the backend registry."""
     factory = load(experiment.hosts.backend, BACKENDS, kind="host backend")
@@ -99,10 +118,15 @@ def experiment_run(
     with :class:`~musku.storage.store.ClaimHeld` before anything changes; a stale claim (a
     crashed controller) is taken over.
     """
+    if seed is not None and seed != experiment.stats.seed:
+        # the run's seed is recorded as its statistics' seed (the report's rerun line)
+        spec = experiment.spec
+        stats = dataclasses.replace(spec.stats, seed=seed)
+        experiment = dataclasses.replace(experiment, spec=dataclasses.replace(spec, stats=stats))
     exp_id = None
     keeper: ClaimKeeper | None = None
     if store is not None:
-        previous = store.find_experiment(experiment.name) if resume else None
+        previous = resumable(store, experiment, mode) if resume else None
         if previous is not None and ExperimentStatus(previous.status) in (
             ExperimentStatus.INTERRUPTED,
             ExperimentStatus.RUNNING,  # a crashed run: its open comparisons become aborted

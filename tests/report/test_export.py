@@ -92,7 +92,7 @@ def test_sample_batches_are_bounded(toy_db: tuple[str, Path]) -> None:
         (["toy", "--format", "xlsx"], "--format 'xlsx'"),
         (["toy", "--format", "csv", "--table", "hosts"], "--table 'hosts'"),
         (["--format", "csv"], "exports one experiment"),
-        (["nosuch", "--format", "csv"], "no experiment 'nosuch'"),
+        (["nosuch", "--format", "csv"], "no run named 'nosuch'"),
         (["toy", "--format", "csv", "-o", "/nonexistent-dir/x.csv"], "no directory"),
     ],
 )

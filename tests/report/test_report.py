@@ -60,7 +60,7 @@ def test_figures_alone_and_compare(toy_db: tuple[str, Path], tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["nosuch"], "no experiment 'nosuch'"),
+        (["nosuch"], "no run named 'nosuch'"),
         (["toy", "--format", "pdf"], "--format 'pdf'"),
         (["toy", "-o", "/nonexistent-dir/r.html"], "no directory /nonexistent-dir"),
         (["toy", "-o", "/"], "it is a directory"),

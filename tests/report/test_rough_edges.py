@@ -16,6 +16,7 @@ from musku.cli import app
 from musku.domain import ComparisonResult, Decision
 from musku.report.strict_json import dumps, loads_strict
 from musku.storage import open_store
+from tests.cli.test_exit_codes import musku
 
 runner = CliRunner()
 
@@ -257,3 +258,11 @@ def test_probe_json_gives_shp_its_range(tmp_path: Path, monkeypatch: pytest.Monk
     assert low == 0 and high == shp["details"]["max_pages"] > 0
     table = runner.invoke(knobs_app, ["probe", "--root", str(tmp_path)], env={"COLUMNS": "200"})
     assert f"0..{high}" in table.stdout
+
+
+def test_check_prints_settings_as_the_sweep_does() -> None:
+    """Issue 32: `check` printed `production=2.2` where the sweep says `2.2GHz`."""
+    proc = musku("check", "experiments/web-skylake.toml")
+    assert proc.returncode == 0, proc.stderr
+    assert "production=2.2GHz" in proc.stdout and "production=1.8GHz" in proc.stdout
+    assert "production=200" in proc.stdout and "production=off" in proc.stdout

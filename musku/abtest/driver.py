@@ -609,16 +609,16 @@ class _Comparison:
         self.kept = keep
         self.dropped = int(np.count_nonzero(~keep))
         idx = np.flatnonzero(keep)
-        if idx.size < 8:
-            return
         d = d_all[idx]
         per = self.win_period.view()[idx]
         resid = d.copy()
-        starts = np.flatnonzero(np.r_[True, per[1:] != per[:-1]])
-        ends = np.r_[starts[1:], d.size]
+        starts = np.flatnonzero(np.r_[True, per[1:] != per[:-1]])[: d.size]
+        ends = np.r_[starts[1:], d.size][: starts.size]
         for s, e in zip(starts, ends, strict=True):
             resid[s:e] -= d[s:e].mean()
-        b = self._batch_size(resid)
+        # too few windows left to re-estimate the batch size: keep it, but still rebuild the
+        # batches when windows were dropped (their means must leave the estimate)
+        b = self._batch_size(resid) if idx.size >= 8 else self.b
         if b == self.b and not trimmed:
             return
         self.b = b

@@ -261,6 +261,7 @@ class _Comparison:
         self.win_period = _Buffer()  # period of each steady window
         self.win_age = _Buffer()  # seconds from its period's apply to each steady window's end
         self.win_seq = _Buffer()  # ``seq`` of each steady window (as given to on_window)
+        self.win_t = _Buffer()  # host seconds since the start at each steady window's end
         self.apply_t = 0.0  # pair.now() after the current period's apply
         self.period_applied: list[bool] = []  # whether each period applied anything
         self.kept: NDArray[np.bool_] = np.ones(0, dtype=bool)  # steady windows still used
@@ -269,6 +270,7 @@ class _Comparison:
         self.batch_d: list[float] = []
         self.batch_sign: list[int] = []
         self.batch_period: list[int] = []
+        self.period_t: dict[int, tuple[float, float]] = {}  # its batches' first start, last end
         self.batch_guard: dict[str, list[float]] = {m: [] for m in self.guard_metrics}
         self.batch_start = 0  # steady index where the open batch starts
         self.b: int | None = None
@@ -625,6 +627,8 @@ class _Comparison:
         self.batch_d.clear()
         self.batch_sign.clear()
         self.batch_period.clear()
+        self.period_t.clear()
+        t_end = self.win_t.view()[idx]
         for m in self.guard_metrics:
             self.batch_guard[m].clear()
         guard = {m: self.guard_b[m].view()[idx] for m in self.guard_metrics}
@@ -636,6 +640,7 @@ class _Comparison:
                 self.batch_d.append(float(d[sl].mean()))
                 self.batch_sign.append(sign)
                 self.batch_period.append(p)
+                self._batch_time(p, float(t_end[sl.start]), float(t_end[sl.stop - 1]))
                 for m in self.guard_metrics:
                     self.batch_guard[m].append(float(guard[m][sl].mean()))
         self.batch_start = self.d.n
@@ -713,6 +718,7 @@ class _Comparison:
         self.win_period.extend(np.full(la.size, float(self.period)))
         ends = np.fromiter((s0.t for s0, _ in chunk.samples), dtype=float, count=v.size)
         self.win_age.extend(ends[v] - self.apply_t)
+        self.win_t.extend(ends[v] - self.t0)
         seq = chunk.seq if chunk.seq is not None else np.full(v.size, -1, dtype=np.int64)
         self.win_seq.extend(seq[v].astype(float))
         for m in self.guard_metrics:
@@ -736,6 +742,8 @@ class _Comparison:
             self.batch_d.append(float(adj.mean()))
             self.batch_sign.append(self.sign)
             self.batch_period.append(self.period)
+            t_end = self.win_t.view()
+            self._batch_time(self.period, float(t_end[sl.start]), float(t_end[sl.stop - 1]))
             for m in self.guard_metrics:
                 self.batch_guard[m].append(float(self.guard_b[m].view()[sl].mean()))
             self.batch_start += self.b
@@ -751,12 +759,11 @@ class _Comparison:
         d = self.d.view()[:upto]
         c = self.c.view()[:upto]
         per = self.win_period.view()[:upto]
-        dc, cc = d.copy(), c.copy()
-        starts = np.flatnonzero(np.r_[True, per[1:] != per[:-1]])
-        ends = np.r_[starts[1:], upto]
-        for s, e in zip(starts, ends, strict=True):
-            dc[s:e] -= d[s:e].mean()
-            cc[s:e] -= c[s:e].mean()
+        # centred within periods (by period index: one pass, however many periods)
+        p = per.astype(np.int64)
+        cnt = np.maximum(np.bincount(p), 1)
+        dc = d - (np.bincount(p, weights=d) / cnt)[p]
+        cc = c - (np.bincount(p, weights=c) / cnt)[p]
         sxx = float(cc @ cc)
         if sxx <= 1e-12 * upto:
             return 0.0
@@ -772,7 +779,21 @@ class _Comparison:
             direction=self.dir,
             samples=self.d.n - self.dropped,
             batch_size=self.b or 1,
+            period_span=self._period_span(),
         )
+
+    def _batch_time(self, p: int, first_end: float, last_end: float) -> None:
+        """A batch of period ``p`` closed over windows ending ``first_end``..``last_end``."""
+        t0, t1 = self.period_t.get(p, (math.inf, -math.inf))
+        self.period_t[p] = (min(t0, first_end - self.interval), max(t1, last_end))
+
+    def _period_span(self) -> FloatArray:
+        """Per period index: host seconds of its first batched window's start and its last
+        batched window's end (NaN for a period without batches)."""
+        span = np.full((self.period + 1, 2), np.nan)
+        for p, (t0, t1) in self.period_t.items():
+            span[p] = t0, t1
+        return span
 
     def _guardrails(self, final: bool) -> tuple[Guardrail, float, float, float] | None:
         """The first broken guardrail: (guardrail, mean, low, high) of its B-role mean."""

@@ -40,6 +40,22 @@ COVARIATE = "offered_qps"
 the log-ratios when both hosts report it (the request rate the load balancer offers each host).
 ``rule_options={"covariate": None}`` turns the adjustment off."""
 
+WANDER_SD = 0.003
+WANDER_TAU_S = 3600.0
+"""Default prior on the slow wander of a pair's host bias (the two hosts' log-throughput
+ratio): a stationary OU process with sd 0.3 % and time constant one hour (two hosts with
+0.2 % per-host drifts over about an hour, thermals and co-tenant daemons: the shipped
+simulator models). The crossover removes only a constant bias; this prior's variance of the
+periods' bias changes enters every crossover interval (the data's own estimate replaces it
+when larger). Override with ``rule_options={"wander_sd": ..., "wander_tau_s": ...}``;
+``wander_sd = 0`` trusts the data alone."""
+
+PERIODS_PER_ORDER_SHARE = 0.1
+"""Two periods of each role order before a decision once the wander prior's part of the
+estimate's variance exceeds this share of the within-period part: the period is then a
+noticeable fraction of the wander's time scale, and one period per role order would leave
+the change of host bias between them with no degree of freedom to be measured by."""
+
 MAX_HOST_BIAS = 0.01
 """Default bound on the relative bias between the two "identical" hosts of a pair (1 %): the
 early decision before the first crossover swap is only taken when the interval, widened by
@@ -71,6 +87,9 @@ class Evidence:
     direction: float  # +1 higher is better, -1 lower is better
     samples: int  # steady windows per host
     batch_size: int  # windows per batch (may grow when the autocorrelation is re-estimated)
+    # per period index: host seconds (since the start) of its first batched window's start and
+    # its last's end; None: unknown (no between-period component is modelled)
+    period_span: FloatArray | None = None
 
 
 @dataclass(frozen=True)
@@ -166,8 +185,21 @@ class ConfidenceSequenceRule(DecisionRule):
         early: bool = True,
         early_alpha_share: float = 0.2,
         covariate: str | None = COVARIATE,
+        wander_sd: float = WANDER_SD,
+        wander_tau_s: float = WANDER_TAU_S,
     ) -> None:
         super().__init__(seed=seed)
+        for key, val, lo in (("wander_sd", wander_sd, 0.0), ("wander_tau_s", wander_tau_s, 1e-9)):
+            if not (
+                isinstance(val, int | float)
+                and not isinstance(val, bool)
+                and math.isfinite(val)
+                and lo <= val
+                and (key != "wander_sd" or val < 0.5)
+            ):
+                why = "a relative sd in [0, 0.5)" if key == "wander_sd" else "seconds > 0"
+                raise InputError(f"cs rule: {key} = {val!r} must be {why}")
+        self.wander = stats.Wander(float(wander_sd), float(wander_tau_s))
         if not (isinstance(early_alpha_share, int | float) and 0.0 < early_alpha_share < 1.0):
             raise InputError(
                 f"cs rule: early_alpha_share = {early_alpha_share!r} must be in (0, 1)"
@@ -232,7 +264,13 @@ class ConfidenceSequenceRule(DecisionRule):
         setup = self.setup
         self.last_batch_size = ev.batch_size
         if self.crossover:
-            est = stats.crossover_estimate(ev.batch_d, ev.batch_sign, ev.batch_period)
+            est = stats.crossover_estimate(
+                ev.batch_d,
+                ev.batch_sign,
+                ev.batch_period,
+                spans=ev.period_span,
+                wander=self.wander,
+            )
         else:
             est = stats.plain_estimate(ev.batch_d, ev.batch_period)
         rel = ev.direction
@@ -252,10 +290,22 @@ class ConfidenceSequenceRule(DecisionRule):
         enough = est.n_plus + est.n_minus >= self.min_batches and (
             not self.crossover or min(est.n_plus, est.n_minus) >= self.min_per_order
         )
+        comp = est.period
+        if comp is not None and enough and min(comp.periods_plus, comp.periods_minus) < 2:
+            # the wander between one period of each order is only assumed, not measured:
+            # wait for a second of each when the assumption carries real weight
+            within = est.se * est.se - comp.var
+            enough = comp.prior_var <= PERIODS_PER_ORDER_SHARE * within
         # est.bias = dir * log(host1 / host0) in the primary metric
         detail = (
             f"host 1 vs host 0 bias {pct(math.expm1(est.bias * rel))}" if self.crossover else ""
         )
+        if comp is not None and comp.var > 0:
+            detail += (
+                f"{'; ' if detail else ''}between-period (wander) sd "
+                f"{math.sqrt(comp.var) * 100:.3f} % of the estimate's "
+                f"{est.se * 100:.3f} % ({'measured' if comp.data_var > comp.prior_var else 'prior'})"
+            )
         decision: Decision | None = None
         if enough:
             if v_lo > 0:

@@ -50,11 +50,11 @@ periods' bias changes enters every crossover interval (the data's own estimate r
 when larger). Override with ``rule_options={"wander_sd": ..., "wander_tau_s": ...}``;
 ``wander_sd = 0`` trusts the data alone."""
 
-PERIODS_PER_ORDER_SHARE = 0.1
-"""Two periods of each role order before a decision once the wander prior's part of the
-estimate's variance exceeds this share of the within-period part: the period is then a
-noticeable fraction of the wander's time scale, and one period per role order would leave
-the change of host bias between them with no degree of freedom to be measured by."""
+PERIOD_SHARE_OF_WANDER = 0.25
+"""Two periods of each role order before a decision once a period lasts this share of the
+wander's time constant (``wander_tau_s``) or more: one period per role order would leave the
+change of host bias between them unmeasured (no degree of freedom), with only the prior to
+size it. Shorter periods see little of the wander change between them."""
 
 MAX_HOST_BIAS = 0.01
 """Default bound on the relative bias between the two "identical" hosts of a pair (1 %): the
@@ -291,11 +291,18 @@ class ConfidenceSequenceRule(DecisionRule):
             not self.crossover or min(est.n_plus, est.n_minus) >= self.min_per_order
         )
         comp = est.period
-        if comp is not None and enough and min(comp.periods_plus, comp.periods_minus) < 2:
+        if (
+            comp is not None
+            and enough
+            and min(comp.periods_plus, comp.periods_minus) < 2
+            and ev.period_span is not None
+            and self.wander.sd > 0
+        ):
             # the wander between one period of each order is only assumed, not measured:
-            # wait for a second of each when the assumption carries real weight
-            within = est.se * est.se - comp.var
-            enough = comp.prior_var <= PERIODS_PER_ORDER_SHARE * within
+            # wait for a second of each when the periods are long against its time scale
+            span = ev.period_span[:, 1] - ev.period_span[:, 0]
+            longest = float(np.nanmax(span)) if np.isfinite(span).any() else 0.0
+            enough = longest < PERIOD_SHARE_OF_WANDER * self.wander.tau_s
         # est.bias = dir * log(host1 / host0) in the primary metric
         detail = (
             f"host 1 vs host 0 bias {pct(math.expm1(est.bias * rel))}" if self.crossover else ""

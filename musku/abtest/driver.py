@@ -31,6 +31,10 @@ Design of one comparison (rule ``cs``)::
   bound, so neighbouring batch means correlate <= 0.05): from the pilot, then re-estimated from
   all steady windows at every period start (batches only grow; past ones are rebuilt). The
   rule looks after every batch.
+- **Between periods.** Each period's time span (its batched windows' first start and last
+  end) goes to the rule with the batch means: the crossover removes a constant host bias
+  only, and the rule sizes the bias's change between periods from them
+  (:func:`musku.abtest.stats.period_component`).
 - **Early decision.** Before the first swap the rule may decide a large effect on its own
   (interval widened by the host-bias bound, see :mod:`musku.abtest.rules`); while that
   looks reachable, the first period is extended instead of swapping. The bound comes from

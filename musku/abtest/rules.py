@@ -9,7 +9,10 @@ from :data:`RULES` (``"module:Class"`` strings, built-ins as aliases) or passed 
 ``cs``          musku's rule: crossover design (ABBA periods), paired log-ratios in batch means,
                 two-sided asymptotic confidence sequence (Waudby-Smith et al. 2021/2023);
                 stops BETTER/WORSE when the sequence excludes 0, NO_DIFFERENCE when it lies
-                inside +-min_effect. Valid under continuous monitoring. Before the first
+                inside +-min_effect. Valid under continuous monitoring. The host bias's
+                change between periods (slow wander) is a variance component
+                (``wander_sd`` / ``wander_tau_s`` prior, or measured from the periods).
+                Before the first
                 swap, a large effect may be decided on one role order when the sequence
                 widened by the host-bias bound (``max_host_bias``, default 1 %) excludes 0.
 ``naive-paired`` the same sequence on paired log-ratios *without* crossover: the two hosts'

@@ -234,6 +234,9 @@ class _Comparison:
         self.cov_seen = False
         self.d_used = _Buffer()  # the (adjusted) log-ratios batched, per closed window
         self.theta = 0.0
+        # running sums per period of (n, d, c, d c, c c) over the first ``cuped_n`` windows
+        self.cuped_sums: dict[int, NDArray[np.float64]] = {}
+        self.cuped_n = 0
         self.transients: dict[str, float] = {}  # config key -> transient measured here (s)
         self.bias_note = ""
         self.notes: list[str] = []
@@ -760,18 +763,25 @@ class _Comparison:
         differences drop out); 0 with too little data or no covariate variation."""
         if upto < 20:
             return 0.0
-        d = self.d.view()[:upto]
-        c = self.c.view()[:upto]
-        per = self.win_period.view()[:upto]
-        # centred within periods (by period index: one pass, however many periods)
-        p = per.astype(np.int64)
-        cnt = np.maximum(np.bincount(p), 1)
-        dc = d - (np.bincount(p, weights=d) / cnt)[p]
-        cc = c - (np.bincount(p, weights=c) / cnt)[p]
-        sxx = float(cc @ cc)
+        # the windows are append-only and ``upto`` only grows: add the new ones to each
+        # period's running sums, then the within-period centred moments from the sums
+        if upto > self.cuped_n:
+            sl = slice(self.cuped_n, upto)
+            d, c = self.d.view()[sl], self.c.view()[sl]
+            per = self.win_period.view()[sl].astype(np.int64)
+            for p in np.unique(per):
+                m = per == p
+                dp, cp = d[m], c[m]
+                add = np.array([dp.size, dp.sum(), cp.sum(), dp @ cp, cp @ cp], dtype=float)
+                key = int(p)
+                self.cuped_sums[key] = self.cuped_sums.get(key, np.zeros(5)) + add
+            self.cuped_n = upto
+        sums = np.array(list(self.cuped_sums.values()))
+        n, sd, sc, sdc, scc = sums.T
+        sxx = float((scc - sc * sc / n).sum())
         if sxx <= 1e-12 * upto:
             return 0.0
-        return float(cc @ dc) / sxx
+        return float((sdc - sd * sc / n).sum()) / sxx
 
     def _evidence(self) -> Evidence:
         return Evidence(

@@ -77,8 +77,8 @@ def autocovariances(x: FloatArray, lags: int) -> FloatArray:
     n = x.size
     c = x - x.mean()
     lags = max(0, min(int(lags), n - 1))
-    if lags > 32:
-        # many lags (a wide HAC bandwidth on a long series): by FFT, O(n log n)
+    if lags > 32 or (lags > 2 and n > 512):
+        # many lags or a long series: by FFT, O(n log n)
         nfft = 1 << int(2 * n - 1).bit_length()
         f = np.fft.rfft(c, nfft)
         return np.asarray(np.fft.irfft(f * np.conj(f), nfft)[: lags + 1] / n, dtype=float)

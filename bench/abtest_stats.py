@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing as mp
 import statistics
 import sys
@@ -35,6 +36,8 @@ import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_FILE = ROOT / "experiments" / "sim" / "web-skylake18.toml"
@@ -46,6 +49,7 @@ class Cond:
     name: str
     noise: dict[str, Any] = field(default_factory=dict)  # [noise] overrides
     load: dict[str, Any] = field(default_factory=dict)  # [noise.load] overrides
+    warm: dict[str, Any] = field(default_factory=dict)  # [noise.warmup] overrides
     warmup: tuple[float, float] | None = None  # candidate's extra (amplitude, tau_s)
     host_bias: float | None = None
     calibrated: bool = False
@@ -83,6 +87,16 @@ CONDITIONS: list[Cond] = [
         warmup=(0.10, 300.0),
         null_differs=True,
         noise={"wander_sd": 0.0},
+    ),  # fmt: skip
+    # issue 30: a host bias that wanders faster and further than the tester's prior (0.3 %
+    # over an hour), no shared per-second load jitter (less noise: decisions come sooner,
+    # the wander weighs more), and hosts that start cold with a slow warm-up
+    Cond("extra slow wander 0.5 % (17 min)", noise={"wander_sd": 0.005, "wander_tau_s": 1000.0}),
+    Cond("extra slow wander 1 % (17 min)", noise={"wander_sd": 0.01, "wander_tau_s": 1000.0}),
+    Cond("no shared load jitter", load={"jitter_sigma": 0.0}),
+    Cond(
+        "cold start, slow warm-up 15 %/300 s",
+        warm={"start": "cold", "amplitude": 0.15, "tau_s": 300.0},
     ),  # fmt: skip
     Cond("AR phi 0.9", noise={"ar_phi": 0.9}),
     Cond("wander sd 1 %", noise={"wander_sd": 0.01}),
@@ -139,6 +153,7 @@ def _model(cond: Cond, power: bool) -> Any:
     noise = data.setdefault("noise", {})
     noise.update(cond.noise)
     noise.setdefault("load", {}).update(cond.load)
+    noise.setdefault("warmup", {}).update(cond.warm)
     return SimModel.from_dict(data, source=f"{MODEL_FILE.name}: {cond.name}")
 
 
@@ -204,6 +219,47 @@ def _run(task: Task) -> Outcome:
     )
 
 
+ORACLE_SEGMENTS = 8  # steady A/A segments per condition
+ORACLE_SEGMENT = 3000  # windows per segment (about a period of the warm-up rows)
+ORACLE_BATCH = 100  # windows per batch mean
+
+
+def oracle_samples(cond: Cond, effect: float = 0.01, power: float = 0.9) -> float:
+    """The fixed-horizon oracle: samples per host a fixed-n paired test at 95 % needs for
+    ``power`` at ``effect``, knowing the noise: ``(z_0.975 + z_power)^2 lrv / log(1 +
+    effect)^2`` with ``lrv`` the long-run variance per window of the CUPED-adjusted log-ratio
+    in steady state (batch means of 100 windows within 3,000-window segments of 8 seeded A/A
+    pairs: the noise within a period, the host bias's slow wander removed as a crossover
+    would). It never pays for warm-up, swaps or monitoring."""
+    from scipy.special import ndtri
+
+    from musku.sim import SimPair
+
+    model = _model(cond, False)
+    assert model.reference_config is not None
+    base = model.reference_config.with_("prefetch", "l2hw_dcu")
+    ds: list[Any] = []
+    cs: list[Any] = []
+    for k in range(ORACLE_SEGMENTS):
+        pair = SimPair(model, seed=900_000 + k, host_bias=cond.host_bias, initial=(base, base))
+        pair.arrays(1.0, 3600)  # past any start-up transient
+        w = pair.arrays(1.0, ORACLE_SEGMENT)
+        d = np.log(w.mips[:, 1] / w.mips[:, 0])
+        c = np.log(w.offered_qps[:, 1] / w.offered_qps[:, 0])
+        ds.append(d - d.mean())
+        cs.append(c - c.mean())
+    dc, cc = np.concatenate(ds), np.concatenate(cs)
+    theta = float(cc @ dc) / float(cc @ cc) if float(cc @ cc) > 0 else 0.0
+    nb = ORACLE_SEGMENT // ORACLE_BATCH
+    bm = [
+        (d - theta * c)[: nb * ORACLE_BATCH].reshape(nb, ORACLE_BATCH).mean(axis=1)
+        for d, c in zip(ds, cs, strict=True)
+    ]
+    lrv = ORACLE_BATCH * float(np.mean([b.var(ddof=1) for b in bm]))
+    z = float(ndtri(0.975)) + float(ndtri(power))
+    return z * z * lrv / math.log1p(effect) ** 2
+
+
 def clopper_pearson(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
     from scipy.stats import beta
 
@@ -245,14 +301,15 @@ def _stats(runs: list[Outcome]) -> dict[str, Any]:
     }
 
 
-def report(conds: list[Cond], outs: list[Outcome]) -> bool:
+def report(conds: list[Cond], outs: list[Outcome], oracle_on: bool = True) -> bool:
     by: dict[int, list[Outcome]] = {}
     for o in outs:
         by.setdefault(o.task.cond, []).append(o)
     ok = True
     print("\n| condition | null runs | false positives [CP 95 %] | +1 % runs "
-          "| power, sign right [CP 95 %] | coverage | median samples (+1 %) | targets |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+          "| power, sign right [CP 95 %] | coverage | median samples (+1 %) "
+          "| oracle (fixed n, 90 %) | median samples (null) | targets |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for i, c in enumerate(conds):
         if c.table != "main" or i not in by:
             continue
@@ -265,10 +322,12 @@ def report(conds: list[Cond], outs: list[Outcome]) -> bool:
         ok &= all(checks)
         flag = "PASS" if all(checks) else "FAIL (" + ", ".join(
             w for w, g in zip(("FP", "power", "coverage"), checks, strict=True) if not g) + ")"  # fmt: skip
+        oracle = oracle_samples(c) if oracle_on else float("nan")
         print(
             f"| {c.name} | {s['null_n']} | {s['fp']} | {s['power_n']} | "
             f"{100 * s['power']:.1f} % {s['power_ci']} | {100 * s['coverage']:.1f} % "
-            f"({s['cov_n']}) | {s['median']:,.0f} | {flag} |"
+            f"({s['cov_n']}) | {s['median']:,.0f} | {oracle:,.0f} | {s['null_median']:,.0f} "
+            f"| {flag} |"
         )
     pairing = {c.name: by.get(i, []) for i, c in enumerate(conds) if c.table != "main"}
     if any(pairing.values()):

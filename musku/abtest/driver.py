@@ -31,6 +31,10 @@ Design of one comparison (rule ``cs``)::
   bound, so neighbouring batch means correlate <= 0.05): from the pilot, then re-estimated from
   all steady windows at every period start (batches only grow; past ones are rebuilt). The
   rule looks after every batch.
+- **Between periods.** Each period's time span (its batched windows' first start and last
+  end) goes to the rule with the batch means: the crossover removes a constant host bias
+  only, and the rule sizes the bias's change between periods from them
+  (:func:`musku.abtest.stats.period_component`).
 - **Early decision.** Before the first swap the rule may decide a large effect on its own
   (interval widened by the host-bias bound, see :mod:`musku.abtest.rules`); while that
   looks reachable, the first period is extended instead of swapping. The bound comes from
@@ -234,6 +238,9 @@ class _Comparison:
         self.cov_seen = False
         self.d_used = _Buffer()  # the (adjusted) log-ratios batched, per closed window
         self.theta = 0.0
+        # running sums per period of (n, d, c, d c, c c) over the first ``cuped_n`` windows
+        self.cuped_sums: dict[int, NDArray[np.float64]] = {}
+        self.cuped_n = 0
         self.transients: dict[str, float] = {}  # config key -> transient measured here (s)
         self.bias_note = ""
         self.notes: list[str] = []
@@ -274,6 +281,7 @@ class _Comparison:
         self.win_period = _Buffer()  # period of each steady window
         self.win_age = _Buffer()  # seconds from its period's apply to each steady window's end
         self.win_seq = _Buffer()  # ``seq`` of each steady window (as given to on_window)
+        self.win_t = _Buffer()  # host seconds since the start at each steady window's end
         self.apply_t = 0.0  # pair.now() after the current period's apply
         self.period_applied: list[bool] = []  # whether each period applied anything
         self.kept: NDArray[np.bool_] = np.ones(0, dtype=bool)  # steady windows still used
@@ -282,6 +290,7 @@ class _Comparison:
         self.batch_d: list[float] = []
         self.batch_sign: list[int] = []
         self.batch_period: list[int] = []
+        self.period_t: dict[int, tuple[float, float]] = {}  # its batches' first start, last end
         self.batch_guard: dict[str, list[float]] = {m: [] for m in self.guard_metrics}
         self.batch_start = 0  # steady index where the open batch starts
         self.b: int | None = None
@@ -631,22 +640,24 @@ class _Comparison:
         self.kept = keep
         self.dropped = int(np.count_nonzero(~keep))
         idx = np.flatnonzero(keep)
-        if idx.size < 8:
-            return
         d = d_all[idx]
         per = self.win_period.view()[idx]
         resid = d.copy()
-        starts = np.flatnonzero(np.r_[True, per[1:] != per[:-1]])
-        ends = np.r_[starts[1:], d.size]
+        starts = np.flatnonzero(np.r_[True, per[1:] != per[:-1]])[: d.size]
+        ends = np.r_[starts[1:], d.size][: starts.size]
         for s, e in zip(starts, ends, strict=True):
             resid[s:e] -= d[s:e].mean()
-        b = self._batch_size(resid)
+        # too few windows left to re-estimate the batch size: keep it, but still rebuild the
+        # batches when windows were dropped (their means must leave the estimate)
+        b = self._batch_size(resid) if idx.size >= 8 else self.b
         if b == self.b and not trimmed:
             return
         self.b = b
         self.batch_d.clear()
         self.batch_sign.clear()
         self.batch_period.clear()
+        self.period_t.clear()
+        t_end = self.win_t.view()[idx]
         for m in self.guard_metrics:
             self.batch_guard[m].clear()
         guard = {m: self.guard_b[m].view()[idx] for m in self.guard_metrics}
@@ -658,6 +669,7 @@ class _Comparison:
                 self.batch_d.append(float(d[sl].mean()))
                 self.batch_sign.append(sign)
                 self.batch_period.append(p)
+                self._batch_time(p, float(t_end[sl.start]), float(t_end[sl.stop - 1]))
                 for m in self.guard_metrics:
                     self.batch_guard[m].append(float(guard[m][sl].mean()))
         self.batch_start = self.d.n
@@ -730,6 +742,7 @@ class _Comparison:
         self.win_period.extend(np.full(la.size, float(self.period)))
         ends = np.fromiter((s0.t for s0, _ in chunk.samples), dtype=float, count=v.size)
         self.win_age.extend(ends[v] - self.apply_t)
+        self.win_t.extend(ends[v] - self.t0)
         seq = chunk.seq if chunk.seq is not None else np.full(v.size, -1, dtype=np.int64)
         self.win_seq.extend(seq[v].astype(float))
         for m in self.guard_metrics:
@@ -753,6 +766,8 @@ class _Comparison:
             self.batch_d.append(float(adj.mean()))
             self.batch_sign.append(self.sign)
             self.batch_period.append(self.period)
+            t_end = self.win_t.view()
+            self._batch_time(self.period, float(t_end[sl.start]), float(t_end[sl.stop - 1]))
             for m in self.guard_metrics:
                 self.batch_guard[m].append(float(self.guard_b[m].view()[sl].mean()))
             self.batch_start += self.b
@@ -765,19 +780,25 @@ class _Comparison:
         differences drop out); 0 with too little data or no covariate variation."""
         if upto < 20:
             return 0.0
-        d = self.d.view()[:upto]
-        c = self.c.view()[:upto]
-        per = self.win_period.view()[:upto]
-        dc, cc = d.copy(), c.copy()
-        starts = np.flatnonzero(np.r_[True, per[1:] != per[:-1]])
-        ends = np.r_[starts[1:], upto]
-        for s, e in zip(starts, ends, strict=True):
-            dc[s:e] -= d[s:e].mean()
-            cc[s:e] -= c[s:e].mean()
-        sxx = float(cc @ cc)
+        # the windows are append-only and ``upto`` only grows: add the new ones to each
+        # period's running sums, then the within-period centred moments from the sums
+        if upto > self.cuped_n:
+            sl = slice(self.cuped_n, upto)
+            d, c = self.d.view()[sl], self.c.view()[sl]
+            per = self.win_period.view()[sl].astype(np.int64)
+            for p in np.unique(per):
+                m = per == p
+                dp, cp = d[m], c[m]
+                add = np.array([dp.size, dp.sum(), cp.sum(), dp @ cp, cp @ cp], dtype=float)
+                key = int(p)
+                self.cuped_sums[key] = self.cuped_sums.get(key, np.zeros(5)) + add
+            self.cuped_n = upto
+        sums = np.array(list(self.cuped_sums.values()))
+        n, sd, sc, sdc, scc = sums.T
+        sxx = float((scc - sc * sc / n).sum())
         if sxx <= 1e-12 * upto:
             return 0.0
-        return float(cc @ dc) / sxx
+        return float((sdc - sd * sc / n).sum()) / sxx
 
     def _evidence(self) -> Evidence:
         return Evidence(
@@ -789,7 +810,21 @@ class _Comparison:
             direction=self.dir,
             samples=self.d.n - self.dropped,
             batch_size=self.b or 1,
+            period_span=self._period_span(),
         )
+
+    def _batch_time(self, p: int, first_end: float, last_end: float) -> None:
+        """A batch of period ``p`` closed over windows ending ``first_end``..``last_end``."""
+        t0, t1 = self.period_t.get(p, (math.inf, -math.inf))
+        self.period_t[p] = (min(t0, first_end - self.interval), max(t1, last_end))
+
+    def _period_span(self) -> FloatArray:
+        """Per period index: host seconds of its first batched window's start and its last
+        batched window's end (NaN for a period without batches)."""
+        span = np.full((self.period + 1, 2), np.nan)
+        for p, (t0, t1) in self.period_t.items():
+            span[p] = t0, t1
+        return span
 
     def _guardrails(self, final: bool) -> tuple[Guardrail, float, float, float] | None:
         """The first broken guardrail: (guardrail, mean, low, high) of its B-role mean."""

@@ -9,7 +9,10 @@ from :data:`RULES` (``"module:Class"`` strings, built-ins as aliases) or passed 
 ``cs``          musku's rule: crossover design (ABBA periods), paired log-ratios in batch means,
                 two-sided asymptotic confidence sequence (Waudby-Smith et al. 2021/2023);
                 stops BETTER/WORSE when the sequence excludes 0, NO_DIFFERENCE when it lies
-                inside +-min_effect. Valid under continuous monitoring. Before the first
+                inside +-min_effect. Valid under continuous monitoring. The host bias's
+                change between periods (slow wander) is a variance component
+                (``wander_sd`` / ``wander_tau_s`` prior, or measured from the periods).
+                Before the first
                 swap, a large effect may be decided on one role order when the sequence
                 widened by the host-bias bound (``max_host_bias``, default 1 %) excludes 0.
 ``naive-paired`` the same sequence on paired log-ratios *without* crossover: the two hosts'
@@ -39,6 +42,22 @@ COVARIATE = "offered_qps"
 """Per-host metric the knobs do not change, used for the CUPED-style regression adjustment of
 the log-ratios when both hosts report it (the request rate the load balancer offers each host).
 ``rule_options={"covariate": None}`` turns the adjustment off."""
+
+WANDER_SD = 0.003
+WANDER_TAU_S = 3600.0
+"""Default prior on the slow wander of a pair's host bias (the two hosts' log-throughput
+ratio): a stationary OU process with sd 0.3 % and time constant one hour (two hosts with
+0.2 % per-host drifts over about an hour, thermals and co-tenant daemons: the shipped
+simulator models). The crossover removes only a constant bias; this prior's variance of the
+periods' bias changes enters every crossover interval (the data's own estimate replaces it
+when larger). Override with ``rule_options={"wander_sd": ..., "wander_tau_s": ...}``;
+``wander_sd = 0`` trusts the data alone."""
+
+PERIOD_SHARE_OF_WANDER = 0.25
+"""Two periods of each role order before a decision once a period lasts this share of the
+wander's time constant (``wander_tau_s``) or more: one period per role order would leave the
+change of host bias between them unmeasured (no degree of freedom), with only the prior to
+size it. Shorter periods see little of the wander change between them."""
 
 MAX_HOST_BIAS = 0.01
 """Default bound on the relative bias between the two "identical" hosts of a pair (1 %): the
@@ -71,6 +90,9 @@ class Evidence:
     direction: float  # +1 higher is better, -1 lower is better
     samples: int  # steady windows per host
     batch_size: int  # windows per batch (may grow when the autocorrelation is re-estimated)
+    # per period index: host seconds (since the start) of its first batched window's start and
+    # its last's end; None: unknown (no between-period component is modelled)
+    period_span: FloatArray | None = None
 
 
 @dataclass(frozen=True)
@@ -166,8 +188,21 @@ class ConfidenceSequenceRule(DecisionRule):
         early: bool = True,
         early_alpha_share: float = 0.2,
         covariate: str | None = COVARIATE,
+        wander_sd: float = WANDER_SD,
+        wander_tau_s: float = WANDER_TAU_S,
     ) -> None:
         super().__init__(seed=seed)
+        for key, val, lo in (("wander_sd", wander_sd, 0.0), ("wander_tau_s", wander_tau_s, 1e-9)):
+            if not (
+                isinstance(val, int | float)
+                and not isinstance(val, bool)
+                and math.isfinite(val)
+                and lo <= val
+                and (key != "wander_sd" or val < 0.5)
+            ):
+                why = "a relative sd in [0, 0.5)" if key == "wander_sd" else "seconds > 0"
+                raise InputError(f"cs rule: {key} = {val!r} must be {why}")
+        self.wander = stats.Wander(float(wander_sd), float(wander_tau_s))
         if not (isinstance(early_alpha_share, int | float) and 0.0 < early_alpha_share < 1.0):
             raise InputError(
                 f"cs rule: early_alpha_share = {early_alpha_share!r} must be in (0, 1)"
@@ -232,7 +267,13 @@ class ConfidenceSequenceRule(DecisionRule):
         setup = self.setup
         self.last_batch_size = ev.batch_size
         if self.crossover:
-            est = stats.crossover_estimate(ev.batch_d, ev.batch_sign, ev.batch_period)
+            est = stats.crossover_estimate(
+                ev.batch_d,
+                ev.batch_sign,
+                ev.batch_period,
+                spans=ev.period_span,
+                wander=self.wander,
+            )
         else:
             est = stats.plain_estimate(ev.batch_d, ev.batch_period)
         rel = ev.direction
@@ -252,10 +293,29 @@ class ConfidenceSequenceRule(DecisionRule):
         enough = est.n_plus + est.n_minus >= self.min_batches and (
             not self.crossover or min(est.n_plus, est.n_minus) >= self.min_per_order
         )
+        comp = est.period
+        if (
+            comp is not None
+            and enough
+            and min(comp.periods_plus, comp.periods_minus) < 2
+            and ev.period_span is not None
+            and self.wander.sd > 0
+        ):
+            # the wander between one period of each order is only assumed, not measured:
+            # wait for a second of each when the periods are long against its time scale
+            span = ev.period_span[:, 1] - ev.period_span[:, 0]
+            longest = float(np.nanmax(span)) if np.isfinite(span).any() else 0.0
+            enough = longest < PERIOD_SHARE_OF_WANDER * self.wander.tau_s
         # est.bias = dir * log(host1 / host0) in the primary metric
         detail = (
             f"host 1 vs host 0 bias {pct(math.expm1(est.bias * rel))}" if self.crossover else ""
         )
+        if comp is not None and comp.var > 0:
+            detail += (
+                f"{'; ' if detail else ''}between-period (wander) sd "
+                f"{math.sqrt(comp.var) * 100:.3f} % of the estimate's "
+                f"{est.se * 100:.3f} % ({'measured' if comp.data_var > comp.prior_var else 'prior'})"
+            )
         decision: Decision | None = None
         if enough:
             if v_lo > 0:

@@ -77,6 +77,11 @@ def autocovariances(x: FloatArray, lags: int) -> FloatArray:
     n = x.size
     c = x - x.mean()
     lags = max(0, min(int(lags), n - 1))
+    if lags > 32 or (lags > 2 and n > 512):
+        # many lags or a long series: by FFT, O(n log n)
+        nfft = 1 << int(2 * n - 1).bit_length()
+        f = np.fft.rfft(c, nfft)
+        return np.asarray(np.fft.irfft(f * np.conj(f), nfft)[: lags + 1] / n, dtype=float)
     return np.array([float(c[j:] @ c[: n - j]) / n for j in range(lags + 1)])
 
 
@@ -317,10 +322,16 @@ class CrossoverEstimate:
     df: int
     bandwidth: float = 1.0  # Bartlett HAC bandwidth over the batch means (lags)
     bias_se: float = math.nan  # standard error of ``bias``
+    period: PeriodComponent | None = None  # the between-period component (None: not modelled)
 
 
 def crossover_estimate(
-    y: FloatArray, sign: NDArray[np.int8] | FloatArray, period: NDArray[np.int64] | FloatArray
+    y: FloatArray,
+    sign: NDArray[np.int8] | FloatArray,
+    period: NDArray[np.int64] | FloatArray,
+    *,
+    spans: FloatArray | None = None,
+    wander: Wander | None = None,
 ) -> CrossoverEstimate | None:
     """Crossover estimate from batch means ``y`` of sign-adjusted log-ratios.
 
@@ -330,7 +341,14 @@ def crossover_estimate(
     means is the Bartlett (Newey-West) HAC long-run variance of the residuals over the whole
     sequence, periods included (a slow per-host wander correlates batches across them), with
     the Newey-West data-driven bandwidth, at least one lag, never less than the plain
-    variance. Returns ``None`` until both role orders have at least two batches."""
+    variance. Returns ``None`` until both role orders have at least two batches.
+
+    With ``spans`` (each period's time span, indexed by period) the model of the batch means
+    gets a between-period component (``y = mu + s delta + u_period + e``): the within
+    variance comes from the residuals around each *period's* mean, and
+    :func:`period_component` adds the variance of the periods' host-bias changes (the
+    ``wander`` prior's, or the spread of the period means', the larger), with Satterthwaite
+    degrees of freedom."""
     y = np.asarray(y, dtype=float)
     s = np.asarray(sign, dtype=float)
     plus = s > 0
@@ -340,12 +358,31 @@ def crossover_estimate(
         return None
     m_plus = float(y[plus].mean())
     m_minus = float(y[~plus].mean())
-    resid = np.where(plus, y - m_plus, y - m_minus)
-    df = y.size - 2
+    comp: PeriodComponent | None = None
+    if spans is None:
+        resid = np.where(plus, y - m_plus, y - m_minus)
+        df = y.size - 2
+    else:
+        per = np.asarray(period).astype(np.int64)
+        ids, inv = np.unique(per, return_inverse=True)
+        means = np.bincount(inv, weights=y) / np.bincount(inv)
+        resid = y - means[inv]
+        df = max(1, y.size - ids.size)
     bw = max(1.0, nw_bandwidth(resid))
-    # autocovariances divide by n; the residual variance has df = n - 2
+    # autocovariances divide by n; the residual variance has df = n - 2 (n - periods)
     lrv = hac_lrv(resid, bw) * y.size / df
     var = 0.25 * lrv * (1.0 / n_plus + 1.0 / n_minus)
+    dof: float = df
+    if spans is not None:
+        comp = period_component(y, s, np.asarray(period), spans, wander, lrv)
+        if comp.var > 0:
+            tot = var + comp.var
+            dof = (
+                tot
+                * tot
+                / (var * var / df + (comp.var**2 / comp.df if comp.df < math.inf else 0.0))
+            )
+            var = tot
     return CrossoverEstimate(
         mean=0.5 * (m_plus + m_minus),
         se=math.sqrt(var),
@@ -353,10 +390,108 @@ def crossover_estimate(
         bias=0.5 * (m_plus - m_minus),
         n_plus=n_plus,
         n_minus=n_minus,
-        df=df,
+        df=int(min(dof, 1e9)),
         bandwidth=bw,
         bias_se=math.sqrt(var),
+        period=comp,
     )
+
+
+def ou_mean_covariance(spans: FloatArray, tau: float) -> FloatArray:
+    """Covariance matrix of the means of a stationary Ornstein-Uhlenbeck process (unit
+    variance, correlation ``exp(-|t - s| / tau)``) over the disjoint, time-ordered intervals
+    ``spans[p] = (start, end)``: the exact double integrals of the kernel. A slow per-host
+    wander of the host bias is such a process; its period means then covary by this matrix
+    times the wander's variance."""
+    spans = np.asarray(spans, dtype=float).reshape(-1, 2)
+    a, b = spans[:, 0], spans[:, 1]
+    length = np.maximum(b - a, 1e-9)
+    x = length / tau
+    # 2 (x - 1 + e^-x) / x^2, with its series near 0 (1 - x / 3 + x^2 / 12)
+    with np.errstate(over="ignore", invalid="ignore"):
+        diag = np.where(
+            x > 1e-4, 2.0 * (x - 1.0 + np.exp(-x)) / np.maximum(x, 1e-300) ** 2, 1.0 - x / 3.0
+        )
+    f = -np.expm1(-x) / x  # (1 - e^-x) / x: one interval's share of the kernel's reach
+    gap = np.maximum(a[None, :] - b[:, None], 0.0)  # start of q - end of p
+    gap = np.maximum(gap, gap.T)
+    cov = f[:, None] * f[None, :] * np.exp(-gap / tau)
+    np.fill_diagonal(cov, diag)
+    return cov
+
+
+@dataclass(frozen=True)
+class Wander:
+    """What is known in advance of the slow wander of a pair's host bias (the log-ratio of
+    the two hosts' throughput): a stationary OU process with standard deviation ``sd``
+    (relative) and time constant ``tau_s`` (seconds)."""
+
+    sd: float
+    tau_s: float
+
+
+@dataclass(frozen=True)
+class PeriodComponent:
+    """The between-period variance component of a crossover estimate (log scale squared)."""
+
+    var: float  # its variance in the estimate
+    prior_var: float  # what the wander prior alone gives
+    data_var: float  # what the spread of the period means gives (random effects, moments)
+    periods_plus: int  # periods with batches in each role order
+    periods_minus: int
+    df: float  # degrees of freedom of ``var`` (inf: the prior, taken as known)
+
+
+def period_component(
+    y: FloatArray,
+    sign: FloatArray,
+    period: FloatArray,
+    spans: FloatArray,
+    wander: Wander | None,
+    lrv_within: float,
+) -> PeriodComponent:
+    """The between-period part of the crossover estimate's variance, for the model of the
+    batch means ``y = mu + s delta + u_period + e`` (``u`` the host bias's change between
+    periods, which the crossover does not remove: only a constant bias cancels).
+
+    Two estimates, the larger counts: the ``wander`` prior's exact OU covariance of the
+    period means over their time ``spans`` (``spans[p]``: the first window's start and the
+    last's end of period ``p``), weighted as the estimator weighs them; and, from three
+    periods on, a random-effects (method of moments, DerSimonian-Laird) estimate from the
+    spread of the period means around their role order's mean beyond what the within-period
+    variance ``lrv_within`` (per batch) explains, with ``periods - 2`` degrees of freedom."""
+    y = np.asarray(y, dtype=float)
+    s = np.asarray(sign, dtype=float)
+    per = np.asarray(period).astype(np.int64)
+    ids, first, inv = np.unique(per, return_index=True, return_inverse=True)
+    n_p = np.bincount(inv).astype(float)
+    s_p = s[first]
+    y_p = np.bincount(inv, weights=y) / n_p
+    plus = s_p > 0
+    big_n = np.where(plus, n_p[plus].sum(), n_p[~plus].sum())
+    w = n_p / (2.0 * big_n)  # the estimate is sum(w * y_p)
+    c = w * s_p  # ... and holds sum(c * u_p) of the host bias's period means
+    prior = 0.0
+    if wander is not None and wander.sd > 0 and wander.tau_s > 0:
+        sp = np.asarray(spans, dtype=float).reshape(-1, 2)[ids]
+        if np.all(np.isfinite(sp)):
+            cov = ou_mean_covariance(sp, wander.tau_s)
+            prior = float(wander.sd**2 * (c @ cov @ c))
+    data = 0.0
+    k = ids.size
+    df = math.inf
+    if k >= 3:
+        m = np.where(plus, (n_p * y_p)[plus].sum(), (n_p * y_p)[~plus].sum()) / big_n
+        r = y_p - m
+        ss = float((n_p * r * r).sum())
+        h = n_p / big_n  # each period mean's leverage in its role order's mean
+        denom = float((n_p * (1.0 - h)).sum())
+        tau2 = max(0.0, (ss - lrv_within * (k - 2)) / denom) if denom > 0 else 0.0
+        data = tau2 * float(c @ c)
+    var = max(prior, data)
+    if data > prior:
+        df = float(k - 2)
+    return PeriodComponent(var, prior, data, int(plus.sum()), int((~plus).sum()), df)
 
 
 def plain_estimate(

@@ -123,6 +123,35 @@ def test_a_longer_transient_measured_later_drops_earlier_windows() -> None:
     assert r.samples == len(steady) - len(young)
 
 
+def test_a_transient_that_drops_a_whole_period_rebuilds_the_batches() -> None:
+    """Issue 30's bug: when a transient measured later drops *all* of an earlier period's
+    windows (fewer than 8 steady windows left), the batches must still be rebuilt from the
+    windows kept; before, their batch means stayed in the estimate while ``samples`` no
+    longer counted them. At every look the batches hold no more windows than are used,
+    and the dropped windows were reported to ``on_warmup``."""
+    mem = PairMemory()
+    seen: list[Progress] = []
+    bumped: list[int] = []
+    marked: list[int] = []
+
+    def bump(p: Progress) -> None:
+        seen.append(p)
+        # stands in for a later swap measuring B's transient longer than all of period 0
+        if p.period >= 1 and not bumped:
+            mem.transients[B.key()] = 3000.0
+            bumped.append(p.batches)
+
+    pair = FakePair(freq_level(0.0), seed=63)
+    spec = ComparisonSpec(stats=StatsSettings(warmup_s=10.0, min_effect=0.005))
+    r = run_comparison(pair, A, B, spec, seed=63, memory=mem, on_progress=bump,
+                       on_warmup=marked.extend)  # fmt: skip
+    assert bumped and bumped[0] > 0, "the test needs period-0 batches to drop"
+    assert r.decision is not Decision.ABORTED
+    assert len(marked) >= bumped[0] * 5  # every period-0 window (batches of >= 5)
+    for p in seen:
+        assert p.batches * p.batch_size <= p.samples, p
+
+
 @pytest.mark.parametrize("amp", [0.3])
 def test_transient_cap_reason_names_both_configurations(amp: float) -> None:
     """A transient that does not end within the cap: INCONCLUSIVE, saying which apply."""

@@ -1096,8 +1096,8 @@ def parse_id(text: str, what: str) -> int:
     digits = re.fullmatch(r"[0-9]+", text) is not None
     if not digits or len(text.lstrip("0")) > 19 or int(text) > MAX_ID:
         raise InputError(
-            f"{text[:40]!r} is not a{'n' if what[0] in 'aeiou' else ''} {what} id (a whole number "
-            f"1..{MAX_ID}; `musku experiments` lists them)"
+            f"{text[:40]!r}: give the {what}'s id, a whole number 1..{MAX_ID} "
+            "(musku experiments lists them)"
         )
     return int(text)
 

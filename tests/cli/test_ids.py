@@ -32,7 +32,7 @@ def test_parse_id_takes_exactly_ascii_digits_in_range(text: str) -> None:
     except InputError as exc:
         assert not valid, text
         assert "\n" not in exc.one_line()
-        assert "is not an experiment id" in exc.one_line()
+        assert "give the experiment's id" in exc.one_line()
     else:
         assert valid, text
         assert got == int(text) and 0 <= got <= MAX_ID
@@ -44,7 +44,7 @@ def test_abort_refuses_bad_ids_with_one_line(tmp_path: Path, ident: str) -> None
     open_store(url).close()
     proc = musku("abort", "--db", url, "--", ident)
     assert proc.returncode == 3, proc.stderr
-    assert "is not an experiment id" in one_error_line(proc)
+    assert "give the experiment's id" in one_error_line(proc)
 
 
 def test_abort_on_a_missing_db_creates_nothing(tmp_path: Path) -> None:

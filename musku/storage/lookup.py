@@ -58,7 +58,7 @@ def find_run(store: Any, ref: str, kind: str = "sweep") -> FoundRun:
     if not ref:
         raise InputError("which run? give a name or an id (`musku results` lists them)")
     runs = store.runs_named(ref)
-    if ref.isdigit():
+    if ref.isascii() and ref.isdigit():  # not `²` or `١٢`, which int() refuses or reads
         rec = store.find_experiment(int(ref))
         if rec is not None and runs:
             raise InputError(

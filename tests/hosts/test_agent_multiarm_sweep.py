@@ -16,6 +16,7 @@ from musku.sweep.multiarm import multiarm
 from musku.sweep.sweep import experiment_run
 from tests.agent.helpers import THP
 from tests.hosts.test_hostpair_contract import _spawn, _stop
+from tests.timing import scaled
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
@@ -32,7 +33,9 @@ def test_a_multiarm_sweep_on_agent_hosts(tmp_path: Path) -> None:
             '[platform]\ncatalog = "firecracker-vm"\n[sweep]\nmode = "multiarm"\n'
             '[metric]\nprimary = "qps"\ndirection = "higher"\n'
             "[statistics]\nwarmup_s = 0.0\nsample_interval_s = 0.1\nsample_cap = 24\n"
-            f'[hosts]\nbackend = "agent"\nlease_s = 10.0\nhosts = [{hosts}]\n'
+            # the lease: 10 s on an idle machine; a busy one renews it late, and a lapsed lease
+            # reverts the host under the group ("host not at the arm's configuration")
+            f'[hosts]\nbackend = "agent"\nlease_s = {scaled(10.0):.1f}\nhosts = [{hosts}]\n'
         )
         exp = load_experiment(path)
         store = open_store(f"sqlite:///{tmp_path}/r.db")

@@ -110,20 +110,11 @@ class Messages:
 
     def __init__(self) -> None:
         self.got: list[tuple[float, str]] = []
-        self.looks = 0  # the tester's looks at the data (windows measured)
         self.changed = threading.Condition()
 
     def comparison_started(self, *args: object) -> None: ...
 
-    def comparison_progress(self, info: object) -> None:
-        with self.changed:
-            self.looks += 1
-            self.changed.notify_all()
-
-    def wait_looks(self, n: int, timeout: float) -> None:
-        with self.changed:
-            ok = self.changed.wait_for(lambda: self.looks >= n, timeout=scaled(timeout))
-        assert ok, f"the tester had not looked {n} times within {scaled(timeout):.0f}s"
+    def comparison_progress(self, info: object) -> None: ...
 
     def comparison_finished(self, *args: object) -> None: ...
 
@@ -202,10 +193,9 @@ def test_partition_mid_comparison(tmp_path: Path) -> None:
         stack.callback(runner.stop.set)
         t.start()
         _wait_until(lambda: host_a.read(THP) != original, "no arm applied on A")
-        # measuring: windows measured before the cut (on a busy machine the apply, warm-up
-        # probe and first look take longer than the 3 s they take on an idle one)
-        progress.wait_looks(1, 60)
-        time.sleep(3.0)
+        # measuring: windows measured before the cut (3 s on an idle machine; a busy one's
+        # round trips to the agents are slower)
+        time.sleep(3.0 * k)
         (first,) = _comparisons(store, exp_id)
         cut_at = time.time()
         _link(ns, "down")

@@ -266,6 +266,11 @@ class ConfidenceSequenceRule(DecisionRule):
         assert self.setup is not None, "start() first"
         setup = self.setup
         self.last_batch_size = ev.batch_size
+        long_periods = True  # periods long against the wander's time scale
+        if ev.period_span is not None and self.wander.sd > 0:
+            span = ev.period_span[:, 1] - ev.period_span[:, 0]
+            longest = float(np.nanmax(span)) if np.isfinite(span).any() else 0.0
+            long_periods = longest >= PERIOD_SHARE_OF_WANDER * self.wander.tau_s
         if self.crossover:
             est = stats.crossover_estimate(
                 ev.batch_d,
@@ -294,18 +299,10 @@ class ConfidenceSequenceRule(DecisionRule):
             not self.crossover or min(est.n_plus, est.n_minus) >= self.min_per_order
         )
         comp = est.period
-        if (
-            comp is not None
-            and enough
-            and min(comp.periods_plus, comp.periods_minus) < 2
-            and ev.period_span is not None
-            and self.wander.sd > 0
-        ):
+        if comp is not None and enough and min(comp.periods_plus, comp.periods_minus) < 2:
             # the wander between one period of each order is only assumed, not measured:
             # wait for a second of each when the periods are long against its time scale
-            span = ev.period_span[:, 1] - ev.period_span[:, 0]
-            longest = float(np.nanmax(span)) if np.isfinite(span).any() else 0.0
-            enough = longest < PERIOD_SHARE_OF_WANDER * self.wander.tau_s
+            enough = not (long_periods and self.wander.sd > 0)
         # est.bias = dir * log(host1 / host0) in the primary metric
         detail = (
             f"host 1 vs host 0 bias {pct(math.expm1(est.bias * rel))}" if self.crossover else ""
@@ -314,7 +311,7 @@ class ConfidenceSequenceRule(DecisionRule):
             detail += (
                 f"{'; ' if detail else ''}between-period (wander) sd "
                 f"{math.sqrt(comp.var) * 100:.3f} % of the estimate's "
-                f"{est.se * 100:.3f} % ({'measured' if comp.data_var > comp.prior_var else 'prior'})"
+                f"{est.se * 100:.3f} % ({'measured' if comp.var > comp.prior_var else 'prior'})"
             )
         decision: Decision | None = None
         if enough:

@@ -332,6 +332,7 @@ def crossover_estimate(
     *,
     spans: FloatArray | None = None,
     wander: Wander | None = None,
+    measure_periods: bool = False,
 ) -> CrossoverEstimate | None:
     """Crossover estimate from batch means ``y`` of sign-adjusted log-ratios.
 
@@ -359,7 +360,9 @@ def crossover_estimate(
     m_plus = float(y[plus].mean())
     m_minus = float(y[~plus].mean())
     comp: PeriodComponent | None = None
-    if spans is None:
+    if spans is None or not measure_periods:
+        # residuals around each role order's mean: with several periods per order the HAC
+        # over the whole sequence sees (part of) the bias's change between them too
         resid = np.where(plus, y - m_plus, y - m_minus)
         df = y.size - 2
     else:
@@ -374,7 +377,9 @@ def crossover_estimate(
     var = 0.25 * lrv * (1.0 / n_plus + 1.0 / n_minus)
     dof: float = df
     if spans is not None:
-        comp = period_component(y, s, np.asarray(period), spans, wander, lrv)
+        comp = period_component(
+            y, s, np.asarray(period), spans, wander, lrv, measure=measure_periods
+        )
         if comp.var > 0:
             tot = var + comp.var
             dof = (
@@ -449,6 +454,7 @@ def period_component(
     spans: FloatArray,
     wander: Wander | None,
     lrv_within: float,
+    measure: bool = True,
 ) -> PeriodComponent:
     """The between-period part of the crossover estimate's variance, for the model of the
     batch means ``y = mu + s delta + u_period + e`` (``u`` the host bias's change between
@@ -459,7 +465,10 @@ def period_component(
     last's end of period ``p``), weighted as the estimator weighs them; and, from three
     periods on, a random-effects (method of moments, DerSimonian-Laird) estimate from the
     spread of the period means around their role order's mean beyond what the within-period
-    variance ``lrv_within`` (per batch) explains, with ``periods - 2`` degrees of freedom."""
+    variance ``lrv_within`` (per batch) explains, with ``periods - 2`` degrees of freedom;
+    only with ``measure`` (the rule sets it when periods are long against the wander's time
+    scale: over many short periods a smooth drift, which the ABBA balance cancels, would
+    pass for independent period effects and widen the interval for nothing)."""
     y = np.asarray(y, dtype=float)
     s = np.asarray(sign, dtype=float)
     per = np.asarray(period).astype(np.int64)
@@ -488,8 +497,8 @@ def period_component(
         denom = float((n_p * (1.0 - h)).sum())
         tau2 = max(0.0, (ss - lrv_within * (k - 2)) / denom) if denom > 0 else 0.0
         data = tau2 * float(c @ c)
-    var = max(prior, data)
-    if data > prior:
+    var = max(prior, data) if measure else prior
+    if measure and data > prior:
         df = float(k - 2)
     return PeriodComponent(var, prior, data, int(plus.sum()), int((~plus).sum()), df)
 

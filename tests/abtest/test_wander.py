@@ -78,7 +78,7 @@ def test_the_wander_prior_is_the_variance_of_the_estimates_wander_part() -> None
 def crossover_ci(
     y: np.ndarray, sign: np.ndarray, per: np.ndarray, spans: np.ndarray | None
 ) -> tuple[float, float]:
-    est = stats.crossover_estimate(y, sign, per, spans=spans, wander=None)
+    est = stats.crossover_estimate(y, sign, per, spans=spans, wander=None, measure_periods=True)
     assert est is not None
     q = stats.t_quantile(0.975, est.df)
     return est.mean - q * est.se, est.mean + q * est.se

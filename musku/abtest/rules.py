@@ -53,11 +53,15 @@ periods' bias changes enters every crossover interval (the data's own estimate r
 when larger). Override with ``rule_options={"wander_sd": ..., "wander_tau_s": ...}``;
 ``wander_sd = 0`` trusts the data alone."""
 
-PERIOD_SHARE_OF_WANDER = 0.25
+PERIOD_SHARE_OF_WANDER = 1.0
 """Two periods of each role order before a decision once a period lasts this share of the
 wander's time constant (``wander_tau_s``) or more: one period per role order would leave the
 change of host bias between them unmeasured (no degree of freedom), with only the prior to
-size it. Shorter periods see little of the wander change between them."""
+size it. Shorter periods see little of the wander change between them, and the prior's
+between-period variance is in their interval anyway. Measured on the README's main job
+(Web/Skylake, one pair, 2026-11-28): a share of 0.25 took the host-clock to the soft SKU from
+22.8 h to 40.7 h and 0.5 to 47.4 h (warm-up-heavy knobs' periods of 15-60 min then need 3.5+
+periods), 1.0 left it at 22.8 h; the A/A rows could not tell the shares apart."""
 
 MAX_HOST_BIAS = 0.01
 """Default bound on the relative bias between the two "identical" hosts of a pair (1 %): the

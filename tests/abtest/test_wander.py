@@ -159,17 +159,19 @@ def started_rule(**options: float) -> ConfidenceSequenceRule:
 
 
 def test_long_periods_need_two_of_each_role_order_before_a_decision() -> None:
-    """Periods of 3,000 s against the prior's one-hour wander: one period per role order
-    leaves the bias change between them unmeasured, so even a clear +3 % waits; with two
-    of each it is decided. Short periods (60 s, 10 s apart) need no second pair."""
+    """Periods of 4,000 s against the prior's one-hour wander (``PERIOD_SHARE_OF_WANDER``
+    x tau or more): one period per role order leaves the bias change between them
+    unmeasured, so even a clear +3 % waits; with two of each it is decided. Periods below
+    the share (3,000 s) and short ones (60 s, 10 s apart) need no second pair."""
     rule = started_rule()
-    v = rule.look(evidence(2, 20, 3000.0, 0.03))
+    v = rule.look(evidence(2, 20, 4000.0, 0.03))
     assert v.decision is None and v.ci_low > 0.0
     assert "between-period (wander) sd" in v.detail and "(prior)" in v.detail
-    assert rule.look(evidence(4, 20, 3000.0, 0.03)).decision is Decision.BETTER
+    assert rule.look(evidence(4, 20, 4000.0, 0.03)).decision is Decision.BETTER
+    assert started_rule().look(evidence(2, 20, 3000.0, 0.03)).decision is Decision.BETTER
     assert started_rule().look(evidence(2, 20, 60.0, 0.03, gap=10.0)).decision is Decision.BETTER
     # the prior off (wander_sd 0): the data alone, one period per order is enough
-    assert started_rule(wander_sd=0.0).look(evidence(2, 20, 3000.0, 0.03)).decision is (
+    assert started_rule(wander_sd=0.0).look(evidence(2, 20, 4000.0, 0.03)).decision is (
         Decision.BETTER
     )
 

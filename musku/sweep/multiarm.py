@@ -126,11 +126,14 @@ def arm_results(
     o = result.outcome
     for k in range(1, len(result.arms)):
         decision = o.vs_baseline.get(k) or Decision.INCONCLUSIVE
+        if k in result.guardrail:  # pruned as the pairwise test prunes a guardrail breach
+            decision = Decision.GUARDRAIL
         est, low, high = result.estimates.get(k, (0.0, float("-inf"), float("inf")))
         chosen = " (chosen)" if o.best == k and o.decision is Decision.BETTER else ""
         why = o.eliminated.get(k, "")
         reason = (
-            f"{len(result.arms)}-arm crossover on {', '.join(names)}: arm {k}{chosen}"
+            (f"{result.guardrail[k]}; " if k in result.guardrail else "")
+            + f"{len(result.arms)}-arm crossover on {', '.join(names)}: arm {k}{chosen}"
             + (f", eliminated: {why}" if why else "")
             + f"; scan {o.decision.value if o.decision else 'open'}: {o.reason}"
         )

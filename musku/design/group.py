@@ -282,7 +282,8 @@ class ScanResult:
 
 PeriodSink = Callable[[int, NDArray[np.int64], float, FloatArray], None]
 """``on_period(period, row, t, means)``: host ``h`` ran arm ``row[h]``; ``means[h]`` is the mean
-primary metric of host ``h``'s steady windows of the period, which ended at clock ``t``."""
+primary metric of host ``h``'s steady windows of the period, which ended at clock ``t``;
+``row[h] = -a`` when a guardrail had eliminated arm ``a``: host ``h`` ran the baseline."""
 
 
 def run_scan(
@@ -315,7 +316,7 @@ def run_scan(
     test's, :meth:`musku.abtest.driver.Comparison._guardrails`); one wholly beyond the limit
     eliminates the arm at once (:meth:`MultiArmProcedure.remove`), the host running it goes
     back to the baseline there and then, and every later period runs the baseline in its
-    place (``on_period`` hears the arm actually run). The arm is in ``ScanResult.guardrail``."""
+    place (``on_period`` hears ``-a`` for a host scheduled on a broken arm ``a``). The arm is in ``ScanResult.guardrail``."""
     st = settings or StatsSettings()
     n = len(arms)
     if n != group.n:
@@ -371,7 +372,9 @@ def run_scan(
         # periods; with batches inside one period it would hide in the stratum means.
         use = b * (steady.shape[0] // b)
         proc.add(steady[:use].mean(axis=0), p % cycle)
-        ran = np.asarray([run(int(a)) for a in row], dtype=np.int64)
+        # the arm each host ran: -a on a host scheduled on arm a that a guardrail eliminated
+        # (it ran the baseline)
+        ran = np.asarray([-int(a) if int(a) in broken else int(a) for a in row], dtype=np.int64)
         newly = _check_guardrails(
             group, guardrails, row, ran, use, b, 1.0 - st.confidence, guard_batches
         )

@@ -47,6 +47,8 @@ def test_a_breaking_arm_goes_at_its_first_look_and_its_host_back_to_the_baseline
         assert {1, 2} <= set(ran[0].tolist())
         assert all(not {1, 2} & set(row.tolist()) for row in ran[1:])
         assert len(ran) > 1
+        # ... their hosts ran the baseline instead (shown as -arm)
+        assert {-1, -2} <= {int(a) for row in ran[1:] for a in row}
         # no host of the group is left on a breaking setting
         assert all(c["core_count"] not in (2, 4) for c in g.configs)
         # arm 3 (16 cores) is measured to the end, not pruned
@@ -98,7 +100,12 @@ def test_multiarm_sweep_prunes_the_breaking_core_counts_by_the_guardrail(tmp_pat
         if c.candidate["core_count"] in breaking:
             assert c.result.reason.startswith("guardrail qos_violation_rate <= 0.01 broken")
             # measured on the candidate in the first period (the first look) only
-            assert {s["period"] for s in samples[c.id] if s["role"] == "B"} == {0}
+            # the row ends at that look, as a pairwise comparison stopped by a guardrail
+            assert {s["period"] for s in samples[c.id]} == {0}
+            assert sorted(s["role"] for s in samples[c.id]) == ["A", "B"]
+        else:  # one host per role and period
+            periods = {s["period"] for s in samples[c.id]}
+            assert len(samples[c.id]) == 2 * len(periods) > 2
     (knob,) = [o for o in rep.knobs if o.knob == "core_count"]
     assert set(knob.pruned) == breaking
     assert knob.best_value not in breaking

@@ -435,7 +435,10 @@ def _check_guardrails(
                 continue
             w = values[values.shape[0] - use :, h]
             vals = batches.setdefault((a, g.metric), [])
-            vals.extend(w[: b * (w.size // b)].reshape(-1, b).mean(axis=1).tolist())
+            for chunk in w[: b * (w.size // b)].reshape(-1, b):
+                seen = chunk[np.isfinite(chunk)]  # an agent window may lack the metric
+                if seen.size:
+                    vals.append(float(seen.mean()))
             if len(vals) < 4 or a in out:
                 continue
             arr = np.asarray(vals, dtype=float)

@@ -22,12 +22,11 @@ running the candidate.
 
 Guardrails (issue 32 item 4): every candidate arm is checked at every look (each period) on
 the guardrail metrics the group reports (the simulated group's ``p99_ms`` and
-``qos_violation_rate``; :func:`musku.design.group.run_scan`). A breach eliminates the arm at
+``qos_violation_rate``, the agents' spool rows; :func:`musku.design.group.run_scan`). A breach eliminates the arm at
 once, its host goes back to the baseline, and later periods run the baseline in its place; the
 arm's row has the decision ``guardrail`` with the pairwise test's reason ("guardrail
 qos_violation_rate <= 0.01 broken: ..."), its samples end at that look, and the knob's outcome
-lists the setting as pruned. Agent groups report only the primary metric yet: their arms are
-not checked (docs/design.md). Ctrl-C / ``musku abort`` stop every scan before its next period
+lists the setting as pruned. Ctrl-C / ``musku abort`` stop every scan before its next period
 (:class:`~musku.errors.Interrupted`; the rows of finished scans stay). On PostgreSQL the scans
 are not put on the comparison queue: ``musku worker`` processes do not take multiarm scans
 (the validation comparisons are queued as usual). A multi-arm scan is not resumed: ``--resume`` scans every knob again
@@ -101,6 +100,7 @@ def _opener(runner: Runner) -> tuple[list[str], Callable[[list[int], str, int], 
             lease_s=lease,
             name=exp.name,
             tick_s=exp.stats.sample_interval_s,
+            guard_metrics=[g.metric for g in exp.spec.guardrails],
         )
 
     return [h.name for h in agents], agent

@@ -4,10 +4,12 @@ row says ``guardrail`` as the pairwise test's would. A scan with no breach is un
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from musku.design.group import SimGroup, run_scan
 from musku.domain import Decision
@@ -110,3 +112,106 @@ def test_multiarm_sweep_prunes_the_breaking_core_counts_by_the_guardrail(tmp_pat
     assert set(knob.pruned) == breaking
     assert knob.best_value not in breaking
     assert rep.best["core_count"] == 18
+
+
+class _QosService:
+    """A service writing musku-stats/1 whose QoS violations depend on its host's THP setting:
+    20 % of requests with THP ``never``, none otherwise (the agent's service sampler turns the
+    counters into ``qos_violation_rate``)."""
+
+    def __init__(self, path: Path, host: Any) -> None:
+        import threading
+
+        self.path, self.host = path, host
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        import json
+        import os
+        import time
+
+        from tests.agent.helpers import THP
+
+        last, req, bad = time.time(), 0.0, 0.0
+        while not self.stop.is_set():
+            now = time.time()
+            n = (now - last) * 2000.0
+            last = now
+            req += n
+            bad += n * (0.2 if "[never]" in self.host.read(THP) else 0.0)
+            tmp = self.path.with_suffix(".tmp")
+            counters = {"requests": int(req), "qos_violations": int(bad)}
+            tmp.write_text(
+                json.dumps({"format": "musku-stats/1", "pid": 1, "t": now, "counters": counters})
+            )
+            os.replace(tmp, self.path)
+            time.sleep(0.02)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+def test_an_agent_group_prunes_an_arm_whose_hosts_report_a_broken_guardrail(
+    tmp_path: Path,
+) -> None:
+    """Three real agent daemons (fake hosts, Unix sockets): the arm THP ``never`` breaks
+    ``qos_violation_rate <= 0.01`` on whichever host runs it; it goes at its first look and
+    that host is back on the baseline at once."""
+    from musku.domain import Configuration, Guardrail, StatsSettings
+    from musku.hosts.agent import AgentGroup, AgentHost, SocketLink
+    from tests.agent.helpers import THP, config, fake_host, spawn_daemon
+    from tests.hosts.test_hostpair_contract import _stop
+    from tests.timing import scaled
+
+    daemons: list[tuple[int, Any, _QosService]] = []
+    hosts: list[AgentHost] = []
+    try:
+        for name in "abc":
+            host = fake_host(tmp_path / name / "host")
+            svc = _QosService(tmp_path / name / "stats.json", host)
+            svc.t.start()
+            cfg = config(
+                tmp_path / name,
+                sample_interval_s=0.05,
+                samplers={"service": {"stats_file": str(svc.path)}},
+            )
+            daemons.append((spawn_daemon(cfg, host, timeout=scaled(20.0)), host, svc))
+        for name in "abc":
+            h = AgentHost(name, SocketLink(tmp_path / name / "agent.sock"))
+            h.hello()
+            hosts.append(h)
+        g = AgentGroup(
+            hosts,
+            metric="qps",
+            lease_s=scaled(10.0),
+            name="guard",
+            tick_s=0.1,
+            guard_metrics=["qos_violation_rate"],
+        )
+        arms = [Configuration.of(thp=v) for v in ("madvise", "always", "never")]
+        ran: list[list[int]] = []
+
+        def on_period(p: int, row: Any, t: float, means: Any) -> None:
+            ran.append([int(a) for a in row])
+
+        st = StatsSettings(warmup_s=0.0, sample_interval_s=0.1, sample_cap=24)
+        r = run_scan(
+            g,
+            arms,
+            st,
+            pilot_windows=8,
+            min_period_windows=8,
+            on_period=on_period,
+            guardrails=[Guardrail("qos_violation_rate", "<=", 0.01)],
+        )
+        thp_at_end = [h.read(THP) for _, h, _ in daemons]
+        assert set(r.guardrail) == {2}, (r.guardrail, r.outcome)
+        assert r.guardrail[2].startswith("guardrail qos_violation_rate <= 0.01 broken")
+        assert len(ran) > 1 and 2 in ran[0] and all(2 not in row for row in ran[1:])
+        assert all("[never]" not in t for t in thp_at_end)
+        assert g.guard["qos_violation_rate"].shape[1] == 3
+        g.restore()
+        g.close()
+    finally:
+        for h in hosts:
+            h.link.close()
+        _stop(daemons)

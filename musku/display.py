@@ -423,6 +423,7 @@ def print_dry_run(con: Any, d: Mapping[str, Any]) -> None:
             f"  pool: {pool['hosts']} hosts ({pool['first']} .. {pool['last']}), "
             f"{pool['pairs']} pairs{idle}; {when}",
         )
+    _print_advice(con, d.get("mode_advice"), d["plan"]["mode"])
 
 
 def print_check(con: Any, exp: Any, data: Mapping[str, Any]) -> None:
@@ -465,6 +466,18 @@ def print_check(con: Any, exp: Any, data: Mapping[str, Any]) -> None:
     else:
         con.print("  threading: not co-tuned (hosts keep what their mid-tiers run)")
     _print_decidable(con, data.get("decidable"))
+    _print_advice(con, data.get("mode_advice"), exp.mode.value)
+
+
+def _print_advice(con: Any, advice: Mapping[str, Any] | None, mode: str) -> None:
+    """Which of pairwise and multiarm is expected faster (musku.design.advice), for a pool
+    of >= 3 hosts or a multiarm sweep."""
+    if not advice or (advice["hosts"] < 3 and mode != "multiarm"):
+        return
+    hint = ""
+    if mode == "multiarm" and advice["faster"] == "pairwise":
+        hint = ' (this file runs multiarm: mode = "independent" runs pairwise)'
+    print_wrapped(con, f"  mode: {advice['text']}{hint}")
 
 
 def _print_decidable(con: Any, fit: Mapping[str, Any] | None) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from musku.design.advice import mode_advice
 from musku.domain import SoftSku, Value
 from musku.errors import InputError
 from musku.experiment import Experiment, load_experiment
@@ -35,6 +36,7 @@ def experiment_summary(exp: Experiment) -> dict[str, Any]:
         "hosts": {"backend": exp.hosts.backend, **dict(exp.hosts.options)},
         "threading": None,
         "decidable": decidable(exp),
+        "mode_advice": mode_advice(exp),  # pairwise or multiarm: which is expected faster
     }
     ct = exp.cotune
     if ct is not None:

@@ -8,5 +8,9 @@ as one experiment on a group of hosts.
 - :mod:`musku.design.group`: a simulated group of hosts (the sim model's host and noise model)
   running the rotation with warm-up discard per switch and feeding the procedure.
 
-Not wired into ``musku sweep`` yet (docs/design.md).
+- :mod:`musku.design.fleet`: a knob's scans on groups of a fleet (``[sweep] mode =
+  "multiarm"``, musku.sweep.multiarm); every arm is checked against the guardrails at every
+  look.
+- :mod:`musku.design.advice`: which mode, pairwise or multiarm, is expected faster for a pool
+  (``musku check``, ``musku sweep --dry-run``).
 """

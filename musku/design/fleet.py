@@ -126,6 +126,7 @@ def scan_knob(
                 min_period_windows=min(120, max(4, cap // 16)),
                 on_period=_keep(periods),
                 should_stop=should_stop,
+                guardrails=experiment.spec.guardrails,
             )
             if on_scan is not None:
                 on_scan(r, g, periods)

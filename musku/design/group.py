@@ -36,7 +36,7 @@ from scipy.signal import lfilter
 from musku.abtest import stats
 from musku.design.sequential import MultiArmProcedure, ScanOutcome
 from musku.design.williams import williams
-from musku.domain import Configuration, Decision, StatsSettings
+from musku.domain import Configuration, Decision, Guardrail, StatsSettings
 from musku.errors import InputError, Interrupted
 from musku.sim.model import SimModel
 
@@ -114,6 +114,11 @@ class SimGroup:
         self._share = self._rng_share.standard_normal(n_hosts) * lm.share_sigma
         self.configs: list[Configuration] = [cfg] * n_hosts
         self._tp = np.array([model.point(cfg).throughput] * n_hosts)
+        self._p99 = np.array([model.point(cfg).p99] * n_hosts)
+        self._qos = np.array([model.point(cfg).qos] * n_hosts)
+        # the guardrail metrics' own noise: a separate stream, so MIPS is as before
+        self._rng_met = np.random.default_rng([self.seed, 0x99A])
+        self.guard: dict[str, FloatArray] = {}
         self._warm: list[list[tuple[float, float, float]]] = [[] for _ in range(n_hosts)]
         if not n.start_warm and n.warmup_amplitude > 0:
             self._warm = [[(0.0, n.warmup_amplitude, n.warmup_tau_s)] for _ in range(n_hosts)]
@@ -144,7 +149,8 @@ class SimGroup:
             start = self.t + c
             self._warm[h] = [(start, w.amplitude, w.tau_s) for w in self.model.warmups(old, cfg)]
             self.configs[h] = cfg
-            self._tp[h] = self.model.point(cfg).throughput
+            pt = self.model.point(cfg)
+            self._tp[h], self._p99[h], self._qos[h] = pt.throughput, pt.p99, pt.qos
             cost = max(cost, c)
         if cost > 0:
             self.applies += 1
@@ -197,6 +203,22 @@ class SimGroup:
         )
         ref = self.model.reference["mips"]
         mips = ref * (self._tp * (1.0 + self.bias))[None, :] * load * warm * np.exp(x) * outlier
+        # the guardrail metrics of the same windows, as the simulated pair draws them
+        # (musku/sim/pair.py): p99 rises with load, noise and warm-up; QoS violations with p99^3
+        z = self._rng_met.standard_normal((count, self.n))
+        p99_rel = (
+            np.maximum(1.0 + n.p99_load_gain * (load - 1.0), 0.05)
+            * np.exp(-0.5 * x + n.p99_sigma * z)
+            / warm
+            / np.sqrt(outlier)
+        )
+        p99_nom = self.model.reference["p99_ms"] * self._p99 / (1.0 + self.bias)
+        self.guard = {
+            "p99_ms": np.asarray(p99_nom[None, :] * p99_rel, dtype=float),
+            "qos_violation_rate": np.asarray(
+                np.minimum(1.0, self._qos[None, :] * p99_rel**3), dtype=float
+            ),
+        }
         self.t += count * dt
         return np.asarray(mips, dtype=float)
 
@@ -246,6 +268,8 @@ class ScanResult:
     samples: int  # steady windows per host
     estimates: dict[int, tuple[float, float, float]] = field(default_factory=dict)
     method: str = ""
+    # arm -> why, for every arm a guardrail eliminated (its hosts then ran the baseline)
+    guardrail: dict[int, str] = field(default_factory=dict)
 
     @property
     def host_hours(self) -> float:
@@ -258,7 +282,8 @@ class ScanResult:
 
 PeriodSink = Callable[[int, NDArray[np.int64], float, FloatArray], None]
 """``on_period(period, row, t, means)``: host ``h`` ran arm ``row[h]``; ``means[h]`` is the mean
-primary metric of host ``h``'s steady windows of the period, which ended at clock ``t``."""
+primary metric of host ``h``'s steady windows of the period, which ended at clock ``t``;
+``row[h] = -a`` when a guardrail had eliminated arm ``a``: host ``h`` ran the baseline."""
 
 
 def run_scan(
@@ -271,6 +296,7 @@ def run_scan(
     n_opt: float | None = None,
     on_period: PeriodSink | None = None,
     should_stop: Callable[[], bool] | None = None,
+    guardrails: Sequence[Guardrail] = (),
 ) -> ScanResult:
     """Run the ``len(arms)``-arm scan (``arms[0]`` the baseline) on ``group`` (one host per
     arm) with the Williams rotation until the procedure stops or the sample cap (per host,
@@ -282,7 +308,15 @@ def run_scan(
     two periods per stratum). ``should_stop`` is asked before every period (Ctrl-C, ``musku
     abort``): true raises :class:`~musku.errors.Interrupted`. Periods last at least four batches (the batch size from the first
     period, :func:`musku.abtest.stats.batch_size_for` on a cross-host contrast),
-    ``min_period_windows`` and three times the switch cost."""
+    ``min_period_windows`` and three times the switch cost.
+
+    ``guardrails`` are checked on every candidate arm at every look, when the group reports
+    the guardrail's metric per window (``group.guard``: :class:`SimGroup` does): the arm's
+    steady windows so far, in batches, give a confidence sequence of its mean (as the pairwise
+    test's, :meth:`musku.abtest.driver.Comparison._guardrails`); one wholly beyond the limit
+    eliminates the arm at once (:meth:`MultiArmProcedure.remove`), the host running it goes
+    back to the baseline there and then, and every later period runs the baseline in its
+    place (``on_period`` hears ``-a`` for a host scheduled on a broken arm ``a``). The arm is in ``ScanResult.guardrail``."""
     st = settings or StatsSettings()
     n = len(arms)
     if n != group.n:
@@ -301,11 +335,18 @@ def run_scan(
     samples = 0
     p = 0
     outcome: ScanOutcome | None = None
+    broken: dict[int, str] = {}  # arm -> why: a guardrail eliminated it
+    guard_batches: dict[tuple[int, str], list[float]] = {}
+
+    def run(a: int) -> int:
+        """The arm a host scheduled on arm ``a`` runs: the baseline once ``a`` is broken."""
+        return 0 if a in broken else a
+
     while outcome is None:
         if should_stop is not None and should_stop():
             raise Interrupted(f"stopped during a multi-arm scan ({p} periods measured)")
         row = design[p % cycle]
-        cost = group.apply([arms[int(a)] for a in row])
+        cost = group.apply([arms[run(int(a))] for a in row])
         if warm:
             group.measure(warm)
         # host h runs arm row[h]: column a of `by_arm` is the host running arm a
@@ -331,9 +372,20 @@ def run_scan(
         # periods; with batches inside one period it would hide in the stratum means.
         use = b * (steady.shape[0] // b)
         proc.add(steady[:use].mean(axis=0), p % cycle)
+        # the arm each host ran: -a on a host scheduled on arm a that a guardrail eliminated
+        # (it ran the baseline)
+        ran = np.asarray([-int(a) if int(a) in broken else int(a) for a in row], dtype=np.int64)
+        newly = _check_guardrails(
+            group, guardrails, row, ran, use, b, 1.0 - st.confidence, guard_batches
+        )
         if on_period is not None:  # per host (undo the by-arm order), on the metric's scale
-            on_period(p, row, group.t, np.exp(steady[:use].mean(axis=0))[row])
+            on_period(p, ran, group.t, np.exp(steady[:use].mean(axis=0))[row])
         samples += use
+        for a, why in newly.items():
+            broken[a] = why
+            proc.remove(a, why)
+        if newly:  # the hosts on a broken arm go back to the baseline at once
+            group.apply([arms[run(int(a))] for a in row])
         out = proc.look()
         if out.stop:
             outcome = out
@@ -355,7 +407,51 @@ def run_scan(
         samples=samples,
         estimates=est,
         method=proc.method(),
+        guardrail=broken,
     )
+
+
+def _check_guardrails(
+    group: HostGroup,
+    guardrails: Sequence[Guardrail],
+    row: NDArray[np.int64],
+    ran: NDArray[np.int64],
+    use: int,
+    b: int,
+    alpha: float,
+    batches: dict[tuple[int, str], list[float]],
+) -> dict[int, str]:
+    """Add this period's guardrail windows (the last ``use`` of ``group.guard``) per arm, in
+    batches of ``b``, and return the candidate arms (still running) whose guardrail's
+    confidence sequence now lies wholly beyond its limit: arm -> why."""
+    guard: dict[str, FloatArray] = getattr(group, "guard", None) or {}
+    out: dict[int, str] = {}
+    for h, a in enumerate(int(x) for x in row):
+        if a == 0 or int(ran[h]) != a:
+            continue  # the baseline, or an arm already broken (its host runs the baseline)
+        for g in guardrails:
+            values = guard.get(g.metric)
+            if values is None or values.shape[0] < use or use < b:
+                continue
+            w = values[values.shape[0] - use :, h]
+            vals = batches.setdefault((a, g.metric), [])
+            for chunk in w[: b * (w.size // b)].reshape(-1, b):
+                seen = chunk[np.isfinite(chunk)]  # an agent window may lack the metric
+                if seen.size:
+                    vals.append(float(seen.mean()))
+            if len(vals) < 4 or a in out:
+                continue
+            arr = np.asarray(vals, dtype=float)
+            mean = float(arr.mean())
+            se = float(arr.std(ddof=1)) / math.sqrt(arr.size)
+            hw = stats.cs_halfwidth(se, float(arr.size), alpha, 32.0, df=arr.size - 1)
+            lo, hi = mean - hw, mean + hw
+            if lo > g.limit if g.op == "<=" else hi < g.limit:
+                out[a] = (
+                    f"guardrail {g} broken: candidate's {g.metric} = {mean:.4g}, its interval "
+                    f"[{lo:.4g}, {hi:.4g}] lies beyond the limit after {arr.size * b:,} samples"
+                )
+    return out
 
 
 def scan_verdict(result: ScanResult) -> Decision | None:

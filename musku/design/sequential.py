@@ -348,6 +348,18 @@ class MultiArmProcedure:
                 lo = mid
         return hi
 
+    def remove(self, arm: int, why: str) -> None:
+        """Eliminate ``arm`` for a reason outside the procedure (a broken guardrail), even when
+        it is the last arm left: then the baseline comes back as the only arm. The eliminated
+        arm's later observations (its hosts run the baseline instead) still enter the
+        contrasts, but it can no longer be chosen."""
+        if arm == 0 or arm not in self.active:
+            return
+        self.active.discard(arm)
+        self.eliminated[arm] = why
+        if not self.active:
+            self.active.add(0)
+
     def _drop(self, arm: int, why: str) -> None:
         if arm in self.active and len(self.active) > 1:
             self.active.discard(arm)

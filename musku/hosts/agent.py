@@ -730,7 +730,8 @@ class AgentGroup:
     ``measure(count)`` waits ``count`` windows of ``tick_s`` seconds and returns, per host and
     window, the mean of the primary ``metric`` over the spool rows that fell in the window (the
     previous window's value where a window caught none; a host with no rows at all, or whose
-    rows were taken at another configuration or saw an outside change, is a HostError). The
+    rows were taken at another configuration or saw an outside change, is a HostError), and
+    keeps the ``guard_metrics`` of the same windows in ``guard`` (NaN where none). The
     hosts' links belong to their pairs: :meth:`close` stops the lease and acknowledges rows,
     it does not close the links."""
 
@@ -742,9 +743,14 @@ class AgentGroup:
         lease_s: float = 30.0,
         name: str = "",
         tick_s: float | None = None,
+        guard_metrics: Sequence[str] = (),
     ) -> None:
         if len(hosts) < 2:
             raise InputError(f"a group needs >= 2 hosts, not {len(hosts)}")
+        # the guardrail metrics per host and window of the last measure (NaN where a window
+        # caught none): run_scan checks every arm against the experiment's guardrails
+        self.guard_metrics = tuple(m for m in guard_metrics if m != metric)
+        self.guard: dict[str, Any] = {}
         self.hosts = list(hosts)
         self.n = len(self.hosts)
         self.names = [h.name for h in self.hosts]
@@ -813,6 +819,7 @@ class AgentGroup:
         with ThreadPoolExecutor(self.n) as pool:
             per_host = list(pool.map(collect, self.hosts))
         out = np.full((count, self.n), np.nan)
+        guard = {m: np.full((count, self.n), np.nan) for m in self.guard_metrics}
         for j, (h, rows) in enumerate(zip(self.hosts, per_host, strict=True)):
             whole = h.sample(rows, start + h.offset, end + h.offset, h.name, h.applied)
             if not whole.valid or self.metric not in whole.metrics:
@@ -821,10 +828,13 @@ class AgentGroup:
                 lo, hi = start + h.offset + edges[w], start + h.offset + edges[w + 1]
                 s = aggregate(rows, host=h.name, t0=lo, t1=hi)
                 v = s.metrics.get(self.metric, math.nan)
+                for m, arr in guard.items():
+                    arr[w, j] = s.metrics.get(m, math.nan)
                 out[w, j] = v if math.isfinite(v) and v > 0 else self._last[j]
                 self._last[j] = out[w, j]
             first = whole.metrics[self.metric]
             out[:, j] = np.where(np.isfinite(out[:, j]), out[:, j], first)
+        self.guard = guard
         return out
 
     def restore(self) -> None:

@@ -23,6 +23,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from musku.design.advice import mode_advice
 from musku.domain import Configuration, ExperimentStatus
 from musku.errors import MuskuError
 from musku.hostfs import HostFS
@@ -318,6 +319,7 @@ def dry_run(experiment: Any, store: Any = None) -> dict[str, Any]:
         "hosts": hosts,
         "host_time": est,
         "decidable": decidable(experiment),
+        "mode_advice": mode_advice(experiment),  # pairwise or multiarm: which is faster
         "applied": False,
         "db_rows_written": 0,
     }

@@ -18,7 +18,15 @@ the hosts that started on the baseline and on the candidate, the group's hosts i
 ``host_time_s`` the scan's host-clock time divided by K so that the rows add up to the scan's),
 with one sample per host and period: the mean of the host's steady windows in that period (the
 observation the procedure uses), role ``A`` on the host running the baseline, ``B`` on the one
-running the candidate. Ctrl-C / ``musku abort`` stop every scan before its next period
+running the candidate.
+
+Guardrails (issue 32 item 4): every candidate arm is checked at every look (each period) on
+the guardrail metrics the group reports (the simulated group's ``p99_ms`` and
+``qos_violation_rate``, the agents' spool rows; :func:`musku.design.group.run_scan`). A breach eliminates the arm at
+once, its host goes back to the baseline, and later periods run the baseline in its place; the
+arm's row has the decision ``guardrail`` with the pairwise test's reason ("guardrail
+qos_violation_rate <= 0.01 broken: ..."), its samples end at that look, and the knob's outcome
+lists the setting as pruned. Ctrl-C / ``musku abort`` stop every scan before its next period
 (:class:`~musku.errors.Interrupted`; the rows of finished scans stay). On PostgreSQL the scans
 are not put on the comparison queue: ``musku worker`` processes do not take multiarm scans
 (the validation comparisons are queued as usual). A multi-arm scan is not resumed: ``--resume`` scans every knob again
@@ -92,6 +100,7 @@ def _opener(runner: Runner) -> tuple[list[str], Callable[[list[int], str, int], 
             lease_s=lease,
             name=exp.name,
             tick_s=exp.stats.sample_interval_s,
+            guard_metrics=[g.metric for g in exp.spec.guardrails],
         )
 
     return [h.name for h in agents], agent
@@ -126,11 +135,14 @@ def arm_results(
     o = result.outcome
     for k in range(1, len(result.arms)):
         decision = o.vs_baseline.get(k) or Decision.INCONCLUSIVE
+        if k in result.guardrail:  # pruned as the pairwise test prunes a guardrail breach
+            decision = Decision.GUARDRAIL
         est, low, high = result.estimates.get(k, (0.0, float("-inf"), float("inf")))
         chosen = " (chosen)" if o.best == k and o.decision is Decision.BETTER else ""
         why = o.eliminated.get(k, "")
         reason = (
-            f"{len(result.arms)}-arm crossover on {', '.join(names)}: arm {k}{chosen}"
+            (f"{result.guardrail[k]}; " if k in result.guardrail else "")
+            + f"{len(result.arms)}-arm crossover on {', '.join(names)}: arm {k}{chosen}"
             + (f", eliminated: {why}" if why else "")
             + f"; scan {o.decision.value if o.decision else 'open'}: {o.reason}"
         )
@@ -181,8 +193,14 @@ def _record(
                 cmp_id = store.start_comparison(
                     exp_id, purpose, r.baseline, r.candidate, hosts=(host_a, host_b)
                 )
+                # a row pruned by a guardrail ends at the look that pruned it, as a pairwise
+                # comparison stopped by a guardrail does
+                ran_k = [p for p, row, _, _ in periods if k in (int(a) for a in row)]
+                last = max(ran_k, default=-1) if k in result.guardrail else None
                 samples = []
                 for p, row, t, means in periods:
+                    if last is not None and p > last:
+                        break
                     for h, arm in enumerate(row):
                         if int(arm) in (0, k):
                             samples.append(

@@ -99,10 +99,6 @@ def encode(fig: Figure, fmt: str) -> str:
     return f"data:{mime};base64,{base64.b64encode(render(fig, fmt)).decode('ascii')}"
 
 
-def save(fig: Figure, path: Any, fmt: str) -> None:
-    Path(path).write_bytes(render(fig, fmt))
-
-
 def _metadata(fmt: str) -> dict[str, Any]:
     # reproducible files: no creation date in SVG/PNG
     return {"Date": None} if fmt == "svg" else {"Software": None}

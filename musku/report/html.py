@@ -445,7 +445,7 @@ def write_figures(sides: Sequence[ReportData], out_dir: Path, fmt: str) -> list[
 
     def put(name: str, fig: Any) -> None:
         path = out_dir / f"{name}.{fmt}"
-        outputs.write_atomic(path, lambda f: F.save(fig, f, fmt))
+        outputs.write_bytes(path, F.render(fig, fmt))
         written.append(path)
 
     for k in knobs_of(sides):

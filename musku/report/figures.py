@@ -19,7 +19,6 @@ import io
 import math
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np

@@ -44,6 +44,7 @@ from typing import Any
 
 from musku.errors import HostError, InputError, UnsupportedError
 from musku.knobs.spec import knob_names, spec_of
+from musku.outputs import file_kind
 
 # --- kernel paths: the only place they are spelled -------------------------------------------
 
@@ -288,20 +289,6 @@ def _read_capped(fd: int, limit: int) -> bytes | None:
             return None
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
 # --- HostFS ----------------------------------------------------------------------------------
 
 
@@ -473,7 +460,7 @@ class HostFS:
             ok = stat.S_ISREG(before.st_mode) or (device and stat.S_ISCHR(before.st_mode))
             if not ok:
                 raise HostFSError(
-                    f"cannot {what} {path}: {_kind(before.st_mode)}, not a regular file",
+                    f"cannot {what} {path}: {file_kind(before.st_mode)}, not a regular file",
                     path=path,
                     err=errno.EINVAL,
                 )

@@ -33,7 +33,8 @@ def is_stdout(out: Path | str) -> bool:
     return str(out) == STDOUT
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, for a one-line refusal ("a FIFO")."""
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISLNK(mode):
@@ -68,7 +69,7 @@ def check_target(out: Path, *, stdout_ok: bool = True) -> None:
     if st is not None and not stat.S_ISREG(st.st_mode):
         hint = " (use - for standard output)" if stat.S_ISLNK(st.st_mode) else ""
         raise InputError(
-            f"cannot write {out}: it is {_kind(st.st_mode)}; musku writes only a new file or "
+            f"cannot write {out}: it is {file_kind(st.st_mode)}; musku writes only a new file or "
             f"replaces a regular one{hint}"
         )
     parent = out.parent if str(out.parent) else Path(".")
@@ -133,7 +134,9 @@ def check_directory(out_dir: Path) -> None:
             f"cannot write to {out_dir}: {getattr(exc, 'strerror', None) or exc}"
         ) from None
     if st is not None and not stat.S_ISDIR(st.st_mode):
-        raise InputError(f"cannot write to {out_dir}: it is {_kind(st.st_mode)}, not a directory")
+        raise InputError(
+            f"cannot write to {out_dir}: it is {file_kind(st.st_mode)}, not a directory"
+        )
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

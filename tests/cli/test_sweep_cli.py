@@ -129,6 +129,9 @@ def test_abtest_runs_one_comparison_and_records_it(toy: Any, tmp_path: Path) -> 
     result = json.loads(proc.stdout)
     assert result["changed"] == {"thp": ["madvise", "always"]}
     assert result["decision"] == "better" and result["ci_low"] > 0
-    detail = json.loads(musku("results", "one-ab", "--db", db, "--json").stdout)
+    # a name means its latest finished sweep; this run is an abtest, so --kind says so
+    alone = musku("results", "one-ab", "--db", db, "--json")
+    assert alone.returncode == 3 and "--kind abtest" in alone.stderr, alone.stderr
+    detail = json.loads(musku("results", "one-ab", "--kind", "abtest", "--db", db, "--json").stdout)
     assert detail["experiment"]["status"] == "done"
     assert [c["purpose"] for c in detail["comparisons"]] == ["abtest"]

@@ -323,16 +323,20 @@ class AgentOptions(HostOptions):
     @model_validator(mode="after")
     def _names(self) -> AgentOptions:
         """No host twice: names compared without case or a trailing dot, and endpoints
-        (address and port, or socket path) compared too, so a host is never paired with
-        itself under two spellings."""
+        (address and port, with the agent's socket there if one is named, or a local socket
+        path) compared too, so a host is never paired with itself under two spellings. Two
+        agents behind one sshd on distinct sockets are two endpoints (one machine running a
+        daemon per fake host root, as the tests and a staging box do)."""
         names = [host_name(h) for h in self.hosts]
         seen: dict[Any, str] = {}
         for h, n in zip(self.hosts, names, strict=True):
             keys: list[Any] = [("name", n.strip().lower().rstrip("."))]
             if isinstance(h, str):
-                keys.append(("ssh", h, self.ssh_port))
+                keys.append(("ssh", h, self.ssh_port, ""))
             elif h.host:
-                keys.append(("ssh", h.host, self.ssh_port if h.port is None else h.port))
+                port = self.ssh_port if h.port is None else h.port
+                sock = os.path.normpath(h.socket) if h.socket else ""
+                keys.append(("ssh", h.host, port, sock))
             else:
                 keys.append(("socket", os.path.normpath(h.socket)))
             for key in keys:

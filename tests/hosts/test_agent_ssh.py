@@ -116,7 +116,7 @@ def test_unknown_host_key_refused(tmp_path: Path, sshd: dict) -> None:
     empty = tmp_path / "known_hosts"
     empty.write_text("")
     hosts = [
-        {"name": n, "host": "127.0.0.1", "port": sshd["port"], "socket": "/nonexistent"}
+        {"name": n, "host": "127.0.0.1", "port": sshd["port"], "socket": f"/nonexistent-{n}"}
         for n in ("a", "b")
     ]
     exp = load_experiment(_experiment(tmp_path, sshd, hosts, empty))

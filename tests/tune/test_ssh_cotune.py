@@ -133,7 +133,7 @@ def test_bad_per_host_midtier_addresses(
 ) -> None:
     from musku.hosts.agent import open_pair
 
-    hosts = [{"name": n, "host": "127.0.0.1", "port": sshd["port"], "socket": "/nonexistent"}
+    hosts = [{"name": n, "host": "127.0.0.1", "port": sshd["port"], "socket": f"/nonexistent-{n}"}
              for n in ("x", "y")]  # fmt: skip
     hosts[0].update(entry)
     hosts[1]["midtier_admin"] = "127.0.0.1:2"

@@ -52,7 +52,10 @@ from tests.agent.helpers import spawn_tcp_daemon  # noqa: E402
 
 TOKEN = b"musku-fuzz-token-0123456789abcdef"
 BUDGET_S = 2.0
-RSS_BUDGET_MIB = 256.0
+# issue 29's budget for any input: 1 GiB. Typical agent peak under this fuzzer: ~41 MiB after
+# 400 requests; one CI run under a load of ~15 (2026-11-28) saw a 270 MiB peak (VmHWM) in the
+# 40-example Hypothesis test, not reproduced since (open: which request).
+RSS_BUDGET_MIB = 1024.0
 IO_TIMEOUT_S = 30.0  # a reply later than this counts as missing (and over budget)
 
 NAN, INF = float("nan"), float("inf")

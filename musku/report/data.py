@@ -195,7 +195,7 @@ def running_interval(
     # lazy: the tester's statistics (scipy) only for the figures; `musku results --format`
     # imports this module for find()
     from musku.abtest import stats
-    from musku.abtest.rules import to_relative
+    from musku.abtest.rules import WANDER_SD, WANDER_TAU_S, to_relative
 
     if not s.pair:  # a multi-arm scan's per-period means: no pairwise crossover to recompute
         return None
@@ -208,6 +208,14 @@ def running_interval(
     d = direction * np.where(b_on_1, np.log(v1 / v0), np.log(v0 / v1))
     sign = np.where(b_on_1, 1.0, -1.0)
     per, tt = s.period[keep], s.t[keep]
+    # each period's time span, as the tester's: its between-period (wander) variance component
+    # widens the interval when the periods are long against the wander's time scale
+    step = float(np.median(np.diff(tt))) if tt.size > 1 else 0.0
+    spans = np.full((int(per.max()) + 1, 2), np.nan)
+    for p in np.unique(per):
+        at = tt[per == p]
+        spans[int(p)] = float(at.min()) - step, float(at.max())
+    wander = stats.Wander(WANDER_SD, WANDER_TAU_S)
     rho = max(0.0, stats.ar1_coefficient(d - d.mean()))
     b = stats.choose_batch_size(rho, target=0.1, maximum=max(5, d.size // 12))
     out_t, est, lo, hi = [], [], [], []
@@ -226,7 +234,9 @@ def running_interval(
             i = int(np.flatnonzero(per[i:] != per[i])[0]) + i
             continue
         y, sg, pp = np.array(ys), np.array(ss), np.array(ps)
-        e = stats.crossover_estimate(y, sg, pp) or stats.plain_estimate(y, pp)
+        e = stats.crossover_estimate(y, sg, pp, spans=spans, wander=wander) or stats.plain_estimate(
+            y, pp
+        )
         if e is None:
             continue
         hw = stats.cs_halfwidth(e.se, e.n_eff, 1.0 - confidence, max(4.0, d.size / b / 2), df=e.df)

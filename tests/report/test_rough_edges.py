@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,15 @@ def cli(*args: str, columns: int | None = None) -> Any:
 
 
 @pytest.fixture(scope="module")
-def guardrail_db(toy_db: tuple[str, Path]) -> tuple[str, int]:
-    """The toy DB plus an abtest run whose decision has an unbounded interval (guardrail)."""
-    url, exp = toy_db
+def guardrail_db(
+    toy_db: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, int]:
+    """A copy of the toy DB plus an abtest run whose decision has an unbounded interval
+    (guardrail); the session's toy DB itself stays one finished sweep for the other modules."""
+    src, exp = toy_db
+    d = tmp_path_factory.mktemp("guardrail")
+    shutil.copy(src.removeprefix("sqlite:///"), d / "results.db")
+    url = f"sqlite:///{d}/results.db"
     result = runner.invoke(app, ["abtest", str(exp), "--set", "core_count=1", "--db", url, "-q"])
     assert result.exit_code == 0, result.output
     with open_store(url) as store:

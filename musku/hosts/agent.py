@@ -34,6 +34,7 @@ the mid-tier once the knobs are applied and replies with what it runs, which
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import math
@@ -259,6 +260,18 @@ class SshLink:
 
 
 # --------------------------------------------------------------------------- aggregation
+
+
+def _edges(t0: float, seconds: float, count: int) -> list[float]:
+    """``count`` contiguous windows of ``seconds`` from ``t0``: their ``count + 1`` edges, each
+    window at least ``seconds`` long in floating point (at 1.8e9 s one step is 2.4e-7 s)."""
+    edges = [t0]
+    for _ in range(count):
+        e = edges[-1] + seconds
+        while e - edges[-1] < seconds:
+            e = math.nextafter(e, math.inf)
+        edges.append(e)
+    return edges
 
 
 def aggregate(
@@ -636,14 +649,44 @@ class AgentPair(HostPair):
         return a, b
 
     def windows(self, seconds: float, count: int) -> list[tuple[Sample, Sample]]:
-        out: list[tuple[Sample, Sample]] = []
-        try:
-            for _ in range(count):
-                out.append(self.window(seconds))
-        except LinkDown:
-            self._held = out  # recover() returns them first: measured windows are not lost
-            raise
-        return out
+        """``count`` contiguous windows of ``seconds``: one wait of ``count * seconds``, then
+        one collection per host cut into windows (the agents spool every sample). Window by
+        window, each window's round trips to the agents came on top of it: with 50 ms
+        windows and 0.3 s round trips (SSH, a busy controller) a comparison took 7x its
+        measured time (tests/e2e/test_scenario.py)."""
+        if count <= 1:
+            return [self.window(seconds) for _ in range(count)]
+        if seconds <= 0:
+            raise InputError("a window must be longer than 0 s")
+        if self._keeper.error:
+            raise (LinkDown if self._keeper.link_down else HostError)(self._keeper.error)
+        start = time.time()
+        time.sleep(max(0.0, start + count * seconds - time.time()))
+        ends = {h.name: _edges(start + h.offset, seconds, count) for h in self.hosts}
+        self._window_s = seconds
+        # a LinkDown here consumes nothing: recover() cuts what the agents spooled since the
+        # last window collected into windows, these included
+
+        def fetch(h: AgentHost) -> None:
+            h.fetch(ends[h.name][-1], wait_s=max(5.0, 10 * h.sample_interval))
+
+        with ThreadPoolExecutor(2) as pool:  # both hosts at once: SSH round trips overlap
+            list(pool.map(fetch, self.hosts))
+        per_host: list[list[Sample]] = []
+        for h in self.hosts:
+            edges = ends[h.name]
+            bins: list[list[Row]] = [[] for _ in range(count)]
+            for r in h.take(edges[0], edges[-1]):  # rows whose midpoint is in the span
+                k = bisect.bisect_right(edges, r.t - r.duration / 2) - 1
+                bins[min(count - 1, max(0, k))].append(r)
+            per_host.append(
+                [
+                    h.sample(rows, t0, t1, h.name, h.applied)
+                    for rows, t0, t1 in zip(bins, edges, edges[1:], strict=False)
+                ]
+            )
+        self._collected_to = start + count * seconds
+        return list(zip(per_host[0], per_host[1], strict=True))
 
     def recover(self) -> list[tuple[Sample, Sample]]:
         """After a :class:`~musku.errors.LinkDown`: wait until both agents answer again (at

@@ -17,6 +17,7 @@ from musku.errors import HostError, InputError
 from musku.experiment import load_experiment
 from musku.hosts.agent import AgentHost, AgentPair, SocketLink, aggregate, open_pair
 from tests.agent.helpers import SHP, THP, config, fake_host, spawn_daemon
+from tests.timing import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
@@ -75,6 +76,50 @@ def test_restarted_agent_fails_the_next_window(tmp_path: Path) -> None:
             pair.window(0.1)
         pair.restore()
         assert "[madvise]" in daemons[0][1].read(THP) and daemons[0][1].read(SHP).strip() == "0"
+    finally:
+        pair.close()
+        _stop(daemons)
+
+
+class CountingLink(SocketLink):
+    """The real Unix-socket link, counting the requests it sends by op."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.ops: dict[str, int] = {}
+
+    def call(self, op: str, **fields: object) -> object:
+        self.ops[op] = self.ops.get(op, 0) + 1
+        return super().call(op, **fields)
+
+
+def test_windows_are_contiguous_and_collected_at_once(tmp_path: Path) -> None:
+    """A batch of windows is one wait and one collection per host, cut into contiguous
+    windows (window by window, each window's round trips came on top of it: a 50 ms window
+    behind a 0.3 s round trip took 7x its length)."""
+    daemons = []
+    for name in "ab":
+        cfg = config(tmp_path / name, sample_interval_s=0.01)
+        daemons.append((spawn_daemon(cfg, fake_host(tmp_path / name / "host")), None, cfg))
+    links = [CountingLink(c.socket) for _, _, c in daemons]
+    hosts = (AgentHost("a", links[0]), AgentHost("b", links[1]))
+    pair = AgentPair(hosts, lease_s=scaled(10.0), name="t")
+    try:
+        pair.apply((Configuration.of(thp="never"), Configuration.of(thp="always")))
+        for link in links:
+            link.ops.clear()
+        got = pair.windows(0.05, 20)
+        assert len(got) == 20
+        for h in (0, 1):
+            ws = [ab[h] for ab in got]
+            assert all(w.valid and w.duration >= 0.05 for w in ws), [w.note for w in ws]
+            # each window starts where the one before it ended
+            assert all(b.t - b.duration == a.t for a, b in zip(ws, ws[1:], strict=False))
+        for link in links:  # one collection (and a few polls while the spool catches up)
+            assert link.ops.get("collect", 0) <= 5, link.ops
+        # the next batch starts when it is asked for: after this one, never inside it
+        (a, _), *_ = pair.windows(0.05, 2)
+        assert a.t - a.duration >= got[-1][0].t
     finally:
         pair.close()
         _stop(daemons)

@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import signal
 import stat
 import subprocess
@@ -44,6 +45,8 @@ import pytest
 
 import musku
 from musku.hostfs import HUGEPAGES_DIR, THP_DIR
+from musku.storage import open_store
+from musku.storage.store import Store
 from tests.agent.helpers import config, fake_host, spawn_daemon
 from tests.fixtures.sshd import needs_sshd, run_sshd
 from tests.hosts.test_partition import _namespace
@@ -113,7 +116,7 @@ class Host:
     def stats(self) -> Path:
         return self.dir / "stats.json"
 
-    def start_service(self) -> None:
+    def start_service(self, *, wait: bool = True) -> None:
         """Start the service build in ``app`` (and wait for its first stats)."""
         self.service = subprocess.Popen(
             [
@@ -125,6 +128,12 @@ class Host:
                 str(self.seed),
             ]
         )
+        if wait:
+            self.wait_service()
+
+    def wait_service(self) -> None:
+        """Wait until the running service process has written its stats."""
+        assert self.service is not None
         pid = self.service.pid
 
         def up() -> bool:
@@ -155,6 +164,7 @@ class Scenario:
     hosts: dict[str, Host] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     times: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)  # the CLI process's CPU seconds
 
     @property
     def db(self) -> str:
@@ -163,7 +173,7 @@ class Scenario:
     def musku(self, step: str, *args: str, expect: int = 0, timeout: float = 300) -> str:
         """``python -m musku ARGS`` as an operator runs it: exit ``expect``, never a traceback;
         its standard output."""
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), _children_cpu()
         r = subprocess.run(
             [sys.executable, "-m", "musku", *args],
             capture_output=True,
@@ -173,9 +183,19 @@ class Scenario:
             timeout=timeout * self.k,
         )
         self.times[step] = time.monotonic() - t0
+        self.cpu[step] = _children_cpu() - cpu0
+        print(f"e2e: {step}: exit {r.returncode} in {self.times[step]:.1f} s", file=sys.stderr)
         assert "Traceback" not in r.stderr, r.stderr
         assert r.returncode == expect, (args, r.returncode, r.stdout[-2000:], r.stderr[-2000:])
         return r.stdout
+
+    @contextlib.contextmanager
+    def store(self) -> Iterator[Store]:
+        store = open_store(self.db)
+        try:
+            yield store
+        finally:
+            store.close()
 
     def trees(self) -> dict[str, dict[str, tuple[int, str]]]:
         return {n: tree_hashes(h.root) for n, h in self.hosts.items()}
@@ -185,13 +205,24 @@ class Scenario:
 
     def push(self, version: dict[str, str]) -> None:
         """A code push: the service's new build on every host, each process restarted."""
+        t0 = time.monotonic()
         text = build(version)
         for h in self.hosts.values():
             tmp = h.app.with_suffix(".new")
             tmp.write_text(text)
             os.replace(tmp, h.app)
             h.stop_service()
-            h.start_service()
+        for h in self.hosts.values():
+            h.start_service(wait=False)
+        for h in self.hosts.values():
+            h.wait_service()
+        self.times["push"] = time.monotonic() - t0
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's reaped children (a finished CLI run included)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def _cpu_hog() -> int:
@@ -280,8 +311,10 @@ def scenario(tmp_path: Path) -> Iterator[tuple[Scenario, Path]]:
             h.app.write_text(build({}))
             s.hosts[name] = h
         for h in s.hosts.values():
-            h.start_service()
+            h.start_service(wait=False)
             stack.callback(h.stop_service)
+        for h in s.hosts.values():
+            h.wait_service()
         yield s, _experiment(s, server, ns["address"])
 
 
@@ -302,9 +335,10 @@ def test_sweep_report_deploy_watch_push_rollback(scenario: tuple[Scenario, Path]
     sku = sweep["soft_sku"]
     assert sku is not None and sku["configuration"]["thp"] == "always", sweep
     assert sku["configuration"].get("shp", 0) == 0, sku
-    (listed,) = json.loads(s.musku("sku show", "sku", "show", "--json"))
-    assert listed["configuration"] == sku["configuration"], listed
-    sku_id = int(listed["id"])
+    with s.store() as store:  # its id (the sweep's output gives the settings)
+        (listed,) = store.softskus()
+    assert listed.to_dict()["configuration"] == sku["configuration"], listed
+    sku_id = listed.id
     assert s.trees() == before  # every host put back after the sweep
 
     # 2. the report of the pool sweep
@@ -354,11 +388,16 @@ def test_sweep_report_deploy_watch_push_rollback(scenario: tuple[Scenario, Path]
     after = s.trees()
     for name in NAMES:
         assert after[name] == before[name], name
-    deps = json.loads(s.musku("deployments", "sku", "deployments", "--json"))
-    assert [d["status"] for d in deps] == ["rolled_back"]
-    assert [w["verdict"] for w in deps[0]["watches"]] == ["holds", flagged["verdict"]]
+    with s.store() as store:
+        (d,) = store.deployments()
+        watches = store.watches(d.id)
+    assert d.status.value == "rolled_back" and d.applied_hosts() == ()
+    assert [w.verdict for w in watches] == ["holds", flagged["verdict"]]
+    assert [w.code_version for w in watches] == ["v1", "v2"]
     print(  # the figures (pytest -s): docs/fleet.md "End to end on real agents"
         "e2e: "
-        + ", ".join(f"{step} {t:.1f} s" for step, t in s.times.items())
-        + f"; slowdown {s.k:.1f}, CPU hog {_cpu_hog()}"
+        + ", ".join(
+            f"{step} {t:.1f} s ({s.cpu.get(step, 0.0):.1f} s CPU)" for step, t in s.times.items()
+        )
+        + f"; slowdown {s.k:.1f}, load {os.getloadavg()[0]:.1f}, CPU hog {_cpu_hog()}"
     )

@@ -31,6 +31,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import signal
 import stat
 import subprocess
@@ -54,9 +55,7 @@ from tests.timing import slowdown, wait_for
 
 pytestmark = [
     *needs_sshd,
-    pytest.mark.skipif(
-        not os.path.exists("/usr/sbin/ip") and not os.path.exists("/sbin/ip"), reason="no ip"
-    ),
+    pytest.mark.skipif(shutil.which("ip") is None, reason="no iproute2"),
     pytest.mark.slow,
     pytest.mark.timeout(900),
 ]

@@ -34,6 +34,7 @@ import math
 from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -145,11 +146,12 @@ def run_pooled_comparison(
             on_warmup=(lambda seqs: on_warmup(0, seqs)) if on_warmup else None,
         )
         return _with_method(result, f"{result.method}; pooled over 1 pair: one pair's test")
-    options = {**dict(rule_options or {}), "early": False}
     seeds = np.random.SeedSequence([int(base_seed or 0), 0x9001]).generate_state(len(pairs))
     strata: list[_Stratum] = []
     for i, pair in enumerate(pairs):
-        r = make_rule(rule, seed=int(seeds[i]), **options)
+        r = make_rule(rule, seed=int(seeds[i]), **dict(rule_options or {}))
+        if isinstance(r, ConfidenceSequenceRule):
+            r.early = False  # a pool decides on crossovers only
         if not isinstance(r, ConfidenceSequenceRule) or not r.crossover:
             raise InputError(
                 f"rule {rule!r} cannot pool pairs: a pooled comparison needs the crossover "
@@ -162,11 +164,11 @@ def run_pooled_comparison(
             candidate,
             spec,
             r,
-            (lambda rows, i=i: on_window(i, rows)) if on_window else None,
+            partial(on_window, i) if on_window else None,
             None,
             should_stop,
             memory,
-            (lambda seqs, i=i: on_warmup(i, seqs)) if on_warmup else None,
+            partial(on_warmup, i) if on_warmup else None,
         )
         cmp.sign = r.first_order()
         strata.append(_Stratum(i, cmp))
@@ -240,9 +242,7 @@ class _Pool:
     def quantum(self) -> float:
         """Host seconds the common clock moves per pooled look: the shortest batch of the
         pairs still measuring (at least one window)."""
-        spans = [
-            (s.cmp.b or 1) * s.cmp.interval for s in self.strata if not s.done and s.cmp.b
-        ]
+        spans = [(s.cmp.b or 1) * s.cmp.interval for s in self.strata if not s.done and s.cmp.b]
         return max(min(spans, default=0.0), self.strata[0].cmp.interval)
 
     def _judge_strata(self) -> None:

@@ -598,13 +598,17 @@ def pool_strata(
     ``ses[i]`` on ``dfs[i]`` degrees of freedom.
 
     The effect may differ between pairs (a knob that helps on some hosts and not on
-    others): ``mu_i = mu + u_i``, ``u_i ~ (0, tau^2)``. ``tau^2`` is the DerSimonian-Laird
-    moment estimate from Cochran's Q; the weights are ``1 / (se_i^2 + tau^2)``, so the
-    interval of the average effect widens with the heterogeneity rather than looking more
-    certain for it. Degrees of freedom by Satterthwaite over the parts of the variance: each
-    stratum's own (``dfs[i]``) and the heterogeneity's (``k - 1``), so a heterogeneous pool of
-    few pairs gets the heavy tails it needs and a homogeneous one keeps the strata's. With
-    one stratum this is that stratum. None when no stratum has a finite estimate."""
+    others): ``mu_i = mu + u_i``, ``u_i ~ (0, tau^2)``, and the estimand is the fleet's
+    average effect ``mu``. ``tau^2`` is the DerSimonian-Laird moment estimate from Cochran's
+    Q, the weights ``1 / (se_i^2 + tau^2)``. Where heterogeneity is seen (``tau^2 > 0``) the
+    variance is the larger of the random-effects one and the Hartung-Knapp one (the weighted
+    spread of the strata around the pooled mean), on ``k - 1`` degrees of freedom (the
+    "modified Knapp-Hartung" interval: DL alone under-covers with few pairs); without it,
+    the inverse-variance (fixed-effect) variance on the strata's Satterthwaite-combined
+    degrees of freedom. So the interval widens with heterogeneity rather than looking more
+    certain for it. With two pairs the heterogeneity is hardly identifiable (docs/abtest.md:
+    pools of >= 4 pairs are honest for it). With one stratum this is that stratum. None
+    when no stratum has a finite estimate."""
     m = np.asarray(means, dtype=float)
     s = np.asarray(ses, dtype=float)
     f = np.asarray(dfs, dtype=float)
@@ -621,13 +625,15 @@ def pool_strata(
     q = float(np.sum(w * (m - mu_fe) ** 2))
     c = float(np.sum(w) - np.sum(w * w) / np.sum(w))
     tau2 = max(0.0, (q - (k - 1)) / c) if c > 0 else 0.0
+    if tau2 <= 0.0:
+        var = 1.0 / float(np.sum(w))
+        part = w * w * v * var * var  # each stratum's share of var
+        denom = float(np.sum(part * part / f))
+        df = var * var / denom if denom > 0 else math.inf
+        return PooledEstimate(mu_fe, math.sqrt(var), float(df), 0.0, q, k)
     ws = 1.0 / (v + tau2)
     sw = float(np.sum(ws))
     mu = float(np.sum(ws * m) / sw)
-    var = 1.0 / sw
-    # var = sum(ws_i^2 (v_i + tau2)) / sw^2: the parts, each with its own degrees of freedom
-    part_v = ws * ws * v / (sw * sw)
-    part_t = float(np.sum(ws * ws)) * tau2 / (sw * sw)
-    denom = float(np.sum(part_v * part_v / f)) + (part_t * part_t / (k - 1) if tau2 > 0 else 0.0)
-    df = var * var / denom if denom > 0 else math.inf
-    return PooledEstimate(mu, math.sqrt(var), float(df), math.sqrt(tau2), q, k)
+    var_hk = float(np.sum(ws * (m - mu) ** 2)) / ((k - 1) * sw)
+    var = max(1.0 / sw, var_hk)
+    return PooledEstimate(mu, math.sqrt(var), float(k - 1), math.sqrt(tau2), q, k)

@@ -185,6 +185,7 @@ class SshLink:
         self._buf = bytearray()  # stream output read past the last reply line
         self._err = bytearray()  # the tail of the stream relay's stderr
         self.channels = 0  # stream channels opened (execs, in one-shot mode), for the figures
+        self.requests = 0  # requests sent (a resent one counts once)
 
     def _connection(self) -> Any:
         if self._conn is not None and self._conn.is_connected:
@@ -223,6 +224,7 @@ class SshLink:
         timeout = self.timeout if req.get("op") in LONG_OPS else self.rpc_timeout
         data = json.dumps(req, separators=(",", ":")).encode() + b"\n"
         with self._lock:
+            self.requests += 1
             if self.stream:
                 reply = self._stream_request(data, timeout)
                 if reply is not None:

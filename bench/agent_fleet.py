@@ -51,6 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import musku.agent.daemon  # noqa: E402,F401  (imported once, before the agents are forked)
 from musku.domain import Configuration  # noqa: E402
 from musku.errors import HostError, LinkDown, MuskuError  # noqa: E402
 from tests.agent.helpers import config, fake_host, spawn_daemon  # noqa: E402
@@ -316,14 +317,19 @@ def transport(fleet: Fleet, hosts: list[int], requests: int, stream: bool) -> di
         list(pool.map(run, links))
     wall, cpu = time.monotonic() - t0, _cpu() - cpu0
     relays = max(link.channels for link in links)
+    # the hosts' CPU with the relays alive (a stream relay's own), and once the sessions are
+    # gone (reaped into the sshds' children times); the larger: an sshd session process may
+    # exit before reaping its relay, whose CPU then leaves the tree
+    alive = fleet.host_cpu(hosts)
     for link in links:
         link.close()
-    _wait(lambda: fleet.sessions(hosts) == 0, 20 * slowdown())  # their CPU is reaped, counted
+    _wait(lambda: fleet.sessions(hosts) == 0, 20 * slowdown())
+    host = max(alive, fleet.host_cpu(hosts)) - host0
     total = requests * len(links)
     return {
         "rps": total / wall,
         "ctl_ms": 1000 * cpu / total,
-        "host_ms": 1000 * (fleet.host_cpu(hosts) - host0) / total,
+        "host_ms": 1000 * host / total,
         "processes": relays,
     }
 
@@ -360,6 +366,14 @@ class Cycle:
         try:
             assert not pool.failed, pool.failed
             out["fds_open"] = _fds()
+            # every host's link at once (the pool's own links, their relays running):
+            # the fleet's request rate when nothing waits for a window
+            cpu_b, req_b, t_b = _cpu(), _req(links), time.monotonic()
+            with ThreadPoolExecutor(len(links)) as ex:
+                list(ex.map(lambda link: [link.call("status") for _ in range(args.burst)], links))
+            out["burst_s"] = time.monotonic() - t_b
+            out["burst_req"] = _req(links) - req_b
+            out["burst_cpu"] = _cpu() - cpu_b
             cut_hosts = [2 * (len(pool) - 1 - j) for j in range(args.cut)]  # host A of the last
             cut_pairs = {i // 2 for i in cut_hosts}
             # host CPU per request on the hosts neither cut (their sessions hang until the
@@ -470,12 +484,13 @@ def main(argv: list[str] | None = None) -> int:
         "--rpc-timeout", type=float, default=5.0, help="rpc_timeout_s and connect_timeout_s"
     )
     ap.add_argument("--baseline-hosts", type=int, default=4)
+    ap.add_argument("--burst", type=int, default=10, help="status requests per host at once")
     ap.add_argument("--baseline-requests", type=int, default=20, help="per host and transport")
     args = ap.parse_args(argv)
     if args.quick:
         args.hosts, args.cut, args.waves, args.window = 8, 2, 2, 1.0
         args.reconnect, args.lease, args.baseline_hosts = 3.0, 8.0, 2
-        args.baseline_requests, args.rpc_timeout = 6, 2.0
+        args.baseline_requests, args.rpc_timeout, args.burst = 6, 2.0, 5
     if os.geteuid() != 0 or shutil.which("ip") is None or not os.path.exists(SSHD):
         print("agent_fleet: needs root, iproute2 and sshd", file=sys.stderr)
         return 4
@@ -525,6 +540,14 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"pool of {pairs} pairs opened in {res['open_s']:.1f} s "
             f"({res['open_cpu']:.1f} s controller CPU, SSH handshakes and hellos)"
+        )
+        print(
+            f"burst: {res['burst_req']} status requests, every host's link at once: "
+            f"{res['burst_req'] / res['burst_s']:.0f} req/s "
+            f"({res['burst_req'] / res['burst_s'] / one['rps']:.0f}x the exec baseline's, "
+            f"{res['burst_req'] / res['burst_s'] / streamed['rps']:.1f}x the stream "
+            f"baseline's on {nb} hosts); controller "
+            f"{1000 * res['burst_cpu'] / res['burst_req']:.2f} ms CPU/request"
         )
         print(
             f"sweep cycle: {args.waves} waves x (apply + {args.windows} x {args.window:g} s "

@@ -7,8 +7,13 @@ status). Kept light (json and socket only) because every controller request pays
 time.
 
 ``--stream``: one process for as long as the SSH channel lives (the controller starts one per
-connection, docs/agent.md "Transport"): newline-delimited JSON requests on stdin, one reply
-line on stdout for each, flushed at once, in order. Every request gets the same checks as a
+connection, docs/agent.md "Transport"): first the line :data:`BANNER` (so the controller knows
+a stream relay answers, not an older one-shot one waiting for the end of its input), then
+newline-delimited JSON requests on stdin, one reply line on stdout for each, flushed at once,
+in order. A one-shot client (request, end of input) reads the banner and its reply as the last
+line, as before; so a key restricted to ``command="musku agent rpc --stream"`` serves both. Under
+a key restricted to plain ``command="musku agent rpc"`` the relay streams when the command the
+client asked for (``SSH_ORIGINAL_COMMAND``) ends in ``--stream``. Every request gets the same checks as a
 one-shot one (length, strict JSON, ``agent_socket`` a path); a bad line gets an error reply
 and the stream goes on. The connection to the agent is kept between requests (the agent closes
 it when idle; the next request opens a new one). Ends with status 0 at end of input.
@@ -17,6 +22,7 @@ it when idle; the next request opens a new one). Ends with status 0 at end of in
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import IO, Any
@@ -25,6 +31,9 @@ from musku.agent.client import AgentClient
 from musku.agent.core_errors import error_reply
 from musku.agent.protocol import MAX_LINE, decode_request
 from musku.errors import InputError, MuskuError
+
+# the first line of a stream relay: a reply-shaped object no agent sends
+BANNER = {"ok": True, "result": {"relay": "musku agent rpc --stream", "version": 1}}
 
 
 def _checked(text: str | bytes, where: str) -> tuple[dict[str, Any], str | None]:
@@ -85,6 +94,8 @@ class StreamRelay:
 
     def run(self, stdin: IO[bytes], stdout: IO[bytes]) -> int:
         try:
+            stdout.write(json.dumps(BANNER, separators=(",", ":")).encode() + b"\n")
+            stdout.flush()
             while True:
                 line = stdin.readline(MAX_LINE + 1)
                 if not line:
@@ -122,6 +133,12 @@ def default_socket(config: str | Path | None = None, socket: str | Path | None =
     return Path(DEFAULT_SOCKET)
 
 
+def _asked_to_stream(original: str) -> bool:
+    """Whether the client's own command (a key's forced command replaced it) asked for
+    ``--stream``: the only word of it that is honoured."""
+    return original.split()[-1:] == ["--stream"]
+
+
 def main(argv: list[str] | None = None) -> int:
     """``[--config FILE] [--socket PATH] [--stream]``; the request(s) on stdin."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -140,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     except MuskuError as exc:
         print(json.dumps(error_reply(exc)), flush=True)
         return int(exc.status)
-    if stream:
+    if stream or _asked_to_stream(os.environ.get("SSH_ORIGINAL_COMMAND", "")):
         return StreamRelay(sock).run(sys.stdin.buffer, sys.stdout.buffer)
     reply, code = relay(sys.stdin.read(MAX_LINE + 1), sock)
     print(json.dumps(reply, separators=(",", ":")))

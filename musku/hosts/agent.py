@@ -233,7 +233,9 @@ class SshLink:
 
     # ---- one long-lived channel
 
-    def _stream_channel(self) -> Any:
+    def _stream_channel(self, timeout: float) -> Any:
+        """The live stream channel, or a new one once its relay's banner came (within
+        ``timeout``); None when the host's relay cannot stream (an older musku)."""
         chan = self._chan
         if chan is not None and not (
             chan.closed or chan.eof_received or chan.exit_status_ready() or chan.recv_ready()
@@ -245,7 +247,33 @@ class SshLink:
         chan.exec_command(self.stream_command)
         self._chan = chan
         self.channels += 1
-        return chan
+        try:
+            first = self._read_line(chan, timeout)
+        except TimeoutError:
+            # no banner: an older one-shot relay (a key's forced command) waiting for the end
+            # of its input? End it; such a relay answers the empty request with an error
+            chan.shutdown_write()
+            try:
+                rest = self._read_line(chan, self._connect_timeout)
+            except TimeoutError:
+                rest = None
+            self._drop()
+            if rest is None or _is_banner(rest):
+                raise LinkDown(f"{self.where}: SSH failed: no answer in {timeout:g}s") from None
+            return None
+        if first is None:  # it exited at once
+            raise _RelayExited(self._exited(timeout))
+        if _is_banner(first):
+            return chan
+        try:
+            doc = json.loads(first)
+        except ValueError:
+            doc = None
+        self._drop_channel()
+        if isinstance(doc, dict) and _no_stream(doc):
+            return None
+        shown = " ".join(first.decode(errors="replace").split())[:120]
+        raise HostError(f"{self.where}: '{self.stream_command}' is not a stream relay: {shown!r}")
 
     def _read_line(self, chan: Any, timeout: float) -> bytes | None:
         """The next output line (without its newline); None at end of output; TimeoutError
@@ -280,41 +308,48 @@ class SshLink:
 
         for attempt in (0, 1):
             try:
-                chan = self._stream_channel()
+                chan = self._stream_channel(timeout)
+                if chan is None:
+                    why = "the host's musku has no 'rpc --stream': one exec per request"
+                    log.warning("%s: %s", self.where, why)
+                    self.stream = False
+                    return None
                 chan.settimeout(timeout)
                 chan.sendall(data)
                 line = self._read_line(chan, timeout)
             except TimeoutError:
                 self._drop()
                 raise LinkDown(f"{self.where}: SSH failed: no answer in {timeout:g}s") from None
+            except _RelayExited as exc:
+                if attempt:
+                    raise HostError(str(exc)) from None
+                continue
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 self._drop()
                 if attempt:
                     raise LinkDown(f"{self.where}: SSH failed: {exc}") from None
                 continue
             if line is None:  # the relay ended during the request: once more on a new one
-                self._chan.status_event.wait(min(2.0, timeout))  # the exit status follows
-                status = self._chan.exit_status if self._chan.exit_status_ready() else -1
-                err = self._err.decode(errors="replace").strip()[-300:]
-                self._drop_channel()
+                why = self._exited(timeout)
                 if attempt:
-                    raise HostError(
-                        f"{self.where}: '{self.stream_command}' exited {status} without a reply"
-                        + (f": {' '.join(err.split())}" if err else "")
-                    )
+                    raise HostError(why)
                 continue
             if self._buf:  # more than one line for one request: the framing is off
                 log.warning("%s: the relay wrote more than one reply line", self.where)
                 self._drop_channel()
-            reply = self._parse(line)
-            if _no_stream(reply):
-                why = "the host's musku has no 'rpc --stream': one exec per request"
-                log.warning("%s: %s", self.where, why)
-                self.stream = False
-                self._drop_channel()
-                return None
-            return reply
+            return self._parse(line)
         raise AssertionError("unreachable")
+
+    def _exited(self, timeout: float) -> str:
+        """The stream channel's relay ended: drop the channel; what to say about it."""
+        chan = self._chan
+        chan.status_event.wait(min(2.0, timeout))  # the exit status follows the end of output
+        status = chan.exit_status if chan.exit_status_ready() else -1
+        err = " ".join(self._err.decode(errors="replace").split())[-300:]
+        self._drop_channel()
+        return f"{self.where}: '{self.stream_command}' exited {status} without a reply" + (
+            f": {err}" if err else ""
+        )
 
     def _parse(self, line: bytes) -> dict[str, Any]:
         try:
@@ -397,6 +432,20 @@ class SshLink:
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+
+class _RelayExited(Exception):
+    """The stream relay ended before its banner (the message says how)."""
+
+
+def _is_banner(line: bytes) -> bool:
+    """Whether ``line`` is a stream relay's first line (``musku.agent.rpc.BANNER``)."""
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return False
+    result = doc.get("result") if isinstance(doc, dict) else None
+    return isinstance(result, dict) and result.get("relay") == "musku agent rpc --stream"
 
 
 def _no_stream(reply: dict[str, Any]) -> bool:

@@ -7,6 +7,7 @@ without ``--stream`` (one exec per request from then on), and the stream relay's
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -19,18 +20,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from musku.agent.protocol import MAX_LINE
-from musku.agent.rpc import StreamRelay
+from musku.agent.rpc import BANNER, StreamRelay
 from musku.errors import HostError, LinkDown
 from musku.hosts.agent import SshLink
 from tests.agent.helpers import config, fake_host, spawn_daemon
-from tests.fixtures.sshd import needs_sshd
+from tests.fixtures.sshd import needs_sshd, run_sshd
 from tests.timing import scaled
 
 pytestmark = needs_sshd
 ROOT = Path(__file__).resolve().parents[2]
 RELAY = [sys.executable, "-m", "musku.agent", "rpc"]
+SAY_BANNER = f"echo '{json.dumps(BANNER)}'"
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +167,9 @@ def test_relay_killed_between_and_during_requests(tmp_path: Path, sshd: dict, ag
 @pytest.mark.slow
 def test_silent_relay_is_link_down_within_the_deadline(tmp_path: Path, sshd: dict) -> None:
     # reads every request, never answers: a hung agent or a cut link look the same
-    link = _link(sshd, _wrapper(tmp_path, "exec cat > /dev/null"), None, rpc_timeout=1.0)
+    link = _link(
+        sshd, _wrapper(tmp_path, f"{SAY_BANNER}; exec cat > /dev/null"), None, rpc_timeout=1.0
+    )
     try:
         t0 = time.monotonic()
         with pytest.raises(LinkDown, match=r"no answer in 1s"):
@@ -184,12 +190,20 @@ def test_silent_relay_is_link_down_within_the_deadline(tmp_path: Path, sshd: dic
     ("body", "match"),
     [
         (
-            "while read l; do echo 'not json {'; done",
+            f"{SAY_BANNER}; while read l; do echo 'not json {{'; done",
             "malformed reply from the relay: 'not json {'",
         ),
-        ("while read l; do echo '[1, 2]'; done", r"malformed reply from the relay \(not an object"),
-        ('while read l; do echo \'{"no": "ok"}\'; done', "malformed reply from the agent"),
+        (
+            f"{SAY_BANNER}; while read l; do echo '[1, 2]'; done",
+            r"malformed reply from the relay \(not an object",
+        ),
+        (
+            f"""{SAY_BANNER}; while read l; do echo '{{"no": "ok"}}'; done""",
+            "malformed reply from the agent",
+        ),
+        ("echo 'hello, I am a shell'; cat", "is not a stream relay: 'hello, I am a shell'"),
         ("echo boom >&2; exit 7", "exited 7 without a reply: boom"),
+        (f"{SAY_BANNER}; read l; echo bang >&2; exit 9", "exited 9 without a reply: bang"),
     ],
 )
 def test_hostile_relay_is_one_host_error_line(
@@ -244,7 +258,8 @@ def test_stream_relay_checks_every_line(agent: Path) -> None:
     out = io.BytesIO()
     relay = StreamRelay(agent)
     assert relay.run(io.BytesIO(b"".join(lines)), out) == 0
-    replies = [json.loads(x) for x in out.getvalue().splitlines()]
+    banner, *replies = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert banner == BANNER
     assert len(replies) == 8 == relay.served
     assert replies[0]["ok"] and "time" in replies[0]["result"]
     assert replies[1]["error"]["status"] == 3 and "on the stream" in replies[1]["error"]["message"]
@@ -268,6 +283,7 @@ def test_stream_relay_process_ends_at_end_of_input(agent: Path) -> None:
     )
     assert proc.stdin is not None and proc.stdout is not None
     try:
+        assert json.loads(proc.stdout.readline()) == BANNER  # before any request
         for op in ("hello", "status"):
             proc.stdin.write(json.dumps({"op": op}).encode() + b"\n")
             proc.stdin.flush()
@@ -280,3 +296,79 @@ def test_stream_relay_process_ends_at_end_of_input(agent: Path) -> None:
             proc.kill()
             proc.wait()
         proc.stdout.close()
+
+
+_LINE = st.one_of(
+    st.just(b'{"op": "hello"}'),
+    st.binary(max_size=64).map(lambda b: b.replace(b"\n", b" ")),
+    st.text(max_size=40).map(lambda t: t.replace("\n", " ").encode("utf-8", "surrogatepass")),
+    st.builds(
+        lambda k, v: json.dumps({"op": "hello", k: v}).encode(),
+        st.text(max_size=8),
+        st.one_of(st.integers(), st.floats(allow_nan=False), st.text(max_size=8)),
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(_LINE, max_size=8))
+def test_stream_relay_one_reply_per_line_in_order(agent: Path, lines: list[bytes]) -> None:
+    """Whatever the lines: one JSON object reply per non-blank line, in order (a plain hello
+    is answered with the agent's clock, anything else may be refused), nothing raised."""
+    out = io.BytesIO()
+    StreamRelay(agent).run(io.BytesIO(b"\n".join(lines) + b"\n"), out)
+    banner, *replies = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert banner == BANNER
+    asked = [ln for ln in lines if ln.strip()]
+    assert len(replies) == len(asked)
+    for line, reply in zip(asked, replies, strict=True):
+        assert isinstance(reply, dict) and isinstance(reply.get("ok"), bool), reply
+        if line == b'{"op": "hello"}':
+            assert reply["ok"] and "time" in reply["result"], reply
+        if not reply["ok"]:
+            assert "\n" not in reply["error"]["message"]
+
+
+@contextlib.contextmanager
+def _forced(tmp: Path, command: str) -> Iterator[dict]:
+    """An sshd whose key is restricted to ``command`` (authorized_keys ``command=``, as
+    agents/README.md suggests): sshd runs it whatever the client asks for."""
+    with run_sshd(tmp / "sshd") as srv:
+        keys = srv["dir"] / "authorized_keys"
+        keys.write_text(f'command="{command}",no-pty ' + keys.read_text())
+        yield srv
+
+
+@pytest.mark.slow
+def test_forced_command_streams(tmp_path: Path, agent: Path) -> None:
+    """A key forced to plain ``musku agent rpc``: the relay streams because the client asked
+    for ``--stream`` (SSH_ORIGINAL_COMMAND), one relay process for all requests."""
+    forced = _real_relay(tmp_path)[0]  # no arguments: sshd runs exactly this
+    with _forced(tmp_path, forced) as srv:
+        link = _link(srv, ["musku", "agent", "rpc"], agent)
+        try:
+            for _ in range(5):
+                assert "experiment" in link.call("status")
+            assert link.stream and link.channels == 1
+        finally:
+            link.close()
+    assert len(_starts(tmp_path)) == 1
+
+
+@pytest.mark.slow
+def test_forced_one_shot_relay_falls_back(tmp_path: Path, agent: Path) -> None:
+    """A key forced to an older one-shot relay (it reads its input to the end and knows no
+    SSH_ORIGINAL_COMMAND): no banner within the request's deadline, the link ends the input,
+    the relay's error reply shows it is one-shot, and the link execs per request from then."""
+    old = _wrapper(
+        tmp_path, f"unset SSH_ORIGINAL_COMMAND; PYTHONPATH={ROOT} exec {' '.join(RELAY)}"
+    )[0]
+    with _forced(tmp_path, old) as srv:
+        link = _link(srv, ["musku", "agent", "rpc"], agent, rpc_timeout=scaled(3))
+        try:
+            for _ in range(3):
+                assert "experiment" in link.call("status")
+            assert not link.stream
+        finally:
+            link.close()
+    assert len(_starts(tmp_path)) == 4  # the one that got no request, then one per request

@@ -372,3 +372,35 @@ def test_forced_one_shot_relay_falls_back(tmp_path: Path, agent: Path) -> None:
         finally:
             link.close()
     assert len(_starts(tmp_path)) == 4  # the one that got no request, then one per request
+
+
+@pytest.mark.slow
+def test_threads_share_one_link(tmp_path: Path, sshd: dict, agent: Path) -> None:
+    """8 threads calling one link at once (a pair's windows and its lease keeper do): every
+    call gets its own reply (hello carries the agent's clock, status its experiment), one
+    relay for all of them."""
+    link = _link(sshd, _real_relay(tmp_path), agent)
+    got: list[tuple[str, dict]] = []
+    errors: list[str] = []
+
+    def worker(k: int) -> None:
+        for i in range(10):
+            op = ("hello", "status")[(k + i) % 2]
+            try:
+                got.append((op, link.call(op)))
+            except HostError as exc:  # pragma: no cover - reported by the assert below
+                errors.append(exc.one_line())
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(scaled(120))
+    finally:
+        link.close()
+    assert not errors, errors
+    assert len(got) == 80
+    for op, res in got:  # no reply went to another caller
+        assert ("time" in res) if op == "hello" else ("experiment" in res and "time" not in res)
+    assert len(_starts(tmp_path)) == 1 and link.channels == 1 and link.requests == 80

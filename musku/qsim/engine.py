@@ -149,7 +149,8 @@ def binary() -> Path:
         if not (p.is_file() and os.access(p, os.X_OK)):
             raise UnsupportedError(f"MUSKU_QSIM={env} is not an executable file")
         return p
-    from musku.services.runtime import binary as services_binary
+    # musku.services.binaries, not .runtime: runtime pulls numpy and psutil (~0.3 CPU-s a call)
+    from musku.services.binaries import binary as services_binary
 
     return services_binary(BINARY)
 

@@ -171,9 +171,11 @@ class _Bar:
 
 
 def _progress(title: str, quiet: bool) -> Any:
-    from musku.qsim.progress import Progress
+    from musku.qsim.progress import Progress, after_s_from_env
 
-    return Progress(f"qsim {title}", enabled=not quiet, bar_factory=_Bar)
+    return Progress(
+        f"qsim {title}", enabled=not quiet, bar_factory=_Bar, after_s=after_s_from_env()
+    )
 
 
 def _limits(cpu_limit: float | None, memory_limit: int | None) -> Limits:
@@ -515,16 +517,11 @@ def curve(
     from rich.table import Table
 
     t = Table(title=f"load-latency curve of {_e(model)} (95 % intervals in brackets)")
-    for col in ("offered", "completed", "mean", "p50", "p99", "p99.9", "busiest", "status"):
+    header, rows = curve_rows(res)
+    for col in header:
         t.add_column(col, justify="left" if col == "busiest" else "right")
-    for p in res["points"]:
-        lat = p["latency"]
-        util = p.get("services_util", {})
-        busiest = max(util, key=lambda n: util[n]) if util else ""
-        t.add_row(f"{p['qps']:.0f}", f"{p['throughput_qps']:.0f}", _us(lat["mean_us"]),
-                  _ci(lat, "p50_us"), _ci(lat, "p99_us"), _us(lat["p999_us"]),
-                  f"{_e(busiest)} {util[busiest] * 100:.0f} %" if busiest else "",
-                  "SATURATED" if p["saturated"] else "stable")  # fmt: skip
+    for row in rows:
+        t.add_row(*(_e(c) for c in row[:-1]), "SATURATED" if row[-1] == "saturated" else "stable")
     con = _console()
     con.print(t)
     s = res["saturation"]
@@ -544,8 +541,7 @@ def write_curve(out: Path, res: dict[str, Any]) -> None:
 
     kind = figure_format(str(out))
     if kind == "html":
-        header, rows = curve_table(res)
-        write_out(out, curve_html(res, header, [[_cell(v) for v in r] for r in rows]))
+        write_out(out, curve_html(res, *curve_rows(res)))
     elif kind is not None:
         write_out(out, render(curve_figure(res), kind))
     elif str(out).lower().endswith(".csv"):
@@ -554,8 +550,20 @@ def write_curve(out: Path, res: dict[str, Any]) -> None:
         write_out(out, json.dumps(res, indent=2) + "\n")
 
 
-def _cell(v: Any) -> str:
-    return f"{v:.6g}" if isinstance(v, float) else str(v)
+def curve_rows(res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The curve's table as people read it (the terminal's and the HTML page's)."""
+    header = ["offered (req/s)", "completed (req/s)", "mean", "p50 [95 %]", "p90 [95 %]",
+              "p99 [95 %]", "p99.9", "busiest", "status"]  # fmt: skip
+    rows = []
+    for p in res["points"]:
+        lat = p["latency"]
+        util = p.get("services_util", {})
+        busiest = max(util, key=lambda n: util[n]) if util else ""
+        rows.append([f"{p['qps']:.0f}", f"{p['throughput_qps']:.0f}", _us(lat["mean_us"]),
+                     _ci(lat, "p50_us"), _ci(lat, "p90_us"), _ci(lat, "p99_us"),
+                     _us(lat["p999_us"]), f"{busiest} {util[busiest] * 100:.0f} %" if busiest else "",
+                     "saturated" if p["saturated"] else "stable"])  # fmt: skip
+    return header, rows
 
 
 @app.command("import-uqsim")

@@ -54,6 +54,15 @@ def curve_figure(res: dict[str, Any]) -> Any:
     lat, util = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
     xs = [p["qps"] for p in pts]
     stable = [p for p in pts if not p["saturated"]]
+    over = [p for p in pts if p["saturated"]]
+    # a saturated rate's latency is a growing backlog's (often 100x the rest): drawn as a
+    # marker at the top edge, so the stable curve keeps the axis
+    top = None
+    if stable and over:
+        top = 1.6 * max(
+            max(p["latency"]["p99_us"], *p["latency"].get("ci", {}).get("p99_us", [0.0]))
+            for p in stable
+        )
     for key, label, colour in PERCENTILES:
         sx = [p["qps"] for p in stable]
         sy = [p["latency"][key] for p in stable]
@@ -66,10 +75,13 @@ def curve_figure(res: dict[str, Any]) -> Any:
         if band:
             bx, lo, hi = zip(*band, strict=True)
             lat.fill_between(bx, lo, hi, color=colour, alpha=0.25, linewidth=0)
-        over = [p for p in pts if p["saturated"]]
         if over:
-            lat.plot([p["qps"] for p in over], [p["latency"][key] for p in over], "o",
-                     markerfacecolor="none", markeredgecolor="#d62728", markersize=6)  # fmt: skip
+            ys = [p["latency"][key] if top is None else min(top, p["latency"][key]) for p in over]
+            lat.plot([p["qps"] for p in over], ys, "^" if top is not None else "o",
+                     markerfacecolor="none", markeredgecolor="#d62728", markersize=7,
+                     clip_on=False, linestyle="none")  # fmt: skip
+    if top is not None:
+        lat.set_ylim(top=top)
     lat.set_yscale("log")
     lat.set_ylabel("end-to-end latency (us)")
     lat.set_title(f"load-latency curve of {res.get('model', 'the model')}", fontsize=10)
@@ -89,10 +101,12 @@ def curve_figure(res: dict[str, Any]) -> Any:
                 ax.axvspan(sat["last_stable_qps"], sat["first_saturated_qps"], color="#d62728",
                            alpha=0.07, linewidth=0)  # fmt: skip
     if sat is not None:
+        off_scale = "\n(its latency off the scale: a growing backlog)" if top is not None else ""
         lat.annotate(
             f"saturated at {sat['first_saturated_qps']:.0f} req/s\n"
-            f"(max completed {sat['max_throughput_qps']:.0f})",
-            xy=(sat["first_saturated_qps"], 0.97), xycoords=("data", "axes fraction"),
+            f"max completed {sat['max_throughput_qps']:.0f} req/s{off_scale}",
+            xy=(sat["first_saturated_qps"], 0.9), xycoords=("data", "axes fraction"),
+            xytext=(-8, 0), textcoords="offset points",
             ha="right", va="top", fontsize=8, color="#d62728",
         )  # fmt: skip
     lat.legend(title="95 % interval shaded", fontsize=8, title_fontsize=8, loc="upper left")
@@ -110,11 +124,19 @@ def render(fig: Any, fmt: str) -> bytes:
 
 
 CSS = """
-body{font-family:"DejaVu Sans",system-ui,sans-serif;margin:0 auto;max-width:1000px;padding:0 18px 40px;color:#222;line-height:1.4}
+body{font-family:"DejaVu Sans",system-ui,sans-serif;margin:0 auto;max-width:1100px;padding:0 18px 40px;color:#222;line-height:1.4}
 h1{font-size:1.4em;margin:18px 0 4px}.meta{color:#555;font-size:.9em}
-table{border-collapse:collapse;font-size:.82em;margin:6px 0 10px}th,td{border-bottom:1px solid #eee;padding:2px 8px;text-align:right}
-th{background:#f6f6f6}figure{margin:8px 0}figure img{max-width:100%;height:auto}.sat{color:#d62728;font-weight:bold}
+table{border-collapse:collapse;font-size:.82em;margin:6px 0 10px}th,td{border-bottom:1px solid #eee;padding:2px 8px;text-align:right;white-space:nowrap}
+th{background:#f6f6f6}figure{margin:8px 0}figure img{max-width:100%;height:auto}.sat{color:#d62728;font-weight:bold}.ci{color:#666;font-size:.9em}
 """
+
+
+def _cell(text: str) -> str:
+    """A table cell: a value's interval ("309.6 us [309.2 us, 310.1 us]") on a line of its own."""
+    value, sep, ci = text.partition(" [")
+    if not sep:
+        return html.escape(text)
+    return f'{html.escape(value)}<br><span class="ci">[{html.escape(ci)}</span>'
 
 
 def curve_html(res: dict[str, Any], header: list[str], rows: list[list[str]]) -> str:
@@ -130,7 +152,7 @@ def curve_html(res: dict[str, Any], header: list[str], rows: list[list[str]]) ->
             f"offered: {e(str(sat['reason']))}; max completed {sat['max_throughput_qps']:.0f} req/s"
         )
     head = "".join(f"<th>{e(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in row) + "</tr>" for row in rows)
     title = f"musku qsim curve: {res.get('model', '')}"
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -1,6 +1,7 @@
 """Progress of ``musku qsim run | curve`` on stderr (docs/qsim.md "Progress").
 
-Nothing is shown for the first :data:`AFTER_S` seconds, so a short run prints only its result.
+Nothing is shown for the first :data:`AFTER_S` seconds (``$MUSKU_QSIM_PROGRESS_AFTER_S``), so a
+short run prints only its result.
 After that: a rich progress bar with an ETA when stderr is a terminal, otherwise one plain line
 every :data:`EVERY_S` seconds (``qsim: 42 % (simulated 4.2 of 10 s), 12 s elapsed, ETA 17 s``).
 The ETA is the elapsed wall time scaled by what is left (a curve weighs each rate by the
@@ -10,15 +11,35 @@ estimate, and a curve that stops at saturation ends earlier than its ETA said.
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 import threading
 import time
 from typing import IO, Any
 
+from musku.errors import InputError
+
 AFTER_S = 2.0
 """Runs shorter than this show no progress."""
 EVERY_S = 5.0
 """Seconds between two plain progress lines (stderr not a terminal)."""
+AFTER_ENV = "MUSKU_QSIM_PROGRESS_AFTER_S"
+"""Overrides :data:`AFTER_S` (0: from the start; scripts and tests)."""
+
+
+def after_s_from_env() -> float:
+    """:data:`AFTER_S`, or ``$MUSKU_QSIM_PROGRESS_AFTER_S`` (a number >= 0)."""
+    raw = os.environ.get(AFTER_ENV, "")
+    if raw == "":
+        return AFTER_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise InputError(f"{AFTER_ENV} must be a number of seconds >= 0, not {raw!r}")
+    return value
 
 
 def eta_s(elapsed_s: float, fraction: float) -> float | None:

@@ -11,6 +11,7 @@ does not end or a machine out of memory. The budget is :class:`Limits` (``--cpu-
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -213,8 +214,9 @@ def _run_engine(
         try:
             proc.stdin.write(data)
             proc.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass  # the engine ended early (a refused model): its status says why
+        except OSError:  # the engine ended early (a refused model): its status says why
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # closes the pipe even though the flush fails
 
     def drain() -> None:
         assert proc.stdout is not None
@@ -231,17 +233,18 @@ def _run_engine(
                 on_progress(*got)
 
     workers = [threading.Thread(target=f, daemon=True) for f in (feed, drain, lines)]
-    for w in workers:
-        w.start()
-    try:
-        proc.wait(timeout=wall)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
-    finally:
+    with proc:  # closes the pipes and reaps the engine, whatever happens
         for w in workers:
-            w.join(timeout=5.0)
+            w.start()
+        try:
+            proc.wait(timeout=wall)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            for w in workers:
+                w.join(timeout=5.0)
     return proc.returncode, b"".join(out), "".join(err)
 
 

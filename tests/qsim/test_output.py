@@ -288,3 +288,12 @@ def test_curve_figures(engine: str, tmp_path: Path) -> None:
     assert "<th>status</th>" in page and "saturated at 120000 req/s" in page
     # a bad -o costs nothing: refused before any simulation
     one_error(_curve(tmp_path, "-o", str(tmp_path)), "--out is a directory")
+
+
+def test_an_engine_that_stops_reading_early_gives_its_own_error(engine: str) -> None:
+    """The engine refuses a document at its first byte while 20 MB are still being written to
+    it: the refusal comes back (status 3, its message), no broken pipe, no pipe left open."""
+    from musku.qsim.engine import _run_engine
+
+    code, out, err = _run_engine([engine, "-"], b"x" + b" " * 20_000_000, 120.0, None, lambda: None)
+    assert code == 3 and out == b"" and "not JSON" in err

@@ -297,3 +297,39 @@ def test_an_engine_that_stops_reading_early_gives_its_own_error(engine: str) -> 
 
     code, out, err = _run_engine([engine, "-"], b"x" + b" " * 20_000_000, 120.0, None, lambda: None)
     assert code == 3 and out == b"" and "not JSON" in err
+
+
+def test_run_on_a_terminal_draws_a_bar_with_an_eta(engine: str, tmp_path: Path) -> None:
+    """Under a pseudo-terminal (stdout and stderr the terminal) the progress is rich's bar:
+    the description, a percentage, the elapsed time and the ETA."""
+    import pty
+    import re
+    import select
+
+    m = tmp_path / "mm1.toml"
+    m.write_text(MM1.format(duration=3, qps=50000))
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the CLI on the terminal
+        os.environ["MUSKU_QSIM_PROGRESS_AFTER_S"] = "0"
+        os.environ["COLUMNS"] = "140"
+        os.chdir(ROOT)
+        os.execv(sys.executable, [sys.executable, "-m", "musku", "qsim", "run", str(m), "--json"])
+    out = b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], 300)
+        if not ready:
+            break
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.decode(errors="replace"))
+    bars = [ln for ln in text.replace("\r", "\n").splitlines() if f"qsim run {m}" in ln]
+    assert bars and any(re.search(r"\d+%\s+\d:\d\d:\d\d ETA ", ln) for ln in bars), bars[:3]
+    assert '"completed"' in text  # and the result after it

@@ -56,7 +56,9 @@ RUN_TABLES = ("services", "stages", "machines", "cores")
 OutOpt = Annotated[
     Path | None,
     typer.Option(
-        "--out", help="Also write the result as JSON here (a new or regular file; - stdout)."
+        "--out",
+        help="Also write the result here: a name ending .csv gets the table (--table), any "
+        "other the JSON (a new or regular file; - stdout).",
     ),
 ]
 CpuOpt = Annotated[
@@ -352,7 +354,9 @@ def run(
     result["model"] = str(model)
     result["seed"] = doc["seed"]
     shown = result if per_core else _without_detail(result)
-    if out is not None:
+    if out is not None and str(out).lower().endswith(".csv"):
+        write_out(out, to_csv(*run_table(result, table or "services")))
+    elif out is not None:
         write_out(out, json.dumps(shown, indent=2) + "\n")
     if fmt == "json" and table is not None:
         sys.stdout.write(_table_json(*run_table(result, table)))

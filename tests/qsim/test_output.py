@@ -199,7 +199,7 @@ def test_curve_progress_counts_rates(engine: str, tmp_path: Path) -> None:
 # ------------------------------------------------------------------ tables and formats
 
 
-def test_run_tables_as_csv_and_json(engine: str) -> None:
+def test_run_tables_as_csv_and_json(engine: str, tmp_path: Path) -> None:
     base = ("qsim", "run", TWO_TIER, "--duration", "0.2", "--seed", "5")
     full = json.loads(musku(*base, "--format", "json").stdout)
     assert "cores" not in full and "threads" not in full  # per-core detail is opt-in
@@ -210,7 +210,9 @@ def test_run_tables_as_csv_and_json(engine: str) -> None:
         mine = [c["util"] for c in detail["cores"] if c["machine"] == m["machine"]]
         assert m["max_util"] == max(mine) and m["mean_util"] == pytest.approx(sum(mine) / len(mine))
 
-    services = list(csv.DictReader(io.StringIO(musku(*base, "--format", "csv").stdout)))
+    as_csv = musku(*base, "--format", "csv", "--out", str(tmp_path / "s.csv"))
+    assert (tmp_path / "s.csv").read_text() == as_csv.stdout
+    services = list(csv.DictReader(io.StringIO(as_csv.stdout)))
     assert list(services[0]) == ["service", "visits", "mean_us", "p50_us", "p99_us", "thread_util"]
     # visits: nginx is visited twice a request (in front and on the way back), memcached once
     visits = {r["service"]: int(r["visits"]) for r in services}

@@ -350,7 +350,8 @@ def run(
     loaded = load(model)
     doc = with_overrides(loaded.engine, qps=qps, duration_s=duration, seed=seed)
     with _progress(f"run {model}", quiet) as prog:
-        result = simulate(doc, limits=limits, on_progress=prog.update)
+        # -q: no --progress for the engine either (an engine built before it still runs)
+        result = simulate(doc, limits=limits, on_progress=prog.update if prog.enabled else None)
     result["model"] = str(model)
     result["seed"] = doc["seed"]
     shown = result if per_core else _without_detail(result)
@@ -508,7 +509,7 @@ def curve(
     if doc["client"]["kind"] != "open":
         raise InputError("a load-latency curve needs an open-loop client", where=str(model))
     with _progress(f"curve {model}", quiet) as prog:
-        res = curve_points(doc, rates, limits, CurveProgress(prog, rates))
+        res = curve_points(doc, rates, limits, CurveProgress(prog, rates) if prog.enabled else None)
     res["model"] = str(model)
     if out is not None:
         write_curve(out, res)

@@ -143,6 +143,13 @@ def test_aggregate_rules() -> None:
     s = aggregate(rows[:2], host="h", t0=10.0, t1=10.5, arm=Configuration.of({"thp": "always"}))
     assert not s.valid and "arm's configuration" in s.note
     assert not aggregate([], host="h", t0=0, t1=1).valid
+    # a row taken while a request held the agent's state (a lease renewal): skipped, not
+    # "another configuration"
+    busy = Row(5, 10.3, 0.1, {"ops": 7.0}, True, "busy", "")
+    s = aggregate([*rows[:2], busy], host="h", t0=10.0, t1=10.5, arm=arm)
+    assert s.valid and s.metrics["ops"] == pytest.approx(200.0), s
+    s = aggregate([busy], host="h", t0=10.0, t1=10.5, arm=arm)
+    assert not s.valid and "no samples" in s.note
 
 
 def test_bad_host_options(tmp_path: Path) -> None:

@@ -458,6 +458,9 @@ def _no_stream(reply: dict[str, Any]) -> bool:
 # --------------------------------------------------------------------------- aggregation
 
 
+BATCH_MIN_ROWS = 4  # AgentPair.windows batches windows at least this many agent samples long
+
+
 def _edges(t0: float, seconds: float, count: int) -> list[float]:
     """``count`` contiguous windows of ``seconds`` from ``t0``: their ``count + 1`` edges, each
     window at least ``seconds`` long in floating point (at 1.8e9 s one step is 2.4e-7 s)."""
@@ -857,8 +860,11 @@ class AgentPair(HostPair):
         one collection per host cut into windows (the agents spool every sample). Window by
         window, each window's round trips to the agents came on top of it: with 50 ms
         windows and 0.3 s round trips (SSH, a busy controller) a comparison took 7x its
-        measured time (tests/e2e/test_scenario.py)."""
-        if count <= 1:
+        measured time (tests/e2e/test_scenario.py). Windows shorter than ``BATCH_MIN_ROWS``
+        of the agents' sample intervals are still measured one by one."""
+        if count <= 1 or seconds < BATCH_MIN_ROWS * max(h.sample_interval for h in self.hosts):
+            # windows of a few agent samples: one by one, each starts just after a row (cut
+            # back to back, a 10 ms window over 10 ms rows is often empty: no row's midpoint)
             return [self.window(seconds) for _ in range(count)]
         if seconds <= 0:
             raise InputError("a window must be longer than 0 s")

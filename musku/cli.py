@@ -777,6 +777,40 @@ def sku_rollback(
     )
 
 
+@sku_app.command("retire")
+def sku_retire(
+    deployment: Annotated[int, typer.Argument(help="Deployment id (musku sku deployments).")],
+    reason: Annotated[
+        str, typer.Option("--reason", help="Why, kept with the deployment (e.g. 'superseded').")
+    ] = "",
+    experiment_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--experiment", help="Experiment file with its hosts; default: the deployment's."
+        ),
+    ] = None,
+    db: DbOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """End a deployed deployment as planned: its hosts back at production and free for
+    another deployment, the row retired (not a verdict on the soft SKU: that is rollback;
+    docs/rollout.md)."""
+    from musku.rollout.deploy import retire_deployment
+
+    store = _open_store(db)
+    try:
+        dep = retire_deployment(store, deployment, reason=reason, experiment_file=experiment_file)
+    finally:
+        store.close()
+    if json_out:
+        _print_json(dep.to_dict())
+        return
+    typer.echo(
+        f"deployment {dep.id}: soft SKU {dep.soft_sku_id} {dep.status.value} on "
+        f"{', '.join(dep.hosts)} ({dep.reason})"
+    )
+
+
 @sku_app.command("watch")
 def sku_watch(
     file: Annotated[Path, typer.Argument(help="Experiment file: the hosts and statistics.")],

@@ -235,14 +235,17 @@ class ExperimentStatus(enum.Enum):
 class DeploymentStatus(enum.Enum):
     """A soft SKU's deployment (``musku sku deploy``, docs/rollout.md):
     ``canary -> rolling -> deployed``; ``rolled_back`` (the canary lost, broke a guardrail,
-    or a wave failed: every host of the deployment back at its baseline) or ``failed`` (the
-    rollback itself did not complete) from ``canary`` or ``rolling``."""
+    a wave failed, or an operator rolled it back: every host of the deployment back at its
+    baseline) or ``failed`` (the rollback itself did not complete) from ``canary``,
+    ``rolling`` or ``deployed``; ``retired`` from ``deployed`` (``musku sku retire``: ended as
+    planned, its hosts back at production and released)."""
 
     CANARY = "canary"
     ROLLING = "rolling"
     DEPLOYED = "deployed"
     ROLLED_BACK = "rolled_back"
     FAILED = "failed"
+    RETIRED = "retired"
 
     @property
     def live(self) -> bool:

@@ -333,7 +333,7 @@ class QueueRow(Base):
     done_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
 
 
-DEPLOYMENT_STATUSES = ("canary", "rolling", "deployed", "rolled_back", "failed")
+DEPLOYMENT_STATUSES = ("canary", "rolling", "deployed", "rolled_back", "failed", "retired")
 WATCH_VERDICTS = ("holds", "gone", "lost")
 
 

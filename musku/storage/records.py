@@ -63,13 +63,17 @@ DEPLOYMENT_TRANSITIONS: Mapping[DeploymentStatus, frozenset[DeploymentStatus]] =
     DeploymentStatus.ROLLING: frozenset(
         {DeploymentStatus.DEPLOYED, DeploymentStatus.ROLLED_BACK, DeploymentStatus.FAILED}
     ),
-    # `musku sku rollback`: an operator puts a deployed soft SKU's hosts back
-    DeploymentStatus.DEPLOYED: frozenset({DeploymentStatus.ROLLED_BACK, DeploymentStatus.FAILED}),
+    # `musku sku rollback`: an operator puts a deployed soft SKU's hosts back;
+    # `musku sku retire`: an operator ends a deployment as planned (hosts back, released)
+    DeploymentStatus.DEPLOYED: frozenset(
+        {DeploymentStatus.ROLLED_BACK, DeploymentStatus.RETIRED, DeploymentStatus.FAILED}
+    ),
     DeploymentStatus.ROLLED_BACK: frozenset(),
     DeploymentStatus.FAILED: frozenset(),
+    DeploymentStatus.RETIRED: frozenset(),
 }
-"""Allowed deployment status changes: ``canary -> rolling -> deployed``, and
-``rolled_back`` or ``failed`` from ``canary`` or ``rolling``."""
+"""Allowed deployment status changes: ``canary -> rolling -> deployed``; ``rolled_back`` or
+``failed`` from ``canary``, ``rolling`` or ``deployed``; ``retired`` from ``deployed``."""
 
 
 def _ts(value: datetime | None) -> str | None:

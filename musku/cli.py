@@ -223,6 +223,41 @@ def sweep(
     from musku.display import print_report  # lazy: rich
 
     print_report(_console(), report, wall)
+    effect = _calibration_effect(_report_results(report))
+    if effect:
+        typer.echo(effect)
+
+
+def _report_results(report: Any) -> list[Any]:
+    """Every comparison result of a sweep report: the knobs' and the soft SKU's validations."""
+    out = [r for o in report.knobs for r in o.results]
+    if report.sku is not None:
+        out += [r for r in (report.sku.vs_production, report.sku.vs_stock) if r is not None]
+    return out
+
+
+def _calibration_effect(results: list[Any]) -> str:
+    """The line saying what the pair calibration did to a run's intervals ("" if nothing)."""
+    from musku.abtest.calibration import CalibrationEffect
+
+    return CalibrationEffect.of(results).text()
+
+
+def _calibrations_used(store: Any, rec: Any, comps: list[Any]) -> list[Any]:
+    """The calibrations in force when run ``rec`` started on the pairs whose comparisons
+    were decided before the first swap (the early path they allow)."""
+    from musku.abtest.calibration import decided_early
+
+    when = rec.started_at or rec.created_at
+    pairs = sorted(
+        {
+            "+".join(c.hosts)
+            for c in comps
+            if c.result is not None and c.hosts and decided_early(c.result.reason)
+        }
+    )
+    found = [store.calibration_before(p, when) for p in pairs] if when is not None else []
+    return [c for c in found if c is not None]
 
 
 def _existing_store(url: str | None) -> Any:
@@ -537,6 +572,10 @@ def results(
         rec = found.record
         comps = store.comparisons(rec.id)
         skus = [s for s in store.softskus() if getattr(s, "experiment_id", None) == rec.id]
+        from musku.abtest.calibration import CalibrationEffect, describe
+
+        effect = CalibrationEffect.of([c.result for c in comps if c.result is not None])
+        cals = _calibrations_used(store, rec, comps) if effect.early else []
         if json_out:
             _print_json(
                 {
@@ -544,11 +583,31 @@ def results(
                     "experiment": rec.to_dict(),
                     "comparisons": [c.to_dict() for c in comps],
                     "soft_skus": [s.to_dict() for s in skus],
+                    "calibration": {
+                        **effect.to_dict(),
+                        "calibrations": [
+                            {
+                                "id": c.id,
+                                "pair": c.pair,
+                                "bias": c.bias,
+                                "ci_low": c.ci_low,
+                                "ci_high": c.ci_high,
+                                "bound": c.bound,
+                                "samples": c.samples,
+                                "taken_at": c.taken_at.isoformat(),
+                            }
+                            for c in cals
+                        ],  # fmt: skip
+                    },
                 }
             )
             return
         typer.echo(found.note, err=True)
         print_comparisons(_console(), rec, comps, skus)
+        for cal in cals:
+            typer.echo(f"used {describe(cal)}")
+        if effect.early:
+            typer.echo(effect.text())
     finally:
         store.close()
 

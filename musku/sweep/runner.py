@@ -181,6 +181,8 @@ class Runner:
         self._host_names: tuple[str, str] | None = None
         # the pair's calibration and remembered warm-up transients (issue 19)
         self.memory = memory_for(pair, store if experiment_id is not None else None)
+        self._announced: set[int] = set()
+        self._announce(self.memory)
         self._memories: dict[int, Any] = {}
         if pool is not None and len(pool) > 1:
             p = next(i for i, q in enumerate(pool.pairs) if q is pair)
@@ -494,8 +496,19 @@ class Runner:
             self._memories[p] = memory_for(
                 lane.pair, self.store if self.experiment_id is not None else None
             )
+            self._announce(self._memories[p])
         lane.memory = self._memories[p]
         return lane
+
+    def _announce(self, memory: Any) -> None:
+        """Say once per calibration that this run uses it, and what it does (issue 32)."""
+        cal = memory.calibration
+        if cal is None or cal.id in self._announced:
+            return
+        from musku.abtest.calibration import announce
+
+        self._announced.add(cal.id)
+        self.progress.message(announce(cal, memory))
 
     # ------------------------------------------------------------------ soft SKU
     def generate_softsku(self, sku_config: Configuration) -> SoftSku:

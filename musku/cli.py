@@ -212,35 +212,30 @@ def sweep(
                 raise Interrupted(
                     f"{exc.message}; measurements kept: continue with `musku sweep {file} --resume`"
                 ) from None
+        effect = _run_effect(store, report.experiment_id)
     finally:
         store.close()
     wall = time.monotonic() - started
     if json_out:
         data = report.to_dict()
         data["wall_time_s"] = wall
+        data["calibration_effect"] = effect.to_dict()
         _print_json(data)
         return
     from musku.display import print_report  # lazy: rich
 
     print_report(_console(), report, wall)
-    effect = _calibration_effect(_report_results(report))
-    if effect:
-        typer.echo(effect)
+    if effect.text():
+        typer.echo(effect.text())
 
 
-def _report_results(report: Any) -> list[Any]:
-    """Every comparison result of a sweep report: the knobs' and the soft SKU's validations."""
-    out = [r for o in report.knobs for r in o.results]
-    if report.sku is not None:
-        out += [r for r in (report.sku.vs_production, report.sku.vs_stock) if r is not None]
-    return out
-
-
-def _calibration_effect(results: list[Any]) -> str:
-    """The line saying what the pair calibration did to a run's intervals ("" if nothing)."""
+def _run_effect(store: Any, run_id: int | None) -> Any:
+    """What the pair calibration did to run ``run_id``'s stored comparisons (issue 32): the
+    same figures `musku results NAME` shows later."""
     from musku.abtest.calibration import CalibrationEffect
 
-    return CalibrationEffect.of(results).text()
+    comps = store.comparisons(run_id) if run_id is not None else []
+    return CalibrationEffect.of([c.result for c in comps if c.result is not None])
 
 
 def _calibrations_used(store: Any, rec: Any, comps: list[Any]) -> list[Any]:
@@ -572,9 +567,9 @@ def results(
         rec = found.record
         comps = store.comparisons(rec.id)
         skus = [s for s in store.softskus() if getattr(s, "experiment_id", None) == rec.id]
-        from musku.abtest.calibration import CalibrationEffect, describe
+        from musku.abtest.calibration import describe
 
-        effect = CalibrationEffect.of([c.result for c in comps if c.result is not None])
+        effect = _run_effect(store, rec.id)
         cals = _calibrations_used(store, rec, comps) if effect.early else []
         if json_out:
             _print_json(

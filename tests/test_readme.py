@@ -14,8 +14,10 @@ Explicitly handled:
 
 - ``musku agent run`` runs until stopped: it is started, asked ``musku agent status`` with the
   same configuration until it answers, then stopped with SIGTERM (exit 0 expected). The copy's
-  ``agents/agent.toml`` gets a temporary ``state_dir`` and ``socket`` (the README's are
-  ``/var/lib/musku-agent`` and ``/run/musku/agent.sock``, this machine's real agent's).
+  ``agents/agent.toml`` gets a temporary ``root`` (an empty host tree), ``state_dir`` and
+  ``socket``: the README's (``/``, ``/var/lib/musku-agent``, ``/run/musku/agent.sock``) are
+  this machine's real agent's, and one agent per host root is the rule (another one running
+  here makes the README's refuse with exit 6, "another agent is running on host root /").
 - ``services bench``, ``tune train``, ``qsim run`` need the C++ services: when they are built
   (``services/build`` or ``$MUSKU_SERVICES_BUILD``) they must exit 0, else exit 4 with the
   one-line "is not built" refusal; which of the two happened is printed.
@@ -179,9 +181,10 @@ def _schema(fresh: Env, c: Command) -> str:
 def _agent_run(fresh: Env, c: Command) -> str:
     """Start it, wait until ``musku agent status`` (same configuration) answers, SIGTERM."""
     cfg = fresh.repo / "agents" / "agent.toml"
-    state = fresh.repo / "agent-state"
+    state, root = fresh.repo / "agent-state", fresh.repo / "agent-root"
+    root.mkdir()  # an empty host tree: every knob and sampler says "unavailable", typed
     text = cfg.read_text()
-    for key, value in (("state_dir", state), ("socket", state / "agent.sock")):
+    for key, value in (("root", root), ("state_dir", state), ("socket", state / "agent.sock")):
         text, n = re.subn(rf'(?m)^{key} = "[^"]*"', f'{key} = "{value}"', text)
         assert n == 1, f"agents/agent.toml has no {key} line"
     cfg.write_text(text)

@@ -238,23 +238,6 @@ def _run_effect(store: Any, run_id: int | None) -> Any:
     return CalibrationEffect.of([c.result for c in comps if c.result is not None])
 
 
-def _calibrations_used(store: Any, rec: Any, comps: list[Any]) -> list[Any]:
-    """The calibrations in force when run ``rec`` started on the pairs whose comparisons
-    were decided before the first swap (the early path they allow)."""
-    from musku.abtest.calibration import decided_early
-
-    when = rec.started_at or rec.created_at
-    pairs = sorted(
-        {
-            "+".join(c.hosts)
-            for c in comps
-            if c.result is not None and c.hosts and decided_early(c.result.reason)
-        }
-    )
-    found = [store.calibration_before(p, when) for p in pairs] if when is not None else []
-    return [c for c in found if c is not None]
-
-
 def _existing_store(url: str | None) -> Any:
     """The results DB if it exists at this musku's schema, else None; never creates one."""
     from musku.storage import current_revision, default_url, head_revision, open_store  # lazy
@@ -567,10 +550,10 @@ def results(
         rec = found.record
         comps = store.comparisons(rec.id)
         skus = [s for s in store.softskus() if getattr(s, "experiment_id", None) == rec.id]
-        from musku.abtest.calibration import describe
+        from musku.abtest.calibration import calibrations_used, describe
 
         effect = _run_effect(store, rec.id)
-        cals = _calibrations_used(store, rec, comps) if effect.early else []
+        cals = calibrations_used(store, rec, comps) if effect.early else []
         if json_out:
             _print_json(
                 {

@@ -269,3 +269,19 @@ class CalibrationEffect:
                 "samples"
             )
         return out
+
+
+def calibrations_used(store: Any, run: Any, comparisons: Any) -> list[PairCalibration]:
+    """The calibrations a stored run used: for each pair whose comparisons were decided
+    before the first swap, the newest calibration taken before the run started (calibration
+    rows are never rewritten but for their recalibration flag)."""
+    when = run.started_at or run.created_at
+    pairs = sorted(
+        {
+            "+".join(c.hosts)
+            for c in comparisons
+            if c.result is not None and c.hosts and decided_early(c.result.reason)
+        }
+    )
+    found = [store.calibration_before(p, when) for p in pairs] if when is not None else []
+    return [c for c in found if c is not None]

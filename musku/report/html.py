@@ -408,11 +408,24 @@ def _reproduce(sides: Sequence[ReportData], version: str) -> str:
             "simulated hosts the same file and seed give the same comparisons); statistics: "
             f"<code>{_e(dumps(d.statistics))}</code>.</p>"
         )
+        out.append(_calibration(d))
         text = _file_text(e.path, e.content)
         out.append(
             f"<details><summary>the experiment file</summary><pre>{_e(text)}</pre></details>"
         )
     return "".join(out)
+
+
+def _calibration(d: ReportData) -> str:
+    """What a pair calibration did to the run (docs/abtest.md "What a calibration changes"):
+    which one, and its early decisions against the crossover ones; "" when none decided."""
+    from musku.abtest.calibration import CalibrationEffect, describe
+
+    effect = CalibrationEffect.of([c.result for c in d.comparisons if c.result is not None])
+    if not effect.early:
+        return ""
+    used = "; ".join(f"used {describe(c)}" for c in d.calibrations) or "used a pair calibration"
+    return f'<p class="calibration">{_e(used)}. {_e(effect.text())}.</p>'
 
 
 def _file_text(path: str, content: Any) -> str:

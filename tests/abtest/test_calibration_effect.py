@@ -122,6 +122,11 @@ def test_a_sweep_says_it_uses_the_calibration_once_and_what_it_did(tmp_path: Pat
     assert shown.returncode == 0, shown.stderr
     assert "used calibration 1 of pair sim-a+sim-b (bias " in shown.stdout
     assert effect[0] in shown.stdout  # the same figures, from the stored comparisons
+    report = _musku("report", "toy", "-o", str(tmp_path / "r.html"), db=db, cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    html = (tmp_path / "r.html").read_text()
+    assert "used calibration 1 of pair sim-a+sim-b (bias " in html
+    assert effect[0].replace("'", "&#x27;") in html
     data = json.loads(_musku("results", "toy", "--json", db=db, cwd=tmp_path).stdout)
     assert data["calibration"]["decided_early"] >= 1
     assert [c["id"] for c in data["calibration"]["calibrations"]] == [1]

@@ -14,9 +14,11 @@ import pytest
 from sqlalchemy import create_engine, text, update
 
 from musku.domain import DeploymentStatus
-from musku.errors import InputError
+from musku.errors import HostError, InputError
+from musku.experiment import Experiment
 from musku.rollout import deploy_sku, retire_deployment, rollback_deployment, watch_round
 from musku.rollout.deploy import fleet_state
+from musku.rollout.fleet import SimFleet
 from musku.storage import convert, open_store
 from musku.storage.migrate import alembic_config
 from musku.storage.models import ExperimentRow
@@ -147,3 +149,38 @@ def test_revision_0009_carries_deployments_over_and_back(tmp_path: Path) -> None
     with open_store(url) as db:
         (dep,) = db.deployments()
         assert dep.status is DeploymentStatus.RETIRED and dep.hosts == ("sim-000",)
+
+
+class StuckFleet(SimFleet):
+    """A fleet whose host sim-001 cannot be put back (an agent that refuses the undeploy)."""
+
+    def undeploy(self, name: str, owner: str) -> None:
+        if name == "sim-001":
+            raise HostError("rollback refused: lease held")
+        super().undeploy(name, owner)
+
+
+def test_a_host_that_cannot_be_put_back_leaves_failed_not_retired(
+    tmp_path: Path, store: Store
+) -> None:
+    exp = _experiment(tmp_path, n=6)
+    sku_id = _sku(store, exp, GOOD)
+    rep = deploy_sku(store, exp, sku_id, ["sim-000", "sim-001", "sim-002"],
+                     canary_time_s=4 * 3600)  # fmt: skip
+    fleets: list[SimFleet] = []
+
+    def opener(experiment: Experiment, *, seed: int, state: dict, code_version: object) -> SimFleet:  # type: ignore[type-arg]
+        fleets.append(StuckFleet(experiment, seed, state))
+        return fleets[-1]
+
+    with pytest.raises(HostError) as info:
+        retire_deployment(store, rep.deployment_id, fleet_opener=opener)
+    assert "not put back: sim-001: rollback refused: lease held" in info.value.one_line()
+    dep = store.deployment(rep.deployment_id)
+    assert dep is not None and dep.status is DeploymentStatus.FAILED  # never "retired"
+    fleet = fleets[0]
+    # the others were put back (newest first), the stuck one named in the row
+    assert (
+        fleet.deployed("sim-000") == fleet.baseline and fleet.deployed("sim-002") == fleet.baseline
+    )
+    assert "sim-001" in dep.reason

@@ -12,7 +12,13 @@ third model is the plain fan-out (no network stacks) the issue's "100,000 reques
 over fork and exec) for the 2-tier model at 1x and 10x the requests (bounded by the live state,
 it should not grow).
 
+The engine's progress reporting (``--progress``, one look at the clock every 65,536 events)
+is priced on the 2-tier model: CPU with it over CPU without it, and with ``--baseline-engine``
+against an engine built without it. The CLI's own overhead is ``musku qsim run`` on a
+100-request model minus the engine alone on the same document (docs/qsim.md "Speed").
+
     PYTHONPATH=. python bench/qsim_speed.py [--uqsim /work/peers/uqsim/microsim] [--quick]
+        [--rounds N] [--baseline-engine PATH] [--only cli|progress]
 """
 
 from __future__ import annotations
@@ -80,10 +86,13 @@ qps = 4000
 """
 
 
-def run_timed(argv: list[str], cwd: Path | None = None) -> tuple[str, float, int]:
-    """stdout, CPU seconds (user + sys) and peak RSS (KiB) of one child (wait4: its own)."""
+def run_timed(
+    argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[str, float, int]:
+    """stdout, CPU seconds (user + sys) and peak RSS (KiB) of one child (wait4: its own, with
+    the children it waited for)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=cwd)
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=cwd, env=env)
         _, status, ru = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
@@ -119,6 +128,85 @@ def uqsim(path: str, arch: Path, tmp: Path) -> dict[str, Any]:
     return vals
 
 
+TINY = """\
+[run]
+duration_s = 0.1
+warmup_s = 0.01
+seed = 3
+
+[[machines]]
+name = "m"
+cores = 1
+
+[[services]]
+name = "server"
+execution = "simple"
+  [[services.stages]]
+  name = "work"
+  time = { dist = "exp", mean_us = 10 }
+
+[[paths]]
+  [[paths.nodes]]
+  name = "only"
+  service = "server"
+
+[client]
+qps = 1000
+"""
+
+
+def cli_overhead(tmp: Path, rounds: int) -> tuple[float, float, float]:
+    """The ``musku qsim run`` CLI's own CPU time on a tiny model (100 requests): the whole
+    command (Python and the engine, wait4) minus the engine alone on the same document, in
+    alternating rounds; (median overhead, lowest, highest) CPU-s."""
+    model = tmp / "tiny.toml"
+    model.write_text(TINY)
+    (tmp / "tiny.json").write_text(json.dumps(load(model).engine))
+    cli = [sys.executable, "-m", "musku", "qsim", "run", str(model), "--format", "json", "-q"]
+    # as installed: compiled bytecode cached (here under tmp), so no round compiles musku's
+    # sources (PYTHONDONTWRITEBYTECODE=1 would make every call pay for that)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+    run_timed(cli, env=env)  # warms the bytecode cache
+    diffs = []
+    for _ in range(rounds):
+        _, whole, _ = run_timed(cli, env=env)
+        _, alone, _ = run_timed([str(binary()), str(tmp / "tiny.json")])
+        diffs.append(whole - alone)
+    diffs.sort()
+    return diffs[len(diffs) // 2], diffs[0], diffs[-1]
+
+
+def progress_cost(doc: dict[str, Any], tmp: Path, rounds: int, baseline: str | None) -> str:
+    """CPU of the engine on ``doc`` with ``--progress`` (a line every 0.25 s) against without
+    it, and against a ``baseline`` engine binary (e.g. one built before progress reporting),
+    alternating rounds; medians of the per-round ratios."""
+    f = tmp / "progress.json"
+    f.write_text(json.dumps(doc))
+    plain = [str(binary()), str(f)]
+    on: list[float] = []
+    base: list[float] = []
+    for _ in range(rounds):
+        _, off_s, _ = run_timed(plain)
+        _, on_s, _ = run_timed([*plain, "--progress"])
+        on.append(on_s / off_s)
+        if baseline:
+            _, b_s, _ = run_timed([baseline, str(f)])
+            base.append(off_s / b_s)
+    on.sort()
+    text = (
+        f"progress reporting: engine CPU with --progress / without, median of {rounds} rounds "
+        f"{on[len(on) // 2]:.3f} (range {on[0]:.3f}-{on[-1]:.3f})"
+    )
+    if base:
+        base.sort()
+        text += (
+            f"; this engine without --progress / {baseline}: {base[len(base) // 2]:.3f} "
+            f"(range {base[0]:.3f}-{base[-1]:.3f})"
+        )
+    return text
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--uqsim", help="μqSim binary (built from its public source) to compare with")
@@ -128,7 +216,32 @@ def main() -> int:
     ap.add_argument("--fanout-requests", type=int, default=100_000, help="plain fan-out requests")
     ap.add_argument("--uqsim-fanout-requests", type=int, default=400)
     ap.add_argument("--quick", action="store_true", help="a tenth of the requests")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of the CLI and progress lines")
+    ap.add_argument(
+        "--baseline-engine", help="an engine binary to compare the progress check's cost with"
+    )
+    ap.add_argument(
+        "--only",
+        choices=("cli", "progress"),
+        help="only the CLI overhead line or only the progress cost line",
+    )
     a = ap.parse_args()
+    if a.only:
+        with tempfile.TemporaryDirectory() as td:
+            tmp = Path(td)
+            if a.only == "cli":
+                med, lo, hi = cli_overhead(tmp, a.rounds)
+                print(f"CLI overhead of musku qsim run (tiny model): {med:.3f} CPU-s median of "
+                      f"{a.rounds} rounds (range {lo:.3f}-{hi:.3f}; goal <= 0.1)")  # fmt: skip
+            else:
+                arch = write_example(
+                    tmp / "2tier", "2tier", qps=a.qps, duration_s=a.requests / a.qps
+                )
+                convert(arch, tmp / "2tier.toml")
+                doc = load(tmp / "2tier.toml").engine
+                print(progress_cost(doc, tmp, a.rounds, a.baseline_engine))
+            print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        return 0
     if a.quick:
         a.requests //= 10
         a.fanout_requests //= 10
@@ -189,6 +302,8 @@ def main() -> int:
         rows.append((f"{a.leaves}-leaf fan-out (plain)", "qsim", f"{rp['completed']}",
                      f"{rp['completed'] / rp['proc_cpu_s']:,.0f}", f"{rp['events'] / rp['proc_cpu_s']:,.0f}",
                      f"{rp['latency']['mean_us']:.0f} / {rp['latency']['p99_us']:.0f}"))  # fmt: skip
+        progress_line = progress_cost(doc, tmp, a.rounds, a.baseline_engine)
+        cli_line = cli_overhead(tmp, a.rounds)
     w = [34, 6, 9, 16, 14, 20]
     head = ("model", "engine", "requests", "requests/CPU-s", "events/CPU-s", "mean / p99 (us)")
     print("  ".join(h.ljust(x) for h, x in zip(head, w, strict=True)))
@@ -198,6 +313,9 @@ def main() -> int:
           f"{rp['proc_cpu_s']:.1f} CPU-s (goal < 10 s)")  # fmt: skip
     print(f"peak RSS, 2-tier: {rss1 / 1024:.1f} MiB at {n} requests, {rss10 / 1024:.1f} MiB at "
           f"{r10['completed']} (x{rss10 / rss1:.2f}; bounded by the live state)")  # fmt: skip
+    print(progress_line)
+    print(f"CLI overhead of musku qsim run (tiny model): {cli_line[0]:.3f} CPU-s median of "
+          f"{a.rounds} rounds (range {cli_line[1]:.3f}-{cli_line[2]:.3f}; goal <= 0.1)")  # fmt: skip
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     return 0
 

@@ -49,7 +49,7 @@ Design of one comparison (rule ``cs``)::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -950,12 +950,20 @@ class _Comparison:
         try:
             outcome = self._loop()
         except _Stop:
-            outcome = (
-                Decision.ABORTED,
-                f"stopped on request after {self.d.n - self.dropped:,} samples",
-            )
+            outcome = self.stopped()
         except _Transient as exc:
             outcome = (Decision.INCONCLUSIVE, str(exc))
+        return self.finish(outcome)
+
+    def stopped(self) -> tuple[Decision, str]:
+        return (
+            Decision.ABORTED,
+            f"stopped on request after {self.d.n - self.dropped:,} samples",
+        )
+
+    def finish(self, outcome: tuple[Decision, str]) -> ComparisonResult:
+        """The result of this pair's comparison ending with ``outcome``; what was measured
+        about the pair goes back to its memory."""
         # what was measured about the pair goes back to its memory (the DB when stored:
         # there the median of the newest three counts, so one spurious detection fades)
         for key, secs in self.transients.items():
@@ -993,6 +1001,25 @@ class _Comparison:
         )
 
     def _loop(self) -> tuple[Decision, str]:
+        """One pair on its own: :meth:`steps` judged by this pair's rule at every look."""
+        steps = self.steps()
+        try:
+            kind = next(steps)
+            while True:
+                outcome = self._look()
+                if kind == "cap" and outcome is None:
+                    outcome = (Decision.INCONCLUSIVE, "sample cap reached")
+                kind = steps.send(outcome)
+        except StopIteration as done:
+            result: tuple[Decision, str] = done.value
+            return result
+
+    def steps(self) -> Generator[str, tuple[Decision, str] | None, tuple[Decision, str]]:
+        """The comparison's measurement as a generator: it yields ``"look"`` after every
+        closed batch (and ``"cap"`` when the sample cap is reached) and is sent the outcome
+        of that look: ``None`` measures on (never after ``"cap"``), an outcome ends it and is
+        returned. A pooled comparison (:mod:`musku.abtest.pooled`) drives several pairs'
+        generators and judges them together."""
         while True:
             self.period_sign.append(self.sign)
             if self.period > 0 and not self.baseline.diff(self.candidate):
@@ -1029,13 +1056,14 @@ class _Comparison:
                 pending = None
                 if self._close_batches():
                     self._check_stop()
-                    outcome = self._look()
+                    outcome = yield "look"
                     self._progress()
                     if outcome is not None:
                         return outcome
                 if self.d.n >= self.cap:
                     # cap reached inside an open batch: judge what there is
-                    outcome = self._look() or (Decision.INCONCLUSIVE, "sample cap reached")
+                    outcome = yield "cap"
+                    assert outcome is not None, "a comparison at its cap must be given its end"
                     return outcome
                 if in_period >= target and self.d.n == self.batch_start:
                     if not self._extend_first_period():

@@ -270,11 +270,7 @@ class ConfidenceSequenceRule(DecisionRule):
         assert self.setup is not None, "start() first"
         setup = self.setup
         self.last_batch_size = ev.batch_size
-        long_periods = True  # periods long against the wander's time scale
-        if ev.period_span is not None and self.wander.sd > 0:
-            span = ev.period_span[:, 1] - ev.period_span[:, 0]
-            longest = float(np.nanmax(span)) if np.isfinite(span).any() else 0.0
-            long_periods = longest >= PERIOD_SHARE_OF_WANDER * self.wander.tau_s
+        long_periods = self.long_periods(ev)
         if self.crossover:
             est = stats.crossover_estimate(
                 ev.batch_d,
@@ -299,14 +295,8 @@ class ConfidenceSequenceRule(DecisionRule):
         )
         lo, hi = est.mean - hw, est.mean + hw
         v_est, v_lo, v_hi = to_relative(est.mean, rel), to_relative(lo, rel), to_relative(hi, rel)
-        enough = est.n_plus + est.n_minus >= self.min_batches and (
-            not self.crossover or min(est.n_plus, est.n_minus) >= self.min_per_order
-        )
+        enough = self.mature(est, long_periods)
         comp = est.period
-        if comp is not None and enough and min(comp.periods_plus, comp.periods_minus) < 2:
-            # the wander between one period of each order is only assumed, not measured:
-            # wait for a second of each when the periods are long against its time scale
-            enough = not (long_periods and self.wander.sd > 0)
         # est.bias = dir * log(host1 / host0) in the primary metric
         detail = (
             f"host 1 vs host 0 bias {pct(math.expm1(est.bias * rel))}" if self.crossover else ""
@@ -326,6 +316,26 @@ class ConfidenceSequenceRule(DecisionRule):
             elif -setup.min_effect < v_lo and v_hi < setup.min_effect:
                 decision = Decision.NO_DIFFERENCE
         return Verdict(decision, v_est, v_lo, v_hi, detail)
+
+    def mature(self, est: stats.CrossoverEstimate, long_periods: bool) -> bool:
+        """Whether an estimate has the structure a decision needs: enough batches in all,
+        and per role order; with periods long against the wander's time scale, two periods of
+        each order (the wander between one period of each is only assumed, not measured)."""
+        enough = est.n_plus + est.n_minus >= self.min_batches and (
+            not self.crossover or min(est.n_plus, est.n_minus) >= self.min_per_order
+        )
+        comp = est.period
+        if comp is not None and enough and min(comp.periods_plus, comp.periods_minus) < 2:
+            enough = not (long_periods and self.wander.sd > 0)
+        return enough
+
+    def long_periods(self, ev: Evidence) -> bool:
+        """Whether the periods so far are long against the wander's time scale."""
+        if ev.period_span is None or self.wander.sd <= 0:
+            return True
+        span = ev.period_span[:, 1] - ev.period_span[:, 0]
+        longest = float(np.nanmax(span)) if np.isfinite(span).any() else 0.0
+        return longest >= PERIOD_SHARE_OF_WANDER * self.wander.tau_s
 
     def early_interval(self, ev: Evidence) -> tuple[float, float, float, float] | None:
         """(mean, half-width, widening, batches) of the one-role-order estimate on the log

@@ -576,3 +576,64 @@ def cs_halfwidth(se: float, n: float, alpha: float, n_opt: float, df: float = ma
         if tail > 0.0:
             r = t_quantile(1.0 - tail, df)
     return se * r
+
+
+@dataclass(frozen=True)
+class PooledEstimate:
+    """Several pairs' crossover estimates of one effect combined (log scale)."""
+
+    mean: float  # the average effect over the pairs (random-effects weights)
+    se: float  # its standard error, the between-pair heterogeneity included
+    df: float  # Satterthwaite degrees of freedom of ``se``
+    tau: float  # between-pair standard deviation of the effect (DerSimonian-Laird, >= 0)
+    q: float  # Cochran's Q
+    k: int  # strata combined
+
+
+def pool_strata(
+    means: FloatArray | list[float], ses: FloatArray | list[float], dfs: FloatArray | list[float]
+) -> PooledEstimate | None:
+    """Random-effects combination of ``k`` strata (one per pair): each pair's crossover
+    estimate ``means[i]`` (its own host bias removed within it) with standard error
+    ``ses[i]`` on ``dfs[i]`` degrees of freedom.
+
+    The effect may differ between pairs (a knob that helps on some hosts and not on
+    others): ``mu_i = mu + u_i``, ``u_i ~ (0, tau^2)``, and the estimand is the fleet's
+    average effect ``mu``. ``tau^2`` is the DerSimonian-Laird moment estimate from Cochran's
+    Q, the weights ``1 / (se_i^2 + tau^2)``. Where heterogeneity is seen (``tau^2 > 0``) the
+    variance is the larger of the random-effects one and the Hartung-Knapp one (the weighted
+    spread of the strata around the pooled mean), on ``k - 1`` degrees of freedom (the
+    "modified Knapp-Hartung" interval: DL alone under-covers with few pairs); without it,
+    the inverse-variance (fixed-effect) variance on the strata's Satterthwaite-combined
+    degrees of freedom. So the interval widens with heterogeneity rather than looking more
+    certain for it. With two pairs the heterogeneity is hardly identifiable (docs/abtest.md:
+    pools of >= 4 pairs are honest for it). With one stratum this is that stratum. None
+    when no stratum has a finite estimate."""
+    m = np.asarray(means, dtype=float)
+    s = np.asarray(ses, dtype=float)
+    f = np.asarray(dfs, dtype=float)
+    ok = np.isfinite(m) & np.isfinite(s) & (s > 0) & (f > 0)
+    m, s, f = m[ok], s[ok], f[ok]
+    k = int(m.size)
+    if k == 0:
+        return None
+    v = s * s
+    if k == 1:
+        return PooledEstimate(float(m[0]), float(s[0]), float(f[0]), 0.0, 0.0, 1)
+    w = 1.0 / v
+    mu_fe = float(np.sum(w * m) / np.sum(w))
+    q = float(np.sum(w * (m - mu_fe) ** 2))
+    c = float(np.sum(w) - np.sum(w * w) / np.sum(w))
+    tau2 = max(0.0, (q - (k - 1)) / c) if c > 0 else 0.0
+    if tau2 <= 0.0:
+        var = 1.0 / float(np.sum(w))
+        part = w * w * v * var * var  # each stratum's share of var
+        denom = float(np.sum(part * part / f))
+        df = var * var / denom if denom > 0 else math.inf
+        return PooledEstimate(mu_fe, math.sqrt(var), float(df), 0.0, q, k)
+    ws = 1.0 / (v + tau2)
+    sw = float(np.sum(ws))
+    mu = float(np.sum(ws * m) / sw)
+    var_hk = float(np.sum(ws * (m - mu) ** 2)) / ((k - 1) * sw)
+    var = max(1.0 / sw, var_hk)
+    return PooledEstimate(mu, math.sqrt(var), float(k - 1), math.sqrt(tau2), q, k)

@@ -3,6 +3,8 @@
 ``musku agent rpc`` is what the controller runs over SSH: a fixed command, the request as one
 JSON object on stdin (optionally ``"agent_socket": PATH`` to choose the agent), the reply as
 one JSON object on stdout. It always prints a reply; an unreachable agent is an error reply.
+``musku agent rpc --stream`` serves one request line after another for as long as its stdin
+stays open (the controller keeps one such channel per SSH connection).
 """
 
 from __future__ import annotations
@@ -97,13 +99,26 @@ def rpc_once(text: str, default_socket: Path) -> tuple[dict[str, Any], int]:
 
 
 @app.command()
-def rpc(config: ConfigOpt = None, socket: SocketOpt = None) -> None:
-    """Read one JSON request on stdin, send it to the local agent, print the JSON reply."""
+def rpc(
+    config: ConfigOpt = None,
+    socket: SocketOpt = None,
+    stream: Annotated[
+        bool,
+        typer.Option(
+            "--stream",
+            help="serve newline-delimited JSON requests until end of input, one reply line each",
+        ),
+    ] = False,
+) -> None:
+    """Read one JSON request on stdin, send it to the local agent, print the JSON reply
+    (--stream: one request per line until end of input)."""
     argv: list[str] = []
     if config is not None:
         argv += ["--config", str(config)]
     if socket is not None:
         argv += ["--socket", str(socket)]
+    if stream:
+        argv.append("--stream")
     from musku.agent.rpc import main as rpc_main  # lazy: see status()
 
     raise typer.Exit(rpc_main(argv))

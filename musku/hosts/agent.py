@@ -50,7 +50,7 @@ import numpy as np
 
 from musku import owner
 from musku.agent.client import AgentClient
-from musku.agent.protocol import AgentBusy, raise_for
+from musku.agent.protocol import MAX_REPLY, AgentBusy, raise_for
 from musku.agent.spool import Row
 from musku.cotune_spec import MIDTIER_KEYS
 from musku.domain import Configuration, Sample
@@ -135,10 +135,24 @@ DEFAULT_RECONNECT_S = 600.0  # a lost link: how long a comparison waits for it t
 
 
 class SshLink:
-    """An agent on another host: one SSH exec of a fixed command per request (thread-safe).
+    """An agent on another host, over SSH (thread-safe: one request at a time per link).
 
-    A request that gets no answer in time, or an SSH connection that cannot be (re)opened,
-    raises :class:`~musku.errors.LinkDown`: the agent may be fine behind a cut link."""
+    By default one long-lived channel per SSH connection runs the fixed command
+    ``remote_command --stream`` (``musku agent rpc --stream``): newline-delimited JSON requests
+    in, one reply line out for each, so a request costs a round trip, not a process start on
+    the host. A channel found dead before a request (its relay exited) is replaced quietly; one
+    that dies during a request (end of output, a dropped transport) is replaced and the request
+    sent once more, then :class:`~musku.errors.LinkDown` (or, when the relay keeps exiting
+    without a reply, a HostError naming its exit status). A request with no reply within its
+    deadline (``timeout`` for :data:`LONG_OPS`, else ``rpc_timeout``) drops the connection and
+    raises LinkDown at once: the agent may be fine behind a cut link, and resending a request it
+    may still be running is not safe. A reply line that is not a JSON object is one HostError
+    line (the channel is dropped: its framing cannot be trusted). A host whose relay refuses
+    ``--stream`` (a musku older than it) is served one exec per request from then on.
+
+    ``stream=False``: one SSH exec of ``remote_command`` per request (the older transport; the
+    request on stdin, the reply on stdout; the request is sent once more on any SSH failure).
+    """
 
     def __init__(
         self,
@@ -153,9 +167,12 @@ class SshLink:
         connect_timeout: float = 10.0,
         timeout: float = 300.0,
         rpc_timeout: float = 30.0,
+        stream: bool = True,
     ) -> None:
         self.where = f"{user}@{host}:{port}"
         self.command = shlex.join(list(remote_command))  # fixed: never built from request data
+        self.stream_command = shlex.join([*remote_command, "--stream"])
+        self.stream = stream
         self.agent_socket = agent_socket
         self.timeout = timeout
         self.rpc_timeout = min(rpc_timeout, timeout)
@@ -164,6 +181,11 @@ class SshLink:
         self._identity, self._known_hosts = identity_file, known_hosts
         self._connect_timeout = connect_timeout
         self._conn: Any = None
+        self._chan: Any = None  # the stream channel
+        self._buf = bytearray()  # stream output read past the last reply line
+        self._err = bytearray()  # the tail of the stream relay's stderr
+        self.channels = 0  # stream channels opened (execs, in one-shot mode), for the figures
+        self.requests = 0  # requests sent (a resent one counts once)
 
     def _connection(self) -> Any:
         if self._conn is not None and self._conn.is_connected:
@@ -197,33 +219,186 @@ class SshLink:
         return conn
 
     def request(self, req: dict[str, Any]) -> dict[str, Any]:
-        import paramiko  # lazy: see _connection
-
         if self.agent_socket:
             req = {**req, "agent_socket": self.agent_socket}
         timeout = self.timeout if req.get("op") in LONG_OPS else self.rpc_timeout
         data = json.dumps(req, separators=(",", ":")).encode() + b"\n"
         with self._lock:
-            for attempt in (0, 1):
-                try:
-                    conn = self._connection()
-                    chan = conn.client.get_transport().open_session(timeout=self._connect_timeout)
-                    chan.settimeout(timeout)
-                    chan.exec_command(self.command)
-                    chan.sendall(data)
-                    chan.shutdown_write()
-                    out = bytearray()
-                    while chunk := chan.recv(65536):
-                        out += chunk
-                    err = chan.recv_stderr(4096)
-                    status = chan.recv_exit_status()
-                    chan.close()
-                    break
-                except (paramiko.SSHException, OSError, EOFError) as exc:
-                    self._drop()
-                    if attempt:
-                        why = f"no answer in {timeout:g}s" if isinstance(exc, TimeoutError) else exc
-                        raise LinkDown(f"{self.where}: SSH failed: {why}") from None
+            self.requests += 1
+            if self.stream:
+                reply = self._stream_request(data, timeout)
+                if reply is not None:
+                    return reply
+            return self._exec_request(data, timeout)
+
+    # ---- one long-lived channel
+
+    def _stream_channel(self, timeout: float) -> Any:
+        """The live stream channel, or a new one once its relay's banner came (within
+        ``timeout``); None when the host's relay cannot stream (an older musku)."""
+        chan = self._chan
+        if chan is not None and not (
+            chan.closed or chan.eof_received or chan.exit_status_ready() or chan.recv_ready()
+        ):
+            return chan  # alive, and nothing unasked waiting on it
+        self._drop_channel()  # its relay exited (or wrote out of turn): start a fresh one
+        conn = self._connection()
+        chan = conn.client.get_transport().open_session(timeout=self._connect_timeout)
+        chan.exec_command(self.stream_command)
+        self._chan = chan
+        self.channels += 1
+        try:
+            first = self._read_line(chan, timeout)
+        except TimeoutError:
+            # no banner: an older one-shot relay (a key's forced command) waiting for the end
+            # of its input? End it; such a relay answers the empty request with an error
+            chan.shutdown_write()
+            try:
+                rest = self._read_line(chan, self._connect_timeout)
+            except TimeoutError:
+                rest = None
+            self._drop()
+            if rest is None or _is_banner(rest):
+                raise LinkDown(f"{self.where}: SSH failed: no answer in {timeout:g}s") from None
+            return None
+        if first is None:  # it exited at once
+            raise _RelayExited(self._exited(timeout))
+        if _is_banner(first):
+            return chan
+        try:
+            doc = json.loads(first)
+        except ValueError:
+            doc = None
+        self._drop_channel()
+        if isinstance(doc, dict) and _no_stream(doc):
+            return None
+        shown = " ".join(first.decode(errors="replace").split())[:120]
+        raise HostError(f"{self.where}: '{self.stream_command}' is not a stream relay: {shown!r}")
+
+    def _read_line(self, chan: Any, timeout: float) -> bytes | None:
+        """The next output line (without its newline); None at end of output; TimeoutError
+        when none came within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        scanned = 0
+        while True:
+            i = self._buf.find(b"\n", scanned)
+            if i >= 0:
+                line = bytes(self._buf[:i])
+                del self._buf[: i + 1]
+                return line
+            scanned = len(self._buf)
+            if scanned > MAX_REPLY:
+                self._drop_channel()
+                raise HostError(f"{self.where}: reply longer than {MAX_REPLY} bytes")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            chan.settimeout(left)
+            chunk = chan.recv(1 << 20)
+            while chan.recv_stderr_ready():  # keep its tail for error messages
+                self._err = (self._err + chan.recv_stderr(4096))[-1000:]
+            if not chunk:
+                return None
+            self._buf += chunk
+
+    def _stream_request(self, data: bytes, timeout: float) -> dict[str, Any] | None:
+        """The reply over the stream channel; None when the host's relay has no ``--stream``
+        (this link then uses one exec per request)."""
+        import paramiko  # lazy: see _connection
+
+        for attempt in (0, 1):
+            try:
+                chan = self._stream_channel(timeout)
+                if chan is None:
+                    why = "the host's musku has no 'rpc --stream': one exec per request"
+                    log.warning("%s: %s", self.where, why)
+                    self.stream = False
+                    return None
+                chan.settimeout(timeout)
+                chan.sendall(data)
+                line = self._read_line(chan, timeout)
+            except TimeoutError:
+                self._drop()
+                raise LinkDown(f"{self.where}: SSH failed: no answer in {timeout:g}s") from None
+            except _RelayExited as exc:
+                if attempt:
+                    raise HostError(str(exc)) from None
+                continue
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                self._drop()
+                if attempt:
+                    raise LinkDown(f"{self.where}: SSH failed: {exc}") from None
+                continue
+            if line is None:  # the relay ended during the request: once more on a new one
+                why = self._exited(timeout)
+                if attempt:
+                    raise HostError(why)
+                continue
+            if self._buf:  # more than one line for one request: the framing is off
+                log.warning("%s: the relay wrote more than one reply line", self.where)
+                self._drop_channel()
+            return self._parse(line)
+        raise AssertionError("unreachable")
+
+    def _exited(self, timeout: float) -> str:
+        """The stream channel's relay ended: drop the channel; what to say about it."""
+        chan = self._chan
+        chan.status_event.wait(min(2.0, timeout))  # the exit status follows the end of output
+        status = chan.exit_status if chan.exit_status_ready() else -1
+        err = " ".join(self._err.decode(errors="replace").split())[-300:]
+        self._drop_channel()
+        return f"{self.where}: '{self.stream_command}' exited {status} without a reply" + (
+            f": {err}" if err else ""
+        )
+
+    def _parse(self, line: bytes) -> dict[str, Any]:
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            self._drop_channel()
+            shown = " ".join(line.decode(errors="replace").split())[:120]
+            raise HostError(f"{self.where}: malformed reply from the relay: {shown!r}") from None
+        if not isinstance(reply, dict):
+            self._drop_channel()
+            raise HostError(f"{self.where}: malformed reply from the relay (not an object)")
+        return reply
+
+    def _drop_channel(self) -> None:
+        chan, self._chan = self._chan, None
+        self._buf.clear()
+        self._err.clear()
+        if chan is not None:
+            try:
+                chan.close()  # the relay sees the end of its input and exits
+            except Exception as exc:  # noqa: BLE001 - closing a channel of a dead transport
+                log.debug("%s: closing the channel: %s", self.where, exc)
+
+    # ---- one exec per request
+
+    def _exec_request(self, data: bytes, timeout: float) -> dict[str, Any]:
+        import paramiko  # lazy: see _connection
+
+        for attempt in (0, 1):
+            try:
+                conn = self._connection()
+                chan = conn.client.get_transport().open_session(timeout=self._connect_timeout)
+                self.channels += 1
+                chan.settimeout(timeout)
+                chan.exec_command(self.command)
+                chan.sendall(data)
+                chan.shutdown_write()
+                out = bytearray()
+                while chunk := chan.recv(65536):
+                    out += chunk
+                err = chan.recv_stderr(4096)
+                status = chan.recv_exit_status()
+                chan.close()
+                break
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                self._drop()
+                if attempt:
+                    why = f"no answer in {timeout:g}s" if isinstance(exc, TimeoutError) else exc
+                    raise LinkDown(f"{self.where}: SSH failed: {why}") from None
         lines = [ln for ln in bytes(out).decode(errors="replace").splitlines() if ln.strip()]
         try:
             reply = json.loads(lines[-1])
@@ -247,6 +422,7 @@ class SshLink:
         )
 
     def _drop(self) -> None:
+        self._drop_channel()
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -256,6 +432,26 @@ class SshLink:
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+
+class _RelayExited(Exception):
+    """The stream relay ended before its banner (the message says how)."""
+
+
+def _is_banner(line: bytes) -> bool:
+    """Whether ``line`` is a stream relay's first line (``musku.agent.rpc.BANNER``)."""
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return False
+    result = doc.get("result") if isinstance(doc, dict) else None
+    return isinstance(result, dict) and result.get("relay") == "musku agent rpc --stream"
+
+
+def _no_stream(reply: dict[str, Any]) -> bool:
+    """Whether ``reply`` is an older ``musku agent rpc`` refusing ``--stream``."""
+    err = reply.get("error") if reply.get("ok") is False else None
+    return isinstance(err, dict) and "unexpected argument '--stream'" in str(err.get("message"))
 
 
 # --------------------------------------------------------------------------- aggregation

@@ -12,7 +12,6 @@ import json
 import os
 import stat
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -39,10 +38,27 @@ DurationOpt = Annotated[
 ]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="Run seed (overrides [run]).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+FormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--format", help="table, csv or json (csv: one table, --table; json: the whole result)."
+    ),
+]
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress on stderr (shown for runs over 2 s).")
+]
+PerCoreOpt = Annotated[
+    bool,
+    typer.Option("--per-core", help="Per-core and per-thread detail (tables and JSON)."),
+]
+FORMATS = ("table", "csv", "json")
+RUN_TABLES = ("services", "stages", "machines", "cores")
 OutOpt = Annotated[
     Path | None,
     typer.Option(
-        "--out", help="Also write the result as JSON here (a new or regular file; - stdout)."
+        "--out",
+        help="Also write the result here: a name ending .csv gets the table (--table), any "
+        "other the JSON (a new or regular file; - stdout).",
     ),
 ]
 CpuOpt = Annotated[
@@ -88,26 +104,80 @@ def check_out(out: Path | None) -> None:
         raise InputError("--out is not a regular file (a device, FIFO or socket)", where=where)
 
 
-def write_out(out: Path, text: str) -> None:
-    """``text`` to ``out`` atomically (a temporary file beside it, renamed over it), or to
-    stdout for ``-``."""
-    if str(out) == "-":
-        sys.stdout.write(text)
-        return
+def write_out(out: Path, text: str | bytes) -> None:
+    """``text`` to ``out`` atomically (musku/outputs.py: a temporary file beside it, renamed
+    over it), or to stdout for ``-``."""
+    from musku import outputs
+
     check_out(out)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    except OSError as e:
-        raise InputError(f"--out: cannot write: {e.strerror}", where=str(out)) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise InputError(f"--out: cannot write: {e.strerror}", where=str(out)) from None
+    outputs.write_bytes(out, text.encode("utf-8") if isinstance(text, str) else text)
+
+
+def check_format(fmt: str, json_out: bool) -> str:
+    """``--format`` (``--json`` is ``--format json``)."""
+    if json_out:
+        return "json"
+    if fmt not in FORMATS:
+        raise InputError(f"--format takes {', '.join(FORMATS)}, not {fmt!r}")
+    return fmt
+
+
+def to_csv(header: list[str], rows: list[list[Any]]) -> str:
+    """RFC 4180 CSV with a header line (numbers as Python prints them: full precision)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def _table_json(header: list[str], rows: list[list[Any]]) -> str:
+    return json.dumps([dict(zip(header, r, strict=True)) for r in rows], indent=2) + "\n"
+
+
+class _Bar:
+    """The rich progress bar of a qsim run on a terminal (musku/qsim/progress.py decides when)."""
+
+    def __init__(self, stream: Any, title: str) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            Progress,
+            TaskProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._p = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=Console(file=stream, highlight=False),
+            transient=True,
+        )
+        self._p.start()
+        self._task = self._p.add_task(_e(title), total=1.0)
+
+    def update(self, fraction: float, description: str) -> None:
+        self._p.update(self._task, completed=fraction, description=_e(description))
+
+    def stop(self) -> None:
+        self._p.stop()
+
+
+def _progress(title: str, quiet: bool) -> Any:
+    from musku.qsim.progress import Progress, after_s_from_env
+
+    return Progress(
+        f"qsim {title}", enabled=not quiet, bar_factory=_Bar, after_s=after_s_from_env()
+    )
 
 
 def _limits(cpu_limit: float | None, memory_limit: int | None) -> Limits:
@@ -133,7 +203,40 @@ def _us(x: float) -> str:
     return f"{x / 1000:.2f} ms" if x >= 1000 else f"{x:.1f} us"
 
 
-def _print_run(result: dict[str, Any], title: str) -> None:
+def run_table(result: dict[str, Any], which: str) -> tuple[list[str], list[list[Any]]]:
+    """One of a run's tables as (header, rows) of plain values (``--format csv|json --table``).
+    ``visits`` counts the service's visits (a request that calls it twice counts two)."""
+    if which == "services":
+        return ["service", "visits", "mean_us", "p50_us", "p99_us", "thread_util"], [
+            [name, s["count"], s["mean_us"], s["p50_us"], s["p99_us"], s["thread_util"]]
+            for name, s in result["services"].items()
+        ]
+    if which == "stages":
+        return ["service", "stage", "mean_queue", "max_queue"], [
+            [s["service"], s["stage"], s["mean_queue"], s["max_queue"]] for s in result["stages"]
+        ]
+    if which == "machines":
+        return ["machine", "cores", "mean_util", "max_util"], [
+            [m["machine"], m["cores"], m["mean_util"], m["max_util"]] for m in machines(result)
+        ]
+    return ["machine", "core", "util"], [
+        [c["machine"], c["core"], c["util"]] for c in result["cores"]
+    ]
+
+
+def machines(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per machine: its cores' mean and highest utilisation (the default instead of the
+    per-core dump, which ``--per-core`` asks for)."""
+    per: dict[str, list[float]] = {}
+    for c in result["cores"]:
+        per.setdefault(c["machine"], []).append(c["util"])
+    return [
+        {"machine": m, "cores": len(us), "mean_util": sum(us) / len(us), "max_util": max(us)}
+        for m, us in per.items()
+    ]
+
+
+def _print_run(result: dict[str, Any], title: str, per_core: bool) -> None:
     from rich.table import Table
 
     con = _console()
@@ -151,7 +254,7 @@ def _print_run(result: dict[str, Any], title: str) -> None:
     if result["saturated"]:
         con.print(f"[bold red]SATURATED[/]: {_e(result['stop_reason'])}")
     t = Table(title="per service (time at the service, from arrival to the node's last stage)")
-    for col in ("service", "requests", "mean", "p50", "p99", "thread util"):
+    for col in ("service", "visits", "mean", "p50", "p99", "thread util"):
         t.add_column(col, justify="left" if col == "service" else "right")
     for name, s in result["services"].items():
         t.add_row(_e(name), str(s["count"]), _us(s["mean_us"]), _us(s["p50_us"]), _us(s["p99_us"]),
@@ -163,19 +266,37 @@ def _print_run(result: dict[str, Any], title: str) -> None:
     for s in result["stages"]:
         q.add_row(_e(s["service"]), _e(s["stage"]), f"{s['mean_queue']:.2f}", str(s["max_queue"]))
     con.print(q)
-    per_machine: dict[str, list[float]] = {}
-    for c in result["cores"]:
-        per_machine.setdefault(c["machine"], []).append(c["util"])
-    con.print(
-        "cores: "
-        + "; ".join(
-            f"{_e(m)} " + " ".join(f"{u * 100:.0f}" for u in us) + " %"
-            for m, us in per_machine.items()
+    if per_core:
+        per_machine: dict[str, list[float]] = {}
+        for c in result["cores"]:
+            per_machine.setdefault(c["machine"], []).append(c["util"])
+        con.print(
+            "cores: "
+            + "; ".join(
+                f"{_e(m)} " + " ".join(f"{u * 100:.0f}" for u in us) + " %"
+                for m, us in per_machine.items()
+            )
         )
-    )
+    else:
+        con.print(
+            "cores (mean / busiest, --per-core for each): "
+            + "; ".join(
+                f"{_e(m['machine'])} {m['mean_util'] * 100:.0f} / {m['max_util'] * 100:.0f} % "
+                f"of {m['cores']}"
+                for m in machines(result)
+            )
+        )
     con.print(
         f"[dim]{result['events']} events, {result['jobs_run']} jobs in {result['cpu_s']:.2f} CPU-s[/]"
     )
+
+
+def _without_detail(result: dict[str, Any]) -> dict[str, Any]:
+    """The result without its per-core and per-thread lists (``--per-core`` keeps them);
+    per-machine figures instead."""
+    out = {k: v for k, v in result.items() if k not in ("cores", "threads")}
+    out["machines"] = machines(result)
+    return out
 
 
 @app.command("check")
@@ -202,6 +323,18 @@ def run(
     seed: SeedOpt = None,
     out: OutOpt = None,
     json_out: JsonOpt = False,
+    fmt: FormatOpt = "table",
+    table: Annotated[
+        str | None,
+        typer.Option(
+            "--table",
+            help="One table for --format csv (default services) or json (default: the whole "
+            "result): " + ", ".join(RUN_TABLES) + ".",
+            show_default=False,
+        ),
+    ] = None,
+    per_core: PerCoreOpt = False,
+    quiet: QuietOpt = False,
     cpu_limit: CpuOpt = None,
     memory_limit: MemOpt = None,
 ) -> None:
@@ -209,19 +342,31 @@ def run(
     from musku.qsim.engine import simulate
     from musku.qsim.model import load, with_overrides
 
+    fmt = check_format(fmt, json_out)
+    if table is not None and table not in RUN_TABLES:
+        raise InputError(f"--table takes {', '.join(RUN_TABLES)}, not {table!r}")
     limits = _limits(cpu_limit, memory_limit)
     check_out(out)
     loaded = load(model)
     doc = with_overrides(loaded.engine, qps=qps, duration_s=duration, seed=seed)
-    result = simulate(doc, limits=limits)
+    with _progress(f"run {model}", quiet) as prog:
+        # -q: no --progress for the engine either (an engine built before it still runs)
+        result = simulate(doc, limits=limits, on_progress=prog.update if prog.enabled else None)
     result["model"] = str(model)
     result["seed"] = doc["seed"]
-    if out is not None:
-        write_out(out, json.dumps(result, indent=2) + "\n")
-    if json_out:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    shown = result if per_core else _without_detail(result)
+    if out is not None and str(out).lower().endswith(".csv"):
+        write_out(out, to_csv(*run_table(result, table or "services")))
+    elif out is not None:
+        write_out(out, json.dumps(shown, indent=2) + "\n")
+    if fmt == "json" and table is not None:
+        sys.stdout.write(_table_json(*run_table(result, table)))
+    elif fmt == "json":
+        sys.stdout.write(json.dumps(shown, indent=2) + "\n")
+    elif fmt == "csv":
+        sys.stdout.write(to_csv(*run_table(result, table or "services")))
     else:
-        _print_run(result, str(model))
+        _print_run(result, str(model), per_core)
 
 
 def parse_range(text: str) -> list[float]:
@@ -252,24 +397,32 @@ def falls_behind(result: dict[str, Any], qps: float) -> bool:
 
 
 def curve_points(
-    doc: dict[str, Any], rates: list[float], limits: Limits | None = None
+    doc: dict[str, Any],
+    rates: list[float],
+    limits: Limits | None = None,
+    progress: Any = None,
 ) -> dict[str, Any]:
     """Run the model at each rate until it saturates; the curve and the saturation point.
-    Every run spends the one CPU budget (``limits``)."""
+    Every run spends the one CPU budget (``limits``). ``progress``: a
+    :class:`musku.qsim.progress.CurveProgress` (or None)."""
     from musku.qsim.engine import Limits, simulate
     from musku.qsim.model import with_overrides
 
     lim = limits if limits is not None else Limits.from_env()
     points = []
     saturation: dict[str, Any] | None = None
-    for qps in rates:
-        r = simulate(with_overrides(doc, qps=qps), limits=lim)
+    for i, qps in enumerate(rates):
+        if progress is not None:
+            progress.start(i)
+        r = simulate(with_overrides(doc, qps=qps), limits=lim, on_progress=progress)
         sat = bool(r["saturated"])  # the engine's rule, the same as `run` (docs/qsim.md "Overload")
         points.append(
             {
                 "qps": qps,
                 "throughput_qps": r["throughput_qps"],
                 "latency": r["latency"],
+                "services_util": {n: s["thread_util"] for n, s in r["services"].items()},
+                "machines_util": {m["machine"]: m["mean_util"] for m in machines(r)},
                 "saturated": sat,
                 "stop_reason": r["stop_reason"],
             }
@@ -288,6 +441,37 @@ def curve_points(
     return {"points": points, "saturation": saturation}
 
 
+CURVE_PERCENTILES = ("p50", "p90", "p99")
+
+
+def curve_table(res: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """The curve as (header, rows) of plain values: each percentile with its 95 % interval
+    (empty where the engine gives none), the busiest service's thread utilisation, status."""
+    header = ["offered_qps", "completed_qps", "mean_us"]
+    for q in CURVE_PERCENTILES:
+        header += [f"{q}_us", f"{q}_lo_us", f"{q}_hi_us"]
+    header += ["p999_us", "busiest_service", "busiest_util", "status"]
+    rows = []
+    for p in res["points"]:
+        lat = p["latency"]
+        ci = lat.get("ci", {})
+        row: list[Any] = [p["qps"], p["throughput_qps"], lat["mean_us"]]
+        for q in CURVE_PERCENTILES:
+            lo, hi = ci.get(f"{q}_us", ("", ""))
+            row += [lat[f"{q}_us"], lo, hi]
+        util = p.get("services_util", {})
+        busiest = max(util, key=lambda n: util[n]) if util else ""
+        row += [lat["p999_us"], busiest, util.get(busiest, ""),
+                "saturated" if p["saturated"] else "stable"]  # fmt: skip
+        rows.append(row)
+    return header, rows
+
+
+def _ci(lat: dict[str, Any], key: str) -> str:
+    got = lat.get("ci", {}).get(key)
+    return _us(lat[key]) + (f" [{_us(got[0])}, {_us(got[1])}]" if got else "")
+
+
 @app.command("curve")
 def curve(
     model: ModelArg,
@@ -296,16 +480,27 @@ def curve(
     ],
     duration: DurationOpt = None,
     seed: SeedOpt = None,
-    out: OutOpt = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Also write the curve here, in the form its name ends with: .png, .svg or "
+            ".html (a figure; the HTML self-contained), .csv (the table), else JSON "
+            "(a new or regular file; - stdout).",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
+    fmt: FormatOpt = "table",
+    quiet: QuietOpt = False,
     cpu_limit: CpuOpt = None,
     memory_limit: MemOpt = None,
 ) -> None:
     """Load-latency curve; stops at the first saturated rate and says so."""
-    from rich.table import Table
-
     from musku.qsim.model import load, with_overrides
+    from musku.qsim.progress import CurveProgress
 
+    fmt = check_format(fmt, json_out)
     rates = parse_range(qps)
     limits = _limits(cpu_limit, memory_limit)
     check_out(out)
@@ -313,21 +508,25 @@ def curve(
     doc = with_overrides(loaded.engine, duration_s=duration, seed=seed)
     if doc["client"]["kind"] != "open":
         raise InputError("a load-latency curve needs an open-loop client", where=str(model))
-    res = curve_points(doc, rates, limits)
+    with _progress(f"curve {model}", quiet) as prog:
+        res = curve_points(doc, rates, limits, CurveProgress(prog, rates) if prog.enabled else None)
     res["model"] = str(model)
     if out is not None:
-        write_out(out, json.dumps(res, indent=2) + "\n")
-    if json_out:
+        write_curve(out, res)
+    if fmt == "json":
         sys.stdout.write(json.dumps(res, indent=2) + "\n")
         return
-    t = Table(title=f"load-latency curve of {_e(model)}")
-    for col in ("offered", "completed", "mean", "p50", "p99", "p99.9", ""):
-        t.add_column(col, justify="right")
-    for p in res["points"]:
-        lat = p["latency"]
-        t.add_row(f"{p['qps']:.0f}", f"{p['throughput_qps']:.0f}", _us(lat["mean_us"]),
-                  _us(lat["p50_us"]), _us(lat["p99_us"]), _us(lat["p999_us"]),
-                  "SATURATED" if p["saturated"] else "")  # fmt: skip
+    if fmt == "csv":
+        sys.stdout.write(to_csv(*curve_table(res)))
+        return
+    from rich.table import Table
+
+    t = Table(title=f"load-latency curve of {_e(model)} (95 % intervals in brackets)")
+    header, rows = curve_rows(res)
+    for col in header:
+        t.add_column(col, justify="left" if col == "busiest" else "right")
+    for row in rows:
+        t.add_row(*(_e(c) for c in row[:-1]), "SATURATED" if row[-1] == "saturated" else "stable")
     con = _console()
     con.print(t)
     s = res["saturation"]
@@ -339,6 +538,37 @@ def curve(
             f"[bold]saturation[/] at {s['first_saturated_qps']:.0f} req/s offered{below}: "
             f"{_e(s['reason'])}; max completed {s['max_throughput_qps']:.0f} req/s"
         )
+
+
+def write_curve(out: Path, res: dict[str, Any]) -> None:
+    """``-o``: a figure (.png, .svg), a page (.html), the table (.csv) or JSON."""
+    from musku.qsim.figure import curve_figure, curve_html, figure_format, render
+
+    kind = figure_format(str(out))
+    if kind == "html":
+        write_out(out, curve_html(res, *curve_rows(res)))
+    elif kind is not None:
+        write_out(out, render(curve_figure(res), kind))
+    elif str(out).lower().endswith(".csv"):
+        write_out(out, to_csv(*curve_table(res)))
+    else:
+        write_out(out, json.dumps(res, indent=2) + "\n")
+
+
+def curve_rows(res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The curve's table as people read it (the terminal's and the HTML page's)."""
+    header = ["offered (req/s)", "completed (req/s)", "mean", "p50 [95 %]", "p90 [95 %]",
+              "p99 [95 %]", "p99.9", "busiest", "status"]  # fmt: skip
+    rows = []
+    for p in res["points"]:
+        lat = p["latency"]
+        util = p.get("services_util", {})
+        busiest = max(util, key=lambda n: util[n]) if util else ""
+        rows.append([f"{p['qps']:.0f}", f"{p['throughput_qps']:.0f}", _us(lat["mean_us"]),
+                     _ci(lat, "p50_us"), _ci(lat, "p90_us"), _ci(lat, "p99_us"),
+                     _us(lat["p999_us"]), f"{busiest} {util[busiest] * 100:.0f} %" if busiest else "",
+                     "saturated" if p["saturated"] else "stable"])  # fmt: skip
+    return header, rows
 
 
 @app.command("import-uqsim")

@@ -11,12 +11,14 @@ does not end or a machine out of memory. The budget is :class:`Limits` (``--cpu-
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import resource
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -149,7 +151,8 @@ def binary() -> Path:
         if not (p.is_file() and os.access(p, os.X_OK)):
             raise UnsupportedError(f"MUSKU_QSIM={env} is not an executable file")
         return p
-    from musku.services.runtime import binary as services_binary
+    # musku.services.binaries, not .runtime: runtime pulls numpy and psutil (~0.3 CPU-s a call)
+    from musku.services.binaries import binary as services_binary
 
     return services_binary(BINARY)
 
@@ -162,36 +165,126 @@ def encode(doc: dict[str, Any]) -> bytes:
         raise InputError("the model holds a number that is not finite") from None
 
 
+ProgressFn = Callable[[float, str], None]
+"""Called with the run's fraction done (0..1) and a short description (simulated time)."""
+
+PROGRESS_INTERVAL_S = 0.25
+"""Wall seconds between two of the engine's progress lines (``musku_qsim --progress``)."""
+
+
+def progress_fraction(line: str) -> tuple[float, str] | None:
+    """The engine's ``progress SIM_T END COMPLETED MAX_REQUESTS`` line as (fraction done,
+    description); None for any other line. The fraction is the larger of simulated time over
+    the run's duration and completions over ``max_requests`` (when it is set)."""
+    parts = line.split()
+    if len(parts) != 5 or parts[0] != "progress":
+        return None
+    try:
+        t, end, done, most = float(parts[1]), float(parts[2]), int(parts[3]), int(parts[4])
+    except ValueError:
+        return None
+    frac = t / end if end > 0 else 0.0
+    if most > 0:
+        frac = max(frac, done / most)
+    return min(1.0, max(0.0, frac)), f"simulated {t:.3g} of {end:.3g} s"
+
+
+def _run_engine(
+    argv: list[str],
+    data: bytes,
+    wall: float,
+    on_progress: ProgressFn | None,
+    preexec: Callable[[], None],
+) -> tuple[int, bytes, str]:
+    """Run the engine with ``data`` on stdin: (status, stdout, stderr without the progress
+    lines). Progress lines go to ``on_progress`` as they come. TimeoutExpired after ``wall``
+    seconds (the engine killed)."""
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=preexec,  # noqa: PLW1509 - setrlimit only, no threads touched
+    )
+    out: list[bytes] = []
+    err: list[str] = []
+
+    def feed() -> None:
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(data)
+            proc.stdin.close()
+        except OSError:  # the engine ended early (a refused model): its status says why
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # closes the pipe even though the flush fails
+
+    def drain() -> None:
+        assert proc.stdout is not None
+        out.append(proc.stdout.read())
+
+    def lines() -> None:
+        assert proc.stderr is not None
+        for raw in proc.stderr:
+            text = raw.decode(errors="replace")
+            got = progress_fraction(text)
+            if got is None:
+                err.append(text)
+            elif on_progress is not None:
+                on_progress(*got)
+
+    workers = [threading.Thread(target=f, daemon=True) for f in (feed, drain, lines)]
+    with proc:  # closes the pipes and reaps the engine, whatever happens
+        for w in workers:
+            w.start()
+        try:
+            proc.wait(timeout=wall)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            for w in workers:
+                w.join(timeout=5.0)
+    return proc.returncode, b"".join(out), "".join(err)
+
+
 def simulate(
-    doc: dict[str, Any], *, timeout: float | None = None, limits: Limits | None = None
+    doc: dict[str, Any],
+    *,
+    timeout: float | None = None,
+    limits: Limits | None = None,
+    on_progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
     """Run one normalised model document under ``limits`` (default: :meth:`Limits.from_env`,
-    a budget of its own); the engine's result document. ``timeout``: wall seconds, at most."""
+    a budget of its own); the engine's result document. ``timeout``: wall seconds, at most.
+    ``on_progress``: called (from another thread) with the fraction done every
+    :data:`PROGRESS_INTERVAL_S` or so while the engine runs."""
     lim = limits if limits is not None else Limits.from_env()
     lim.check_left()
     data = encode(doc)
     wall = lim.wall_s() if timeout is None else min(timeout, lim.wall_s())
+    argv = [str(binary()), "-"]
+    if on_progress is not None:
+        argv.append(f"--progress={PROGRESS_INTERVAL_S:g}")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     try:
-        proc = subprocess.run(
-            [str(binary()), "-"],
-            input=data,
-            capture_output=True,
-            timeout=wall,
-            check=False,
-            preexec_fn=lim.preexec(),  # noqa: PLW1509 - setrlimit only, no threads touched
-        )
+        code, stdout, stderr = _run_engine(argv, data, wall, on_progress, lim.preexec())
     except subprocess.TimeoutExpired:
         lim.charge(before)
         raise MuskuError(
             f"the simulation took longer than {time.monotonic() - started:.0f} s of wall time"
         ) from None
     lim.charge(before)
-    if proc.returncode != 0:
-        raise lim.failure(proc.returncode, proc.stderr.decode(errors="replace"))
+    if code == 2 and stderr.startswith("usage: musku_qsim"):
+        raise UnsupportedError(
+            f"{argv[0]} is older than this musku (it has no --progress): rebuild services/qsim "
+            "(docs/qsim.md)"
+        )
+    if code != 0:
+        raise lim.failure(code, stderr)
     try:
-        result: dict[str, Any] = json.loads(proc.stdout)
+        result: dict[str, Any] = json.loads(stdout)
     except ValueError:
         raise MuskuError("musku_qsim printed a result that is not JSON") from None
     return result

@@ -718,10 +718,13 @@ class Store:
         return len(tuples)
 
     @_guard
-    def mark_warmup(self, cmp_id: int, seqs: Sequence[int]) -> int:
-        """Set ``warmup`` on the windows ``seqs`` (both hosts) of a running comparison: the
-        A/B driver's windows that went out as steady and were dropped later as warm-up (a
-        longer transient measured at a later swap). Returns the number of rows changed."""
+    def mark_warmup(
+        self, cmp_id: int, seqs: Sequence[int], *, hosts: Sequence[int] | None = None
+    ) -> int:
+        """Set ``warmup`` on the windows ``seqs`` (both hosts, or only ``hosts``: one pair of
+        a comparison pooled over several) of a running comparison: the A/B driver's windows
+        that went out as steady and were dropped later as warm-up (a longer transient
+        measured at a later swap). Returns the number of rows changed."""
         if not seqs:
             return 0
         self._meta(cmp_id)  # a running comparison, as for add_samples
@@ -729,12 +732,14 @@ class Store:
         todo = sorted({int(q) for q in seqs})
         with self.engine.begin() as conn:
             for i in range(0, len(todo), 500):  # within SQLite's bound-parameter limit
-                res = conn.execute(
+                stmt = (
                     update(SampleRow)
                     .where(SampleRow.comparison_id == cmp_id)
                     .where(SampleRow.seq.in_(todo[i : i + 500]))
-                    .values(warmup=True)
                 )
+                if hosts is not None:
+                    stmt = stmt.where(SampleRow.host.in_([int(h) for h in hosts]))
+                res = conn.execute(stmt.values(warmup=True))
                 changed += int(res.rowcount or 0)
         return changed
 

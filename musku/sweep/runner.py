@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from musku.abtest import run_comparison
+from musku.abtest.pooled import run_pooled_comparison
 from musku.abtest.calibration import memory_for
 from musku.domain import (
     ComparisonResult,
@@ -262,6 +263,89 @@ class Runner:
         self.measured += 1
         self.clock_s += result.host_time_s
         self.host_seconds += 2 * result.host_time_s
+        self.results.append((purpose, result))
+        self._cache[key] = result
+        self.progress.comparison_finished(purpose, result, False)
+        return result
+
+    def compare_pooled(
+        self, purpose: str, baseline: Configuration, candidate: Configuration
+    ) -> ComparisonResult:
+        """One comparison on every live pair of the pool at once, each pair a stratum
+        (:mod:`musku.abtest.pooled`); on one pair (or no pool) exactly :meth:`compare`. The
+        samples are stored under each host's index in the pool. Raises Interrupted on
+        Ctrl-C; a pair that fails is marked failed in the pool and its stratum kept."""
+        pool = self.pool
+        live = pool.live() if pool is not None else []
+        if pool is None or len(live) <= 1:
+            return self.compare(purpose, baseline, candidate)
+        if self.stop.is_set():
+            raise Interrupted("stopped before finishing")
+        self._counter += 1
+        key = (purpose, baseline.key(), candidate.key())
+        cached = self.answered(purpose, key)
+        if cached is not None:
+            return cached
+        label = f"{purpose} pooled over {len(live)} pairs"
+        self.progress.comparison_started(label, baseline, candidate)
+        cmp_id = None
+        on_window: Callable[[int, list[dict[str, Any]]], None] | None = None
+        on_warmup: Callable[[int, list[int]], None] | None = None
+        if self.store is not None and self.experiment_id is not None:
+            store = self.store
+            cmp_id = store.start_comparison(self.experiment_id, purpose, baseline, candidate)
+            groups = [pool.groups[p] for p in live]
+
+            # each pair's windows under its hosts' indices in the pool (seq numbers are per
+            # pair; a sample's key is comparison, seq and host)
+            def on_window(i: int, rows: list[dict[str, Any]]) -> None:
+                g = groups[i]
+                store.add_samples(
+                    cmp_id,
+                    [
+                        {**r, "host": g[r["host"]]} if isinstance(r["host"], int) else r
+                        for r in rows
+                    ],
+                )
+
+            def on_warmup(i: int, seqs: list[int]) -> None:
+                store.mark_warmup(cmp_id, seqs, hosts=groups[i])
+
+        memories = []
+        for p in live:
+            if p not in self._memories:
+                self._memories[p] = memory_for(
+                    pool.pairs[p], self.store if self.experiment_id is not None else None
+                )
+            memories.append(self._memories[p])
+        try:
+            result = run_pooled_comparison(
+                [pool.pairs[p] for p in live],
+                baseline,
+                candidate,
+                self.experiment.spec,
+                on_window=on_window,
+                on_warmup=on_warmup,
+                on_progress=self.progress.comparison_progress,
+                should_stop=self.stop.is_set,
+                seed=self.seed * 100_003 + self._counter,
+                memories=memories,
+            )
+        except HostError:
+            if self.store is not None and cmp_id is not None and self.experiment_id is not None:
+                self.store.abort_running(self.experiment_id, only=cmp_id)
+            raise
+        for p in live:  # pairs whose stratum ended on a failure leave the pool
+            name = "+".join(pool.host_names(p))
+            if f"{name} failed (" in result.reason:
+                pool.fail(p, f"failed during {purpose}")
+        if self.store is not None and cmp_id is not None:
+            self.store.finish_comparison(cmp_id, result)
+        if result.decision is Decision.ABORTED:
+            raise Interrupted(f"stopped during {purpose} ({result.samples} samples kept)")
+        self.measured += 1
+        self.clock_s += result.host_time_s
+        self.host_seconds += 2 * len(live) * result.host_time_s
         self.results.append((purpose, result))
         self._cache[key] = result
         self.progress.comparison_finished(purpose, result, False)

@@ -287,11 +287,12 @@ def run_abtest(
     stop: threading.Event | None = None,
     seed: int | None = None,
 ) -> ComparisonResult:
-    """One A/B comparison on the experiment's hosts, recorded as a run of its own."""
+    """One A/B comparison on the experiment's hosts, recorded as a run of its own; on a
+    pool of several pairs, on all of them at once (pooled, :mod:`musku.abtest.pooled`)."""
     with experiment_run(
         experiment, store=store, progress=progress, stop=stop, seed=seed, mode="abtest"
     ) as runner:
-        return runner.compare("abtest", baseline, candidate)
+        return runner.compare_pooled("abtest", baseline, candidate)
 
 
 def calibrate_experiment(

@@ -27,7 +27,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET_CPU_S = 10.0
 """Most CPU seconds (this thread's and the engine's) one model may cost: check and a run."""
-ENGINE_ARGS = ["--duration", "0.01", "--cpu-limit", "5", "--memory-limit", "512", "--json"]
+# -q: a run over 2 s of wall time (one stopped by its budget on a busy machine) would show
+# progress lines on stderr before its one error line (docs/qsim.md "Progress")
+ENGINE_ARGS = ["--duration", "0.01", "--cpu-limit", "5", "--memory-limit", "512", "--json", "-q"]
 
 
 def qsim_base() -> dict[str, Any]:

@@ -293,10 +293,11 @@ def test_engine_cpu_budget(engine: str, tmp_path: Path) -> None:
     text = MM1.format(duration=100_000, qps=50_000).replace("mean_us = 10", "mean_us = 1")
     p = model(tmp_path, text)
     started = time.monotonic()
-    refused(musku("qsim", "run", str(p), "--cpu-limit", "1"), "CPU-second budget")
+    # -q: a run over 2 s of wall time (a busy machine) would show progress lines before the error
+    refused(musku("qsim", "run", str(p), "--cpu-limit", "1", "-q"), "CPU-second budget")
     assert time.monotonic() - started < scaled(120)
     refused(
-        musku("qsim", "curve", str(p), "--qps", "1000:2000:5", "--cpu-limit", "1"),
+        musku("qsim", "curve", str(p), "--qps", "1000:2000:5", "--cpu-limit", "1", "-q"),
         "CPU-second budget",
     )
 

@@ -32,7 +32,7 @@ def musku(*args: str) -> subprocess.CompletedProcess[str]:
 def test_run_json_and_out_file(engine: str, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     p = musku("qsim", "run", "experiments/qsim/2tier.toml", "--duration", "0.3", "--qps", "20000",
-              "--seed", "4", "--json", "--out", str(out))  # fmt: skip
+              "--seed", "4", "--json", "--per-core", "--out", str(out))  # fmt: skip
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
     assert json.loads(out.read_text())["latency"] == r["latency"]

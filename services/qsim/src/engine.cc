@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -501,6 +502,11 @@ class Sim {
   }
 
   void Control();  // a controller's interval (Simulate with a Controller)
+  void Progress();  // a progress line on stderr when its wall-clock interval has passed
+
+  // events between two looks at the wall clock for progress (a mask: one AND per event)
+  static constexpr uint64_t kProgressMask = (uint64_t{1} << 16) - 1;
+  std::chrono::steady_clock::time_point progress_next_{};
 
   const Model& m_;
   const Controller* control_;
@@ -1107,6 +1113,7 @@ nlohmann::json Sim::Run() {
     }
     now_ = ev.t;
     ++events_;
+    if ((events_ & kProgressMask) == 0 && m_.progress_interval_s > 0) Progress();
     if (!mid_seen_ && now_ >= sample_t_[1]) {
       mid_seen_ = true;
       issued_by_[1] = issued_;
@@ -1320,6 +1327,17 @@ void Sim::Control() {
   win_e2e_ = Hist();
   for (Hist& h : win_svc_) h = Hist();
   Push(now_ + m_.control_interval_s * 1e9, kControl);
+}
+
+void Sim::Progress() {
+  const auto wall = std::chrono::steady_clock::now();
+  if (wall < progress_next_) return;
+  progress_next_ = wall + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(m_.progress_interval_s));
+  std::fprintf(stderr, "progress %.9g %.9g %llu %llu\n", now_ / 1e9, end_ / 1e9,
+               static_cast<unsigned long long>(completed_),
+               static_cast<unsigned long long>(m_.max_requests));
+  std::fflush(stderr);
 }
 
 nlohmann::json Simulate(const Model& m) {

@@ -195,6 +195,9 @@ struct Model {
   uint64_t max_live_jobs = 4000000;
   bool no_fast_path = false;        // tests: run every instance through the event path
   double control_interval_s = 0;    // > 0: call the controller every interval (Simulate below)
+  // > 0: a line "progress SIM_T_S END_S COMPLETED MAX_REQUESTS" on stderr at most this often
+  // (wall seconds; checked every 65,536 events). Set by `musku_qsim --progress`, not the model.
+  double progress_interval_s = 0;
   double net_latency_us = 0;        // between machines
   double local_latency_us = 0;      // same machine
   double client_latency_us = 0;     // client -> entry service

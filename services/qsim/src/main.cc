@@ -1,9 +1,12 @@
-// musku_qsim MODEL.json|- [--control]: runs a normalised model (written by `musku qsim`) and
-// prints the result document as JSON on stdout. Exit status: 0 ok, 3 malformed model, 1 internal
-// error. With --control (the model from a file, control_interval_s > 0), every interval's figures
-// go to stdout as one JSON line and the engine reads the controller's answer, one JSON line, from
-// stdin (musku/qsim/power.py); the result document is the last line.
+// musku_qsim MODEL.json|- [--control] [--progress[=SECONDS]]: runs a normalised model (written by
+// `musku qsim`) and prints the result document as JSON on stdout. Exit status: 0 ok, 3 malformed
+// model, 2 usage, 1 internal error. With --control (the model from a file, control_interval_s >
+// 0), every interval's figures go to stdout as one JSON line and the engine reads the
+// controller's answer, one JSON line, from stdin (musku/qsim/power.py); the result document is the
+// last line. With --progress, a line "progress SIM_T_S END_S COMPLETED MAX_REQUESTS" goes to
+// stderr at most every SECONDS of wall time (default 0.25; musku/qsim/engine.py reads them).
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -12,9 +15,24 @@
 #include "engine.h"
 
 int main(int argc, char** argv) {
-  const bool control = argc == 3 && std::string(argv[2]) == "--control";
-  if (argc != 2 && !control) {
-    std::fprintf(stderr, "usage: musku_qsim MODEL.json|- [--control]\n");
+  bool control = false, usage = argc < 2;
+  double progress_s = 0;
+  for (int i = 2; i < argc && !usage; ++i) {
+    const std::string a = argv[i];
+    if (a == "--control") {
+      control = true;
+    } else if (a == "--progress") {
+      progress_s = 0.25;
+    } else if (a.rfind("--progress=", 0) == 0) {
+      char* end = nullptr;
+      progress_s = std::strtod(a.c_str() + 11, &end);
+      usage = *end != '\0' || !(progress_s > 0 && progress_s < 1e6);
+    } else {
+      usage = true;
+    }
+  }
+  if (usage) {
+    std::fprintf(stderr, "usage: musku_qsim MODEL.json|- [--control] [--progress[=SECONDS]]\n");
     return 2;
   }
   const std::string path = argv[1];
@@ -35,7 +53,8 @@ int main(int argc, char** argv) {
     return 3;
   }
   try {
-    const musku::qsim::Model model = musku::qsim::ParseModel(doc);
+    musku::qsim::Model model = musku::qsim::ParseModel(doc);
+    model.progress_interval_s = progress_s;
     const nlohmann::json out =
         control ? musku::qsim::Simulate(model,
                                         [](const nlohmann::json& rep) {

@@ -1,0 +1,432 @@
+"""One A/B comparison on several pairs at once: each pair a stratum, judged together.
+
+With ``k`` free pairs, one comparison runs its crossover on all of them side by side. Each
+pair is a stratum: its own two-host crossover (:mod:`musku.abtest.driver`: warm-up, batches,
+periods, the between-period wander component) removes *its* host bias, so pairs of unequal
+hosts combine without their biases adding up. At every look the strata's crossover
+estimates are combined by :func:`musku.abtest.stats.pool_strata`: a random-effects average
+whose interval includes the between-pair heterogeneity of the effect (a knob that helps on
+some hosts and not on others must not look more certain for it), with Satterthwaite degrees
+of freedom. The pooled estimate gets the same always-valid boundary as one pair's
+(:func:`musku.abtest.stats.cs_halfwidth`), at the summed intrinsic time, so looking after
+every batch stays honest.
+
+- **Lockstep.** The pairs measure at the same time (one thread each per step: real hosts
+  measure in real time); each step advances every active pair to its next closed batch, then
+  one look judges them all. A pair's data depend on that pair alone, so the result is the
+  same for a seed whatever order the threads run in.
+- **Maturity.** Only strata whose own structure allows a decision (enough batches per role
+  order, two periods per order when periods are long against the wander's time scale:
+  :meth:`~musku.abtest.rules.ConfidenceSequenceRule.mature`) enter the decision.
+- **Pairs that leave.** A pair that fails mid-comparison (a :class:`~musku.errors.HostError`)
+  or reaches its own sample cap keeps its stratum as of its last look; the comparison goes on
+  on the others and says so. Every pair failing raises the first failure.
+- **Guardrails** are checked on every pair's candidate windows at every look: one breach ends
+  the comparison (production safety first).
+- The early (pre-crossover) path is off: a pool decides on crossovers only.
+
+With one pair this is exactly :func:`musku.abtest.driver.run_comparison` (said once in the
+result's method)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from musku.abtest import stats
+from musku.abtest.calibration import PairMemory
+from musku.abtest.driver import (
+    Progress,
+    WindowRow,
+    _Comparison,
+    _Stop,
+    _Transient,
+    run_comparison,
+    validate_spec,
+)
+from musku.abtest.rules import ConfidenceSequenceRule, make_rule, pct, to_relative
+from musku.domain import ComparisonResult, ComparisonSpec, Configuration, Decision
+from musku.errors import HostError, InputError
+from musku.hosts.base import HostPair
+
+Outcome = tuple[Decision, str]
+
+
+@dataclass
+class _Stratum:
+    index: int
+    cmp: _Comparison
+    steps: Generator[str, Outcome | None, Outcome] | None = None
+    kind: str = ""  # what the last step yielded: "look", "cap"; "" before the first
+    done: bool = False
+    outcome: Outcome | None = None
+    failed: str = ""
+    est: stats.CrossoverEstimate | None = None  # as of its last look
+    n_opt: float = 0.0
+    mature: bool = False
+    result: ComparisonResult | None = field(default=None)
+
+    @property
+    def name(self) -> str:
+        return "+".join(h.name for h in self.cmp.pair.hosts)
+
+    @property
+    def samples(self) -> int:
+        return int(self.cmp.d.n - self.cmp.dropped)
+
+
+@dataclass(frozen=True)
+class PooledLook:
+    """The pooled estimate at one look (relative effects, like a verdict)."""
+
+    decision: Decision | None
+    estimate: float
+    ci_low: float
+    ci_high: float
+    pooled: stats.PooledEstimate | None
+    strata: int  # strata in the decision (mature ones)
+
+
+def run_pooled_comparison(
+    pairs: Sequence[HostPair],
+    baseline: Configuration,
+    candidate: Configuration,
+    spec: ComparisonSpec,
+    *,
+    on_window: Callable[[int, list[WindowRow]], None] | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    seed: int | None = None,
+    rule: str = "cs",
+    rule_options: Mapping[str, Any] | None = None,
+    memories: Sequence[PairMemory] | None = None,
+    on_warmup: Callable[[int, list[int]], None] | None = None,
+) -> ComparisonResult:
+    """Run one comparison of ``candidate`` (role B) against ``baseline`` (role A) on every
+    pair of ``pairs`` at once and return the pooled result (module doc).
+
+    ``on_window(i, rows)`` / ``on_warmup(i, seqs)`` receive pair ``i``'s windows and
+    retro-trimmed warm-up windows, from that pair's thread (a store given them must be safe
+    to share). ``samples`` in the result is the sum over the pairs, ``host_time_s`` the
+    longest pair's (the clock the comparison took); the reason names each pair's stratum.
+    Raises :class:`InputError` for an invalid spec, no pairs, or a rule that cannot pool."""
+    validate_spec(spec)
+    pairs = list(pairs)
+    if not pairs:
+        raise InputError("a pooled comparison needs at least one pair")
+    names = [tuple(h.name for h in p.hosts) for p in pairs]
+    seen: set[str] = set()
+    for hs in names:
+        for h in hs:
+            if h in seen:
+                raise InputError(f"host {h!r} is in two pairs of one pooled comparison")
+            seen.add(h)
+    if memories is not None and len(memories) != len(pairs):
+        raise InputError(f"{len(memories)} pair memories for {len(pairs)} pairs")
+    base_seed = spec.stats.seed if seed is None else seed
+    if len(pairs) == 1:
+        result = run_comparison(
+            pairs[0],
+            baseline,
+            candidate,
+            spec,
+            on_window=(lambda rows: on_window(0, rows)) if on_window else None,
+            on_progress=on_progress,
+            should_stop=should_stop,
+            seed=base_seed,
+            rule=rule,
+            rule_options=rule_options,
+            memory=memories[0] if memories is not None else None,
+            on_warmup=(lambda seqs: on_warmup(0, seqs)) if on_warmup else None,
+        )
+        return _with_method(result, f"{result.method}; pooled over 1 pair: one pair's test")
+    seeds = np.random.SeedSequence([int(base_seed or 0), 0x9001]).generate_state(len(pairs))
+    strata: list[_Stratum] = []
+    for i, pair in enumerate(pairs):
+        r = make_rule(rule, seed=int(seeds[i]), **dict(rule_options or {}))
+        if isinstance(r, ConfidenceSequenceRule):
+            r.early = False  # a pool decides on crossovers only
+        if not isinstance(r, ConfidenceSequenceRule) or not r.crossover:
+            raise InputError(
+                f"rule {rule!r} cannot pool pairs: a pooled comparison needs the crossover "
+                "confidence-sequence rule ('cs')"
+            )
+        memory = memories[i] if memories is not None else PairMemory()
+        cmp = _Comparison(
+            pair,
+            baseline,
+            candidate,
+            spec,
+            r,
+            partial(on_window, i) if on_window else None,
+            None,
+            should_stop,
+            memory,
+            partial(on_warmup, i) if on_warmup else None,
+        )
+        cmp.sign = r.first_order()
+        strata.append(_Stratum(i, cmp))
+    return _Pool(strata, spec, on_progress).run(baseline, candidate)
+
+
+class _Pool:
+    def __init__(
+        self,
+        strata: list[_Stratum],
+        spec: ComparisonSpec,
+        on_progress: Callable[[Progress], None] | None,
+    ) -> None:
+        self.strata = strata
+        self.spec = spec
+        self.on_progress = on_progress
+        self.alpha = 1.0 - spec.stats.confidence
+        self.dir = strata[0].cmp.dir
+        self.look = PooledLook(None, math.nan, -math.inf, math.inf, None, 0)
+        self.t0 = [s.cmp.t0 for s in strata]
+        self.clock_t: float | None = None  # the common host clock the pairs measure up to
+
+    # ------------------------------------------------------------------ one step
+
+    def _advance(self, s: _Stratum, outcome: Outcome | None) -> None:
+        """Move one stratum to its next look (its own thread); record how it left."""
+        try:
+            if s.steps is None:
+                s.steps = s.cmp.steps()
+                s.kind = next(s.steps)
+            else:
+                s.kind = s.steps.send(outcome)
+        except StopIteration as end:
+            s.done, s.outcome = True, end.value
+        except _Transient as exc:
+            s.done, s.outcome = True, (Decision.INCONCLUSIVE, str(exc))
+        except HostError as exc:
+            s.done, s.failed = True, str(exc)
+
+    def _until(self, s: _Stratum, until: float) -> None:
+        """Advance one stratum look by look while its pair's clock is before ``until``."""
+        while not s.done and s.kind != "cap" and self._own_clock(s) < until:
+            self._advance(s, None)
+
+    def _own_clock(self, s: _Stratum) -> float:
+        return s.cmp.pair.now() - s.cmp.t0
+
+    def _step(self, ex: ThreadPoolExecutor, outcome: Outcome | None) -> None:
+        """The pairs measure side by side: every active pair behind the common clock ``T``
+        advances until it reaches ``T`` (a pair in a long warm-up or swap runs ahead and
+        waits; the others go on looking meanwhile, as real pairs measuring in parallel do),
+        then ``T`` moves on by the shortest batch of a pair (at least one window)."""
+        active = [s for s in self.strata if not s.done]
+        if self.clock_t is None:  # the first step: every pair to its first look
+            futures = [ex.submit(self._advance, s, outcome) for s in active]
+        else:
+            behind = [s for s in active if s.kind != "cap" and self._own_clock(s) < self.clock_t]
+            if not behind:  # every pair ahead (long warm-ups): the clock jumps to the first
+                self.clock_t = min(self._own_clock(s) for s in active) + self.quantum()
+                behind = [
+                    s for s in active if s.kind != "cap" and self._own_clock(s) < self.clock_t
+                ]
+            futures = [ex.submit(self._until, s, self.clock_t) for s in behind]
+        for f in futures:
+            f.result()  # _Stop (a stop request) and anything unexpected propagate
+        live = [s for s in self.strata if not s.done]
+        if live:
+            now = min(self._own_clock(s) for s in live)
+            self.clock_t = max(self.clock_t or 0.0, now) + self.quantum()
+
+    def quantum(self) -> float:
+        """Host seconds the common clock moves per pooled look: the shortest batch of the
+        pairs still measuring (at least one window)."""
+        spans = [(s.cmp.b or 1) * s.cmp.interval for s in self.strata if not s.done and s.cmp.b]
+        return max(min(spans, default=0.0), self.strata[0].cmp.interval)
+
+    def _judge_strata(self) -> None:
+        for s in self.strata:
+            if s.done or s.steps is None:
+                continue
+            rule = s.cmp.rule
+            assert isinstance(rule, ConfidenceSequenceRule)
+            ev = s.cmp._evidence()
+            rule.last_estimate = None
+            s.cmp.verdict = rule.look(ev)
+            s.cmp._check_bias()
+            if rule.last_estimate is not None:
+                s.est = rule.last_estimate
+                s.n_opt = rule.n_opt(ev.batch_size)
+                s.mature = rule.mature(s.est, rule.long_periods(ev))
+
+    def _pooled(self) -> PooledLook:
+        have = [s for s in self.strata if s.est is not None]
+        use = [s for s in have if s.mature]
+        part = use or have
+        if not part:
+            return PooledLook(None, math.nan, -math.inf, math.inf, None, 0)
+        pe = stats.pool_strata(
+            [s.est.mean for s in part if s.est],
+            [s.est.se for s in part if s.est],
+            [float(s.est.df) for s in part if s.est],
+        )
+        if pe is None:
+            return PooledLook(None, math.nan, -math.inf, math.inf, None, 0)
+        rule = part[0].cmp.rule
+        assert isinstance(rule, ConfidenceSequenceRule)
+        n_eff = sum(s.est.n_eff for s in part if s.est)
+        n_opt = sum(s.n_opt for s in part)
+        hw = stats.cs_halfwidth(pe.se, n_eff, rule.alpha_crossover(), n_opt, df=pe.df)
+        est = to_relative(pe.mean, self.dir)
+        lo, hi = to_relative(pe.mean - hw, self.dir), to_relative(pe.mean + hw, self.dir)
+        decision: Decision | None = None
+        if use:
+            m = self.spec.stats.min_effect
+            if lo > 0:
+                decision = Decision.BETTER
+            elif hi < 0:
+                decision = Decision.WORSE
+            elif -m < lo and hi < m:
+                decision = Decision.NO_DIFFERENCE
+        return PooledLook(decision, est, lo, hi, pe, len(use))
+
+    def _outcome(self, final: bool) -> Outcome | None:
+        v = self.look
+        n = sum(s.samples for s in self.strata)
+        for s in self.strata:
+            if s.failed or s.steps is None:
+                continue
+            broken = s.cmp._guardrails(final=final)
+            if broken is not None and v.decision is not Decision.WORSE:
+                g, mean, glo, ghi = broken
+                return Decision.GUARDRAIL, (
+                    f"guardrail {g} broken on pair {s.name}: candidate's {g.metric} = "
+                    f"{mean:.4g} [{glo:.4g}, {ghi:.4g}] after {n:,} samples on "
+                    f"{len(self.strata)} pairs"
+                )
+        interval = f"interval [{pct(v.ci_low)}, {pct(v.ci_high)}]"
+        on = f"after {n:,} samples on {v.strata} of {len(self.strata)} pairs"
+        if v.decision in (Decision.BETTER, Decision.WORSE):
+            return v.decision, f"{interval} excludes 0 {on}"
+        if v.decision is Decision.NO_DIFFERENCE:
+            m = self.spec.stats.min_effect
+            return v.decision, f"{interval} lies inside ±{m * 100:.2f} % {on}"
+        if final:
+            if not math.isfinite(v.ci_low):
+                return Decision.INCONCLUSIVE, f"no interval yet after {n:,} samples (sample cap)"
+            return Decision.INCONCLUSIVE, (
+                f"no significant difference: {interval} {on} (sample cap)"
+            )
+        return None
+
+    def _progress(self, decision: Decision | None = None) -> None:
+        if self.on_progress is None:
+            return
+        v = self.look
+        self.on_progress(
+            Progress(
+                samples=sum(s.samples for s in self.strata),
+                estimate=v.estimate,
+                ci_low=v.ci_low,
+                ci_high=v.ci_high,
+                host_time_s=self._clock(),
+                period=max(s.cmp.period for s in self.strata),
+                batches=sum(len(s.cmp.batch_d) for s in self.strata),
+                batch_size=max(s.cmp.b or 0 for s in self.strata),
+                decision=decision,
+                windows_needed=None,
+            )
+        )
+
+    def _clock(self) -> float:
+        return max(s.cmp.pair.now() - t0 for s, t0 in zip(self.strata, self.t0, strict=True))
+
+    # ------------------------------------------------------------------ the whole run
+
+    def run(self, baseline: Configuration, candidate: Configuration) -> ComparisonResult:
+        outcome: Outcome | None = None
+        with ThreadPoolExecutor(len(self.strata), thread_name_prefix="musku-stratum") as ex:
+            try:
+                self._step(ex, None)
+                while True:
+                    if all(s.failed for s in self.strata):
+                        first = self.strata[0].failed
+                        raise HostError(f"every pair of the pooled comparison failed: {first}")
+                    self._judge_strata()
+                    self.look = self._pooled()
+                    final = all(s.done or s.kind == "cap" for s in self.strata)
+                    outcome = self._outcome(final)
+                    self._progress()
+                    if outcome is not None:
+                        break
+                    # strata at their cap end here (kept as of this look); the others go on
+                    for s in self.strata:
+                        if not s.done and s.kind == "cap":
+                            self._advance(s, (Decision.INCONCLUSIVE, "this pair's sample cap"))
+                    self._step(ex, None)
+            except _Stop:
+                outcome = self.strata[0].cmp.stopped()
+                n = sum(s.samples for s in self.strata)
+                outcome = (outcome[0], f"stopped on request after {n:,} samples")
+            else:
+                for s in self.strata:  # the decision ends every pair still measuring
+                    if not s.done:
+                        self._advance(s, outcome)
+        assert outcome is not None
+        self._progress(outcome[0])
+        for s in self.strata:
+            if s.steps is not None and not s.failed:
+                s.result = s.cmp.finish(s.outcome or outcome)
+        return self._result(baseline, candidate, outcome)
+
+    def _result(
+        self, baseline: Configuration, candidate: Configuration, outcome: Outcome
+    ) -> ComparisonResult:
+        decision, reason = outcome
+        v = self.look
+        per = []
+        for s in self.strata:
+            if s.failed:
+                per.append(f"{s.name} failed ({s.failed}; kept to its last look)")
+            elif s.est is not None:
+                e = to_relative(s.est.mean, self.dir)
+                per.append(f"{s.name} {pct(e)} ± {s.est.se * 100:.2f} % n={s.samples:,}")
+            else:
+                per.append(f"{s.name} no estimate n={s.samples:,}")
+        pe = v.pooled
+        het = (
+            f"between-pair sd of the effect {pe.tau * 100:.3f} % (Q {pe.q:.2f} on {pe.k - 1} df)"
+            if pe is not None and pe.k > 1
+            else ""
+        )
+        detail = "; ".join(x for x in (het, "strata: " + ", ".join(per)) if x)
+        guard: dict[str, float] = {}
+        for s in self.strata:
+            for k, val in s.cmp.guard_values.items():
+                guard[k] = max(guard.get(k, -math.inf), val)
+        first = next((s.result for s in self.strata if s.result is not None), None)
+        method = (first.method if first else self.strata[0].cmp.rule.method()) + (
+            f"; pooled over {len(self.strata)} pairs (random effects, DerSimonian-Laird "
+            "between-pair variance, Satterthwaite df)"
+        )
+        return ComparisonResult(
+            baseline=baseline,
+            candidate=candidate,
+            decision=decision,
+            estimate=v.estimate if math.isfinite(v.estimate) else 0.0,
+            ci_low=v.ci_low,
+            ci_high=v.ci_high,
+            samples=sum(s.samples for s in self.strata),
+            host_time_s=self._clock(),
+            reason=f"{reason}; {detail}" if decision.final else reason,
+            guardrail_values=guard,
+            threading=dict(first.threading) if first else {},
+            method=method,
+        )
+
+
+def _with_method(result: ComparisonResult, method: str) -> ComparisonResult:
+    from dataclasses import replace
+
+    return replace(result, method=method)

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from musku.abtest import run_comparison
-from musku.abtest.pooled import run_pooled_comparison
 from musku.abtest.calibration import memory_for
+from musku.abtest.pooled import run_pooled_comparison
 from musku.domain import (
     ComparisonResult,
     Configuration,

@@ -9,7 +9,17 @@ and the built-in memory workload), decided by musku.abtest, the host restored af
 Statistics and host options come from experiments/local-vm.toml (flags override them). Each
 run prints one line: decision, estimate and interval, windows, minutes, and whether THP
 (enabled, defrag) and nr_hugepages read back byte for byte as before; ``--jsonl FILE`` appends
-the same as JSON. Exit status 1 when a run left the host changed.
+the same as JSON. At the end, one summary line per knob: runs, decisions, and for an A/A the
+false-positive rate (better or worse) with its Clopper-Pearson 95 % interval, the largest
+|estimate| and how many intervals covered 0. ``--load FILE...`` prints that summary from saved
+``--jsonl`` files (several chunks merged) without running anything.
+
+Each run first waits until no agent owns the real host (the lock every agent on "/" and the
+real-host tests take: /run/lock/musku-agent.lock); the run's agent then holds it, and a run
+whose agent lost the race to another one is retried. The private agent's state lives in a
+fresh temporary directory unless ``--state-dir`` names one.
+
+Exit status 1 when a run left the host changed; 3 when --load finds nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import dataclasses
 import json
 import math
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -43,7 +54,47 @@ def host_state() -> dict[str, bytes]:
     return {p: fs.read_bytes(p) for p in paths if fs.exists(p)}
 
 
+def wait_for_host(timeout: float) -> None:
+    """Wait until no agent (nor a real-host test) holds this machine's host lock, then let go:
+    the run's own agent takes it (an flock cannot be handed to another process)."""
+    from musku.agent.daemon import _flock, _Locks, host_lock_path
+    from musku.errors import HostError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = _flock(host_lock_path("/"), "host root /")
+        except HostError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+            continue
+        _Locks([fd]).release()
+        return
+
+
+def _lost_race(exc: BaseException) -> bool:
+    return "another agent is running" in str(exc)
+
+
 def one_run(args: argparse.Namespace, knob: str, seed: int) -> dict[str, Any]:
+    """One comparison; retried (host state read again) while its agent loses the host lock
+    to another agent started between our wait and its start."""
+    from musku.errors import HostError
+
+    for attempt in range(args.lock_tries):
+        if not args.socket:
+            wait_for_host(args.lock_timeout)
+        try:
+            return _one_run(args, knob, seed)
+        except HostError as exc:
+            if not _lost_race(exc) or attempt + 1 == args.lock_tries:
+                raise
+            print(f"# the host lock was taken first ({exc}); waiting", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
+def _one_run(args: argparse.Namespace, knob: str, seed: int) -> dict[str, Any]:
     from musku.abtest import run_comparison
     from musku.domain import Configuration
     from musku.experiment import load_experiment
@@ -55,7 +106,7 @@ def one_run(args: argparse.Namespace, knob: str, seed: int) -> dict[str, Any]:
         ("settle_s", args.settle),
         ("arena_mib", args.arena_mib),
         ("socket", args.socket),
-        ("state_dir", args.state_dir),
+        ("state_dir", args.state_dir or tempfile.mkdtemp(prefix="musku-ab-")),
     ):
         if value is not None:
             opts[key] = value
@@ -113,6 +164,46 @@ def line(row: dict[str, Any]) -> str:
     )
 
 
+def clopper_pearson(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
+    from scipy.stats import beta
+
+    a = 1 - conf
+    lo = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
+    return lo, hi
+
+
+def summary(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per (knob, A, B): runs, decisions; for an A/A (A == B) the false-positive
+    rate with its Clopper-Pearson 95 % interval, the largest |estimate| and the coverage of 0."""
+    out = []
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["knob"], r["A"], r["B"], r.get("via", "")), []).append(r)
+    for (knob, a, b, via), rs in groups.items():
+        n = len(rs)
+        counts: dict[str, int] = {}
+        for r in rs:
+            counts[r["decision"]] = counts.get(r["decision"], 0) + 1
+        decisions = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        restored = sum(bool(r["restored"]) for r in rs)
+        mins = sum(r["minutes"] for r in rs)
+        head = f"{knob} {a} vs {b} via {via}: {n} runs ({decisions}); restored {restored}/{n}"
+        if a == b:
+            fp = sum(r["decision"] in ("better", "worse") for r in rs)
+            lo, hi = clopper_pearson(fp, n)
+            with_iv = [r for r in rs if r["covers_0"] is not None]
+            cov = sum(bool(r["covers_0"]) for r in with_iv)
+            big = max(abs(r["estimate"]) for r in rs)
+            head += (
+                f"; false positives {fp}/{n} = {100 * fp / n:.1f} % "
+                f"[CP 95 % {100 * lo:.1f}, {100 * hi:.1f}]; max |estimate| {100 * big:.1f} %; "
+                f"interval covers 0 in {cov}/{len(with_iv)}"
+            )
+        out.append(head + f"; {mins:.1f} min in all")
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -128,17 +219,29 @@ def main() -> int:
     p.add_argument("--state-dir", default=None)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--jsonl", type=Path, default=None, help="append each run as JSON")
+    p.add_argument("--load", type=Path, nargs="+", default=None, help="summarise saved runs")
+    p.add_argument("--lock-timeout", type=float, default=1800.0, help="wait for the host lock")
+    p.add_argument("--lock-tries", type=int, default=5)
     a = p.parse_args()
+    if a.load:
+        saved = [json.loads(ln) for f in a.load for ln in f.read_text().splitlines() if ln.strip()]
+        for ln in summary(saved):
+            print(ln)
+        return 0 if saved else 3
     knobs = ["thp", "shp"] if (a.knob or ("both" if a.aa else "thp")) == "both" else [a.knob]
     ok = True
+    rows = []
     for i in range(a.runs):
         for knob in knobs:
             row = one_run(a, knob, a.seed + i)
             print(line(row), flush=True)
             ok &= bool(row["restored"])
+            rows.append(row)
             if a.jsonl is not None:
                 with a.jsonl.open("a") as f:
                     f.write(json.dumps(row) + "\n")
+    for ln in summary(rows):
+        print(ln, flush=True)
     return 0 if ok else 1
 
 

@@ -5,6 +5,7 @@ and the built-in memory workload), decided by musku.abtest, the host restored af
     python bench/agent_local_ab.py --knob shp --runs 5  # SHP 0 -> 128, five times
     python bench/agent_local_ab.py --aa --runs 20       # A/A: THP madvise vs madvise, SHP 0 vs 0
     python bench/agent_local_ab.py --socket /run/musku/agent.sock  # through a running agent
+    python bench/agent_local_ab.py --via ssh-netns      # the agent over sshd in a netns
 
 Statistics and host options come from experiments/local-vm.toml (flags override them). Each
 run prints one line: decision, estimate and interval, windows, minutes, and whether THP
@@ -19,15 +20,26 @@ real-host tests take: /run/lock/musku-agent.lock); the run's agent then holds it
 whose agent lost the race to another one is retried. The private agent's state lives in a
 fresh temporary directory unless ``--state-dir`` names one.
 
-Exit status 1 when a run left the host changed; 3 when --load finds nothing.
+``--via ssh-netns``: the path a fleet uses. The bench starts a ``musku agent`` on this
+machine's real root (it holds the real-host lock for the whole bench), a network namespace
+joined to this one by a veth pair, and a real sshd inside it (generated host and client keys,
+host key checked); the comparison reaches the agent as a controller reaches a remote host, one
+SSH exec of ``musku agent rpc`` per request, over the veth. Needs root, ``ip`` and sshd.
+
+Exit status 1 when a run left the host changed; 3 when --load finds nothing; 4 when
+``--via ssh-netns`` cannot be set up here (no netns, no sshd), with the reason.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
+import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -77,16 +89,17 @@ def _lost_race(exc: BaseException) -> bool:
     return "another agent is running" in str(exc)
 
 
-def one_run(args: argparse.Namespace, knob: str, seed: int) -> dict[str, Any]:
+def one_run(args: argparse.Namespace, knob: str, seed: int, via: Any = None) -> dict[str, Any]:
     """One comparison; retried (host state read again) while its agent loses the host lock
-    to another agent started between our wait and its start."""
+    to another agent started between our wait and its start. ``via``: an
+    :class:`SshNetnsAgent` (its agent holds the lock already) or None."""
     from musku.errors import HostError
 
     for attempt in range(args.lock_tries):
-        if not args.socket:
+        if not args.socket and via is None:
             wait_for_host(args.lock_timeout)
         try:
-            return _one_run(args, knob, seed)
+            return _one_run(args, knob, seed, via)
         except HostError as exc:
             if not _lost_race(exc) or attempt + 1 == args.lock_tries:
                 raise
@@ -94,7 +107,7 @@ def one_run(args: argparse.Namespace, knob: str, seed: int) -> dict[str, Any]:
     raise AssertionError("unreachable")
 
 
-def _one_run(args: argparse.Namespace, knob: str, seed: int) -> dict[str, Any]:
+def _one_run(args: argparse.Namespace, knob: str, seed: int, via: Any) -> dict[str, Any]:
     from musku.abtest import run_comparison
     from musku.domain import Configuration
     from musku.experiment import load_experiment
@@ -116,6 +129,7 @@ def _one_run(args: argparse.Namespace, knob: str, seed: int) -> dict[str, Any]:
         st,
         sample_interval_s=args.interval or st.sample_interval_s,
         sample_cap=args.cap or st.sample_cap,
+        min_effect=args.min_effect or st.min_effect,
         seed=seed,
     )
     spec = dataclasses.replace(e.spec, stats=st)
@@ -124,7 +138,7 @@ def _one_run(args: argparse.Namespace, knob: str, seed: int) -> dict[str, Any]:
     cand = Configuration.of({knob: a if args.aa else b})
     before = host_state()
     t0 = time.monotonic()
-    pair = open_pair(e, seed=seed)
+    pair = open_pair(e, seed=seed, link=None if via is None else via.link())
     try:
         r = run_comparison(pair, base, cand, spec)
         pair.restore()
@@ -148,7 +162,7 @@ def _one_run(args: argparse.Namespace, knob: str, seed: int) -> dict[str, Any]:
         "switches": pair.switches,
         "restored": after == before,
         "reason": r.reason,
-        "via": args.socket or "private agent",
+        "via": via.label if via is not None else (args.socket or "private agent"),
     }
 
 
@@ -162,6 +176,149 @@ def line(row: dict[str, Any]) -> str:
         f"{100 * row['estimate']:+7.2f} % {iv:24} n={row['windows']:<4} "
         f"{row['minutes']:5.1f} min  {'restored' if row['restored'] else 'NOT RESTORED'}"
     )
+
+
+class SetupError(Exception):
+    """The transport cannot be built on this machine (the reason is the message)."""
+
+
+def _run(*argv: str) -> None:
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if r.returncode:
+        raise SetupError(f"{' '.join(argv)}: {(r.stderr or r.stdout).strip()[:200]}")
+
+
+def _listening(ns: str, address: str, port: int) -> bool:
+    probe = "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 1)"
+    argv = ["ip", "netns", "exec", ns, sys.executable, "-c", probe, address, str(port)]
+    return subprocess.run(argv, capture_output=True).returncode == 0
+
+
+class SshNetnsAgent:
+    """A ``musku agent`` on this machine's real root, reached over a real sshd listening in a
+    network namespace behind a veth pair: the controller's requests cross the veth as a
+    fleet's cross the network. ``link()`` is a fresh :class:`~musku.hosts.agent.SshLink` for
+    one pair (the pair closes it)."""
+
+    SSHD = "/usr/sbin/sshd"
+
+    def __init__(self, work: Path, stats_file: Path) -> None:
+        self.work, self.stats_file = work, stats_file
+        pid = os.getpid()
+        self.ns, self.outer, self.inner = f"musku-ab{pid}", f"mab{pid}", f"mabn{pid}"
+        net = f"10.{150 + pid % 50}.{(pid // 50) % 250}"
+        self.address, self.port = f"{net}.2", 2222
+        self.label = "musku agent over sshd in a netns"
+        self._stack = contextlib.ExitStack()
+        self.agent_pid = 0
+
+    @staticmethod
+    def unavailable() -> str | None:
+        """Why this transport cannot run here, or None."""
+        if os.geteuid() != 0:
+            return "needs root (a network namespace, sshd for root, the real host's knobs)"
+        if shutil.which("ip") is None:
+            return "no iproute2 (ip)"
+        if not os.path.exists(SshNetnsAgent.SSHD) or shutil.which("ssh-keygen") is None:
+            return "no sshd"
+        return None
+
+    def __enter__(self) -> SshNetnsAgent:
+        try:
+            self._namespace()
+            self._sshd()
+            self._agent()
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def _namespace(self) -> None:
+        _run("ip", "netns", "add", self.ns)
+        self._stack.callback(subprocess.run, ["ip", "netns", "del", self.ns], capture_output=True)
+        _run("ip", "link", "add", self.outer, "type", "veth", "peer", "name", self.inner)
+        self._stack.callback(subprocess.run, ["ip", "link", "del", self.outer], capture_output=True)
+        net = self.address.rsplit(".", 1)[0]
+        _run("ip", "link", "set", self.inner, "netns", self.ns)
+        _run("ip", "addr", "add", f"{net}.1/24", "dev", self.outer)
+        _run("ip", "link", "set", self.outer, "up")
+        inside = ("ip", "netns", "exec", self.ns)
+        _run(*inside, "ip", "addr", "add", f"{self.address}/24", "dev", self.inner)
+        _run(*inside, "ip", "link", "set", self.inner, "up")
+        _run(*inside, "ip", "link", "set", "lo", "up")
+
+    def _sshd(self) -> None:
+        d = self.work / "sshd"
+        d.mkdir(parents=True, exist_ok=True)
+        for key in ("host_key", "client_key"):
+            _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key))
+        (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
+        (d / "sshd_config").write_text(
+            f"Port {self.port}\nListenAddress {self.address}\nHostKey {d / 'host_key'}\n"
+            f"PidFile {d / 'sshd.pid'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
+            "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nLogLevel ERROR\n"
+            "MaxStartups 100\nMaxSessions 100\n"
+        )
+        kind, key = (d / "host_key.pub").read_text().split()[:2]
+        (d / "known_hosts").write_text(f"[{self.address}]:{self.port} {kind} {key}\n")
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        argv = ["ip", "netns", "exec", self.ns, self.SSHD, "-D", "-f", str(d / "sshd_config")]
+        proc = subprocess.Popen([*argv, "-E", str(d / "sshd.log")])
+
+        def stop() -> None:
+            proc.terminate()
+            proc.wait(20)
+
+        self._stack.callback(stop)
+        deadline = time.monotonic() + 60
+        while not _listening(self.ns, self.address, self.port):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                log = (d / "sshd.log").read_text()[-300:] if (d / "sshd.log").exists() else ""
+                raise SetupError(f"sshd did not start in {self.ns}: {log.strip()}")
+            time.sleep(0.1)
+
+    def _agent(self) -> None:
+        from musku.hosts.local import ChildProcess, _wait_for_socket
+
+        self.socket = self.work / "agent.sock"
+        cfg = self.work / "agent.toml"
+        cfg.write_text(
+            "[agent]\n"
+            'root = "/"\n'
+            f"state_dir = {str(self.work / 'agent')!r}\n"
+            f"socket = {str(self.socket)!r}\n"
+            "sample_interval_s = 0.1\n"
+            "default_lease_s = 30.0\n"
+            "[samplers.perf]\n[samplers.psutil]\n"
+            f"[samplers.service]\nstats_file = {str(self.stats_file)!r}\n"
+        )
+        os.chmod(cfg, 0o600)
+        argv = [sys.executable, "-m", "musku.agent", "run", "--config", str(cfg)]
+        agent = ChildProcess.start(argv, self.work / "agent.log", "agent")
+        self._stack.callback(agent.stop)
+        _wait_for_socket(self.socket, agent).close()
+
+    def link(self) -> Any:
+        from musku.hosts.agent import SshLink
+
+        d = self.work / "sshd"
+        # the remote command runs this checkout's musku (sshd's environment has no PYTHONPATH)
+        command = ["env", f"PYTHONPATH={ROOT}", sys.executable, "-m", "musku.agent", "rpc"]
+        return SshLink(
+            self.address,
+            port=self.port,
+            identity_file=str(d / "client_key"),
+            known_hosts=str(d / "known_hosts"),
+            remote_command=command,
+            agent_socket=str(self.socket),
+            connect_timeout=30.0,
+            timeout=120.0,
+            rpc_timeout=60.0,
+        )
 
 
 def clopper_pearson(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
@@ -216,6 +373,13 @@ def main() -> int:
     p.add_argument("--cap", type=int, default=None)
     p.add_argument("--arena-mib", type=int, default=None)
     p.add_argument("--socket", default=None, help="a running agent's Unix socket")
+    p.add_argument(
+        "--via",
+        choices=["private", "ssh-netns"],
+        default="private",
+        help="private: the local backend's own agent (or --socket); ssh-netns: see above",
+    )
+    p.add_argument("--min-effect", type=float, default=None)
     p.add_argument("--state-dir", default=None)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--jsonl", type=Path, default=None, help="append each run as JSON")
@@ -229,20 +393,55 @@ def main() -> int:
             print(ln)
         return 0 if saved else 3
     knobs = ["thp", "shp"] if (a.knob or ("both" if a.aa else "thp")) == "both" else [a.knob]
+    with contextlib.ExitStack() as stack:
+        via = None
+        if a.via == "ssh-netns":
+            why = SshNetnsAgent.unavailable()
+            if why:
+                print(f"--via ssh-netns: {why}", file=sys.stderr)
+                return 4
+            work = Path(tempfile.mkdtemp(prefix="musku-ab-ssh-"))
+            a.state_dir = a.state_dir or str(work / "state")
+            try:
+                via = stack.enter_context(_ssh_netns_agent(a, work))
+            except SetupError as exc:
+                print(f"--via ssh-netns: {exc}", file=sys.stderr)
+                return 4
+        ok, rows = _runs(a, knobs, via)
+    for ln in summary(rows):
+        print(ln, flush=True)
+    return 0 if ok else 1
+
+
+def _ssh_netns_agent(a: argparse.Namespace, work: Path) -> SshNetnsAgent:
+    """Set up and enter the transport once the host lock is free (again when its agent lost
+    the lock to another one started meanwhile)."""
+    from musku.errors import HostError
+
+    for attempt in range(a.lock_tries):
+        wait_for_host(a.lock_timeout)
+        via = SshNetnsAgent(work, Path(a.state_dir) / "workload.json")
+        try:
+            return via.__enter__()
+        except HostError as exc:
+            if attempt + 1 == a.lock_tries or "exited at start" not in str(exc):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _runs(a: argparse.Namespace, knobs: list[str], via: Any) -> tuple[bool, list[dict[str, Any]]]:
     ok = True
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(a.runs):
         for knob in knobs:
-            row = one_run(a, knob, a.seed + i)
+            row = one_run(a, knob, a.seed + i, via)
             print(line(row), flush=True)
             ok &= bool(row["restored"])
             rows.append(row)
             if a.jsonl is not None:
                 with a.jsonl.open("a") as f:
                     f.write(json.dumps(row) + "\n")
-    for ln in summary(rows):
-        print(ln, flush=True)
-    return 0 if ok else 1
+    return ok, rows
 
 
 if __name__ == "__main__":

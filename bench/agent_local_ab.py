@@ -140,6 +140,7 @@ def _one_run(args: argparse.Namespace, knob: str, seed: int, via: Any) -> dict[s
     t0 = time.monotonic()
     pair = open_pair(e, seed=seed, link=None if via is None else via.link())
     try:
+        link_kind = type(pair.agent.link).__name__
         r = run_comparison(pair, base, cand, spec)
         pair.restore()
     finally:
@@ -163,6 +164,7 @@ def _one_run(args: argparse.Namespace, knob: str, seed: int, via: Any) -> dict[s
         "restored": after == before,
         "reason": r.reason,
         "via": via.label if via is not None else (args.socket or "private agent"),
+        "transport": {} if via is None else via.describe(link_kind),
     }
 
 
@@ -285,6 +287,8 @@ class SshNetnsAgent:
         from musku.hosts.local import ChildProcess, _wait_for_socket
 
         self.socket = self.work / "agent.sock"
+        # the service sampler needs the stats file's directory at its start
+        self.stats_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         cfg = self.work / "agent.toml"
         cfg.write_text(
             "[agent]\n"
@@ -299,8 +303,18 @@ class SshNetnsAgent:
         os.chmod(cfg, 0o600)
         argv = [sys.executable, "-m", "musku.agent", "run", "--config", str(cfg)]
         agent = ChildProcess.start(argv, self.work / "agent.log", "agent")
+        self.agent_pid = agent.pid
         self._stack.callback(agent.stop)
         _wait_for_socket(self.socket, agent).close()
+
+    def describe(self, link_kind: str) -> dict[str, Any]:
+        return {
+            "link": link_kind,
+            "netns": self.ns,
+            "address": self.address,
+            "port": self.port,
+            "agent_pid": self.agent_pid,
+        }
 
     def link(self) -> Any:
         from musku.hosts.agent import SshLink
@@ -403,7 +417,8 @@ def main() -> int:
             work = Path(tempfile.mkdtemp(prefix="musku-ab-ssh-"))
             a.state_dir = a.state_dir or str(work / "state")
             try:
-                via = stack.enter_context(_ssh_netns_agent(a, work))
+                via = _ssh_netns_agent(a, work)  # entered
+                stack.callback(via.__exit__, None, None, None)
             except SetupError as exc:
                 print(f"--via ssh-netns: {exc}", file=sys.stderr)
                 return 4

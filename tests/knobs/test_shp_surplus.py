@@ -61,7 +61,7 @@ def test_the_race_seen_on_the_real_switchback(tmp_path: Path) -> None:
     assert fs.read_int(POOL + "/nr_hugepages") == 0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     persistent=st.integers(0, 256),
     mapped=st.integers(0, 256),

@@ -255,7 +255,9 @@ class SshNetnsAgent:
     def _sshd(self) -> None:
         d = self.work / "sshd"
         d.mkdir(parents=True, exist_ok=True)
-        for key in ("host_key", "client_key"):
+        for key in ("host_key", "client_key"):  # fresh keys (a retried set-up: new ones)
+            for old in (d / key, d / f"{key}.pub"):
+                old.unlink(missing_ok=True)
             _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key))
         (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
         (d / "sshd_config").write_text(
@@ -399,7 +401,7 @@ def main() -> int:
     p.add_argument("--jsonl", type=Path, default=None, help="append each run as JSON")
     p.add_argument("--load", type=Path, nargs="+", default=None, help="summarise saved runs")
     p.add_argument("--lock-timeout", type=float, default=1800.0, help="wait for the host lock")
-    p.add_argument("--lock-tries", type=int, default=5)
+    p.add_argument("--lock-tries", type=int, default=50, help="starts lost to another agent")
     a = p.parse_args()
     if a.load:
         saved = [json.loads(ln) for f in a.load for ln in f.read_text().splitlines() if ln.strip()]

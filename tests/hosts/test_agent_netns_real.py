@@ -79,9 +79,10 @@ def test_thp_comparison_through_the_agent_over_sshd_in_a_netns(tmp_path: Path) -
     r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path)
     if r.returncode == 4:
         pytest.skip(r.stderr.strip())
-    # the bench reads the host before its agent starts and after it stops: compare with ours
-    # only after it waited for the lock (another test may hold THP changed meanwhile)
+    # "restored" is the bench's own byte comparison, both reads made while its agent holds
+    # the real-host lock (a comparison here, outside the lock, could see another test's THP)
     assert r.returncode == 0, r.stderr[-2000:]
+    print(r.stdout)  # the run's line and summary (pytest -rP shows them): figures for the docs
     (row,) = [json.loads(ln) for ln in out.read_text().splitlines()]
     assert row["via"] == "musku agent over sshd in a netns"
     assert (row["A"], row["B"]) == ("thp=madvise", "thp=always")

@@ -403,6 +403,8 @@ def main() -> int:
     p.add_argument("--lock-timeout", type=float, default=1800.0, help="wait for the host lock")
     p.add_argument("--lock-tries", type=int, default=50, help="starts lost to another agent")
     a = p.parse_args()
+    if a.via == "ssh-netns" and a.socket:
+        p.error("--socket and --via ssh-netns name two different agents: give one")
     if a.load:
         saved = [json.loads(ln) for f in a.load for ln in f.read_text().splitlines() if ln.strip()]
         for ln in summary(saved):

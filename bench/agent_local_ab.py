@@ -406,7 +406,11 @@ def main() -> int:
     if a.via == "ssh-netns" and a.socket:
         p.error("--socket and --via ssh-netns name two different agents: give one")
     if a.load:
-        saved = [json.loads(ln) for f in a.load for ln in f.read_text().splitlines() if ln.strip()]
+        try:
+            saved = [json.loads(ln) for f in a.load for ln in f.read_text().splitlines() if ln]
+        except (OSError, ValueError) as exc:
+            print(f"--load: {exc}", file=sys.stderr)
+            return 3
         for ln in summary(saved):
             print(ln)
         return 0 if saved else 3

@@ -532,6 +532,7 @@ def results(
                 print_experiments(_console(), exps)
             return
         from musku.storage.lookup import find_run
+        from musku.summary import time_totals
 
         found = find_run(store, experiment, kind)
         rec = found.record
@@ -544,6 +545,7 @@ def results(
                     "experiment": rec.to_dict(),
                     "comparisons": [c.to_dict() for c in comps],
                     "soft_skus": [s.to_dict() for s in skus],
+                    "time": time_totals([c.result for c in comps if c.result is not None]),
                 }
             )
             return

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from musku.knobs.spec import BUILTIN, Value, resolve, sort_key, spec_of
@@ -236,6 +236,17 @@ class TimeBreakdown:
 
     def scaled(self, factor: float) -> TimeBreakdown:
         return TimeBreakdown(*(x * factor for x in self.seconds()))
+
+    @classmethod
+    def total(cls, results: Iterable[ComparisonResult]) -> tuple[TimeBreakdown, int]:
+        """The sum of the results' breakdowns, and how many results had none recorded."""
+        out, missing = cls(), 0
+        for r in results:
+            if r.time is None:
+                missing += 1
+            else:
+                out = out + r.time
+        return out, missing
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from musku.domain import (
     Configuration,
     Decision,
     SoftSku,
+    TimeBreakdown,
 )
 from musku.errors import HostError, Interrupted, LinkDown
 from musku.experiment import Experiment
@@ -103,6 +104,9 @@ class SweepReport:
     # host time summed over every host that ran it: 2 per pair comparison, a multi-arm
     # scan's group size times its time
     host_hours: float = 0.0
+    # where host_time_s went, summed over the comparisons that recorded it; how many did not
+    time: TimeBreakdown = field(default_factory=TimeBreakdown)
+    time_missing: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The plain (JSON-able) form: ``musku sweep --json`` and the stored report."""
@@ -130,6 +134,7 @@ class SweepReport:
             "clock_s": self.clock_s,
             "pairs": self.pairs,
             "host_hours": self.host_hours,
+            "time": {**self.time.as_dict(), "missing": self.time_missing},
         }
 
 

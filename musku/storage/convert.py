@@ -100,9 +100,10 @@ def time_columns(time: TimeBreakdown | None) -> dict[str, float | None]:
 def time_from_row(row: Any) -> TimeBreakdown | None:
     """The breakdown stored in a ``decisions`` row (None: not recorded)."""
     values = [getattr(row, c, None) for c in TIME_COLUMNS]
-    if any(v is None for v in values):
+    nums = [float(v) for v in values if v is not None]
+    if len(nums) != len(TIME_COLUMNS):
         return None
-    return TimeBreakdown(*(float(v) for v in values))
+    return TimeBreakdown(*nums)
 
 
 def result_from_rows(

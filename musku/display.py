@@ -275,6 +275,11 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
         + f"), host time {_hours(rep.host_time_s)} ({rep.host_hours:.2f} host-hours)"
         + f", host-clock to the soft SKU {_hours(getattr(rep, 'clock_s', rep.host_time_s))}"
         + (
+            f" (estimated {_hours(rep.estimate_clock_s)})"
+            if getattr(rep, "estimate_clock_s", None) is not None
+            else ""
+        )
+        + (
             " (multi-arm groups of the pool)"
             if rep.mode == "multiarm"
             else (f" on {rep.pairs} pairs" if getattr(rep, "pairs", 1) > 1 else "")
@@ -430,8 +435,8 @@ def print_dry_run(con: Any, d: Mapping[str, Any]) -> None:
         idle = f"; {pool['idle']} idles (odd pool)" if pool.get("idle") else ""
         clock = est.get("clock_s")
         when = (
-            f"host-clock to the soft SKU about {_hours(clock)} (the longest pair's share of "
-            "the tasks, a confirmation, the validations at once)"
+            f"host-clock to the soft SKU about {_hours(clock)} (the tasks' expected host "
+            "times scheduled on the pairs as the sweep schedules them, then the validations)"
             if clock is not None
             else "host-clock: no estimate for this mode (its later phases depend on results)"
         )

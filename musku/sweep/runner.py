@@ -43,6 +43,7 @@ from musku.experiment import Experiment
 from musku.hosts.base import HostPair
 from musku.hosts.pool import HostPool, derive_seed
 from musku.sweep.report import result_dict, sku_dict
+from musku.sweep.schedule import chains
 from musku.text import change_text
 
 
@@ -111,6 +112,9 @@ class SweepReport:
     # where host_time_s went, summed over the comparisons that recorded it; how many did not
     time: TimeBreakdown = field(default_factory=TimeBreakdown)
     time_missing: int = 0
+    # the host-clock the schedule's model expected at the start (musku.sweep.schedule, the
+    # dry-run's estimate); None for modes whose later phases depend on results
+    estimate_clock_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The plain (JSON-able) form: ``musku sweep --json`` and the stored report."""
@@ -139,6 +143,7 @@ class SweepReport:
             "pairs": self.pairs,
             "host_hours": self.host_hours,
             "time": {**self.time.as_dict(), "missing": self.time_missing},
+            "estimate_clock_s": self.estimate_clock_s,
         }
 
 
@@ -256,20 +261,6 @@ class _Schedule:
             self.done[p] = end
             self.lane[p] = None
             self.cond.notify_all()
-
-
-def _chains(costs: Sequence[float], deps: Mapping[int, Sequence[int]]) -> dict[int, float]:
-    """Each task's priority: its expected host seconds plus the longest expected chain of
-    tasks waiting on it (a knob's walks carry its choice), so the pairs start first what
-    the sweep's end waits on longest."""
-    after: dict[int, list[int]] = {}
-    for i, ds in deps.items():
-        for d in ds:
-            after.setdefault(d, []).append(i)
-    chain: dict[int, float] = {}
-    for i in reversed(range(len(costs))):  # a task depends on earlier tasks only
-        chain[i] = costs[i] + max((chain[j] for j in after.get(i, ())), default=0.0)
-    return chain
 
 
 @dataclass
@@ -562,7 +553,7 @@ class Runner:
         if cost is not None and len(cost) != len(items):
             raise ValueError("map: one expected cost per item")
         costs = list(cost) if cost is not None else [0.0] * len(items)
-        chain = _chains(costs, deps or {})
+        chain = chains(costs, deps or {})
         out: dict[int, R] = {}
         lanes: dict[int, Runner] = {}
         todo = list(range(len(items)))

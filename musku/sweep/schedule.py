@@ -22,15 +22,16 @@ comparison that changes every knob the soft SKU changes.
 
 from __future__ import annotations
 
-import heapq
+import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from musku.abtest.driver import SWAP_OVERHEAD
 from musku.domain import Configuration
 from musku.errors import MuskuError
+from musku.knobs.spec import spec_of
 from musku.sim.model import SimModel
 
 UNIMODAL_EXPECTED = 3
@@ -106,23 +107,127 @@ class CostModel:
         return sum(self.walk_s(knob, w, unimodal) for w in walks) + self.choose_s(knob)
 
 
-def order(costs: Sequence[float]) -> list[int]:
-    """Task indices, longest expected first (ties: in task order)."""
-    return sorted(range(len(costs)), key=lambda i: (-costs[i], i))
+def chains(costs: Sequence[float], deps: Mapping[int, Sequence[int]]) -> dict[int, float]:
+    """Each task's priority: its expected host seconds plus the longest expected chain of
+    tasks waiting on it (a knob's walks carry its choice), so the pairs start first what the
+    sweep's end waits on longest. Tasks depend on earlier tasks only."""
+    after: dict[int, list[int]] = {}
+    for i, ds in deps.items():
+        for d in ds:
+            after.setdefault(d, []).append(i)
+    chain: dict[int, float] = {}
+    for i in reversed(range(len(costs))):
+        chain[i] = costs[i] + max((chain[j] for j in after.get(i, ())), default=0.0)
+    return chain
 
 
-def list_schedule(costs: Sequence[float], pairs: int) -> tuple[float, list[int]]:
-    """Makespan of ``costs`` on ``pairs`` pairs when the first free pair takes the longest
-    task left (ties: the lower pair), and the pair each task went to."""
+def list_schedule(
+    costs: Sequence[float], pairs: int, deps: Mapping[int, Sequence[int]] | None = None
+) -> tuple[float, list[int]]:
+    """Host-clock of ``costs`` on ``pairs`` pairs as :meth:`Runner.map` schedules them, each
+    task taking its expected time: the first free pair (the earliest, then the lowest)
+    takes the ready task with the longest expected chain, waiting for one to be released
+    when none is. Returns the makespan and the pair each task went to."""
     if pairs < 1:
         raise ValueError("list_schedule needs at least one pair")
-    free: list[tuple[float, int]] = [(0.0, p) for p in range(pairs)]
+    deps = deps or {}
+    chain = chains(costs, deps)
+    done = [0.0] * pairs
+    finish: dict[int, float] = {}
     where = [0] * len(costs)
-    for i in order(costs):
-        t, p = heapq.heappop(free)
+    todo = set(range(len(costs)))
+    while todo:
+        ready = {
+            i: max((finish[d] for d in deps.get(i, ())), default=0.0)
+            for i in todo
+            if all(d in finish for d in deps.get(i, ()))
+        }
+        p = min(range(pairs), key=lambda q: (done[q], q))
+        start = max(done[p], min(ready.values()))
+        i = min((j for j, r in ready.items() if r <= start), key=lambda j: (-chain[j], j))
+        todo.discard(i)
         where[i] = p
-        heapq.heappush(free, (t + costs[i], p))
-    return max(t for t, _ in free), where
+        done[p] = finish[i] = start + costs[i]
+    return max(done), where
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The tasks a sweep's first phase gives a pool (:func:`independent_plan`)."""
+
+    walks: list[tuple[str, list[object], bool]]  # (knob, settings, unimodal stop)
+    knobs: list[str]  # one choice task per knob, after the walks
+    costs: list[float]  # walks' then choices' expected host seconds
+    deps: dict[int, list[int]]  # choice task -> its knob's walk tasks
+
+
+def independent_plan(experiment: Any, base: Configuration, model: CostModel) -> Plan:
+    """The independent sweep's tasks on a pool: every walk of a knob's scan (a walk without
+    a unimodal stop split into single comparisons), then each knob's choice, which waits for
+    that knob's walks only (:func:`musku.sweep.strategies.independent`)."""
+    knobs = list(experiment.service.knobs)
+    walks: list[tuple[str, list[object], bool]] = []
+    for knob in knobs:
+        scan = scan_order(experiment, knob, base[knob])
+        unimodal = len(scan) == 2
+        for w in scan:
+            if w:
+                walks += [(knob, list(w), True)] if unimodal else [(knob, [v], False) for v in w]
+    n = len(walks)
+    costs = [model.walk_s(*t) for t in walks] + [model.choose_s(k) for k in knobs]
+    deps = {n + k: [i for i, t in enumerate(walks) if t[0] == knob] for k, knob in enumerate(knobs)}
+    return Plan(walks, knobs, costs, deps)
+
+
+def estimate_clock(experiment: Any, pairs: int) -> float | None:
+    """Expected host-clock to the soft SKU on ``pairs`` pairs (the model above): the first
+    phase's tasks list-scheduled as the sweep schedules them, then the validations (at once
+    on a pool). None for modes whose later phases depend on results (search, multiarm)."""
+    model = CostModel.of(experiment)
+    base = experiment.baseline_config
+    mode = experiment.mode.value
+    validations = 1 if experiment.stock == experiment.production else 2
+    validate = model.comparison_s(())
+    if pairs <= 1:
+        validate *= validations
+    if mode == "independent":
+        if pairs <= 1:  # knob by knob on the one pair
+            knobs = experiment.service.knobs
+            return (
+                sum(model.scan_s(scan_order(experiment, k, base[k]), k) for k in knobs) + validate
+            )
+        plan = independent_plan(experiment, base, model)
+        return list_schedule(plan.costs, pairs, plan.deps)[0] + validate
+    if mode == "exhaustive":
+        costs = [model.between(base, c) for c in exhaustive_candidates(experiment)]
+        return list_schedule(costs, max(1, pairs))[0] + validate + model.comparison_s(())
+    return None
+
+
+def scan_order(experiment: Any, knob: str, current: object) -> list[list[object]]:
+    """Settings to try, as walks: for an ordered knob under ``scan = "unimodal"``, two walks
+    outward from the current setting (nearest first); otherwise one walk over everything."""
+    space = list(experiment.space[knob])
+    others: list[object] = [v for v in space if v != current]
+    if experiment.scan != "unimodal" or not spec_of(knob).is_ordered or current not in space:
+        return [others]
+    ordered = sorted(space, key=lambda v: float(v) if not isinstance(v, str) else float("inf"))
+    i = ordered.index(current)
+    down: list[object] = list(reversed(ordered[:i]))
+    up: list[object] = list(ordered[i + 1 :])
+    return [down, up]
+
+
+def exhaustive_candidates(experiment: Any) -> list[Configuration]:
+    """Every configuration of the cross product but the baseline, in product order."""
+    base = experiment.baseline_config
+    knobs = list(experiment.service.knobs)
+    out: list[Configuration] = []
+    for values in itertools.product(*(experiment.space[k] for k in knobs)):
+        candidate = base.merged(Configuration.of(dict(zip(knobs, values, strict=True))))
+        if candidate != base:
+            out.append(candidate)
+    return out
 
 
 def _sim_model(experiment: Any) -> SimModel | None:

@@ -13,15 +13,14 @@ All of them prune settings that break a guardrail (Decision.GUARDRAIL). Registry
 
 from __future__ import annotations
 
-import itertools
 import math
 
 from musku.domain import ComparisonResult, Configuration, Decision
 from musku.errors import InputError
-from musku.experiment import EXHAUSTIVE_LIMIT, Experiment  # the model refuses the same
+from musku.experiment import EXHAUSTIVE_LIMIT  # the model refuses the same
 from musku.knobs.spec import spec_of
 from musku.sweep.runner import KnobOutcome, Runner
-from musku.sweep.schedule import CostModel
+from musku.sweep.schedule import CostModel, exhaustive_candidates, independent_plan, scan_order
 
 STRATEGIES: dict[str, str] = {
     "independent": "musku.sweep.strategies:independent",
@@ -35,20 +34,6 @@ def _ordered(knob: str) -> bool:
     """True when the knob's settings are ordered (its spec says), so a scan can walk away
     from the baseline."""
     return spec_of(knob).is_ordered
-
-
-def scan_order(experiment: Experiment, knob: str, current: object) -> list[list[object]]:
-    """Settings to try, as walks: for an ordered knob under ``scan = "unimodal"``, two walks
-    outward from the current setting (nearest first); otherwise one walk over everything."""
-    space = list(experiment.space[knob])
-    others: list[object] = [v for v in space if v != current]
-    if experiment.scan != "unimodal" or not _ordered(knob) or current not in space:
-        return [others]
-    ordered = sorted(space, key=lambda v: float(v) if not isinstance(v, str) else float("inf"))
-    i = ordered.index(current)
-    down: list[object] = list(reversed(ordered[:i]))
-    up: list[object] = list(ordered[i + 1 :])
-    return [down, up]
 
 
 def _losing(result: ComparisonResult) -> bool:
@@ -120,22 +105,16 @@ def independent(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
 
 
 def _scans_on_pool(runner: Runner, base: Configuration, knobs: list[str]) -> list[KnobOutcome]:
-    """The knobs' scans on a pool of pairs: every walk of a knob's scan is a task of its own
-    (an ordered knob's two walks under ``scan = "unimodal"`` at once, each keeping its
-    unimodal stop), and a walk without a stop is one task per setting; each knob's choice
-    (run-off, confirmation) is a task that starts as soon as that knob's walks are done. The
-    pairs take the longest expected ready task first (:mod:`musku.sweep.schedule`). The same
-    comparisons as :func:`_scan_knob` knob by knob, in less host-clock time."""
-    model = CostModel.of(runner.experiment)
-    walks: list[tuple[str, list[object], bool]] = []
-    for knob in knobs:
-        scan = scan_order(runner.experiment, knob, base[knob])
-        unimodal = len(scan) == 2
-        for w in scan:
-            walks += [(knob, w, True)] if unimodal else [(knob, [v], False) for v in w]
-    walks = [t for t in walks if t[1]]
+    """The knobs' scans on a pool of pairs (:func:`musku.sweep.schedule.independent_plan`):
+    every walk of a knob's scan is a task of its own (an ordered knob's two walks under
+    ``scan = "unimodal"`` at once, each keeping its unimodal stop), and a walk without a stop
+    is one task per setting; each knob's choice (run-off, confirmation) is a task that starts
+    as soon as that knob's walks are done. The pairs take the ready task with the longest
+    expected chain first. The same comparisons as :func:`_scan_knob` knob by knob, in less
+    host-clock time."""
+    plan = independent_plan(runner.experiment, base, CostModel.of(runner.experiment))
+    walks, n = plan.walks, len(plan.walks)
     parts: dict[int, KnobOutcome] = {}  # walk task -> what it found (filled as walks end)
-    n = len(walks)
 
     def walk(r: Runner, i: int) -> KnobOutcome:
         knob, values, unimodal = walks[i]
@@ -146,21 +125,20 @@ def _scans_on_pool(runner: Runner, base: Configuration, knobs: list[str]) -> lis
     def choose(r: Runner, k: int) -> KnobOutcome:
         knob = knobs[k]
         merged = KnobOutcome(knob=knob, baseline_value=base[knob], best_value=base[knob])
-        for i in mine[k]:  # in walk order: the same outcome whichever walk ended first
+        for i in plan.deps[n + k]:  # in walk order: the same whichever walk ended first
             merged.results += parts[i].results
             merged.pruned += parts[i].pruned
             merged.skipped += parts[i].skipped
         return _choose(r, f"knob:{knob}", base, merged)
 
-    mine = [[i for i, t in enumerate(walks) if t[0] == knob] for knob in knobs]
     items: list[tuple[str, int]] = [("walk", i) for i in range(n)]
     items += [("choose", k) for k in range(len(knobs))]
     done = runner.map(
         lambda r, item: walk(r, item[1]) if item[0] == "walk" else choose(r, item[1]),
         items,
         tag="independent-scans",
-        cost=[model.walk_s(*t) for t in walks] + [model.choose_s(k) for k in knobs],
-        deps={n + k: mine[k] for k in range(len(knobs))},
+        cost=plan.costs,
+        deps=plan.deps,
     )
     return done[n:]
 
@@ -176,11 +154,7 @@ def exhaustive(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
             f'(limit {EXHAUSTIVE_LIMIT}): narrow [platform.settings] or use mode = "search"',
             where=str(exp.path),
         )
-    candidates: list[Configuration] = []
-    for values in itertools.product(*(exp.space[k] for k in knobs)):
-        candidate = base.merged(Configuration.of(dict(zip(knobs, values, strict=True))))
-        if candidate != base:
-            candidates.append(candidate)
+    candidates = exhaustive_candidates(exp)
     # every comparison against the baseline is independent: on a pool they run at once
     model = CostModel.of(exp)
     results: list[ComparisonResult] = runner.map(

@@ -29,6 +29,7 @@ from musku.registry import load
 from musku.storage.records import InvalidTransition
 from musku.sweep.queue import Aborted, shared_runner
 from musku.sweep.runner import Progress, Runner, SweepReport
+from musku.sweep.schedule import estimate_clock
 from musku.sweep.strategies import STRATEGIES
 
 log = logging.getLogger(__name__)
@@ -248,6 +249,8 @@ def run_sweep(
         seed=seed,
         claim_stale_s=claim_stale_s,
     ) as runner:
+        pairs = len(runner.pool.live()) if runner.pool is not None else 1
+        expected = estimate_clock(experiment, pairs)
         best, outcomes = strategy(runner)
         sku = runner.generate_softsku(best)
         if store is not None and runner.experiment_id is not None:
@@ -269,6 +272,7 @@ def run_sweep(
         host_hours=runner.host_seconds / 3600.0,
         time=time,
         time_missing=missing,
+        estimate_clock_s=expected,
     )
 
 

@@ -10,9 +10,10 @@ A comparison is expected to take :meth:`CostModel.comparison_s` host seconds: th
 windows for the confidence sequence to clear zero for an effect of twice ``min_effect``
 (radius about three standard errors of the per-window log-ratio, whose spread comes from the
 simulator model's noise when the hosts are simulated, else a default), plus one swap per
-crossover period (an apply, the warm-up discarded, and a reboot when a reboot knob changes),
-periods being :data:`~musku.abtest.driver.SWAP_OVERHEAD` times the swap cost as the driver
-makes them, at least two. It reads nothing measured (no earlier run, no calibration), so a
+crossover period (an apply, the warm-up discarded: at least the driver's transient probe, and a
+reboot when a reboot knob changes), periods being :data:`~musku.abtest.driver.SWAP_OVERHEAD`
+times the swap cost as the driver makes them, at least two, and the measuring at least both
+role orders (a half and a full period), so a comparison that reboots costs more. It reads nothing measured (no earlier run, no calibration), so a
 sweep's schedule, like its results, is a function of the experiment file and the seed.
 A walk of an ordered knob under ``scan = "unimodal"`` is expected to stop after
 :data:`UNIMODAL_EXPECTED` comparisons (two losses that get worse stop it), a knob's choice to
@@ -28,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from musku.abtest import structure
 from musku.abtest.driver import SWAP_OVERHEAD
 from musku.domain import Configuration
 from musku.errors import MuskuError
@@ -71,10 +73,13 @@ class CostModel:
                 "effects of twice min_effect"
             )
         windows = min(int(st.sample_cap), math.ceil((3.0 * sd / st.min_effect) ** 2))
+        # after each apply the driver discards at least warmup_s and probes for the end of
+        # the transient: expect the probe's length discarded
+        probe = structure.derive(st, cap=int(st.sample_cap)).probe_n * float(st.sample_interval_s)
         return cls(
             windows=windows,
             interval_s=float(st.sample_interval_s),
-            warmup_s=float(st.warmup_s),
+            warmup_s=max(float(st.warmup_s), probe),
             apply_s=apply_s,
             reboot_s=reboot_s,
             reboot_knobs=frozenset(experiment.spec.reboot_knobs),
@@ -85,8 +90,10 @@ class CostModel:
         """Expected host seconds of one comparison that changes the knobs ``changed``."""
         reboot = bool(set(changed) & self.reboot_knobs)
         swap = self.apply_s + self.warmup_s + (self.reboot_s if reboot else 0.0)
-        measuring = self.windows * self.interval_s
-        periods = max(MIN_PERIODS, math.ceil(measuring / max(SWAP_OVERHEAD * swap, 1e-9)))
+        period = max(SWAP_OVERHEAD * swap, self.interval_s)
+        # both role orders: the half first period and a full one at least
+        measuring = max(self.windows * self.interval_s, 1.5 * period)
+        periods = max(MIN_PERIODS, math.ceil(measuring / period + 0.5))
         return measuring + periods * swap
 
     def between(self, baseline: Configuration, candidate: Configuration) -> float:
@@ -122,12 +129,16 @@ def chains(costs: Sequence[float], deps: Mapping[int, Sequence[int]]) -> dict[in
 
 
 def list_schedule(
-    costs: Sequence[float], pairs: int, deps: Mapping[int, Sequence[int]] | None = None
+    costs: Sequence[float],
+    pairs: int,
+    deps: Mapping[int, Sequence[int]] | None = None,
+    durations: Sequence[float] | None = None,
 ) -> tuple[float, list[int]]:
-    """Host-clock of ``costs`` on ``pairs`` pairs as :meth:`Runner.map` schedules them, each
-    task taking its expected time: the first free pair (the earliest, then the lowest)
-    takes the ready task with the longest expected chain, waiting for one to be released
-    when none is. Returns the makespan and the pair each task went to."""
+    """Host-clock of ``costs`` on ``pairs`` pairs as :meth:`Runner.map` schedules them: the
+    first free pair (the earliest, then the lowest) takes the ready task with the longest
+    expected chain, waiting for one to be released when none is; each task takes its
+    expected time, or its ``durations`` entry (what it took: the schedule a sweep ran).
+    Returns the makespan and the pair each task went to."""
     if pairs < 1:
         raise ValueError("list_schedule needs at least one pair")
     deps = deps or {}
@@ -147,7 +158,7 @@ def list_schedule(
         i = min((j for j, r in ready.items() if r <= start), key=lambda j: (-chain[j], j))
         todo.discard(i)
         where[i] = p
-        done[p] = finish[i] = start + costs[i]
+        done[p] = finish[i] = start + (costs if durations is None else durations)[i]
     return max(done), where
 
 

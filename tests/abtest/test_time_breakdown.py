@@ -41,6 +41,7 @@ def test_breakdown_adds_up_and_names_reboots(
     model: SimModel, change: tuple[str, Any], seed: int
 ) -> None:
     base = model.reference_config
+    assert base is not None
     cand = base.with_(*change)
     pair = SimPair(model, seed=seed, initial=(base, base), reboot_knobs=REBOOT)
     r = run_comparison(pair, base, cand, SPEC, seed=seed)
@@ -80,6 +81,7 @@ def test_sweep_report_db_and_results_agree(toy: Any, tmp_path: Path) -> None:
     exp = load_experiment(toy("independent", name="time-toy"))
     store = open_store(url)
     rep = run_sweep(exp, store=store)
+    assert rep.experiment_id is not None
     assert rep.time_missing == 0
     assert rep.time.total_s == pytest.approx(rep.host_time_s)
     # the VM catalog's core_count is live (hotplug): no reboot; every change an apply
@@ -121,6 +123,7 @@ def test_rows_from_before_0009_have_no_breakdown(toy: Any, tmp_path: Path) -> No
         conn.execute(sa.text("UPDATE decisions SET time_reboot_s = NULL"))
     engine.dispose()
     store = open_store(url)
+    assert rep.experiment_id is not None
     results = [c.result for c in store.comparisons(rep.experiment_id) if c.result is not None]
     store.close()
     assert results and all(r.time is None for r in results)

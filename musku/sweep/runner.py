@@ -253,11 +253,14 @@ class _Schedule:
                     return i, lane
                 self.cond.wait(SCHEDULE_POLL_S)
 
-    def finished(self, p: int, i: int, lane: Runner) -> None:
-        """Pair ``p``'s lane ended task ``i``: the pair is free at the task's end."""
+    def finished(self, p: int, i: int, lane: Runner, ok: bool) -> None:
+        """Pair ``p``'s lane ended task ``i``: the pair is free at the task's end. A task that
+        did not finish (``ok`` false: its pair failed, it runs again in the next round)
+        releases nothing."""
         with self.cond:
             end = self.start.pop(p) + lane.clock_s
-            self.finish[i] = end
+            if ok:
+                self.finish[i] = end
             self.done[p] = end
             self.lane[p] = None
             self.cond.notify_all()
@@ -625,8 +628,10 @@ class Runner:
 
         while (got := sched.take(p, make)) is not None:
             i, lane = got
+            ok = False
             try:
                 out[i] = fn(lane, items[i])
+                ok = True
             except HostError as exc:
                 self.pool.fail(p, exc.one_line())
                 with rnd.lock:
@@ -636,7 +641,7 @@ class Runner:
                     rnd.errors[i] = exc
                 self.stop.set()
             finally:
-                sched.finished(p, i, lane)
+                sched.finished(p, i, lane, ok)
 
     def _lane(self, p: int, name: str) -> Runner:
         """A runner bound to pool pair ``p``, sharing this one's store, cache and stop flag."""

@@ -307,6 +307,7 @@ class Runner:
         # (clock_s, pair.now() when the comparison now measuring started, or None):
         # progress_s() for the pool's scheduler, replaced whole (read from other threads)
         self._live: tuple[float, float | None] = (0.0, None)
+        self._pair_t0: float | None = None  # a lane's pair.now() when its task started
         self.host_seconds = 0.0  # time x hosts: see SweepReport.host_hours
         self._hosts: tuple[int, int] | None = None  # the pair's host indices in the pool
         self._host_names: tuple[str, str] | None = None
@@ -520,11 +521,16 @@ class Runner:
 
     def progress_s(self) -> float:
         """Host-clock time this runner has taken so far, the comparison it is measuring
-        included (it only grows; read by the pool's scheduler from other threads)."""
+        included, and for a lane at least its pair's clock since its task started (it only
+        grows; read by the pool's scheduler from other threads)."""
         base, started = self._live
+        now = self.pair.now()
         if started is not None:
-            base += max(0.0, self.pair.now() - started)
-        return max(base, self.clock_s)
+            base += max(0.0, now - started)
+        # the pair's own clock since the task started: real pairs' clocks run with the wall
+        # clock, so a task that waits outside a comparison still moves on
+        since = now - self._pair_t0 if self._pair_t0 is not None else 0.0
+        return max(base, self.clock_s, since)
 
     # ------------------------------------------------------------------ a pool at once
     def map(
@@ -654,6 +660,7 @@ class Runner:
         lane._counter = 0
         lane.clock_s = 0.0
         lane._live = (0.0, None)
+        lane._pair_t0 = lane.pair.now()
         lane.host_seconds = 0.0
         lane._hosts = self.pool.groups[p]
         lane._host_names = self.pool.host_names(p)

@@ -545,6 +545,7 @@ def results(
                 print_experiments(_console(), exps)
             return
         from musku.storage.lookup import find_run
+        from musku.summary import time_totals
 
         found = find_run(store, experiment, kind)
         rec = found.record
@@ -577,6 +578,7 @@ def results(
                             for c in cals
                         ],  # fmt: skip
                     },
+                    "time": time_totals([c.result for c in comps if c.result is not None]),
                 }
             )
             return

@@ -266,7 +266,21 @@ def _host_time_section(sides: Sequence[ReportData]) -> str:
         "<figcaption>Host time the comparisons took, summed (warm-up and reboots included; "
         "virtual time on simulated hosts), by knob; the hatched band is the paper's 5-10 h a "
         "sweep. On a pool, pairs run at once: the wait is shorter (host-clock, "
-        "docs/fleet.md).</figcaption></figure>"
+        "docs/fleet.md).</figcaption></figure>" + _time_breakdown(sides)
+    )
+
+
+def _time_breakdown(sides: Sequence[ReportData]) -> str:
+    """The stacked bar of where the host time went (none without recorded breakdowns)."""
+    fig = F.time_breakdown_figure(sides)
+    if fig is None:
+        return ""
+    return (
+        f'<figure id="fig-time-breakdown">'
+        f"{_img(F.encode(fig, 'svg'), 'host time by measuring, warm-up, switching, reboots')}"
+        "<figcaption>The same host time by what it was spent on: windows the tests used "
+        "(measuring), windows discarded as warm-up after each apply, applies without a reboot "
+        "(switching), applies that rebooted a host (reboots); docs/cli.md.</figcaption></figure>"
     )
 
 

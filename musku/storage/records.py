@@ -17,6 +17,7 @@ from musku.domain import (
     DeploymentStatus,
     ExperimentStatus,
     SoftSku,
+    TimeBreakdown,
     run_kind,
 )
 from musku.errors import DatabaseError
@@ -101,6 +102,7 @@ def result_to_dict(result: ComparisonResult) -> dict[str, Any]:
         "guardrail_values": dict(result.guardrail_values),
         "threading": dict(result.threading),
         "method": result.method,
+        "time": result.time.as_dict() if result.time is not None else None,
     }
 
 
@@ -119,6 +121,7 @@ def result_from_dict(data: Mapping[str, Any]) -> ComparisonResult:
         guardrail_values={str(k): float(v) for k, v in data.get("guardrail_values", {}).items()},
         threading={str(k): str(v) for k, v in data.get("threading", {}).items()},
         method=str(data.get("method", "")),
+        time=TimeBreakdown.from_dict(data["time"]) if isinstance(data.get("time"), dict) else None,
     )
 
 

@@ -119,7 +119,7 @@ def test_retire_from_the_command_line(tmp_path: Path) -> None:
         assert proc.returncode == 3 and words in one_error_line(proc)
 
 
-def test_revision_0009_carries_deployments_over_and_back(tmp_path: Path) -> None:
+def test_revision_0010_carries_deployments_over_and_back(tmp_path: Path) -> None:
     from alembic import command
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
@@ -131,8 +131,8 @@ def test_revision_0009_carries_deployments_over_and_back(tmp_path: Path) -> None
     engine = create_engine(url)
     try:
         with engine.begin() as conn:
-            command.downgrade(alembic_config(conn), "0008")
-        with engine.begin() as conn:  # 0008 knows no `retired`: the row reads rolled_back
+            command.downgrade(alembic_config(conn), "0009")
+        with engine.begin() as conn:  # 0009 knows no `retired`: the row reads rolled_back
             assert conn.execute(text("SELECT status FROM deployments")).scalars().all() == [
                 "rolled_back"
             ]

@@ -1,7 +1,7 @@
 """a deployment can be retired (``musku sku retire``)
 
-Revision ID: 0009_retired
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-11-28
 
 ``deployments.status`` takes ``retired``: a ``deployed`` deployment ended as planned by an
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0009_retired"
-down_revision: str | None = "0008"
+revision: str = "0010"
+down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

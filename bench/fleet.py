@@ -20,7 +20,12 @@ tests/sim/test_case_studies.py checks against the paper's figures.
 Goals: <= 1 h to the soft SKU with 16 hosts; total host-hours <= 0.5x today's; the paper's soft
 SKU in >= 9 of 10 seeds. ``--aa-runs N`` adds bench/multiarm.py's K-arm A/A family-wise rate.
 
-Usage: ``python bench/fleet.py [--sizes 2,8,16,32] [--seeds 10] [--jobs 2] [--aa-runs 300]``.
+For pairwise it also prints the host-clock beside the schedule's own estimate
+(:func:`musku.sweep.schedule.estimate_clock`, what ``musku sweep --dry-run`` says) and where the
+host time went (measuring, warm-up, switching, reboots: host-hours and minutes per comparison).
+
+Usage: ``python bench/fleet.py [--sizes 2,8,16,32] [--seeds 10] [--jobs 2] [--aa-runs 300]
+[--strategies pairwise,multi-arm,ma-list]``.
 The hosts are simulated on virtual clocks, so a busy machine changes only the wall time.
 """
 
@@ -83,6 +88,10 @@ def sweep(args: tuple[int, int], mode: str = "independent") -> dict[str, Any]:
         "host_hours": rep.host_hours,
         "paper": rep.best.as_dict() == PAPER_SKU,
         "cpu_s": cpu,
+        "estimate_h": None if rep.estimate_clock_s is None else rep.estimate_clock_s / 3600.0,
+        # host-hours (two hosts per pair comparison) per part, and per comparison (minutes)
+        "time_h": [2 * x / 3600.0 for x in rep.time.seconds()],
+        "per_cmp_min": [x / 60.0 / max(1, rep.comparisons) for x in rep.time.seconds()],
     }
 
 
@@ -113,7 +122,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--aa-runs", type=int, default=0, help="K-arm A/A runs (bench/multiarm.py)")
+    ap.add_argument(
+        "--strategies",
+        default=",".join(STRATEGIES),
+        help=f"comma-separated, of {', '.join(STRATEGIES)} (pairwise is always run)",
+    )
     a = ap.parse_args(argv)
+    chosen = {"pairwise", *a.strategies.split(",")}
+    if not chosen <= set(STRATEGIES):
+        print(f"fleet: --strategies {a.strategies!r}: choose from {STRATEGIES}", file=sys.stderr)
+        return 2
     try:
         sizes = sorted({int(s) for s in a.sizes.split(",")})
     except ValueError:
@@ -126,7 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [2, *sizes]  # today's sweep: the baseline of the ratios
     run = {"pairwise": sweep, "multi-arm": multiarm_mode, "ma-list": multiarm_list}
     jobs = [("pairwise", n, s) for n in sizes for s in range(a.seeds)]
-    jobs += [(k, n, s) for k in STRATEGIES[1:] for n in sizes if n >= 3 for s in range(a.seeds)]
+    jobs += [
+        (k, n, s)
+        for k in STRATEGIES[1:]
+        if k in chosen
+        for n in sizes
+        if n >= 3
+        for s in range(a.seeds)
+    ]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(a.jobs) as ex:
         futs = [ex.submit(run[k], (n, s)) for k, n, s in jobs]
@@ -144,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{'x today':>8} {'paper SKU':>10} {'CPU s/sweep':>12}"
     )
     for k in STRATEGIES:
+        if k not in chosen:
+            continue
         for n in sizes:
             rs = out.get((k, n))
             if rs is None:
@@ -157,8 +184,30 @@ def main(argv: list[str] | None = None) -> int:
                 f"{k:<10} {n:>5} {statistics.median(clocks):>9.2f} / {max(clocks):>6.2f} "
                 f"{hh:>13.1f} {hh / today:>8.2f} {paper:>5}/{len(rs):<4} {cpu:>12.1f}"
             )
+    print(
+        "pairwise: host-clock measured against the schedule's estimate (median h), and where "
+        "the host time went (median host-hours; minutes per comparison)"
+    )
+    parts = ("measuring", "warm-up", "switching", "reboots")
+    for n in sizes:
+        rs = out[("pairwise", n)]
+        est = [r["estimate_h"] for r in rs if r.get("estimate_h") is not None]
+        line = f"  {n:>3} hosts: measured {statistics.median(r['clock_h'] for r in rs):.2f} h"
+        line += f", estimated {statistics.median(est):.2f} h" if est else ", no estimate"
+        print(line)
+        if all("time_h" in r for r in rs):
+            hh = [statistics.median(r["time_h"][j] for r in rs) for j in range(4)]
+            pc = [statistics.median(r["per_cmp_min"][j] for r in rs) for j in range(4)]
+            print(
+                "      host-hours: "
+                + ", ".join(f"{p} {h:.1f}" for p, h in zip(parts, hh, strict=True))
+                + "; per comparison: "
+                + ", ".join(f"{p} {m:.1f} min" for p, m in zip(parts, pc, strict=True))
+            )
     print("goals:")
     for k in STRATEGIES:
+        if k not in chosen:
+            continue
         if 16 in sizes and (k, 16) in out:
             c = statistics.median(r["clock_h"] for r in out[(k, 16)])
             print(f"  {k}: <= 1 h to the soft SKU with 16 hosts: {c:.2f} h: {_ok(c <= 1.0)}")

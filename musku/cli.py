@@ -212,17 +212,30 @@ def sweep(
                 raise Interrupted(
                     f"{exc.message}; measurements kept: continue with `musku sweep {file} --resume`"
                 ) from None
+        effect = _run_effect(store, report.experiment_id)
     finally:
         store.close()
     wall = time.monotonic() - started
     if json_out:
         data = report.to_dict()
         data["wall_time_s"] = wall
+        data["calibration_effect"] = effect.to_dict()
         _print_json(data)
         return
     from musku.display import print_report  # lazy: rich
 
     print_report(_console(), report, wall)
+    if effect.text():
+        typer.echo(effect.text())
+
+
+def _run_effect(store: Any, run_id: int | None) -> Any:
+    """What the pair calibration did to run ``run_id``'s stored comparisons (issue 32): the
+    same figures `musku results NAME` shows later."""
+    from musku.abtest.calibration import CalibrationEffect
+
+    comps = store.comparisons(run_id) if run_id is not None else []
+    return CalibrationEffect.of([c.result for c in comps if c.result is not None])
 
 
 def _existing_store(url: str | None) -> Any:
@@ -532,11 +545,16 @@ def results(
                 print_experiments(_console(), exps)
             return
         from musku.storage.lookup import find_run
+        from musku.summary import time_totals
 
         found = find_run(store, experiment, kind)
         rec = found.record
         comps = store.comparisons(rec.id)
         skus = [s for s in store.softskus() if getattr(s, "experiment_id", None) == rec.id]
+        from musku.abtest.calibration import calibrations_used, describe
+
+        effect = _run_effect(store, rec.id)
+        cals = calibrations_used(store, rec, comps) if effect.early else []
         if json_out:
             _print_json(
                 {
@@ -544,11 +562,32 @@ def results(
                     "experiment": rec.to_dict(),
                     "comparisons": [c.to_dict() for c in comps],
                     "soft_skus": [s.to_dict() for s in skus],
+                    "calibration": {
+                        **effect.to_dict(),
+                        "calibrations": [
+                            {
+                                "id": c.id,
+                                "pair": c.pair,
+                                "bias": c.bias,
+                                "ci_low": c.ci_low,
+                                "ci_high": c.ci_high,
+                                "bound": c.bound,
+                                "samples": c.samples,
+                                "taken_at": c.taken_at.isoformat(),
+                            }
+                            for c in cals
+                        ],  # fmt: skip
+                    },
+                    "time": time_totals([c.result for c in comps if c.result is not None]),
                 }
             )
             return
         typer.echo(found.note, err=True)
         print_comparisons(_console(), rec, comps, skus)
+        for cal in cals:
+            typer.echo(f"used {describe(cal)}")
+        if effect.early:
+            typer.echo(effect.text())
     finally:
         store.close()
 
@@ -766,6 +805,40 @@ def sku_rollback(
     store = _open_store(db)
     try:
         dep = rollback_deployment(store, deployment, experiment_file=experiment_file)
+    finally:
+        store.close()
+    if json_out:
+        _print_json(dep.to_dict())
+        return
+    typer.echo(
+        f"deployment {dep.id}: soft SKU {dep.soft_sku_id} {dep.status.value} on "
+        f"{', '.join(dep.hosts)} ({dep.reason})"
+    )
+
+
+@sku_app.command("retire")
+def sku_retire(
+    deployment: Annotated[int, typer.Argument(help="Deployment id (musku sku deployments).")],
+    reason: Annotated[
+        str, typer.Option("--reason", help="Why, kept with the deployment (e.g. 'superseded').")
+    ] = "",
+    experiment_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--experiment", help="Experiment file with its hosts; default: the deployment's."
+        ),
+    ] = None,
+    db: DbOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """End a deployed deployment as planned: its hosts back at production and free for
+    another deployment, the row retired (not a verdict on the soft SKU: that is rollback;
+    docs/rollout.md)."""
+    from musku.rollout.deploy import retire_deployment
+
+    store = _open_store(db)
+    try:
+        dep = retire_deployment(store, deployment, reason=reason, experiment_file=experiment_file)
     finally:
         store.close()
     if json_out:

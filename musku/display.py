@@ -16,8 +16,8 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from musku.domain import ComparisonResult, Configuration, Decision, format_value
-from musku.text import change_text
+from musku.domain import ComparisonResult, Configuration, Decision, TimeBreakdown, format_value
+from musku.text import change_text, time_short, time_text
 from musku.text import hours as _hours
 from musku.text import interval as _interval
 from musku.text import pct as _pct
@@ -275,6 +275,11 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
         + f"), host time {_hours(rep.host_time_s)} ({rep.host_hours:.2f} host-hours)"
         + f", host-clock to the soft SKU {_hours(getattr(rep, 'clock_s', rep.host_time_s))}"
         + (
+            f" (estimated {_hours(rep.estimate_clock_s)})"
+            if getattr(rep, "estimate_clock_s", None) is not None
+            else ""
+        )
+        + (
             " (multi-arm groups of the pool)"
             if rep.mode == "multiarm"
             else (f" on {rep.pairs} pairs" if getattr(rep, "pairs", 1) > 1 else "")
@@ -282,6 +287,9 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
         + f", wall time {wall_s:.1f} s"
         + (f"; experiment id {rep.experiment_id}" if rep.experiment_id is not None else ""),
     )
+    time = getattr(rep, "time", None)
+    if time is not None:
+        print_wrapped(con, time_text(time, getattr(rep, "time_missing", 0)))
 
 
 def print_experiments(con: Any, exps: Sequence[Any]) -> None:
@@ -313,8 +321,19 @@ def print_comparisons(con: Any, rec: Any, comps: Sequence[Any], skus: Sequence[A
         f"[bold]{escape(str(d.get('name')))}[/] (id {d.get('id')}): "
         + escape(f"{d.get('service')} on {d.get('platform')}, {d.get('mode')}, {d.get('status')}")
     )
-    t = Table("id", "purpose", "change", "decision", "estimate", "interval", "samples", "host time")
+    t = Table(
+        "id",
+        "purpose",
+        "change",
+        "decision",
+        "estimate",
+        "interval",
+        "samples",
+        "host time",
+        "overhead",
+    )
     t.columns[5].no_wrap = True
+    results = [c.result for c in comps if getattr(c, "result", None) is not None]
     for c in comps:
         cd = c.to_dict()
         res = cd.get("result") or cd
@@ -330,8 +349,11 @@ def print_comparisons(con: Any, rec: Any, comps: Sequence[Any], skus: Sequence[A
             _interval(lo, hi, res.get("reason")) if res.get("decision") else "-",
             f"{res.get('samples', 0) or 0:,}",
             _hours(res.get("host_time_s") or 0.0),
+            escape(time_short(getattr(c, "result", None) and c.result.time)),
         )
     print_table(con, t)
+    if results:
+        print_wrapped(con, time_text(*TimeBreakdown.total(results)))
     for s in skus:
         print_sku(con, s)
 
@@ -413,8 +435,8 @@ def print_dry_run(con: Any, d: Mapping[str, Any]) -> None:
         idle = f"; {pool['idle']} idles (odd pool)" if pool.get("idle") else ""
         clock = est.get("clock_s")
         when = (
-            f"host-clock to the soft SKU about {_hours(clock)} (the longest pair's share of "
-            "the tasks, a confirmation, the validations at once)"
+            f"host-clock to the soft SKU about {_hours(clock)} (the tasks' expected host "
+            "times scheduled on the pairs as the sweep schedules them, then the validations)"
             if clock is not None
             else "host-clock: no estimate for this mode (its later phases depend on results)"
         )

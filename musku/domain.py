@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from musku.knobs.spec import BUILTIN, Value, resolve, sort_key, spec_of
@@ -184,6 +184,72 @@ class Decision(enum.Enum):
 
 
 @dataclass(frozen=True)
+class TimeBreakdown:
+    """Where a comparison's host time went (host seconds, issue 31 item 5): ``measuring``
+    (windows the test used, and invalid ones), ``warmup`` (windows discarded as warm-up,
+    including those dropped after the fact when a later swap measured a longer transient),
+    ``switching`` (applies that need no reboot) and ``reboots`` (applies that rebooted a host:
+    the whole apply counts, the reboot dominates it). They add up to the comparison's
+    ``host_time_s``; host-hours are twice that (two hosts)."""
+
+    measuring_s: float = 0.0
+    warmup_s: float = 0.0
+    switching_s: float = 0.0
+    reboot_s: float = 0.0
+
+    PARTS = ("measuring", "warmup", "switching", "reboots")
+
+    @property
+    def total_s(self) -> float:
+        return self.measuring_s + self.warmup_s + self.switching_s + self.reboot_s
+
+    def seconds(self) -> tuple[float, float, float, float]:
+        """The four parts in :data:`PARTS` order."""
+        return (self.measuring_s, self.warmup_s, self.switching_s, self.reboot_s)
+
+    def as_dict(self) -> dict[str, float]:
+        """``{"measuring_s": ..., "warmup_s": ..., "switching_s": ..., "reboot_s": ...}``."""
+        return {
+            "measuring_s": self.measuring_s,
+            "warmup_s": self.warmup_s,
+            "switching_s": self.switching_s,
+            "reboot_s": self.reboot_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> TimeBreakdown:
+        """Inverse of :meth:`as_dict` (missing parts are 0)."""
+
+        def num(key: str) -> float:
+            value = data.get(key, 0.0)
+            return float(value) if isinstance(value, int | float) else 0.0
+
+        return cls(num("measuring_s"), num("warmup_s"), num("switching_s"), num("reboot_s"))
+
+    def __add__(self, other: TimeBreakdown) -> TimeBreakdown:
+        return TimeBreakdown(
+            self.measuring_s + other.measuring_s,
+            self.warmup_s + other.warmup_s,
+            self.switching_s + other.switching_s,
+            self.reboot_s + other.reboot_s,
+        )
+
+    def scaled(self, factor: float) -> TimeBreakdown:
+        return TimeBreakdown(*(x * factor for x in self.seconds()))
+
+    @classmethod
+    def total(cls, results: Iterable[ComparisonResult]) -> tuple[TimeBreakdown, int]:
+        """The sum of the results' breakdowns, and how many results had none recorded."""
+        out, missing = cls(), 0
+        for r in results:
+            if r.time is None:
+                missing += 1
+            else:
+                out = out + r.time
+        return out, missing
+
+
+@dataclass(frozen=True)
 class ComparisonResult:
     """What one A/B comparison found. ``estimate`` and the interval are relative effects of
     B over A in the metric's good direction: +0.045 means B is 4.5 % better."""
@@ -200,6 +266,8 @@ class ComparisonResult:
     guardrail_values: Mapping[str, float] = field(default_factory=dict)
     threading: Mapping[str, str] = field(default_factory=dict)  # "A"/"B" -> threading used
     method: str = ""  # which decision rule produced it
+    # where host_time_s went; None: not recorded (stored before revision 0009, multi-arm)
+    time: TimeBreakdown | None = None
 
 
 class SweepMode(enum.Enum):
@@ -235,14 +303,17 @@ class ExperimentStatus(enum.Enum):
 class DeploymentStatus(enum.Enum):
     """A soft SKU's deployment (``musku sku deploy``, docs/rollout.md):
     ``canary -> rolling -> deployed``; ``rolled_back`` (the canary lost, broke a guardrail,
-    or a wave failed: every host of the deployment back at its baseline) or ``failed`` (the
-    rollback itself did not complete) from ``canary`` or ``rolling``."""
+    a wave failed, or an operator rolled it back: every host of the deployment back at its
+    baseline) or ``failed`` (the rollback itself did not complete) from ``canary``,
+    ``rolling`` or ``deployed``; ``retired`` from ``deployed`` (``musku sku retire``: ended as
+    planned, its hosts back at production and released)."""
 
     CANARY = "canary"
     ROLLING = "rolling"
     DEPLOYED = "deployed"
     ROLLED_BACK = "rolled_back"
     FAILED = "failed"
+    RETIRED = "retired"
 
     @property
     def live(self) -> bool:

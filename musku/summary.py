@@ -5,12 +5,13 @@ only renders them (:mod:`musku.display`), and tests call these directly."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from musku.design.advice import mode_advice
-from musku.domain import SoftSku, Value
+from musku.domain import ComparisonResult, SoftSku, TimeBreakdown, Value
 from musku.errors import InputError
 from musku.experiment import Experiment, load_experiment
 from musku.knobs.spec import sort_key
@@ -158,3 +159,11 @@ def sku_diff(store: Any, first: int, second: int) -> SkuDiff:
             continue
         rows.append({"knob": knob, "first": va, "second": vb, "same": va == vb})
     return SkuDiff(first, second, (a, b), rows)
+
+
+def time_totals(results: Iterable[ComparisonResult]) -> dict[str, float | int]:
+    """Where the results' host time went, summed (``musku results NAME --json``'s ``time``):
+    the :class:`~musku.domain.TimeBreakdown` parts in host seconds, their total, and how many
+    results recorded none (stored before revision 0009, multi-arm per-arm rows)."""
+    time, missing = TimeBreakdown.total(results)
+    return {**time.as_dict(), "total_s": time.total_s, "missing": missing}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 
-from musku.domain import Configuration, Value, format_value
+from musku.domain import Configuration, TimeBreakdown, Value, format_value
 
 _NEEDS = re.compile(r"needs about ([\d,]+) more windows")
 
@@ -57,6 +57,33 @@ def hours(seconds: float) -> str:
     if seconds >= 60:
         return f"{seconds / 60:.1f} min"
     return f"{seconds:.0f} s"
+
+
+def time_text(time: TimeBreakdown, missing: int = 0) -> str:
+    """A time breakdown in host hours: ``host time: measuring 9.10 h, warm-up 5.20 h,
+    switching 0.10 h, reboots 1.40 h``, and how many comparisons recorded none."""
+    text = "host time: " + ", ".join(
+        f"{name} {secs / 3600:.2f} h" for name, secs in zip(TIME_WORDS, time.seconds(), strict=True)
+    )
+    if missing:
+        text += f" ({missing} comparison(s) without a breakdown)"
+    return text
+
+
+def time_short(time: TimeBreakdown | None) -> str:
+    """One comparison's overhead for a table cell: ``warm-up 4.9 min, switching 4 s`` (the
+    parts other than measuring that took any time; ``-`` when none recorded)."""
+    if time is None:
+        return "-"
+    parts = [
+        f"{name} {hours(secs)}"
+        for name, secs in zip(TIME_WORDS[1:], time.seconds()[1:], strict=True)
+        if secs > 0
+    ]
+    return ", ".join(parts) or "none"
+
+
+TIME_WORDS = ("measuring", "warm-up", "switching", "reboots")
 
 
 def change_text(

@@ -159,3 +159,129 @@ def memory_for(pair: Any, store: Any | None, *, max_age_s: float | None = None) 
         transients=store.transients(key, hw) if getattr(pair, "persistent", True) else {},
         on_breach=breach,
     )
+
+
+# --------------------------------------------------------------- what a calibration changes
+
+EARLY_REASONS = (
+    "no crossover: estimate includes the host bias",
+    "one arm order only: estimate includes the arm bias",  # a switchback pair's wording
+)
+"""Words in a comparison's reason when it was decided before the first swap (the early path a
+usable calibration allows: :meth:`musku.abtest.rules.CsRule._look_early`)."""
+
+
+def decided_early(reason: str) -> bool:
+    """Whether a comparison with this reason was decided before the first swap."""
+    return any(words in reason for words in EARLY_REASONS)
+
+
+def describe(cal: PairCalibration) -> str:
+    """``calibration 3 of pair a+b (bias +0.35 % [+0.10, +0.60] %, 8,831 samples, measured
+    2026-11-28 05:40 UTC)``."""
+    lo, hi = cal.ci_low * 100, cal.ci_high * 100
+    return (
+        f"calibration {cal.id if cal.id is not None else '(unsaved)'} of pair {cal.pair} "
+        f"(bias {cal.bias * 100:+.2f} % [{lo:+.2f}, {hi:+.2f}] %, bound ±{cal.bound * 100:.2f} "
+        f"%, {cal.samples:,} samples, measured {cal.taken_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC)"
+    )
+
+
+def announce(cal: PairCalibration, memory: PairMemory | None = None) -> str:
+    """One line said once when a run uses ``cal``: what it is and what it does to the test.
+    With ``memory``, whether it is usable (else why not: the early path stays off)."""
+    what = describe(cal)
+    if memory is not None:
+        bound, why = memory.early_bound()
+        if bound is None:
+            return f"not using {what}: {why or 'early decisions off'}"
+    return (
+        f"using {what}: comparisons may decide before the first swap, their intervals widened "
+        f"by its bound (wider intervals from fewer samples than the "
+        "crossover's; `musku results NAME` says how much)"
+    )
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+@dataclass(frozen=True)
+class CalibrationEffect:
+    """How a run's comparisons decided before the first swap (the early path a calibration
+    allows) compare with those decided after crossover: counts, median interval half-width
+    (relative) and median samples per host of each group."""
+
+    early: int
+    total: int
+    early_halfwidth: float | None
+    crossover_halfwidth: float | None
+    early_samples: float | None
+    crossover_samples: float | None
+
+    @classmethod
+    def of(cls, results: Any) -> CalibrationEffect:
+        """From :class:`musku.domain.ComparisonResult` objects (finished comparisons)."""
+        early: list[Any] = []
+        late: list[Any] = []
+        for r in results:
+            if not (abs(r.ci_low) < float("inf") and abs(r.ci_high) < float("inf")):
+                continue  # no interval (stopped, failed): nothing to compare
+            (early if decided_early(r.reason) else late).append(r)
+
+        def hw(rs: list[Any]) -> float | None:
+            return _median([(r.ci_high - r.ci_low) / 2 for r in rs])
+
+        def n(rs: list[Any]) -> float | None:
+            return _median([float(r.samples) for r in rs])
+
+        return cls(len(early), len(early) + len(late), hw(early), hw(late), n(early), n(late))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "decided_early": self.early,
+            "comparisons": self.total,
+            "early_median_halfwidth": self.early_halfwidth,
+            "crossover_median_halfwidth": self.crossover_halfwidth,
+            "early_median_samples": self.early_samples,
+            "crossover_median_samples": self.crossover_samples,
+        }
+
+    def text(self) -> str:
+        """One line; "" when nothing was decided early."""
+        if not self.early or self.early_halfwidth is None:
+            return ""
+        out = (
+            f"{self.early} of {self.total} comparisons decided before the first swap "
+            f"(the calibration's early path): median interval ±{self.early_halfwidth * 100:.2f} %"
+            f" from {self.early_samples:,.0f} samples"
+        )
+        if self.crossover_halfwidth and self.crossover_samples:
+            out += (
+                f", against ±{self.crossover_halfwidth * 100:.2f} % from "
+                f"{self.crossover_samples:,.0f} for the ones decided after crossover: "
+                f"{self.early_halfwidth / self.crossover_halfwidth:.1f}x wider, "
+                f"{self.crossover_samples / max(1.0, self.early_samples or 1.0):.1f}x fewer "
+                "samples"
+            )
+        return out
+
+
+def calibrations_used(store: Any, run: Any, comparisons: Any) -> list[PairCalibration]:
+    """The calibrations a stored run used: for each pair whose comparisons were decided
+    before the first swap, the newest calibration taken before the run started (calibration
+    rows are never rewritten but for their recalibration flag)."""
+    when = run.started_at or run.created_at
+    pairs = sorted(
+        {
+            "+".join(c.hosts)
+            for c in comparisons
+            if c.result is not None and c.hosts and decided_early(c.result.reason)
+        }
+    )
+    found = [store.calibration_before(p, when) for p in pairs] if when is not None else []
+    return [c for c in found if c is not None]

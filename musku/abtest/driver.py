@@ -68,6 +68,7 @@ from musku.domain import (
     Direction,
     Guardrail,
     Sample,
+    TimeBreakdown,
 )
 from musku.errors import HostError, InputError
 from musku.hosts.base import HostPair
@@ -297,6 +298,11 @@ class _Comparison:
         self.period_len: int | None = None
         self.apply_s: list[float] = []
         self.warm_s: list[float] = []
+        # time accounting (TimeBreakdown): host-clock seconds of each apply, whether it
+        # rebooted a host, and when an unfinished warm-up started
+        self.apply_clock: list[float] = []
+        self.apply_reboot: list[bool] = []
+        self.warm_open: float | None = None
         self.swap_measured = False
         self.period_sign: list[int] = []
         self.verdict = Verdict.undecided()
@@ -403,8 +409,38 @@ class _Comparison:
             (self.baseline, self.candidate) if self.sign > 0 else (self.candidate, self.baseline)
         )
         self._check_stop()
+        reboot = self._reboots(configs)
+        t = self.pair.now()
         secs = float(self.pair.apply(configs))
         self.apply_s.append(secs)
+        self.apply_clock.append(max(0.0, self.pair.now() - t))
+        self.apply_reboot.append(reboot)
+
+    def _reboots(self, configs: tuple[Configuration, Configuration]) -> bool:
+        """Whether applying ``configs`` changes a reboot knob on either host (from what the
+        host has now): such an apply's time counts as reboot time."""
+        if not self.spec.reboot_knobs:
+            return False
+        for host, cfg in zip(self.pair.hosts, configs, strict=True):
+            now = host.configuration()
+            if now.diff(now.merged(cfg)).keys() & self.spec.reboot_knobs:
+                return True
+        return False
+
+    def time_breakdown(self) -> TimeBreakdown:
+        """Where the comparison's host time went so far (see :class:`TimeBreakdown`): the
+        applies (reboots apart), the warm-up discarded (blind minimum, probe windows before
+        the transient's end, windows dropped after the fact), the rest measuring."""
+        total = self.pair.now() - self.t0
+        reboot = sum(
+            (s for s, r in zip(self.apply_clock, self.apply_reboot, strict=True) if r), 0.0
+        )
+        switching = sum(self.apply_clock, 0.0) - reboot
+        warm = sum(self.warm_s, 0.0) + self.dropped * self.interval
+        if self.warm_open is not None:  # stopped inside a warm-up
+            warm += self.pair.now() - self.warm_open
+        measuring = max(0.0, total - reboot - switching - warm)
+        return TimeBreakdown(measuring, warm, switching, reboot)
 
     def _roles(self) -> tuple[Configuration, Configuration]:
         """The configurations of host 0 and host 1 in the current period."""
@@ -461,6 +497,7 @@ class _Comparison:
         while the transient lasts, up to :data:`TRANSIENT_CAP_S`. Returns the valid steady
         windows measured while looking for it."""
         t_start = self.pair.now()
+        self.warm_open = t_start
         cfgs = self._roles()
         known = max(self._known_transient(c) for c in cfgs)
         min_n = max(self.warm_n, int(math.ceil(known / self.interval - 1e-9)))
@@ -468,12 +505,14 @@ class _Comparison:
         self._emit(head, True)
         if not self.rule.detect_warmup:
             self.warm_s.append(self.pair.now() - t_start)
+            self.warm_open = None
             return self._columns([])
         if self.settles_itself:
             # a switchback pair applies each arm inside its windows and discards each
             # sub-window's own transient (settle_s): nothing after apply() is a transient.
             # The first period's pilot is the structure's probe, all of it steady
             self.warm_s.append(self.pair.now() - t_start)
+            self.warm_open = None
             if self.b is not None:
                 return self._columns([])
             pilot = self._measure(self.structure.probe_n)
@@ -510,6 +549,7 @@ class _Comparison:
             if self.pair.now() - t_start >= TRANSIENT_CAP_S:
                 self._emit(probe, True)
                 self.warm_s.append(self.pair.now() - t_start)
+                self.warm_open = None
                 raise _Transient(
                     f"the warm-up transient after applying {cfgs[0].key()} / {cfgs[1].key()} "
                     f"did not end within {TRANSIENT_CAP_S:.0f} s: no decision"
@@ -542,6 +582,7 @@ class _Comparison:
         self.warm_s.append(
             self.pair.now() - t_start - self.interval * float(np.count_nonzero(~warm & probe.valid))
         )
+        self.warm_open = None
         return probe.select(~warm & probe.valid)
 
     def _transient_end(self, x: FloatArray, *, fit: bool) -> tuple[int, bool]:
@@ -998,6 +1039,7 @@ class _Comparison:
             guardrail_values=dict(self.guard_values),
             threading=roles,
             method=self.rule.method(),
+            time=self.time_breakdown(),
         )
 
     def _loop(self) -> tuple[Decision, str]:

@@ -51,7 +51,13 @@ from musku.abtest.driver import (
     validate_spec,
 )
 from musku.abtest.rules import ConfidenceSequenceRule, make_rule, pct, to_relative
-from musku.domain import ComparisonResult, ComparisonSpec, Configuration, Decision
+from musku.domain import (
+    ComparisonResult,
+    ComparisonSpec,
+    Configuration,
+    Decision,
+    TimeBreakdown,
+)
 from musku.errors import HostError, InputError
 from musku.hosts.base import HostPair
 
@@ -410,6 +416,12 @@ class _Pool:
             f"; pooled over {len(self.strata)} pairs (random effects, DerSimonian-Laird "
             "between-pair variance, Satterthwaite df)"
         )
+        parts = [s.result.time for s in self.strata if s.result is not None and s.result.time]
+        time = (
+            TimeBreakdown(*(sum(x) for x in zip(*(t.seconds() for t in parts), strict=True)))
+            if parts
+            else None
+        )
         return ComparisonResult(
             baseline=baseline,
             candidate=candidate,
@@ -423,6 +435,7 @@ class _Pool:
             guardrail_values=guard,
             threading=dict(first.threading) if first else {},
             method=method,
+            time=time,  # summed over the pairs (each pair's adds up to its own host time)
         )
 
 

@@ -288,7 +288,13 @@ def _default_state_dir() -> Path:
     return Path(user_state_dir("musku")) / "local"
 
 
-def open_pair(experiment: Experiment, seed: int = 0) -> LocalSwitchbackPair:
+def open_pair(
+    experiment: Experiment, seed: int = 0, *, link: Link | None = None
+) -> LocalSwitchbackPair:
+    """The pair for ``experiment``: its workload started, its agent reached. ``link``: an agent
+    the caller already reaches another way (an :class:`~musku.hosts.agent.SshLink` to this
+    machine's agent through an sshd); then no private agent is started and ``socket`` is
+    ignored. The pair closes the link."""
     opts = parse_options(LocalOptions, experiment.hosts.options, str(experiment.path))
     settle, lease, interval = opts.settle_s, opts.lease_s, opts.agent_sample_interval_s
     arena = int(opts.arena_mib)
@@ -324,8 +330,10 @@ def open_pair(experiment: Experiment, seed: int = 0) -> LocalSwitchbackPair:
         tables = cotune_tables(experiment)
         timeout = 120.0 if tables is None else max(120.0, timeout_for(tables.spec))
         sock = opts.socket
-        if sock:
-            link: Link = SocketLink(str(sock), timeout=timeout)
+        if link is not None:
+            pass
+        elif sock:
+            link = SocketLink(str(sock), timeout=timeout)
         else:
             sock_path = state / "agent.sock"
             cfg = state / "agent.toml"

@@ -21,6 +21,8 @@ PAGE_SIZES_KB = {"2M": 2048, "1G": 1048576}
 
 MAX_SHP = 1 << 24
 """Most static huge pages a setting may reserve."""
+READ_TRIES = 20
+"""Reads of the pool's two counters before taking a moving pair as it is (pages being freed)."""
 
 SPEC = KnobSpec(
     name="shp",
@@ -69,10 +71,24 @@ class ShpKnob(KnobBase):
     def read(self) -> Value:
         """The persistent pool: ``nr_hugepages`` less ``surplus_hugepages``. Shrinking the pool
         below the pages a process still maps turns those into surplus pages, counted in
-        ``nr_hugepages`` until the process lets them go; the pool itself is at the new size."""
+        ``nr_hugepages`` until the process lets them go; the pool itself is at the new size.
+
+        The two counters are two files the kernel changes together as each surplus page is
+        freed; read one after the other, a free can fall between them (surplus 64 read, then
+        ``nr_hugepages`` 0: a pool of -64, seen on a real switchback). So ``nr_hugepages`` is
+        read before and after the surplus, again until it did not move; never below 0."""
         surplus_file = self.pool.replace("/nr_hugepages", "/surplus_hugepages")
-        surplus = self.fs.read_int(surplus_file) if self.fs.exists(surplus_file) else 0
-        return self.fs.read_int(self.pool) - surplus
+        if not self.fs.exists(surplus_file):
+            return self.fs.read_int(self.pool)
+        nr = self.fs.read_int(self.pool)
+        surplus = 0
+        for _ in range(READ_TRIES):
+            surplus = self.fs.read_int(surplus_file)
+            again = self.fs.read_int(self.pool)
+            if again == nr:
+                break
+            nr = again
+        return max(0, nr - surplus)
 
     def validate(self, value: Value) -> Value:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -93,7 +109,10 @@ class ShpKnob(KnobBase):
         return [Write(self.pool, str(value).encode())]
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(self.name, ((self.pool, self.fs.read_bytes(self.pool)),))
+        """The persistent pool as the kernel prints it: while surplus pages are still mapped,
+        the raw ``nr_hugepages`` counts them too, and writing that back would make them
+        persistent."""
+        return Snapshot(self.name, ((self.pool, f"{self.read()}\n".encode()),))
 
     def apply(self, value: Value, *, dry_run: bool = False) -> list[Write]:
         writes = super().apply(value, dry_run=dry_run)

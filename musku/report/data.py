@@ -82,6 +82,7 @@ class ReportData:
     softskus: list[SoftSkuRecord]
     series: dict[int, Series] = field(default_factory=dict)
     run_note: str = ""  # which run a name resolved to (musku.storage.lookup)
+    calibrations: list[Any] = field(default_factory=list)  # pair calibrations it used
 
     @property
     def resolved(self) -> Mapping[str, Any]:
@@ -140,6 +141,9 @@ def load(store: Any, ref: str, *, kind: str = "sweep", series: bool = True) -> R
         )
     skus = [s for s in store.softskus() if s.experiment_id == rec.id]
     data = ReportData(rec, store.experiment_meta(rec.id), comps, skus, run_note=found.note)
+    from musku.abtest.calibration import calibrations_used
+
+    data.calibrations = calibrations_used(store, rec, comps)
     if series:
         data.series = load_series(store, rec.id, [c.id for c in comps if c.result is not None])
     return data

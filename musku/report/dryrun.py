@@ -12,9 +12,9 @@ written to the results DB.
   results DB when there is one, else from the statistics settings and the simulator model's
   noise and timing, with the sample cap as the bound;
 - with a host pool (docs/fleet.md): its hosts, pairs and idle host, and an estimate of the
-  host-clock time to the soft SKU: the sweep's tasks given to the pairs as ``musku sweep``
-  gives them (task ``i`` to pair ``i mod P``), the longest pair's share, then the run-offs'
-  confirmation and the validations (at once).
+  host-clock time to the soft SKU: the sweep's tasks scheduled on the pairs as ``musku
+  sweep`` schedules them, with the expected host times the pairs are scheduled by
+  (:mod:`musku.sweep.schedule`), then the validations (at once).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from musku.knobs import load_knob
 from musku.sim.fleet import host_names
 from musku.sim.model import SimModel
 from musku.sim.pair import open_pair
-from musku.sweep.strategies import EXHAUSTIVE_LIMIT, scan_order
+from musku.sweep.schedule import CostModel, estimate_clock
+from musku.sweep.strategies import EXHAUSTIVE_LIMIT
 
 
 def planned(experiment: Any) -> dict[str, Any]:
@@ -246,27 +247,12 @@ def pool_layout(experiment: Any) -> dict[str, Any] | None:
     }
 
 
-def pool_clock(experiment: Any, plan: Mapping[str, Any], pairs: int, per_s: float) -> float | None:
-    """Host-clock to the soft SKU on ``pairs`` pairs, ``per_s`` a comparison: the tasks of the
-    sweep's first phase (independent: a knob's scan each, or each walk of it when there are
-    more pairs than knobs; exhaustive: one comparison each) round-robin over the pairs, the
-    longest pair's comparisons, plus a confirmation and the validations (on two pairs at
-    once). None for the modes whose later phases depend on results (search, multiarm)."""
-    base = experiment.baseline_config
-    if plan["mode"] == "independent":
-        knobs = [k["knob"] for k in plan["knobs"]]
-        if pairs > len(knobs):
-            tasks = [len(w) for k in knobs for w in scan_order(experiment, k, base.get(k)) if w]
-        else:
-            tasks = [k["comparisons"] for k in plan["knobs"]]
-        follow = 2  # a knob's confirmation, then the validations at once
-    elif plan["mode"] == "exhaustive":
-        tasks = [1] * (int(plan["comparisons_planned"]) - int(plan["validations"]))
-        follow = 1
-    else:
-        return None
-    load = [sum(tasks[i::pairs]) for i in range(pairs)]
-    return per_s * (max(load, default=0) + follow)
+def pool_clock(experiment: Any, pairs: int) -> float | None:
+    """Host-clock to the soft SKU on ``pairs`` pairs: the sweep's own schedule of its tasks'
+    expected host times (:func:`musku.sweep.schedule.estimate_clock`, the model the pool's
+    pairs are scheduled by, printed again beside the measured clock after the sweep). None
+    for the modes whose later phases depend on results (search, multiarm)."""
+    return estimate_clock(experiment, pairs)
 
 
 def _model_seconds(experiment: Any) -> float | None:
@@ -306,12 +292,8 @@ def dry_run(experiment: Any, store: Any = None) -> dict[str, Any]:
     est = estimate(experiment, plan, past)
     pool = pool_layout(experiment)
     if pool is not None:
-        per = est.get("per_comparison_s")
-        est["clock_s"] = (
-            pool_clock(experiment, plan, int(pool["pairs"]), float(per))
-            if per is not None
-            else None
-        )
+        est["clock_s"] = pool_clock(experiment, int(pool["pairs"]))
+        est["clock_source"] = CostModel.of(experiment).source
     return {
         "experiment": experiment.name,
         "plan": plan,

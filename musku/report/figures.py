@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from musku.domain import Decision, format_value
+from musku.domain import Decision, TimeBreakdown, format_value
 from musku.report.data import (
     PAPER_GAINS,
     PAPER_HOST_HOURS,
@@ -35,6 +35,7 @@ from musku.report.data import (
     Series,
     running_interval,
 )
+from musku.text import TIME_WORDS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -386,6 +387,55 @@ def softsku_figure(sides: Sequence[ReportData]) -> Figure | None:
         frameon=True,
         bbox_to_anchor=(0.5, 0.0),
     )
+    return fig
+
+
+TIME_COLOURS = (
+    "#1b9e77",
+    "#e6ab02",
+    "#7570b3",
+    "#d95f02",
+)  # measuring, warm-up, switching, reboots
+
+
+def time_breakdown_figure(sides: Sequence[ReportData]) -> Figure | None:
+    """Where each experiment's host time went (issue 31 item 5): one stacked bar per
+    experiment, measuring / warm-up / switching / reboots in host hours; None when no
+    comparison recorded a breakdown (rows stored before revision 0009, multi-arm rows)."""
+    totals = [TimeBreakdown.total(c.result for c in d.comparisons if c.result) for d in sides]
+    if all(t.total_s == 0.0 for t, _ in totals):
+        return None
+    h = 0.6 * len(sides) + 1.3
+    fig = _figure(7.4, h, layout=None)
+    fig.subplots_adjust(left=0.24, right=0.72, bottom=0.55 / h, top=1 - 0.35 / h)
+    ax = fig.add_subplot()
+    ax.spines[["top", "right"]].set_visible(False)
+    ends: list[float] = []
+    for y, (time, _) in enumerate(totals[::-1]):
+        left = 0.0
+        for name, secs, colour in zip(TIME_WORDS, time.seconds(), TIME_COLOURS, strict=True):
+            ax.barh([y], [secs / 3600.0], left=left, color=colour, height=0.5, label=name)
+            left += secs / 3600.0
+        ends.append(left)
+    end = max(ends) * 1.02 or 1.0
+    for y, ((time, missing), total) in enumerate(zip(totals[::-1], ends, strict=True)):
+        share = 100.0 * time.measuring_s / time.total_s if time.total_s else 0.0
+        note = f" ({missing} without)" if missing else ""
+        ax.text(end, y, f" {total:.2f} h, {share:.0f} % measuring{note}", va="center", fontsize=8)
+    ax.set_xlim(0, end * 1.6)
+    ax.set_yticks(
+        range(len(sides)),
+        [f"#{d.experiment.id} {d.experiment.name}" for d in sides[::-1]],
+        fontsize=9,
+    )
+    ax.set_xlabel("host time (h)")
+    ax.set_title("Where the host time went", fontsize=10, loc="left")
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles, strict=True))
+    ax.legend(
+        uniq.values(), uniq.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0),
+        frameon=False,
+    )  # fmt: skip
     return fig
 
 

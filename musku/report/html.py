@@ -266,7 +266,21 @@ def _host_time_section(sides: Sequence[ReportData]) -> str:
         "<figcaption>Host time the comparisons took, summed (warm-up and reboots included; "
         "virtual time on simulated hosts), by knob; the hatched band is the paper's 5-10 h a "
         "sweep. On a pool, pairs run at once: the wait is shorter (host-clock, "
-        "docs/fleet.md).</figcaption></figure>"
+        "docs/fleet.md).</figcaption></figure>" + _time_breakdown(sides)
+    )
+
+
+def _time_breakdown(sides: Sequence[ReportData]) -> str:
+    """The stacked bar of where the host time went (none without recorded breakdowns)."""
+    fig = F.time_breakdown_figure(sides)
+    if fig is None:
+        return ""
+    return (
+        f'<figure id="fig-time-breakdown">'
+        f"{_img(F.encode(fig, 'svg'), 'host time by measuring, warm-up, switching, reboots')}"
+        "<figcaption>The same host time by what it was spent on: windows the tests used "
+        "(measuring), windows discarded as warm-up after each apply, applies without a reboot "
+        "(switching), applies that rebooted a host (reboots); docs/cli.md.</figcaption></figure>"
     )
 
 
@@ -408,11 +422,24 @@ def _reproduce(sides: Sequence[ReportData], version: str) -> str:
             "simulated hosts the same file and seed give the same comparisons); statistics: "
             f"<code>{_e(dumps(d.statistics))}</code>.</p>"
         )
+        out.append(_calibration(d))
         text = _file_text(e.path, e.content)
         out.append(
             f"<details><summary>the experiment file</summary><pre>{_e(text)}</pre></details>"
         )
     return "".join(out)
+
+
+def _calibration(d: ReportData) -> str:
+    """What a pair calibration did to the run (docs/abtest.md "What a calibration changes"):
+    which one, and its early decisions against the crossover ones; "" when none decided."""
+    from musku.abtest.calibration import CalibrationEffect, describe
+
+    effect = CalibrationEffect.of([c.result for c in d.comparisons if c.result is not None])
+    if not effect.early:
+        return ""
+    used = "; ".join(f"used {describe(c)}" for c in d.calibrations) or "used a pair calibration"
+    return f'<p class="calibration">{_e(used)}. {_e(effect.text())}.</p>'
 
 
 def _file_text(path: str, content: Any) -> str:

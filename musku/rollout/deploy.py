@@ -630,6 +630,93 @@ def rollback_deployment(
         fleet.close()
 
 
+def retire_deployment(
+    store: Any,
+    dep_id: int,
+    *,
+    reason: str = "",
+    experiment_file: Path | None = None,
+    progress: Progress | None = None,
+    fleet_opener: FleetOpener = open_fleet,
+    claim_stale_s: float = CLAIM_STALE_S,
+) -> DeploymentRecord:
+    """``musku sku retire DEPLOYMENT``: end a ``deployed`` deployment as planned (superseded
+    by a newer soft SKU, the service leaving these hosts, the trial over): every host it
+    applied its soft SKU to back at production, newest first, its waves ``retired``, the row
+    ``retired`` with ``reason``; its hosts are free for another deployment and no watch looks
+    at it again. Unlike :func:`rollback_deployment` it says nothing against the soft SKU and
+    takes nothing over: only a ``deployed`` deployment is retired. Refused (one line, exit 3,
+    nothing changed): an unknown deployment, one already ended, one still rolling out (its
+    controller's, or ``musku sku rollback``'s, to end), one another controller holds (a
+    rollback or retire under way). A host that cannot be put back leaves the row ``failed``
+    naming it (:class:`HostError`, exit 6), as a rollback does: no deployment is left
+    ``deployed`` on hosts that no longer run it, nor ``retired`` on hosts that still do."""
+    progress = progress or NullProgress()
+    dep = store.deployment(dep_id)
+    if dep is None:
+        raise InputError(f"no deployment {dep_id} (`musku sku deployments` lists them)")
+    if not dep.status.live:
+        raise InputError(f"deployment {dep_id} is {dep.status.value} already: nothing to retire")
+    if dep.status is not DeploymentStatus.DEPLOYED:
+        raise InputError(
+            f"deployment {dep_id} is still {dep.status.value} (controller {dep.controller}): "
+            f"only a deployed one is retired; `musku sku rollback {dep_id}` stops a rollout"
+        )
+    experiment = (
+        load_experiment(experiment_file)
+        if experiment_file is not None
+        else _deployed_by(store, dep, dep.backend)
+    )
+    fleet = fleet_opener(
+        experiment,
+        seed=experiment.stats.seed,
+        state=fleet_state(store, dep.backend),
+        code_version=None,
+    )
+    try:
+        check_hosts(fleet, dep.hosts)
+        try:
+            claim_experiment(store, dep.experiment_id, claim_stale_s)
+        except ClaimHeld as exc:
+            raise InputError(
+                f"deployment {dep.id} is held by another controller: {exc.one_line()}"
+            ) from None
+        me = controller_id()
+        try:
+            current = store.deployment(dep_id)  # a rollback may have ended it meanwhile
+            if current is None or current.status is not DeploymentStatus.DEPLOYED:
+                state = current.status.value if current else "gone"
+                raise InputError(f"deployment {dep_id} is {state} already: nothing to retire")
+            owner = f"deployment-{dep.id}"
+            errors: list[str] = []
+            for host in reversed(current.applied_hosts()):
+                progress.message(f"deployment {dep.id}: {host} back at production")
+                try:
+                    fleet.undeploy(host, owner)
+                except MuskuError as exc:
+                    errors.append(f"{host}: {exc.one_line()}")
+            waves = [dict(w) for w in current.waves]
+            for wave in waves:
+                if wave.get("state") in ("applied", "restored"):
+                    wave["state"] = "retired"
+            why = f"retired by an operator (musku sku retire, controller {me})"
+            if reason:
+                why += f": {reason}"
+            if errors:
+                why += f"; not put back: {'; '.join(errors)}"
+            status = DeploymentStatus.FAILED if errors else DeploymentStatus.RETIRED
+            store.update_deployment(dep.id, waves=waves, status=status, reason=why)
+            if errors:
+                raise HostError(f"deployment {dep.id}: {why}")
+        finally:
+            store.release(dep.experiment_id, me)
+        got = store.deployment(dep_id)
+        assert got is not None
+        return got  # type: ignore[no-any-return]
+    finally:
+        fleet.close()
+
+
 # ---------------------------------------------------------------------------- watch
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from musku.domain import ComparisonResult, Configuration, Decision
+from musku.domain import ComparisonResult, Configuration, Decision, TimeBreakdown
 from musku.errors import DatabaseError
 from musku.knobs.spec import KnobSpec
 from musku.storage.models import (
@@ -83,7 +83,27 @@ def decision_columns(result: ComparisonResult) -> dict[str, Any]:
         "guardrail_values": jsonable(dict(result.guardrail_values)),
         "threading_a": result.threading.get("A"),
         "threading_b": result.threading.get("B"),
+        **time_columns(result.time),
     }
+
+
+TIME_COLUMNS = ("time_measuring_s", "time_warmup_s", "time_switching_s", "time_reboot_s")
+"""``decisions``' columns of a :class:`TimeBreakdown` (revision 0009), in its order."""
+
+
+def time_columns(time: TimeBreakdown | None) -> dict[str, float | None]:
+    """A comparison's time breakdown as ``decisions`` columns (all NULL: none recorded)."""
+    values = (None,) * 4 if time is None else tuple(_num(x) for x in time.seconds())
+    return dict(zip(TIME_COLUMNS, values, strict=True))
+
+
+def time_from_row(row: Any) -> TimeBreakdown | None:
+    """The breakdown stored in a ``decisions`` row (None: not recorded)."""
+    values = [getattr(row, c, None) for c in TIME_COLUMNS]
+    nums = [float(v) for v in values if v is not None]
+    if len(nums) != len(TIME_COLUMNS):
+        return None
+    return TimeBreakdown(*nums)
 
 
 def result_from_rows(
@@ -107,6 +127,7 @@ def result_from_rows(
         guardrail_values={str(k): float(v) for k, v in (row.guardrail_values or {}).items()},
         threading=threading,
         method=row.method,
+        time=time_from_row(row),
     )
 
 

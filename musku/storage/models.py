@@ -215,6 +215,11 @@ class DecisionRow(Base):
     threading_a: Mapped[str | None] = mapped_column(String(100), nullable=True)
     threading_b: Mapped[str | None] = mapped_column(String(100), nullable=True)
     decided_at: Mapped[datetime] = mapped_column(TS)
+    # 0009: where host_time_s went (musku.domain.TimeBreakdown); NULL: not recorded
+    time_measuring_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    time_warmup_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    time_switching_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    time_reboot_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class SoftSkuRow(Base):
@@ -333,7 +338,7 @@ class QueueRow(Base):
     done_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
 
 
-DEPLOYMENT_STATUSES = ("canary", "rolling", "deployed", "rolled_back", "failed")
+DEPLOYMENT_STATUSES = ("canary", "rolling", "deployed", "rolled_back", "failed", "retired")
 WATCH_VERDICTS = ("holds", "gone", "lost")
 
 

@@ -17,6 +17,7 @@ from musku.domain import (
     DeploymentStatus,
     ExperimentStatus,
     SoftSku,
+    TimeBreakdown,
     run_kind,
 )
 from musku.errors import DatabaseError
@@ -63,13 +64,17 @@ DEPLOYMENT_TRANSITIONS: Mapping[DeploymentStatus, frozenset[DeploymentStatus]] =
     DeploymentStatus.ROLLING: frozenset(
         {DeploymentStatus.DEPLOYED, DeploymentStatus.ROLLED_BACK, DeploymentStatus.FAILED}
     ),
-    # `musku sku rollback`: an operator puts a deployed soft SKU's hosts back
-    DeploymentStatus.DEPLOYED: frozenset({DeploymentStatus.ROLLED_BACK, DeploymentStatus.FAILED}),
+    # `musku sku rollback`: an operator puts a deployed soft SKU's hosts back;
+    # `musku sku retire`: an operator ends a deployment as planned (hosts back, released)
+    DeploymentStatus.DEPLOYED: frozenset(
+        {DeploymentStatus.ROLLED_BACK, DeploymentStatus.RETIRED, DeploymentStatus.FAILED}
+    ),
     DeploymentStatus.ROLLED_BACK: frozenset(),
     DeploymentStatus.FAILED: frozenset(),
+    DeploymentStatus.RETIRED: frozenset(),
 }
-"""Allowed deployment status changes: ``canary -> rolling -> deployed``, and
-``rolled_back`` or ``failed`` from ``canary`` or ``rolling``."""
+"""Allowed deployment status changes: ``canary -> rolling -> deployed``; ``rolled_back`` or
+``failed`` from ``canary``, ``rolling`` or ``deployed``; ``retired`` from ``deployed``."""
 
 
 def _ts(value: datetime | None) -> str | None:
@@ -97,6 +102,7 @@ def result_to_dict(result: ComparisonResult) -> dict[str, Any]:
         "guardrail_values": dict(result.guardrail_values),
         "threading": dict(result.threading),
         "method": result.method,
+        "time": result.time.as_dict() if result.time is not None else None,
     }
 
 
@@ -115,6 +121,7 @@ def result_from_dict(data: Mapping[str, Any]) -> ComparisonResult:
         guardrail_values={str(k): float(v) for k, v in data.get("guardrail_values", {}).items()},
         threading={str(k): str(v) for k, v in data.get("threading", {}).items()},
         method=str(data.get("method", "")),
+        time=TimeBreakdown.from_dict(data["time"]) if isinstance(data.get("time"), dict) else None,
     )
 
 

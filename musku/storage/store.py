@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from sqlalchemy import and_, delete, func, or_, select, text, update
@@ -1236,6 +1236,19 @@ class Store:
             row = s.scalars(
                 select(PairCalibrationRow)
                 .where(PairCalibrationRow.pair == pair)
+                .order_by(PairCalibrationRow.id.desc())
+                .limit(1)
+            ).first()
+            return convert.calibration_from_row(row) if row is not None else None
+
+    @_guard
+    def calibration_before(self, pair: str, when: datetime) -> PairCalibration | None:
+        """The calibration of ``pair`` in force at ``when``: the newest taken by then (what a
+        run that started then used; ``musku results NAME``)."""
+        with self._session() as s:
+            row = s.scalars(
+                select(PairCalibrationRow)
+                .where(PairCalibrationRow.pair == pair, PairCalibrationRow.taken_at <= when)
                 .order_by(PairCalibrationRow.id.desc())
                 .limit(1)
             ).first()

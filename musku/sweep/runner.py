@@ -9,36 +9,42 @@ it stopped.
 
 With a pool of pairs (:class:`~musku.hosts.pool.HostPool`, docs/fleet.md), :meth:`Runner.map`
 runs a strategy's independent tasks (a knob's scan, one exhaustive comparison) at once, one
-thread per pair: task ``i`` goes to live pair ``i mod P`` and waits for it, each task runs on a
-*lane* (a runner bound to its pair, seeded from the run's seed and ``i``), and the lanes'
-results join the run's in task order. So a sim sweep gives the same answers on every run of a
-seed, whatever order the threads run in, and a task's comparisons are those it would run on one
-pair. A pair that fails (HostError) is marked failed and its unfinished tasks go to the live
-pairs in a next round (what they had finished is answered from the store, as on resume).
+thread per pair, list-scheduled (:class:`_Schedule`): the tasks are taken longest expected
+first (:mod:`musku.sweep.schedule`), and the first free pair on the host clock takes the next,
+so no pair idles while a task waits. Each task runs on a *lane* (a runner bound to its pair,
+seeded from the run's seed and the task's index), and the lanes' results join the run's in task
+order. "First free" is decided on the pairs' host clocks, not on thread timing: a pair free at
+host time ``T`` takes a task only once every busy pair's clock has passed ``T`` (ties: the
+lower pair first), so a sim sweep gives the same answers on every run of a seed, whatever order
+the threads run in, and a task's comparisons are those it would run on one pair. A pair that
+fails (HostError) is marked failed and its unfinished tasks go to the live pairs in a next
+round (what they had finished is answered from the store, as on resume).
 """
 
 from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from musku.abtest import run_comparison
-from musku.abtest.pooled import run_pooled_comparison
 from musku.abtest.calibration import memory_for
+from musku.abtest.pooled import run_pooled_comparison
 from musku.domain import (
     ComparisonResult,
     Configuration,
     Decision,
     SoftSku,
+    TimeBreakdown,
 )
-from musku.errors import HostError, Interrupted, LinkDown
+from musku.errors import HostError, Interrupted, LinkDown, MuskuError
 from musku.experiment import Experiment
 from musku.hosts.base import HostPair
 from musku.hosts.pool import HostPool, derive_seed
 from musku.sweep.report import result_dict, sku_dict
+from musku.sweep.schedule import chains
 from musku.text import change_text
 
 
@@ -104,6 +110,12 @@ class SweepReport:
     # host time summed over every host that ran it: 2 per pair comparison, a multi-arm
     # scan's group size times its time
     host_hours: float = 0.0
+    # where host_time_s went, summed over the comparisons that recorded it; how many did not
+    time: TimeBreakdown = field(default_factory=TimeBreakdown)
+    time_missing: int = 0
+    # the host-clock the schedule's model expected at the start (musku.sweep.schedule, the
+    # dry-run's estimate); None for modes whose later phases depend on results
+    estimate_clock_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The plain (JSON-able) form: ``musku sweep --json`` and the stored report."""
@@ -131,12 +143,128 @@ class SweepReport:
             "clock_s": self.clock_s,
             "pairs": self.pairs,
             "host_hours": self.host_hours,
+            "time": {**self.time.as_dict(), "missing": self.time_missing},
+            "estimate_clock_s": self.estimate_clock_s,
         }
 
 
 T = TypeVar("T")
 R = TypeVar("R")
 MAX_INTERRUPTIONS = 3  # a comparison whose link is lost more often counts its pair as failed
+SCHEDULE_POLL_S = 0.005  # how often a free pair looks at the busy pairs' host clocks
+
+
+class _Schedule:
+    """The tasks of one :meth:`Runner.map` round on the live pairs, list-scheduled on the
+    pairs' host clocks: whenever a pair is free, it takes the longest expected task that is
+    ready (every task it depends on has finished); a pair with nothing ready waits, on its
+    clock, until a running task releases one.
+
+    Decided in host time, not thread time: pair ``p`` free at ``done[p]`` is the first free
+    pair (the earliest, then the lowest index); it starts at ``S``, the later of ``done[p]``
+    and the earliest time a ready task was released, and takes the longest expected task
+    released by ``S``, once every busy pair's clock (its task's start plus its lane's
+    progress, :meth:`Runner.progress_s`, which only grows) is past ``S`` (or at it, with a
+    higher index): then no running task can free a pair or release a task before ``S``. On
+    simulated hosts the assignment is a function of the seed; on real hosts, whose clocks run
+    with the wall clock, a free pair waits at most for the others' clocks to catch up."""
+
+    def __init__(
+        self,
+        pool: HostPool,
+        pairs: Sequence[int],
+        tasks: Sequence[int],
+        priority: Mapping[int, float],
+        deps: Mapping[int, Sequence[int]],
+        stop: threading.Event,
+    ) -> None:
+        self.pool, self.stop = pool, stop
+        self.todo = set(tasks)  # not taken yet
+        self.priority = priority
+        self.deps = {i: [d for d in deps.get(i, ()) if d in self.todo] for i in tasks}
+        self.finish: dict[int, float] = {}  # task -> host time it finished at
+        self.done: dict[int, float] = {p: 0.0 for p in pairs}  # when each pair is free
+        self.start: dict[int, float] = {}  # busy pair -> its task's start
+        self.lane: dict[int, Runner | None] = {p: None for p in pairs}
+        self.gone: set[int] = set()  # pairs out of the round (nothing left for them, failed)
+        self.ran: dict[int, list[int]] = {p: [] for p in pairs}
+        self.cond = threading.Condition()
+
+    def _released(self, i: int) -> float | None:
+        """When task ``i`` is ready (None: a task it depends on has not finished)."""
+        at = 0.0
+        for d in self.deps[i]:
+            if d not in self.finish:
+                return None
+            at = max(at, self.finish[d])
+        return at
+
+    def _next(self) -> tuple[int, int, float] | None:
+        """(pair, task, start) of the next assignment when it is decided now, else None."""
+        free = [p for p, lane in self.lane.items() if lane is None and p not in self.gone]
+        free = [p for p in free if p not in self.pool.failed]
+        if not free:
+            return None
+        p = min(free, key=lambda q: (self.done[q], q))
+        ready = {i: r for i in self.todo if (r := self._released(i)) is not None}
+        if not ready:
+            return None  # everything left waits for a running task
+        start = max(self.done[p], min(ready.values()))
+        for q, lane in self.lane.items():
+            if lane is None or q in self.gone or q in self.pool.failed:
+                continue
+            now = self.start[q] + lane.progress_s()
+            if now < start or (now == start and q < p):
+                return None
+        i = min((i for i, r in ready.items() if r <= start), key=lambda j: (-self.priority[j], j))
+        return p, i, start
+
+    def _stuck(self) -> bool:
+        """No pair is running a task and none left is ready (they depend on a task that
+        failed with its pair and runs again in the next round)."""
+        busy = any(
+            lane is not None and q not in self.gone and q not in self.pool.failed
+            for q, lane in self.lane.items()
+        )
+        return not busy and all(self._released(i) is None for i in self.todo)
+
+    def take(self, p: int, make: Callable[[int], Runner]) -> tuple[int, Runner] | None:
+        """Pair ``p``'s next task and its lane (``make(i)``) once the schedule gives ``p`` one;
+        None when no task is left, the sweep is stopping, or ``p`` failed."""
+        with self.cond:
+            self.lane[p] = None
+            self.cond.notify_all()
+            while True:
+                if not self.todo or self.stop.is_set() or p in self.pool.failed:
+                    self.gone.add(p)
+                    self.cond.notify_all()
+                    return None
+                got = self._next()
+                if got is None and self._stuck():
+                    self.gone.add(p)  # what is left depends on a task to run again: next round
+                    self.cond.notify_all()
+                    return None
+                if got is not None and got[0] == p:
+                    _, i, start = got
+                    self.todo.discard(i)
+                    lane = make(i)
+                    self.lane[p] = lane
+                    self.start[p] = start
+                    self.ran[p].append(i)
+                    return i, lane
+                self.cond.wait(SCHEDULE_POLL_S)
+
+    def finished(self, p: int, i: int, lane: Runner, ok: bool) -> None:
+        """Pair ``p``'s lane ended task ``i``: the pair is free at the task's end. A task that
+        did not finish (``ok`` false: its pair failed, it runs again in the next round)
+        releases nothing."""
+        with self.cond:
+            end = self.start.pop(p) + lane.clock_s
+            if ok:
+                self.finish[i] = end
+            self.done[p] = end
+            self.lane[p] = None
+            self.cond.notify_all()
 
 
 @dataclass
@@ -177,11 +305,17 @@ class Runner:
         self.measured = 0
         self._counter = 0
         self.clock_s = 0.0  # host-clock time: see SweepReport.clock_s
+        # (clock_s, pair.now() when the comparison now measuring started, or None):
+        # progress_s() for the pool's scheduler, replaced whole (read from other threads)
+        self._live: tuple[float, float | None] = (0.0, None)
+        self._pair_t0: float | None = None  # a lane's pair.now() when its task started
         self.host_seconds = 0.0  # time x hosts: see SweepReport.host_hours
         self._hosts: tuple[int, int] | None = None  # the pair's host indices in the pool
         self._host_names: tuple[str, str] | None = None
         # the pair's calibration and remembered warm-up transients (issue 19)
         self.memory = memory_for(pair, store if experiment_id is not None else None)
+        self._announced: set[int] = set()
+        self._announce(self.memory)
         self._memories: dict[int, Any] = {}
         if pool is not None and len(pool) > 1:
             p = next(i for i, q in enumerate(pool.pairs) if q is pair)
@@ -228,6 +362,7 @@ class Runner:
                 sink(rows)
 
             try:
+                self._live = (self.clock_s, self.pair.now())
                 result = run_comparison(
                     self.pair,
                     baseline,
@@ -260,6 +395,7 @@ class Runner:
             raise Interrupted(f"stopped during {purpose} ({result.samples} samples kept)")
         self.measured += 1
         self.clock_s += result.host_time_s
+        self._live = (self.clock_s, None)
         self.host_seconds += 2 * result.host_time_s
         self.results.append((purpose, result))
         self._cache[key] = result
@@ -400,6 +536,7 @@ class Runner:
         if cached is not None:
             self.results.append((purpose, cached))
             self.clock_s += cached.host_time_s
+            self._live = (self.clock_s, None)
             self.host_seconds += 2 * cached.host_time_s
             self.progress.comparison_finished(purpose, cached, True)
         return cached
@@ -468,19 +605,50 @@ class Runner:
     def host_time(self) -> float:
         return sum(r.host_time_s for _, r in self.results)
 
+    def progress_s(self) -> float:
+        """Host-clock time this runner has taken so far, the comparison it is measuring
+        included, and for a lane at least its pair's clock since its task started (it only
+        grows; read by the pool's scheduler from other threads)."""
+        base, started = self._live
+        now = self.pair.now()
+        if started is not None:
+            base += max(0.0, now - started)
+        # the pair's own clock since the task started: real pairs' clocks run with the wall
+        # clock, so a task that waits outside a comparison still moves on
+        since = now - self._pair_t0 if self._pair_t0 is not None else 0.0
+        return max(base, self.clock_s, since)
+
     # ------------------------------------------------------------------ a pool at once
-    def map(self, fn: Callable[[Runner, T], R], items: Sequence[T], tag: str = "") -> list[R]:
+    def map(
+        self,
+        fn: Callable[[Runner, T], R],
+        items: Sequence[T],
+        tag: str = "",
+        cost: Sequence[float] | None = None,
+        deps: Mapping[int, Sequence[int]] | None = None,
+    ) -> list[R]:
         """``[fn(runner, item) for item in items]``, at once on the pool's live pairs.
 
-        On one pair (or no pool) it is exactly that loop on this runner. Otherwise task ``i``
-        runs on a lane bound to live pair ``i mod P`` (each pair's tasks in order, pairs in
-        parallel threads), seeded from this runner's seed, ``tag`` and ``i``. Results, the
-        comparisons' record and the host-clock (the longest pair's) join this runner's in task
-        order. Ctrl-C / an error stops the other lanes at their next window and is re-raised; a
-        HostError marks its pair failed and the task runs again on a live pair."""
+        On one pair (or no pool) it is exactly that loop on this runner (``deps`` must then
+        point to earlier tasks). Otherwise the tasks are list-scheduled (:class:`_Schedule`):
+        the first free pair on the host clock takes the ready task with the longest expected
+        chain (``cost[i]``: task ``i``'s expected host seconds, :mod:`musku.sweep.schedule`,
+        plus the longest chain of tasks waiting on it; without costs, task order;
+        ``deps[i]``: the tasks that must finish before task ``i`` starts). Task ``i`` runs on a lane bound
+        to its pair (pairs in parallel threads), seeded from this runner's seed, ``tag`` and
+        ``i``. Results, the comparisons' record and the host-clock (the longest pair's) join
+        this runner's in task order. Ctrl-C / an error stops the other lanes at their next
+        window and is re-raised; a HostError marks its pair failed and the task runs again on
+        a live pair."""
         pool = self.pool
+        if deps and any(d >= i for i, ds in deps.items() for d in ds):
+            raise ValueError("map: a task depends on earlier tasks only")
         if pool is None or len(pool.live()) <= 1 or len(items) <= 1:
             return [fn(self, item) for item in items]
+        if cost is not None and len(cost) != len(items):
+            raise ValueError("map: one expected cost per item")
+        costs = list(cost) if cost is not None else [0.0] * len(items)
+        chain = chains(costs, deps or {})
         out: dict[int, R] = {}
         lanes: dict[int, Runner] = {}
         todo = list(range(len(items)))
@@ -494,27 +662,22 @@ class Runner:
                         f"{'+'.join(pool.host_names(p))}: {w}" for p, w in pool.failed.items()
                     )
                 )
-            plan: dict[int, list[int]] = {}
-            for n, i in enumerate(todo):
-                plan.setdefault(live[n % len(live)], []).append(i)
+            sched = _Schedule(pool, live, todo, chain, deps or {}, self.stop)
             rnd = _Round()
             threads = [
                 threading.Thread(
                     target=self._work,
-                    args=(rnd, p, tasks, fn, items, tag, out, lanes),
+                    args=(rnd, sched, p, fn, items, tag, out, lanes),
                     name=f"musku-pair-{p}",
                     daemon=True,
                 )
-                for p, tasks in plan.items()
+                for p in live
             ]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
-            per_pair: dict[int, float] = {}
-            for p, tasks in plan.items():
-                per_pair[p] = sum(lanes[i].clock_s for i in tasks if i in lanes)
-            phase_clock += max(per_pair.values(), default=0.0)
+            phase_clock += max(sched.done.values(), default=0.0)
             for i in sorted(lanes):
                 if i in rnd.retry:
                     continue  # runs again (its finished comparisons answered from the cache)
@@ -525,32 +688,42 @@ class Runner:
             lanes.clear()
             if rnd.errors:
                 raise rnd.errors[min(rnd.errors)]
-            todo = sorted(rnd.retry)
+            if sched.todo and self.stop.is_set():
+                raise self._stopped("stopped before finishing")
+            todo = sorted(set(rnd.retry) | sched.todo)  # a failed pair's task, any not taken
         self.clock_s += phase_clock
+        self._live = (self.clock_s, None)
         return [out[i] for i in range(len(items))]
+
+    def _stopped(self, text: str) -> MuskuError:
+        """The error a stop raises (a shared runner's says whether it was ``musku abort``)."""
+        return Interrupted(text)
 
     def _work(
         self,
         rnd: _Round,
+        sched: _Schedule,
         p: int,
-        tasks: list[int],
         fn: Callable[[Runner, T], R],
         items: Sequence[T],
         tag: str,
         out: dict[int, R],
         lanes: dict[int, Runner],
     ) -> None:
-        """One pair's thread in a :meth:`map` round: its tasks in order."""
+        """One pair's thread in a :meth:`map` round: the tasks the schedule gives it."""
         assert self.pool is not None
-        for i in tasks:
-            if p in self.pool.failed:
-                with rnd.lock:
-                    rnd.retry.append(i)
-                continue
+
+        def make(i: int) -> Runner:
             lane = self._lane(p, f"{tag}#{i}")
             lanes[i] = lane
+            return lane
+
+        while (got := sched.take(p, make)) is not None:
+            i, lane = got
+            ok = False
             try:
                 out[i] = fn(lane, items[i])
+                ok = True
             except HostError as exc:
                 self.pool.fail(p, exc.one_line())
                 with rnd.lock:
@@ -559,7 +732,8 @@ class Runner:
                 with rnd.lock:
                     rnd.errors[i] = exc
                 self.stop.set()
-                return
+            finally:
+                sched.finished(p, i, lane, ok)
 
     def _lane(self, p: int, name: str) -> Runner:
         """A runner bound to pool pair ``p``, sharing this one's store, cache and stop flag."""
@@ -571,6 +745,8 @@ class Runner:
         lane.measured = 0
         lane._counter = 0
         lane.clock_s = 0.0
+        lane._live = (0.0, None)
+        lane._pair_t0 = lane.pair.now()
         lane.host_seconds = 0.0
         lane._hosts = self.pool.groups[p]
         lane._host_names = self.pool.host_names(p)
@@ -578,8 +754,19 @@ class Runner:
             self._memories[p] = memory_for(
                 lane.pair, self.store if self.experiment_id is not None else None
             )
+            self._announce(self._memories[p])
         lane.memory = self._memories[p]
         return lane
+
+    def _announce(self, memory: Any) -> None:
+        """Say once per calibration that this run uses it, and what it does (issue 32)."""
+        cal = memory.calibration
+        if cal is None or cal.id in self._announced:
+            return
+        from musku.abtest.calibration import announce
+
+        self._announced.add(cal.id)
+        self.progress.message(announce(cal, memory))
 
     # ------------------------------------------------------------------ soft SKU
     def generate_softsku(self, sku_config: Configuration) -> SoftSku:

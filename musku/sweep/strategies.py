@@ -13,14 +13,14 @@ All of them prune settings that break a guardrail (Decision.GUARDRAIL). Registry
 
 from __future__ import annotations
 
-import itertools
 import math
 
 from musku.domain import ComparisonResult, Configuration, Decision
 from musku.errors import InputError
-from musku.experiment import EXHAUSTIVE_LIMIT, Experiment  # the model refuses the same
+from musku.experiment import EXHAUSTIVE_LIMIT  # the model refuses the same
 from musku.knobs.spec import spec_of
 from musku.sweep.runner import KnobOutcome, Runner
+from musku.sweep.schedule import CostModel, exhaustive_candidates, independent_plan, scan_order
 
 STRATEGIES: dict[str, str] = {
     "independent": "musku.sweep.strategies:independent",
@@ -34,20 +34,6 @@ def _ordered(knob: str) -> bool:
     """True when the knob's settings are ordered (its spec says), so a scan can walk away
     from the baseline."""
     return spec_of(knob).is_ordered
-
-
-def scan_order(experiment: Experiment, knob: str, current: object) -> list[list[object]]:
-    """Settings to try, as walks: for an ordered knob under ``scan = "unimodal"``, two walks
-    outward from the current setting (nearest first); otherwise one walk over everything."""
-    space = list(experiment.space[knob])
-    others: list[object] = [v for v in space if v != current]
-    if experiment.scan != "unimodal" or not _ordered(knob) or current not in space:
-        return [others]
-    ordered = sorted(space, key=lambda v: float(v) if not isinstance(v, str) else float("inf"))
-    i = ordered.index(current)
-    down: list[object] = list(reversed(ordered[:i]))
-    up: list[object] = list(ordered[i + 1 :])
-    return [down, up]
 
 
 def _losing(result: ComparisonResult) -> bool:
@@ -108,52 +94,53 @@ def independent(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
     base = exp.baseline_config
     knobs = list(exp.service.knobs)
     pool = runner.pool
-    if pool is not None and len(pool.live()) > len(knobs):
-        outcomes = _walks_at_once(runner, base, knobs)
+    if pool is not None and len(pool.live()) > 1:
+        outcomes = _scans_on_pool(runner, base, knobs)
     else:
-        # each knob's scan is independent of the others': on a pool they run at once
-        outcomes = runner.map(
-            lambda r, knob: _scan_knob(r, f"knob:{knob}", base, knob), knobs, tag="independent"
-        )
+        outcomes = [_scan_knob(runner, f"knob:{knob}", base, knob) for knob in knobs]
     best = base
     for o in outcomes:
         best = best.with_(o.knob, o.best_value)
     return best, outcomes
 
 
-def _walks_at_once(runner: Runner, base: Configuration, knobs: list[str]) -> list[KnobOutcome]:
-    """A pool with more pairs than knobs: every walk of every knob's scan as a task of its own
-    on the pool's pairs (an ordered knob's two walks at once), then each knob's choice
-    (run-off, confirmation). The same comparisons as :func:`_scan_knob` knob by knob, in less
-    host-clock time. (Splitting a walk without early stop into single comparisons was
-    measured slower: the pairs take tasks round-robin, bench/fleet.py.)"""
-    tasks: list[tuple[str, list[object], bool]] = []
-    for knob in knobs:
-        walks = scan_order(runner.experiment, knob, base[knob])
-        tasks += [(knob, w, len(walks) == 2) for w in walks if w]
-    walked = runner.map(
-        lambda r, t: _walk(
-            r,
-            f"knob:{t[0]}",
-            base,
-            KnobOutcome(knob=t[0], baseline_value=base[t[0]], best_value=base[t[0]]),
-            t[1],
-            unimodal=t[2],
-        ),
-        tasks,
-        tag="independent-walks",
+def _scans_on_pool(runner: Runner, base: Configuration, knobs: list[str]) -> list[KnobOutcome]:
+    """The knobs' scans on a pool of pairs (:func:`musku.sweep.schedule.independent_plan`):
+    every walk of a knob's scan is a task of its own (an ordered knob's two walks under
+    ``scan = "unimodal"`` at once, each keeping its unimodal stop), and a walk without a stop
+    is one task per setting; each knob's choice (run-off, confirmation) is a task that starts
+    as soon as that knob's walks are done. The pairs take the ready task with the longest
+    expected chain first. The same comparisons as :func:`_scan_knob` knob by knob, in less
+    host-clock time."""
+    plan = independent_plan(runner.experiment, base, CostModel.of(runner.experiment))
+    walks, n = plan.walks, len(plan.walks)
+    parts: dict[int, KnobOutcome] = {}  # walk task -> what it found (filled as walks end)
+
+    def walk(r: Runner, i: int) -> KnobOutcome:
+        knob, values, unimodal = walks[i]
+        o = KnobOutcome(knob=knob, baseline_value=base[knob], best_value=base[knob])
+        parts[i] = _walk(r, f"knob:{knob}", base, o, values, unimodal=unimodal)
+        return parts[i]
+
+    def choose(r: Runner, k: int) -> KnobOutcome:
+        knob = knobs[k]
+        merged = KnobOutcome(knob=knob, baseline_value=base[knob], best_value=base[knob])
+        for i in plan.deps[n + k]:  # in walk order: the same whichever walk ended first
+            merged.results += parts[i].results
+            merged.pruned += parts[i].pruned
+            merged.skipped += parts[i].skipped
+        return _choose(r, f"knob:{knob}", base, merged)
+
+    items: list[tuple[str, int]] = [("walk", i) for i in range(n)]
+    items += [("choose", k) for k in range(len(knobs))]
+    done = runner.map(
+        lambda r, item: walk(r, item[1]) if item[0] == "walk" else choose(r, item[1]),
+        items,
+        tag="independent-scans",
+        cost=plan.costs,
+        deps=plan.deps,
     )
-    merged = {k: KnobOutcome(knob=k, baseline_value=base[k], best_value=base[k]) for k in knobs}
-    for part in walked:
-        o = merged[part.knob]
-        o.results += part.results
-        o.pruned += part.pruned
-        o.skipped += part.skipped
-    return runner.map(
-        lambda r, o: _choose(r, f"knob:{o.knob}", base, o),
-        [merged[k] for k in knobs],
-        tag="independent-choose",
-    )
+    return done[n:]
 
 
 def exhaustive(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
@@ -167,14 +154,14 @@ def exhaustive(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
             f'(limit {EXHAUSTIVE_LIMIT}): narrow [platform.settings] or use mode = "search"',
             where=str(exp.path),
         )
-    candidates: list[Configuration] = []
-    for values in itertools.product(*(exp.space[k] for k in knobs)):
-        candidate = base.merged(Configuration.of(dict(zip(knobs, values, strict=True))))
-        if candidate != base:
-            candidates.append(candidate)
+    candidates = exhaustive_candidates(exp)
     # every comparison against the baseline is independent: on a pool they run at once
+    model = CostModel.of(exp)
     results: list[ComparisonResult] = runner.map(
-        lambda r, c: r.compare("exhaustive", base, c), candidates, tag="exhaustive"
+        lambda r, c: r.compare("exhaustive", base, c),
+        candidates,
+        tag="exhaustive",
+        cost=[model.between(base, c) for c in candidates],
     )
     best = runner.choose("exhaustive", base, results)
     outcomes = []

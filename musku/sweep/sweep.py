@@ -13,7 +13,13 @@ from typing import Any
 
 from musku.abtest.calibrate import calibrate_pair
 from musku.abtest.calibration import PairCalibration
-from musku.domain import ComparisonResult, Configuration, ExperimentStatus, run_kind
+from musku.domain import (
+    ComparisonResult,
+    Configuration,
+    ExperimentStatus,
+    TimeBreakdown,
+    run_kind,
+)
 from musku.errors import HostError, InputError, Interrupted, MuskuError
 from musku.experiment import Experiment
 from musku.hosts.base import BACKENDS, HostPair
@@ -23,6 +29,7 @@ from musku.registry import load
 from musku.storage.records import InvalidTransition
 from musku.sweep.queue import Aborted, shared_runner
 from musku.sweep.runner import Progress, Runner, SweepReport
+from musku.sweep.schedule import estimate_clock
 from musku.sweep.strategies import STRATEGIES
 
 log = logging.getLogger(__name__)
@@ -242,10 +249,13 @@ def run_sweep(
         seed=seed,
         claim_stale_s=claim_stale_s,
     ) as runner:
+        pairs = len(runner.pool.live()) if runner.pool is not None else 1
+        expected = estimate_clock(experiment, pairs)
         best, outcomes = strategy(runner)
         sku = runner.generate_softsku(best)
         if store is not None and runner.experiment_id is not None:
             _save_softsku(store, runner.experiment_id, experiment.name, sku)
+    time, missing = TimeBreakdown.total(r for _, r in runner.results)
     return SweepReport(
         experiment=experiment.name,
         mode=experiment.mode.value,
@@ -260,6 +270,9 @@ def run_sweep(
         clock_s=runner.clock_s,
         pairs=len(runner.pool) if runner.pool is not None else 1,
         host_hours=runner.host_seconds / 3600.0,
+        time=time,
+        time_missing=missing,
+        estimate_clock_s=expected,
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -74,13 +74,16 @@ def train(
     from musku.services import runtime  # lazy: keeps `musku --help` from loading the services
     from musku.tune import train as tr  # lazy: numpy, scipy
 
-    def progress(key: str, q: float, p: dict[str, Any]) -> None:
-        if not as_json:
-            typer.echo(
-                f"{q:>8g} QPS  {key:<36} p99 {p['p99_us'] / 1e3:8.3f} ms  "
-                f"achieved {p['achieved_qps']:8.1f}  errors {p['errors']}",
-                err=True,
-            )
+    def progress(step: tr.TrainingStep) -> None:
+        """One line a point on stderr: where the training is, the point, the time left."""
+        p = step.point
+        typer.echo(
+            f"[{step.done:>{len(str(step.total))}}/{step.total}] {step.qps:>7g} QPS  "
+            f"{step.key:<36} p99 {p['p99_us'] / 1e3:8.3f} ms  achieved "
+            f"{p['achieved_qps']:8.1f}  errors {p['errors']}  "
+            f"ETA {tr.format_duration(step.eta_s)}",
+            err=True,
+        )
 
     if out is not None and (out.exists() or out.is_symlink() or str(out) == "-"):
         from musku.outputs import check_target  # a missing directory is created later
@@ -88,10 +91,21 @@ def train(
         check_target(out, stdout_ok=False)  # a device, FIFO, link: before minutes of training
     try:
         runtime.check_service(service)
+        load_list, candidates = tr.parse_loads(loads), tr.parse_models(models)
+        planned = tr.planned_points(load_list, candidates, duration_s=duration, warmup_s=warmup,
+                                    min_samples=min_samples, rounds=rounds,
+                                    contenders=tr.CONTENDERS)  # fmt: skip
+        typer.echo(
+            f"training {service}: {len(planned)} points ({len(load_list)} loads x "
+            f"{len(candidates)} configurations"
+            + (f", {rounds - 1} more round(s) of each load's best" if rounds > 1 else "")
+            + f"), about {tr.format_duration(sum(planned))} of measurement plus start-up",
+            err=True,
+        )
         run = tr.ServiceTraining(
             service,
-            tr.parse_loads(loads),
-            tr.parse_models(models),
+            load_list,
+            candidates,
             duration_s=duration,
             warmup_s=warmup,
             min_samples=min_samples,
@@ -106,7 +120,8 @@ def train(
             data_opts={"docs": docs, "terms": terms, "queries": queries},
             data_dir=data_dir,
         )
-        done = tr.train_service(run, store=not no_db, db=db, progress=progress)
+        done = tr.train_service(run, store=not no_db, db=db,
+                                on_step=None if as_json else progress)  # fmt: skip
         table, path, stored = done.table, done.path, done.db_id
         if as_json:
             shown = {"path": str(path), "db_id": stored, "table": table}

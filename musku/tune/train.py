@@ -119,6 +119,84 @@ def acceptable(point: dict[str, Any]) -> bool:
     return point["errors"] == 0 and point["achieved_qps"] >= 0.9 * point["qps"]
 
 
+CONTENDERS = 3
+"""How many of a load's best candidates :func:`train` measures again (``rounds`` > 1)."""
+
+
+def planned_points(
+    loads: Sequence[float],
+    candidates: Sequence[Candidate],
+    *,
+    duration_s: float,
+    warmup_s: float,
+    min_samples: int,
+    rounds: int,
+    contenders: int,
+) -> list[float]:
+    """The seconds each point of a training is planned to take, in :func:`train`'s order:
+    every candidate at a load, then ``rounds - 1`` re-measurements of its ``contenders``
+    best, load after load (measured seconds plus the warm-up; start-up costs come on top,
+    which :class:`TrainingEta` learns from the points done)."""
+    out: list[float] = []
+    for q in loads:
+        each = point_seconds(q, duration_s, min_samples) + warmup_s
+        out += [each] * len(candidates)
+        out += [each] * ((rounds - 1) * min(contenders, len(candidates)))
+    return out
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    """One measured point of a training, and how far the training is: ``done`` of ``total``
+    points after ``elapsed_s`` seconds, ``eta_s`` seconds to go (:class:`TrainingEta`)."""
+
+    key: str
+    qps: float
+    point: dict[str, Any]
+    done: int
+    total: int
+    elapsed_s: float
+    eta_s: float
+
+
+class TrainingEta:
+    """Time left in a training: the planned seconds of the points to go, scaled by how much
+    longer than planned the points done took (switching models, starting the load generator,
+    a busy host). Before the first point, the plan itself."""
+
+    def __init__(self, planned: Sequence[float], clock: Callable[[], float] = time.monotonic):
+        self.planned = list(planned)
+        self.clock = clock
+        self.start = clock()
+        self.done = 0
+
+    @property
+    def total(self) -> int:
+        return len(self.planned)
+
+    def point_done(self) -> tuple[float, float]:
+        """Count one point done: ``(elapsed_s, eta_s)``."""
+        self.done = min(self.done + 1, self.total)
+        elapsed = self.clock() - self.start
+        return elapsed, self.eta_s(elapsed)
+
+    def eta_s(self, elapsed: float) -> float:
+        planned_done = sum(self.planned[: self.done])
+        left = sum(self.planned[self.done :])
+        ratio = max(1.0, elapsed / planned_done) if planned_done > 0 else 1.0
+        return left * ratio
+
+
+def format_duration(seconds: float) -> str:
+    """``75`` -> ``1 min 15 s``; ``4000`` -> ``1 h 07 min``; ``9`` -> ``9 s``."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
 def _ci(point: dict[str, Any]) -> tuple[float, float]:
     """A point's p99 interval; a point without one (measured without buckets) is exact."""
     lo, hi = point.get("p99_ci_us") or (point["p99_us"], point["p99_us"])
@@ -218,23 +296,31 @@ def train(
     progress: Callable[[str, float, dict[str, Any]], None] | None = None,
     min_samples: int = 0,
     rounds: int = 1,
-    contenders: int = 3,
+    contenders: int = CONTENDERS,
+    on_step: Callable[[TrainingStep], None] | None = None,
 ) -> tuple[dict[str, Any], dict[str, dict[float, dict[str, Any]]]]:
     """Measure every candidate at every load, then decide. A p99 is only as good as its sample:
     each point runs at least ``min_samples`` requests (low loads run longer), and with
     ``rounds`` > 1 the ``contenders`` best candidates of a load are measured ``rounds - 1``
     more times, interleaved (drift hits them alike), and judged by their worst p99: near
     saturation a configuration can be bistable on a shared core (fine in one round, collapsed
-    in the next), and a tail-latency table must not pick it for its lucky round."""
+    in the next), and a tail-latency table must not pick it for its lucky round.
+    ``on_step`` is called after every point with how far the training is and its ETA."""
     if rounds < 1 or contenders < 1 or min_samples < 0:
         raise InputError("rounds and contenders must be >= 1, min_samples >= 0")
     grid: dict[str, dict[float, dict[str, Any]]] = {}
+    eta = TrainingEta(planned_points(loads, candidates, duration_s=duration_s, warmup_s=warmup_s,
+                                     min_samples=min_samples, rounds=rounds,
+                                     contenders=contenders))  # fmt: skip
 
     def point(c: Candidate, q: float) -> dict[str, Any]:
         p = measure(dep, c, q, duration_s=point_seconds(q, duration_s, min_samples), warmup_s=warmup_s,
                     loadgen_cpus=loadgen_cpus)  # fmt: skip
+        elapsed, left = eta.point_done()
         if progress:
             progress(c.key(), q, p)
+        if on_step:
+            on_step(TrainingStep(c.key(), q, p, eta.done, eta.total, elapsed, left))
         return p
 
     for q in loads:
@@ -295,6 +381,7 @@ def train_service(
     store: bool = True,
     db: str | None = None,
     progress: Callable[[str, float, dict[str, Any]], None] | None = None,
+    on_step: Callable[[TrainingStep], None] | None = None,
 ) -> TrainedTable:
     """Deploy ``run.service`` here, train its table over the grid, write it (atomically) and,
     with ``store``, save it in the results DB at ``db`` (opened once the table is written)."""
@@ -314,7 +401,7 @@ def train_service(
         table, _grid = train(dep, run.loads, run.candidates, duration_s=run.duration_s,
                              warmup_s=run.warmup_s, loadgen_cpus=run.loadgen_cpus,
                              progress=progress, min_samples=run.min_samples,
-                             rounds=run.rounds)  # fmt: skip
+                             rounds=run.rounds, on_step=on_step)  # fmt: skip
     table["platform"] = run.platform
     table["config_key"] = run.config_key
     write_table(table, path)

@@ -1,0 +1,252 @@
+"""How long a sweep's tasks are expected to take, and the order a pool's pairs take them in.
+
+One model serves the scheduler (:meth:`musku.sweep.runner.Runner.map`: longest expected task
+first, the first free pair takes the next) and the dry-run's estimate
+(:mod:`musku.report.dryrun`: the same tasks list-scheduled on the pool's pairs), so the
+estimate printed beside the measured host-clock after a sweep is the one the pairs were
+scheduled by (issue 31 item 2).
+
+A comparison is expected to take :meth:`CostModel.comparison_s` host seconds: the steady
+windows for the confidence sequence to clear zero for an effect of twice ``min_effect``
+(radius about three standard errors of the per-window log-ratio, whose spread comes from the
+simulator model's noise when the hosts are simulated, else a default), plus one swap per
+crossover period (an apply, the warm-up discarded: at least the driver's transient probe, and a
+reboot when a reboot knob changes), periods being :data:`~musku.abtest.driver.SWAP_OVERHEAD`
+times the swap cost as the driver makes them, at least two, and the measuring at least both
+role orders (a half and a full period), so a comparison that reboots costs more. It reads nothing measured (no earlier run, no calibration), so a
+sweep's schedule, like its results, is a function of the experiment file and the seed.
+A walk of an ordered knob under ``scan = "unimodal"`` is expected to stop after
+:data:`UNIMODAL_EXPECTED` comparisons (two losses that get worse stop it), a knob's choice to
+take one comparison (its confirmation; run-offs only on close calls), a validation one
+comparison that changes every knob the soft SKU changes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from musku.abtest import structure
+from musku.abtest.driver import SWAP_OVERHEAD
+from musku.domain import Configuration
+from musku.errors import MuskuError
+from musku.knobs.spec import spec_of
+from musku.sim.model import SimModel
+
+UNIMODAL_EXPECTED = 3
+"""Comparisons a walk of an ordered knob is expected to take under ``scan = "unimodal"``."""
+MIN_PERIODS = 2  # a crossover needs both role orders
+DEFAULT_SD = 0.03  # per-window log-ratio spread when nothing better is known
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Expected host seconds of the comparisons of one experiment (see the module)."""
+
+    windows: int  # steady windows an effect of twice min_effect needs
+    interval_s: float
+    warmup_s: float
+    apply_s: float
+    reboot_s: float
+    reboot_knobs: frozenset[str]
+    source: str
+
+    @classmethod
+    def of(cls, experiment: Any) -> CostModel:
+        """The model for ``experiment``: its statistics settings, and the simulator model's
+        noise and timing when its hosts are simulated."""
+        st = experiment.stats
+        sd, apply_s, reboot_s = DEFAULT_SD, 2.0, 180.0
+        source = "the statistics settings and default noise and timing"
+        model = _sim_model(experiment)
+        if model is not None:
+            noise = model.noise
+            scale = float(experiment.hosts.options.get("noise_scale", 1.0) or 1.0)
+            sd = math.sqrt(2.0) * noise.ar_sigma * scale
+            sd *= math.sqrt((1 + noise.ar_phi) / (1 - noise.ar_phi))
+            apply_s, reboot_s = float(model.timing.apply_s), float(model.timing.reboot_s)
+            source = (
+                "the statistics settings and the simulator model's noise and timing, for "
+                "effects of twice min_effect"
+            )
+        windows = min(int(st.sample_cap), math.ceil((3.0 * sd / st.min_effect) ** 2))
+        # after each apply the driver discards at least warmup_s and probes for the end of
+        # the transient: expect the probe's length discarded
+        probe = structure.derive(st, cap=int(st.sample_cap)).probe_n * float(st.sample_interval_s)
+        return cls(
+            windows=windows,
+            interval_s=float(st.sample_interval_s),
+            warmup_s=max(float(st.warmup_s), probe),
+            apply_s=apply_s,
+            reboot_s=reboot_s,
+            reboot_knobs=frozenset(experiment.spec.reboot_knobs),
+            source=source,
+        )
+
+    def comparison_s(self, changed: Iterable[str]) -> float:
+        """Expected host seconds of one comparison that changes the knobs ``changed``."""
+        reboot = bool(set(changed) & self.reboot_knobs)
+        swap = self.apply_s + self.warmup_s + (self.reboot_s if reboot else 0.0)
+        period = max(SWAP_OVERHEAD * swap, self.interval_s)
+        # both role orders: the half first period and a full one at least
+        measuring = max(self.windows * self.interval_s, 1.5 * period)
+        periods = max(MIN_PERIODS, math.ceil(measuring / period + 0.5))
+        return measuring + periods * swap
+
+    def between(self, baseline: Configuration, candidate: Configuration) -> float:
+        return self.comparison_s(baseline.diff(candidate))
+
+    def walk_s(self, knob: str, walk: Sequence[object], unimodal: bool) -> float:
+        """A walk of ``knob``'s scan: its comparisons, fewer under a unimodal stop."""
+        n = min(len(walk), UNIMODAL_EXPECTED) if unimodal else len(walk)
+        return n * self.comparison_s((knob,))
+
+    def choose_s(self, knob: str) -> float:
+        """A knob's choice after its scan: the confirmation."""
+        return self.comparison_s((knob,))
+
+    def scan_s(self, walks: Sequence[Sequence[object]], knob: str) -> float:
+        """A knob's whole scan (its walks one after the other, then its choice)."""
+        unimodal = len(walks) == 2
+        return sum(self.walk_s(knob, w, unimodal) for w in walks) + self.choose_s(knob)
+
+
+def chains(costs: Sequence[float], deps: Mapping[int, Sequence[int]]) -> dict[int, float]:
+    """Each task's priority: its expected host seconds plus the longest expected chain of
+    tasks waiting on it (a knob's walks carry its choice), so the pairs start first what the
+    sweep's end waits on longest. Tasks depend on earlier tasks only."""
+    after: dict[int, list[int]] = {}
+    for i, ds in deps.items():
+        for d in ds:
+            after.setdefault(d, []).append(i)
+    chain: dict[int, float] = {}
+    for i in reversed(range(len(costs))):
+        chain[i] = costs[i] + max((chain[j] for j in after.get(i, ())), default=0.0)
+    return chain
+
+
+def list_schedule(
+    costs: Sequence[float],
+    pairs: int,
+    deps: Mapping[int, Sequence[int]] | None = None,
+    durations: Sequence[float] | None = None,
+) -> tuple[float, list[int]]:
+    """Host-clock of ``costs`` on ``pairs`` pairs as :meth:`Runner.map` schedules them: the
+    first free pair (the earliest, then the lowest) takes the ready task with the longest
+    expected chain, waiting for one to be released when none is; each task takes its
+    expected time, or its ``durations`` entry (what it took: the schedule a sweep ran).
+    Returns the makespan and the pair each task went to."""
+    if pairs < 1:
+        raise ValueError("list_schedule needs at least one pair")
+    deps = deps or {}
+    chain = chains(costs, deps)
+    done = [0.0] * pairs
+    finish: dict[int, float] = {}
+    where = [0] * len(costs)
+    todo = set(range(len(costs)))
+    while todo:
+        ready = {
+            i: max((finish[d] for d in deps.get(i, ())), default=0.0)
+            for i in todo
+            if all(d in finish for d in deps.get(i, ()))
+        }
+        p = min(range(pairs), key=lambda q: (done[q], q))
+        start = max(done[p], min(ready.values()))
+        i = min((j for j, r in ready.items() if r <= start), key=lambda j: (-chain[j], j))
+        todo.discard(i)
+        where[i] = p
+        done[p] = finish[i] = start + (costs if durations is None else durations)[i]
+    return max(done), where
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The tasks a sweep's first phase gives a pool (:func:`independent_plan`)."""
+
+    walks: list[tuple[str, list[object], bool]]  # (knob, settings, unimodal stop)
+    knobs: list[str]  # one choice task per knob, after the walks
+    costs: list[float]  # walks' then choices' expected host seconds
+    deps: dict[int, list[int]]  # choice task -> its knob's walk tasks
+
+
+def independent_plan(experiment: Any, base: Configuration, model: CostModel) -> Plan:
+    """The independent sweep's tasks on a pool: every walk of a knob's scan (a walk without
+    a unimodal stop split into single comparisons), then each knob's choice, which waits for
+    that knob's walks only (:func:`musku.sweep.strategies.independent`)."""
+    knobs = list(experiment.service.knobs)
+    walks: list[tuple[str, list[object], bool]] = []
+    for knob in knobs:
+        scan = scan_order(experiment, knob, base[knob])
+        unimodal = len(scan) == 2
+        for w in scan:
+            if w:
+                walks += [(knob, list(w), True)] if unimodal else [(knob, [v], False) for v in w]
+    n = len(walks)
+    costs = [model.walk_s(*t) for t in walks] + [model.choose_s(k) for k in knobs]
+    deps = {n + k: [i for i, t in enumerate(walks) if t[0] == knob] for k, knob in enumerate(knobs)}
+    return Plan(walks, knobs, costs, deps)
+
+
+def estimate_clock(experiment: Any, pairs: int) -> float | None:
+    """Expected host-clock to the soft SKU on ``pairs`` pairs (the model above): the first
+    phase's tasks list-scheduled as the sweep schedules them, then the validations (at once
+    on a pool). None for modes whose later phases depend on results (search, multiarm)."""
+    model = CostModel.of(experiment)
+    base = experiment.baseline_config
+    mode = experiment.mode.value
+    validations = 1 if experiment.stock == experiment.production else 2
+    validate = model.comparison_s(())
+    if pairs <= 1:
+        validate *= validations
+    if mode == "independent":
+        if pairs <= 1:  # knob by knob on the one pair
+            knobs = experiment.service.knobs
+            return (
+                sum(model.scan_s(scan_order(experiment, k, base[k]), k) for k in knobs) + validate
+            )
+        plan = independent_plan(experiment, base, model)
+        return list_schedule(plan.costs, pairs, plan.deps)[0] + validate
+    if mode == "exhaustive":
+        costs = [model.between(base, c) for c in exhaustive_candidates(experiment)]
+        return list_schedule(costs, max(1, pairs))[0] + validate + model.comparison_s(())
+    return None
+
+
+def scan_order(experiment: Any, knob: str, current: object) -> list[list[object]]:
+    """Settings to try, as walks: for an ordered knob under ``scan = "unimodal"``, two walks
+    outward from the current setting (nearest first); otherwise one walk over everything."""
+    space = list(experiment.space[knob])
+    others: list[object] = [v for v in space if v != current]
+    if experiment.scan != "unimodal" or not spec_of(knob).is_ordered or current not in space:
+        return [others]
+    ordered = sorted(space, key=lambda v: float(v) if not isinstance(v, str) else float("inf"))
+    i = ordered.index(current)
+    down: list[object] = list(reversed(ordered[:i]))
+    up: list[object] = list(ordered[i + 1 :])
+    return [down, up]
+
+
+def exhaustive_candidates(experiment: Any) -> list[Configuration]:
+    """Every configuration of the cross product but the baseline, in product order."""
+    base = experiment.baseline_config
+    knobs = list(experiment.service.knobs)
+    out: list[Configuration] = []
+    for values in itertools.product(*(experiment.space[k] for k in knobs)):
+        candidate = base.merged(Configuration.of(dict(zip(knobs, values, strict=True))))
+        if candidate != base:
+            out.append(candidate)
+    return out
+
+
+def _sim_model(experiment: Any) -> SimModel | None:
+    """The simulator model a ``sim`` experiment names (None: not simulated, or unreadable)."""
+    opt = experiment.hosts.options.get("model")
+    if experiment.hosts.backend != "sim" or not isinstance(opt, str):
+        return None
+    try:
+        return SimModel.load(experiment.resolve(opt), space=experiment.space)
+    except MuskuError:
+        return None

@@ -459,6 +459,7 @@ def _no_stream(reply: dict[str, Any]) -> bool:
 
 
 BATCH_MIN_ROWS = 4  # AgentPair.windows batches windows at least this many agent samples long
+BATCH_POLL_S = 0.25  # how often a batched wait looks at the lease keeper's last renewal
 
 
 def _edges(t0: float, seconds: float, count: int) -> list[float]:
@@ -871,7 +872,12 @@ class AgentPair(HostPair):
         if self._keeper.error:
             raise (LinkDown if self._keeper.link_down else HostError)(self._keeper.error)
         start = time.time()
-        time.sleep(max(0.0, start + count * seconds - time.time()))
+        # the wait watches the lease keeper, whose renewals reach the agents every lease/3:
+        # a link that goes silent mid-batch is noticed in seconds, not at the batch's end
+        while (left := start + count * seconds - time.time()) > 0:
+            time.sleep(min(left, BATCH_POLL_S))
+            if self._keeper.error:
+                raise (LinkDown if self._keeper.link_down else HostError)(self._keeper.error)
         ends = {h.name: _edges(start + h.offset, seconds, count) for h in self.hosts}
         self._window_s = seconds
         # a LinkDown here consumes nothing: recover() cuts what the agents spooled since the

@@ -93,9 +93,9 @@ def _dump(conn: Any) -> dict[str, list[tuple[Any, ...]]]:
             continue
         if table in ("comparison_queue", "deployments", "deployment_watches"):
             continue  # revisions 0007 and 0008's tables: empty on carried-over data
-        # columns later revisions add (0005: experiment claims, 0006: comparison hosts; NULL
-        # on carried-over rows)
-        later = ("claim_", "host_a", "host_b")
+        # columns later revisions add (0005: experiment claims, 0006: comparison hosts, 0009:
+        # the decisions' time breakdown; NULL on carried-over rows)
+        later = ("claim_", "host_a", "host_b", "time_")
         cols = [c["name"] for c in insp.get_columns(table) if not c["name"].startswith(later)]
         # JSON columns compare as text on both backends
         select = ", ".join(f"CAST({c} AS TEXT)" for c in cols)

@@ -310,7 +310,10 @@ def test_the_65th_idle_client_gets_busy_at_once(serve: Callable[..., Served]) ->
     try:
         t0 = time.monotonic()
         extra = _unix(srv.sock)
-        extra.sendall(b'{"op": "status"}\n')
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            # the agent may answer "busy" and close before the request is written: its reply
+            # is still there to read
+            extra.sendall(b'{"op": "status"}\n')
         reply, _ = _last_words(extra)
         took = time.monotonic() - t0
         extra.close()

@@ -602,25 +602,17 @@ def rollback_deployment(
             ) from None
         me = controller_id()
         try:
-            owner = f"deployment-{dep.id}"
-            errors: list[str] = []
-            for host in reversed(dep.applied_hosts()):
-                progress.message(f"deployment {dep.id}: {host} back at its baseline")
-                try:
-                    fleet.undeploy(host, owner)
-                except MuskuError as exc:
-                    errors.append(f"{host}: {exc.one_line()}")
-            waves = [dict(w) for w in dep.waves]
-            for wave in waves:
-                if wave.get("state") in ("applied", "restored"):
-                    wave["state"] = "rolled_back"
-            reason = f"rolled back by an operator (musku sku rollback, controller {me})"
-            if errors:
-                reason += f"; not rolled back: {'; '.join(errors)}"
-            status = DeploymentStatus.FAILED if errors else DeploymentStatus.ROLLED_BACK
-            store.update_deployment(dep.id, waves=waves, status=status, reason=reason)
-            if errors:
-                raise HostError(f"deployment {dep.id}: {reason}")
+            _end(
+                store,
+                fleet,
+                dep,
+                progress,
+                where="its baseline",
+                state="rolled_back",
+                status=DeploymentStatus.ROLLED_BACK,
+                why=f"rolled back by an operator (musku sku rollback, controller {me})",
+                unmet="not rolled back",
+            )
         finally:
             store.release(dep.experiment_id, me)
         got = store.deployment(dep_id)
@@ -628,6 +620,41 @@ def rollback_deployment(
         return got  # type: ignore[no-any-return]
     finally:
         fleet.close()
+
+
+def _end(
+    store: Any,
+    fleet: Any,
+    dep: Any,
+    progress: Any,
+    *,
+    where: str,
+    state: str,
+    status: DeploymentStatus,
+    why: str,
+    unmet: str,
+) -> None:
+    """End deployment ``dep`` by an operator's command: every applied host put back (last
+    first), its applied waves marked ``state``, the row ``status`` with reason ``why``; a
+    host that cannot be put back makes the row FAILED, named after ``unmet``, and raises
+    HostError."""
+    errors: list[str] = []
+    for host in reversed(dep.applied_hosts()):
+        progress.message(f"deployment {dep.id}: {host} back at {where}")
+        try:
+            fleet.undeploy(host, f"deployment-{dep.id}")
+        except MuskuError as exc:
+            errors.append(f"{host}: {exc.one_line()}")
+    waves = [dict(w) for w in dep.waves]
+    for wave in waves:
+        if wave.get("state") in ("applied", "restored"):
+            wave["state"] = state
+    if errors:
+        why += f"; {unmet}: {'; '.join(errors)}"
+        status = DeploymentStatus.FAILED
+    store.update_deployment(dep.id, waves=waves, status=status, reason=why)
+    if errors:
+        raise HostError(f"deployment {dep.id}: {why}")
 
 
 def retire_deployment(
@@ -687,27 +714,18 @@ def retire_deployment(
             if current is None or current.status is not DeploymentStatus.DEPLOYED:
                 state = current.status.value if current else "gone"
                 raise InputError(f"deployment {dep_id} is {state} already: nothing to retire")
-            owner = f"deployment-{dep.id}"
-            errors: list[str] = []
-            for host in reversed(current.applied_hosts()):
-                progress.message(f"deployment {dep.id}: {host} back at production")
-                try:
-                    fleet.undeploy(host, owner)
-                except MuskuError as exc:
-                    errors.append(f"{host}: {exc.one_line()}")
-            waves = [dict(w) for w in current.waves]
-            for wave in waves:
-                if wave.get("state") in ("applied", "restored"):
-                    wave["state"] = "retired"
             why = f"retired by an operator (musku sku retire, controller {me})"
-            if reason:
-                why += f": {reason}"
-            if errors:
-                why += f"; not put back: {'; '.join(errors)}"
-            status = DeploymentStatus.FAILED if errors else DeploymentStatus.RETIRED
-            store.update_deployment(dep.id, waves=waves, status=status, reason=why)
-            if errors:
-                raise HostError(f"deployment {dep.id}: {why}")
+            _end(
+                store,
+                fleet,
+                current,
+                progress,
+                where="production",
+                state="retired",
+                status=DeploymentStatus.RETIRED,
+                why=f"{why}: {reason}" if reason else why,
+                unmet="not put back",
+            )
         finally:
             store.release(dep.experiment_id, me)
         got = store.deployment(dep_id)

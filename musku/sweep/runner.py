@@ -332,11 +332,7 @@ class Runner:
         self, purpose: str, baseline: Configuration, candidate: Configuration
     ) -> ComparisonResult:
         """One A/B comparison (or its stored answer on resume). Raises Interrupted on Ctrl-C."""
-        if self.stop.is_set():
-            raise Interrupted("stopped before finishing")
-        self._counter += 1
-        key = (purpose, baseline.key(), candidate.key())
-        cached = self.answered(purpose, key)
+        key, cached = self._begin(purpose, baseline, candidate)
         if cached is not None:
             return cached
         label = purpose
@@ -389,18 +385,7 @@ class Runner:
                     assert self.store is not None
                     self.store.abort_running(self.experiment_id, only=cmp_id)
                 raise
-        if self.store is not None and cmp_id is not None:
-            self.store.finish_comparison(cmp_id, result)
-        if result.decision is Decision.ABORTED:
-            raise Interrupted(f"stopped during {purpose} ({result.samples} samples kept)")
-        self.measured += 1
-        self.clock_s += result.host_time_s
-        self._live = (self.clock_s, None)
-        self.host_seconds += 2 * result.host_time_s
-        self.results.append((purpose, result))
-        self._cache[key] = result
-        self.progress.comparison_finished(purpose, result, False)
-        return result
+        return self._finish(purpose, key, cmp_id, result, hosts=2)
 
     def compare_pooled(
         self, purpose: str, baseline: Configuration, candidate: Configuration
@@ -413,11 +398,7 @@ class Runner:
         live = pool.live() if pool is not None else []
         if pool is None or len(live) <= 1:
             return self.compare(purpose, baseline, candidate)
-        if self.stop.is_set():
-            raise Interrupted("stopped before finishing")
-        self._counter += 1
-        key = (purpose, baseline.key(), candidate.key())
-        cached = self.answered(purpose, key)
+        key, cached = self._begin(purpose, baseline, candidate)
         if cached is not None:
             return cached
         label = f"{purpose} pooled over {len(live)} pairs"
@@ -473,17 +454,7 @@ class Runner:
             name = "+".join(pool.host_names(p))
             if f"{name} failed (" in result.reason:
                 pool.fail(p, f"failed during {purpose}")
-        if self.store is not None and cmp_id is not None:
-            self.store.finish_comparison(cmp_id, result)
-        if result.decision is Decision.ABORTED:
-            raise Interrupted(f"stopped during {purpose} ({result.samples} samples kept)")
-        self.measured += 1
-        self.clock_s += result.host_time_s
-        self.host_seconds += 2 * len(live) * result.host_time_s
-        self.results.append((purpose, result))
-        self._cache[key] = result
-        self.progress.comparison_finished(purpose, result, False)
-        return result
+        return self._finish(purpose, key, cmp_id, result, hosts=2 * len(live))
 
     def _recover(
         self,
@@ -528,6 +499,40 @@ class Runner:
             f"{purpose}: link back; {len(gap)} window(s) the hosts kept meanwhile stored "
             "with the interrupted comparison; starting it again"
         )
+
+    def _begin(
+        self, purpose: str, baseline: Configuration, candidate: Configuration
+    ) -> tuple[tuple[str, str, str], ComparisonResult | None]:
+        """A comparison's key and, when this run already has it, its answer."""
+        if self.stop.is_set():
+            raise Interrupted("stopped before finishing")
+        self._counter += 1
+        key = (purpose, baseline.key(), candidate.key())
+        return key, self.answered(purpose, key)
+
+    def _finish(
+        self,
+        purpose: str,
+        key: tuple[str, str, str],
+        cmp_id: int | None,
+        result: ComparisonResult,
+        *,
+        hosts: int,
+    ) -> ComparisonResult:
+        """A measured comparison stored and recorded as this run's (``hosts`` measured it for
+        its host time); Interrupted when it was stopped."""
+        if self.store is not None and cmp_id is not None:
+            self.store.finish_comparison(cmp_id, result)
+        if result.decision is Decision.ABORTED:
+            raise Interrupted(f"stopped during {purpose} ({result.samples} samples kept)")
+        self.measured += 1
+        self.clock_s += result.host_time_s
+        self._live = (self.clock_s, None)
+        self.host_seconds += hosts * result.host_time_s
+        self.results.append((purpose, result))
+        self._cache[key] = result
+        self.progress.comparison_finished(purpose, result, False)
+        return result
 
     def answered(self, purpose: str, key: tuple[str, str, str]) -> ComparisonResult | None:
         """The comparison's answer when this run already has it (measured, or stored by an

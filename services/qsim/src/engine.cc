@@ -207,6 +207,26 @@ nlohmann::json BatchHists::Intervals(const Hist& all) const {
   out["batches"] = n;
   if (n < 2) return out;
   const double t = n < sizeof(kT) / sizeof(kT[0]) ? kT[n] : 1.96;
+  {  // the mean: the batches' means (each batch at least 20 values)
+    double sum = 0, sum2 = 0;
+    bool enough = true;
+    for (const Hist& h : h_) {
+      if (h.Count() < 20) {
+        enough = false;
+        break;
+      }
+      const double x = h.Mean() / 1000.0;
+      sum += x;
+      sum2 += x * x;
+    }
+    if (enough) {
+      const double nn = static_cast<double>(n);
+      const double mean = sum / nn;
+      const double sd = std::sqrt(std::max(0.0, (sum2 - nn * mean * mean) / (nn - 1)));
+      const double centre = all.Mean() / 1000.0;
+      out["mean_us"] = {centre - t * sd / std::sqrt(nn), centre + t * sd / std::sqrt(nn)};
+    }
+  }
   for (const auto& [key, q] : {std::pair<const char*, double>{"p50_us", 0.5}, {"p90_us", 0.9}, {"p99_us", 0.99}}) {
     double sum = 0, sum2 = 0;
     bool enough = true;

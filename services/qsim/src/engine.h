@@ -90,15 +90,17 @@ class Hist {
   int64_t max_ = 0;
 };
 
-// Batch-means confidence intervals of a percentile: the measured requests split by arrival
-// time into `n` consecutive batches, each its own histogram; the interval is the full data's
-// percentile +- t(0.975, n-1) x the batches' standard deviation / sqrt(n). Given only where
-// every batch holds at least 20 values above the percentile (p99: 2,000 a batch).
+// Batch-means confidence intervals of the mean and of percentiles: the measured requests split
+// by arrival time into `n` consecutive batches, each its own histogram; the interval is the full
+// data's mean or percentile +- t(0.975, n-1) x the batches' standard deviation / sqrt(n). The
+// mean's is given where every batch holds at least 20 values, a percentile's where every batch
+// holds at least 20 values above it (p99: 2,000 a batch).
 class BatchHists {
  public:
   explicit BatchHists(int n = 20) : h_(static_cast<size_t>(n)) {}
   void Record(double frac, int64_t v);  // frac in [0, 1): where in the window it arrived
-  // {"p50_us": [lo, hi], "p99_us": [lo, hi], "batches": n} for the percentiles it can give
+  // {"mean_us": [lo, hi], "p50_us": [lo, hi], "p90_us": .., "p99_us": .., "batches": n} for
+  // the figures it can give
   nlohmann::json Intervals(const Hist& all) const;
 
  private:

@@ -412,6 +412,12 @@ TEST(Histogram, IntervalsAndSeedsThatDiffer) {
   EXPECT_GE(ci["p50_us"][1].get<double>() * 1.02, w * std::log(2.0));
   EXPECT_LE(ci["p99_us"][0].get<double>() * 0.98, w * std::log(100.0));
   EXPECT_GE(ci["p99_us"][1].get<double>() * 1.02, w * std::log(100.0));
+  // the mean's interval holds the theory (W = 1 / (mu - lambda)) and is narrower than p99's
+  ASSERT_TRUE(ci.contains("mean_us")) << ci;
+  EXPECT_LE(ci["mean_us"][0].get<double>() * 0.99, w);
+  EXPECT_GE(ci["mean_us"][1].get<double>() * 1.01, w);
+  EXPECT_LT(ci["mean_us"][1].get<double>() - ci["mean_us"][0].get<double>(),
+            ci["p99_us"][1].get<double>() - ci["p99_us"][0].get<double>());
   EXPECT_NE(a["latency"]["p99_us"].get<double>(), b["latency"]["p99_us"].get<double>());
   // a short run gives no p99 interval (fewer than 20 values above it in a batch)
   const json c = Sim(OneStage(Stage("exp", 10), 1000, 0.5));

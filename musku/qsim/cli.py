@@ -449,9 +449,7 @@ def curve_points(
                 "first_saturated_qps": qps,
                 "last_stable_qps": prev,
                 "max_throughput_qps": max(p["throughput_qps"] for p in points),
-                "reason": r["stop_reason"]
-                if r["saturated"]
-                else f"completed {r['throughput_qps']:.0f} of {qps:.0f} req/s: the backlog grows",
+                "reason": r["stop_reason"],
             }
             break
     return {"points": points, "saturation": saturation}

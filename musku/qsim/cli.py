@@ -52,7 +52,7 @@ PerCoreOpt = Annotated[
     typer.Option("--per-core", help="Per-core and per-thread detail (tables and JSON)."),
 ]
 FORMATS = ("table", "csv", "json")
-RUN_TABLES = ("services", "stages", "machines", "cores")
+RUN_TABLES = ("services", "stages", "machines", "cores", "latency")
 OutOpt = Annotated[
     Path | None,
     typer.Option(
@@ -211,6 +211,13 @@ def run_table(result: dict[str, Any], which: str) -> tuple[list[str], list[list[
             [name, s["count"], s["mean_us"], s["p50_us"], s["p99_us"], s["thread_util"]]
             for name, s in result["services"].items()
         ]
+    if which == "latency":
+        lat = result["latency"]
+        ci = lat.get("ci", {})
+        return ["figure", "value_us", "lo_us", "hi_us"], [
+            [k[:-3], lat[k], *ci.get(k, ("", ""))]
+            for k in ("mean_us", "p50_us", "p90_us", "p99_us", "p999_us", "max_us")
+        ]
     if which == "stages":
         return ["service", "stage", "mean_queue", "max_queue"], [
             [s["service"], s["stage"], s["mean_queue"], s["max_queue"]] for s in result["stages"]
@@ -248,11 +255,17 @@ def _print_run(result: dict[str, Any], title: str, per_core: bool) -> None:
         f"p50 {_us(lat['p50_us'])}, p99 {_us(lat['p99_us'])}, p99.9 {_us(lat['p999_us'])}"
     )
     ci = lat.get("ci", {})
-    given = [f"{k[:-3]} {_us(ci[k][0])}-{_us(ci[k][1])}" for k in ("p50_us", "p99_us") if k in ci]
+    given = [
+        f"{k[:-3]} {_us(ci[k][0])}-{_us(ci[k][1])}"
+        for k in ("mean_us", "p50_us", "p99_us")
+        if k in ci
+    ]
     if given:
         con.print(f"95 % batch-means intervals ({ci['batches']} batches): " + ", ".join(given))
     if result["saturated"]:
         con.print(f"[bold red]SATURATED[/]: {_e(result['stop_reason'])}")
+    else:
+        con.print("saturated: no (the backlog does not grow over the measured window)")
     t = Table(title="per service (time at the service, from arrival to the node's last stage)")
     for col in ("service", "visits", "mean", "p50", "p99", "thread util"):
         t.add_column(col, justify="left" if col == "service" else "right")
@@ -367,6 +380,9 @@ def run(
         sys.stdout.write(to_csv(*run_table(result, table or "services")))
     else:
         _print_run(result, str(model), per_core)
+    if result["saturated"] and fmt != "table":
+        # stdout holds the document alone; the verdict is in it ("saturated": true) and here
+        typer.echo(f"qsim run: saturated: {result['stop_reason']}", err=True)
 
 
 def parse_range(text: str) -> list[float]:
@@ -433,9 +449,7 @@ def curve_points(
                 "first_saturated_qps": qps,
                 "last_stable_qps": prev,
                 "max_throughput_qps": max(p["throughput_qps"] for p in points),
-                "reason": r["stop_reason"]
-                if r["saturated"]
-                else f"completed {r['throughput_qps']:.0f} of {qps:.0f} req/s: the backlog grows",
+                "reason": r["stop_reason"],
             }
             break
     return {"points": points, "saturation": saturation}
@@ -447,7 +461,7 @@ CURVE_PERCENTILES = ("p50", "p90", "p99")
 def curve_table(res: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """The curve as (header, rows) of plain values: each percentile with its 95 % interval
     (empty where the engine gives none), the busiest service's thread utilisation, status."""
-    header = ["offered_qps", "completed_qps", "mean_us"]
+    header = ["offered_qps", "completed_qps", "mean_us", "mean_lo_us", "mean_hi_us"]
     for q in CURVE_PERCENTILES:
         header += [f"{q}_us", f"{q}_lo_us", f"{q}_hi_us"]
     header += ["p999_us", "busiest_service", "busiest_util", "status"]
@@ -455,7 +469,12 @@ def curve_table(res: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     for p in res["points"]:
         lat = p["latency"]
         ci = lat.get("ci", {})
-        row: list[Any] = [p["qps"], p["throughput_qps"], lat["mean_us"]]
+        row: list[Any] = [
+            p["qps"],
+            p["throughput_qps"],
+            lat["mean_us"],
+            *ci.get("mean_us", ("", "")),
+        ]
         for q in CURVE_PERCENTILES:
             lo, hi = ci.get(f"{q}_us", ("", ""))
             row += [lat[f"{q}_us"], lo, hi]
@@ -557,14 +576,14 @@ def write_curve(out: Path, res: dict[str, Any]) -> None:
 
 def curve_rows(res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The curve's table as people read it (the terminal's and the HTML page's)."""
-    header = ["offered (req/s)", "completed (req/s)", "mean", "p50 [95 %]", "p90 [95 %]",
+    header = ["offered (req/s)", "completed (req/s)", "mean [95 %]", "p50 [95 %]", "p90 [95 %]",
               "p99 [95 %]", "p99.9", "busiest", "status"]  # fmt: skip
     rows = []
     for p in res["points"]:
         lat = p["latency"]
         util = p.get("services_util", {})
         busiest = max(util, key=lambda n: util[n]) if util else ""
-        rows.append([f"{p['qps']:.0f}", f"{p['throughput_qps']:.0f}", _us(lat["mean_us"]),
+        rows.append([f"{p['qps']:.0f}", f"{p['throughput_qps']:.0f}", _ci(lat, "mean_us"),
                      _ci(lat, "p50_us"), _ci(lat, "p90_us"), _ci(lat, "p99_us"),
                      _us(lat["p999_us"]), f"{busiest} {util[busiest] * 100:.0f} %" if busiest else "",
                      "saturated" if p["saturated"] else "stable"])  # fmt: skip

@@ -239,7 +239,7 @@ def test_run_tables_as_csv_and_json(engine: str, tmp_path: Path) -> None:
     ("args", "text"),
     [
         (["--format", "xml"], "--format takes table, csv, json"),
-        (["--table", "disks"], "--table takes services, stages, machines, cores"),
+        (["--table", "disks"], "--table takes services, stages, machines, cores, latency"),
     ],
 )
 def test_bad_format_or_table_is_one_line(args: list[str], text: str) -> None:
@@ -259,8 +259,9 @@ def test_curve_table_csv_json_and_status_header(engine: str, tmp_path: Path) -> 
     assert (tmp_path / "c.csv").read_text() == p.stdout
     rows = list(csv.DictReader(io.StringIO(p.stdout)))
     assert list(rows[0]) == [
-        "offered_qps", "completed_qps", "mean_us", "p50_us", "p50_lo_us", "p50_hi_us", "p90_us",
-        "p90_lo_us", "p90_hi_us", "p99_us", "p99_lo_us", "p99_hi_us", "p999_us",
+        "offered_qps", "completed_qps", "mean_us", "mean_lo_us", "mean_hi_us", "p50_us",
+        "p50_lo_us", "p50_hi_us", "p90_us", "p90_lo_us", "p90_hi_us", "p99_us", "p99_lo_us",
+        "p99_hi_us", "p999_us",
         "busiest_service", "busiest_util", "status",
     ]  # fmt: skip
     assert [r["status"] for r in rows] == ["stable", "stable", "stable", "saturated"]

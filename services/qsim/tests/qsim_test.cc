@@ -3,6 +3,8 @@
 // reproducible, and the tolerances are several standard errors wide (measured over 20 seeds).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -306,6 +308,48 @@ TEST(Reproducible, SameSeedSameResult) {
   EXPECT_NE(a.dump(), c.dump());
 }
 
+// Pinned figures: the engine's output for three seeded models as the single-file engine.cc gave
+// it before it was split by job (2026-11-28; the split kept every result bit for bit, checked on
+// eight models against the old binary). A change here is a change of behaviour: if it is meant,
+// say why in the commit and paste the new figures (the failure prints them). The figures are
+// integers or printed with 17 digits, so another compiler or libm may round a time differently:
+// compare with a build of the previous commit on that platform before repinning.
+static std::string Figures(const json& r) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%llu %llu %llu %llu %.17g %.17g %.17g %s",
+                r["completed"].get<unsigned long long>(), r["events"].get<unsigned long long>(),
+                r["jobs_run"].get<unsigned long long>(), r["stage_runs"].get<unsigned long long>(),
+                r["latency"]["mean_us"].get<double>(), r["latency"]["p50_us"].get<double>(),
+                r["latency"]["p99_us"].get<double>(), r["saturated"].get<bool>() ? "saturated" : "stable");
+  return buf;
+}
+
+TEST(Reproducible, PinnedFigures) {
+  // 8 threads on 2 cores (run queue, context switches), the event path
+  json pool = OneStage(Stage("exp", 10, {{"queue", "fifo"}}), 140000, 0.2, 8, "threads", 2);
+  pool["services"][0]["context_switch_us"] = 0.5;
+  // an epoll stage batching from 4 connections, lognormal
+  json ep = OneStage(Stage("lognormal", 4, {{"queue", "epoll"}, {"batch", 4}, {"per_job_us", 1}, {"sigma", 0.5}}),
+                     150000, 0.2);
+  ep["services"][0]["connections"] = 4;
+  ep["client"]["connections"] = 4;
+  // M/M/1 above capacity: the backlog-trend verdict
+  json over = OneStage(Stage("exp", 10), 120000, 0.3);
+  const std::string got[] = {Figures(Sim(pool)), Figures(Sim(ep)), Figures(Sim(over))};
+  const std::string want[] = {
+      "28241 56486 28243 28243 21.625228107423546 16.34 87.840000000000003 stable",
+      "30297 69889 30297 25388 5.8623142926592129 5.0220000000000002 17.896000000000001 stable",
+      "36183 36184 36183 36183 28907.561800014242 29450.240000000002 52543.487999999998 saturated",
+  };
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(got[k], want[k]) << "model " << k;
+  // QSIM_DUMP_PINNED=FILE: the three models as JSON lines, to run through another build's musku_qsim
+  if (const char* dump = std::getenv("QSIM_DUMP_PINNED")) {
+    std::FILE* f = std::fopen(dump, "w");
+    std::fprintf(f, "%s\n%s\n%s\n", pool.dump().c_str(), ep.dump().c_str(), over.dump().c_str());
+    std::fclose(f);
+  }
+}
+
 // Above capacity the run stops and says so, with bounded memory.
 TEST(Saturation, StopsAndSays) {
   json m = OneStage(Stage("exp", 10), 150000, 100.0);
@@ -412,6 +456,12 @@ TEST(Histogram, IntervalsAndSeedsThatDiffer) {
   EXPECT_GE(ci["p50_us"][1].get<double>() * 1.02, w * std::log(2.0));
   EXPECT_LE(ci["p99_us"][0].get<double>() * 0.98, w * std::log(100.0));
   EXPECT_GE(ci["p99_us"][1].get<double>() * 1.02, w * std::log(100.0));
+  // the mean's interval holds the theory (W = 1 / (mu - lambda)) and is narrower than p99's
+  ASSERT_TRUE(ci.contains("mean_us")) << ci;
+  EXPECT_LE(ci["mean_us"][0].get<double>() * 0.99, w);
+  EXPECT_GE(ci["mean_us"][1].get<double>() * 1.01, w);
+  EXPECT_LT(ci["mean_us"][1].get<double>() - ci["mean_us"][0].get<double>(),
+            ci["p99_us"][1].get<double>() - ci["p99_us"][0].get<double>());
   EXPECT_NE(a["latency"]["p99_us"].get<double>(), b["latency"]["p99_us"].get<double>());
   // a short run gives no p99 interval (fewer than 20 values above it in a batch)
   const json c = Sim(OneStage(Stage("exp", 10), 1000, 0.5));

@@ -1,0 +1,142 @@
+// The simulator's run-time state (docs/qsim.md "Engine"): requests, jobs, the queues of a stage,
+// threads, cores, instances and machines. // Internal to the engine (not part of engine.h's API).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "model.h"
+
+namespace musku::qsim::internal {
+
+struct Request {
+  double start = 0;
+  int path = 0;
+  int64_t tokens = 0;  // live jobs and in-flight arrivals of this request
+  int conn = 0;
+  int user = -1;
+  bool measured = false;
+  double done = 0;  // latest time one of its tree's leaves finished
+  std::vector<int> join_count;
+  std::vector<double> join_time;
+  std::vector<int> join_inst;
+  std::vector<int> sticky;  // per service: the instance this request used (-1 = none yet)
+  std::vector<int> held;    // per service: the thread held for this request (-1 = none)
+};
+
+struct Job {
+  Request* req = nullptr;
+  int node = 0;
+  int pos = 0;   // index into the node's stage list
+  int inst = 0;  // global instance index
+  int conn = 0;
+  int copy = -1;  // instance offset inherited from a fan-out (copies) ancestor, -1 = none
+  double node_arrival = 0;
+  bool pooled = false;  // holds one of its node's pool connections
+  Job* next = nullptr;  // the next job on the same connection sub-queue (ConnQ)
+  const NodeSpec* spec = nullptr;  // paths[req->path].nodes[node], kept to save the loads
+};
+
+// A connection's sub-queue of an epoll/socket stage: an intrusive FIFO through Job::next (two
+// pointers per connection, no allocation; a std::deque per connection cost a cache miss or two
+// per job on the 100-connection 2-tier model).
+struct ConnQ {
+  Job* head = nullptr;
+  Job* tail = nullptr;
+  bool empty() const { return head == nullptr; }
+  void push_back(Job* j) {
+    j->next = nullptr;
+    if (tail != nullptr) tail->next = j;
+    else head = j;
+    tail = j;
+  }
+  Job* front() const { return head; }
+  void pop_front() {
+    head = head->next;
+    if (head == nullptr) tail = nullptr;
+  }
+};
+
+// A node's pool of blocking (http/1.1-style) connections: one call per connection at a time.
+struct PoolRt {
+  int busy = 0;
+  std::deque<Job*> waiting;  // calls waiting for a connection, first come first served
+};
+
+// FIFO on a power-of-two ring (no per-node allocation, unlike std::deque's chunks).
+template <typename T>
+class Ring {
+ public:
+  bool empty() const { return head_ == tail_; }
+  size_t size() const { return tail_ - head_; }
+  void push_back(T j) {
+    if (tail_ - head_ == buf_.size()) Grow();
+    buf_[tail_++ & (buf_.size() - 1)] = j;
+  }
+  T front() const { return buf_[head_ & (buf_.size() - 1)]; }
+  void pop_front() { ++head_; }
+
+ private:
+  void Grow() {
+    std::vector<T> nb(buf_.empty() ? 4 : buf_.size() * 2);
+    for (size_t i = head_; i < tail_; ++i) nb[i - head_] = buf_[i & (buf_.size() - 1)];
+    tail_ -= head_;
+    head_ = 0;
+    buf_.swap(nb);
+  }
+  std::vector<T> buf_;
+  size_t head_ = 0, tail_ = 0;
+};
+
+struct StageQ {
+  QueueKind kind = QueueKind::kFifo;
+  Ring<Job*> fifo;
+  std::vector<ConnQ> conns;
+  Ring<int> ready;  // connections with queued jobs, each once
+  size_t len = 0, max_len = 0;
+  double area = 0, last = 0;
+};
+
+struct Core {
+  bool busy = false;
+  int last_thread = -1;
+  double busy_time = 0;
+};
+
+struct Thread {
+  int inst = 0;
+  int index = 0;  // within the instance
+  int core = -1;
+  bool waking = false;
+  bool held = false;
+  bool idle = true;
+  Job* private_job = nullptr;
+  std::vector<Job*> batch;
+  int batch_stage = 0;
+  double start = 0;
+  double busy_time = 0;
+};
+
+struct Instance {
+  int service = 0;
+  int machine = 0;
+  std::vector<int> cores;
+  std::vector<StageQ> queues;
+  std::vector<int> idle;  // thread ids
+  int first_thread = 0;
+  size_t pending = 0;      // queued jobs
+  int waking = 0;          // threads woken but not yet running
+  size_t outstanding = 0;  // jobs queued or in service (least-loaded)
+  bool defer_wake = false; // a batching stage: a woken thread starts after this instant's events
+  bool lindley = false;    // one FIFO server: departures computed on arrival (Sim::Lindley)
+  double free_at = 0;
+};
+
+struct MachineRt {
+  std::vector<Core> cores;
+  std::deque<int> runq;  // runnable threads waiting for a core
+};
+
+}  // namespace musku::qsim::internal

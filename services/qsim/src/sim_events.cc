@@ -1,0 +1,569 @@
+// The event loop and its handlers: requests through paths, jobs through stage queues, threads
+// onto cores, the Lindley fast path (docs/qsim.md "Engine"). The hot path: one translation unit.
+#include "sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace musku::qsim::internal {
+
+int Sim::Route(Request* r, int service) {
+  const ServiceSpec& sv = m_.services[static_cast<size_t>(service)];
+  const int base = svc_first_inst_[static_cast<size_t>(service)];
+  const int n = static_cast<int>(sv.instances.size());
+  if (n == 1) return base;
+  switch (sv.lb) {
+    case Lb::kRoundRobin:
+      return base + static_cast<int>(svc_rr_[static_cast<size_t>(service)]++ % static_cast<size_t>(n));
+    case Lb::kRandom:
+      return base + static_cast<int>(rng_lb_.Next() % static_cast<uint64_t>(n));
+    case Lb::kConnection:  // a connection is bound to one instance (μqSim's bind_connection)
+      return base + r->conn % n;
+    case Lb::kLeastLoaded: {
+      int best = base;
+      for (int i = 1; i < n; ++i)
+        if (inst_[static_cast<size_t>(base + i)].outstanding < inst_[static_cast<size_t>(best)].outstanding)
+          best = base + i;
+      return best;
+    }
+  }
+  return base;
+}
+
+void Sim::NewRequest(int user) {
+  if (live_requests_ >= m_.max_live_requests) {
+    Stop("more than " + std::to_string(m_.max_live_requests) + " requests in flight", true);
+    return;
+  }
+  Request* r = req_pool_.Get();
+  int p = 0;
+  if (path_cdf_.size() > 1) {
+    const double u = rng_path_.Uniform();
+    while (p + 1 < static_cast<int>(path_cdf_.size()) && u >= path_cdf_[static_cast<size_t>(p)]) ++p;
+  }
+  const PathSpec& ps = m_.paths[static_cast<size_t>(p)];
+  r->start = now_;
+  r->path = p;
+  r->tokens = 0;
+  r->user = user;
+  // an open-loop request picks a client connection at random (closed loop: the user's own)
+  r->conn = user >= 0 ? user % m_.client.connections
+                      : static_cast<int>(rng_conn_.Next() % static_cast<uint64_t>(m_.client.connections));
+  r->measured = now_ >= warmup_;
+  r->done = now_;
+  r->join_count.assign(static_cast<size_t>(ps.join_slots), 0);
+  r->join_time.assign(static_cast<size_t>(ps.join_slots), 0.0);
+  r->join_inst.assign(static_cast<size_t>(ps.join_slots), -1);
+  r->sticky.assign(m_.services.size(), -1);
+  r->held.assign(m_.services.size(), -1);
+  ++live_requests_;
+  ++issued_;
+  if (r->measured) ++issued_measured_;
+  Spawn(r, ps.root, -1, now_, -1);
+}
+
+void Sim::Spawn(Request* r, int node, int from_machine, double now, int copy) {
+  const NodeSpec& n = m_.paths[static_cast<size_t>(r->path)].nodes[static_cast<size_t>(node)];
+  if (n.join > 1) {
+    const size_t slot = static_cast<size_t>(n.join_slot);
+    if (r->join_inst[slot] < 0) {
+      const int sticky = r->sticky[static_cast<size_t>(n.service)];
+      r->join_inst[slot] = sticky >= 0 ? sticky : Route(r, n.service);
+    }
+    const int inst = r->join_inst[slot];
+    const double t = now + Latency(from_machine, inst_[static_cast<size_t>(inst)].machine);
+    r->join_time[slot] = std::max(r->join_time[slot], t);
+    if (++r->join_count[slot] < n.join) return;
+    Job* j = job_pool_.Get();
+    *j = Job{r, node, 0, inst, r->conn, -1, 0};
+    j->spec = &n;
+    r->sticky[static_cast<size_t>(n.service)] = inst;
+    ++r->tokens;
+    ++live_jobs_;
+    Push(r->join_time[slot], kJobArrive, 0, 0, j);
+    return;
+  }
+  if (n.copies > 1) {
+    const int base = svc_first_inst_[static_cast<size_t>(n.service)];
+    const int ninst = static_cast<int>(m_.services[static_cast<size_t>(n.service)].instances.size());
+    const int first = Route(r, n.service) - base;
+    r->tokens += n.copies;
+    live_jobs_ += static_cast<uint64_t>(n.copies);
+    const double t = now + Latency(from_machine, inst_[static_cast<size_t>(base + first % ninst)].machine);
+    Push(t, kCopies, node, first, r);
+    return;
+  }
+  int inst;
+  if (copy >= 0) {  // follows its fan-out copy: the instance at the same offset
+    const int ninst = static_cast<int>(m_.services[static_cast<size_t>(n.service)].instances.size());
+    inst = svc_first_inst_[static_cast<size_t>(n.service)] + copy % ninst;
+  } else {
+    const int sticky = r->sticky[static_cast<size_t>(n.service)];
+    inst = (sticky >= 0) ? sticky : Route(r, n.service);
+    r->sticky[static_cast<size_t>(n.service)] = inst;
+  }
+  Job* j = job_pool_.Get();
+  *j = Job{r, node, 0, inst, r->conn, copy, 0};
+  j->spec = &n;
+  ++r->tokens;
+  ++live_jobs_;
+  const double lat = Latency(from_machine, inst_[static_cast<size_t>(inst)].machine);
+  if (lat == 0 && now == now_) {
+    Enqueue(j);  // same instant: no event needed
+  } else {
+    Push(now + lat, kJobArrive, 0, 0, j);
+  }
+}
+
+void Sim::Enqueue(Job* j) {
+  Request* r = j->req;
+  const NodeSpec& n = *j->spec;
+  Instance& in = inst_[static_cast<size_t>(j->inst)];
+  if (j->pos == 0 && !j->pooled) j->node_arrival = now_;
+  if (j->pos == 0 && n.pool > 0 && !j->pooled) {  // a call needs a free connection
+    PoolRt& p = pools_[static_cast<size_t>(n.pool_slot)];
+    if (p.busy >= n.pool) {
+      p.waiting.push_back(j);
+      return;
+    }
+    ++p.busy;
+    j->pooled = true;
+  }
+  if (j->pos == 0 && n.release_thread && r->held[static_cast<size_t>(n.service)] >= 0) {
+    const int tid = r->held[static_cast<size_t>(n.service)];
+    r->held[static_cast<size_t>(n.service)] = -1;
+    Thread& t = threads_[static_cast<size_t>(tid)];
+    t.held = false;
+    t.private_job = j;
+    ++in.outstanding;
+    MakeRunnable(tid);
+    return;
+  }
+  if (in.lindley) {
+    Lindley(j, in);
+    return;
+  }
+  StageQ& q = in.queues[static_cast<size_t>(n.stages[static_cast<size_t>(j->pos)])];
+  QueueChange(q, +1);
+  if (q.kind == QueueKind::kFifo) {
+    q.fifo.push_back(j);
+  } else {
+    // the request's client connection, modulo this service's connection count (a service
+    // with fewer connections than the client has: indexing by j->conn alone overran conns)
+    const int c = j->conn % static_cast<int>(q.conns.size());
+    auto& cq = q.conns[static_cast<size_t>(c)];
+    if (cq.empty()) q.ready.push_back(c);
+    cq.push_back(j);
+  }
+  ++in.pending;
+  ++in.outstanding;
+  Wake(in);
+}
+
+void Sim::Wake(Instance& in) {
+  while (in.pending > static_cast<size_t>(in.waking) && !in.idle.empty()) {
+    const int tid = in.idle.back();
+    in.idle.pop_back();
+    Thread& t = threads_[static_cast<size_t>(tid)];
+    t.idle = false;
+    t.waking = true;
+    ++in.waking;
+    if (in.defer_wake) Push(now_, kWake, tid);
+    else MakeRunnable(tid);
+  }
+}
+
+void Sim::MakeRunnable(int tid) {
+  Thread& t = threads_[static_cast<size_t>(tid)];
+  const Instance& in = inst_[static_cast<size_t>(t.inst)];
+  const ServiceSpec& sv = m_.services[static_cast<size_t>(in.service)];
+  if (sv.simple) {
+    StartWork(tid);
+    return;
+  }
+  MachineRt& mc = machines_[static_cast<size_t>(in.machine)];
+  if (sv.pinned) {
+    const int c = in.cores[static_cast<size_t>(t.index) % in.cores.size()];
+    if (!mc.cores[static_cast<size_t>(c)].busy) {
+      Grant(tid, c);
+      return;
+    }
+  } else {
+    for (int c : in.cores) {
+      if (!mc.cores[static_cast<size_t>(c)].busy) {
+        Grant(tid, c);
+        return;
+      }
+    }
+  }
+  mc.runq.push_back(tid);
+}
+
+void Sim::Grant(int tid, int core) {
+  Thread& t = threads_[static_cast<size_t>(tid)];
+  const Instance& in = inst_[static_cast<size_t>(t.inst)];
+  machines_[static_cast<size_t>(in.machine)].cores[static_cast<size_t>(core)].busy = true;
+  t.core = core;
+  StartWork(tid);
+}
+
+double Sim::ServiceTime(const StageSpec& st, const ServiceSpec& sv, size_t n, Rng& rng) {
+  double mean = st.mean_us + st.per_job_us * static_cast<double>(n - 1);
+  int repeat = 1;
+  if (!st.table_bytes.empty()) {
+    const double bytes = st.bytes_per_job * static_cast<double>(n);
+    size_t i = 0;
+    while (i < st.table_bytes.size() && st.table_bytes[i] < bytes) ++i;
+    if (i == st.table_bytes.size()) {
+      --i;
+      repeat = std::max(1, static_cast<int>(bytes / st.table_bytes[i]));
+    }
+    mean = st.table_us[i];
+  }
+  double total = 0;
+  for (int k = 0; k < repeat; ++k) {
+    switch (st.dist) {
+      case Dist::kExp: total += rng.Exp(mean); break;
+      case Dist::kConst: total += mean; break;
+      case Dist::kLognormal: {
+        if (mean <= 0) break;
+        const double mu = std::log(mean) - st.sigma * st.sigma / 2;
+        total += std::exp(mu + st.sigma * rng.Normal());
+        break;
+      }
+      case Dist::kEmpirical: {
+        const double u = rng.Uniform();
+        const size_t i = static_cast<size_t>(
+            std::lower_bound(st.emp_cdf.begin(), st.emp_cdf.end(), u) - st.emp_cdf.begin());
+        const double v = st.emp_values_us[std::min(i, st.emp_values_us.size() - 1)];
+        total += st.emp_mean_us > 0 ? v * mean / st.emp_mean_us : v;
+        break;
+      }
+    }
+  }
+  if (st.dvfs_scale > 0)
+    total *= 1.0 - st.dvfs_scale + st.dvfs_scale * freq_ratio_[static_cast<size_t>(&sv - m_.services.data())];
+  return total * sv.time_scale * 1000.0;  // ns
+}
+
+void Sim::StartWork(int tid) {
+  Thread& t = threads_[static_cast<size_t>(tid)];
+  Instance& in = inst_[static_cast<size_t>(t.inst)];
+  const ServiceSpec& sv = m_.services[static_cast<size_t>(in.service)];
+  if (t.waking) {
+    t.waking = false;
+    --in.waking;
+  }
+  t.batch.clear();
+  if (t.private_job != nullptr) {
+    Job* j = t.private_job;
+    t.private_job = nullptr;
+    const NodeSpec& n = *j->spec;
+    t.batch_stage = n.stages[static_cast<size_t>(j->pos)];
+    t.batch.push_back(j);
+  } else {
+    int s = static_cast<int>(in.queues.size()) - 1;  // later stages first: drain work in progress
+    while (s >= 0 && in.queues[static_cast<size_t>(s)].len == 0) --s;
+    if (s < 0) {  // nothing to do (another thread took it)
+      if (t.core >= 0) ReleaseCore(tid);
+      t.idle = true;
+      in.idle.push_back(tid);
+      return;
+    }
+    StageQ& q = in.queues[static_cast<size_t>(s)];
+    const size_t limit = static_cast<size_t>(sv.stages[static_cast<size_t>(s)].batch);
+    t.batch_stage = s;
+    if (q.kind == QueueKind::kFifo) {
+      while (!q.fifo.empty() && t.batch.size() < limit) {
+        t.batch.push_back(q.fifo.front());
+        q.fifo.pop_front();
+      }
+    } else {
+      const size_t nready = q.kind == QueueKind::kEpoll ? q.ready.size() : 1;
+      for (size_t r = 0; r < nready && !q.ready.empty(); ++r) {
+        const int c = q.ready.front();
+        q.ready.pop_front();
+        auto& cq = q.conns[static_cast<size_t>(c)];
+        for (size_t k = 0; k < limit && !cq.empty(); ++k) {
+          t.batch.push_back(cq.front());
+          cq.pop_front();
+        }
+        if (!cq.empty()) q.ready.push_back(c);
+      }
+    }
+    QueueChange(q, -static_cast<long>(t.batch.size()));
+    in.pending -= t.batch.size();
+  }
+  const StageSpec& st = sv.stages[static_cast<size_t>(t.batch_stage)];
+  double d = ServiceTime(st, sv, t.batch.size(),
+                         rng_stage_[static_cast<size_t>(in.service)][static_cast<size_t>(t.batch_stage)]);
+  if (t.core >= 0) {
+    Core& c = machines_[static_cast<size_t>(in.machine)].cores[static_cast<size_t>(t.core)];
+    if (c.last_thread != tid && c.last_thread != -1) d += sv.context_switch_us * 1000.0;
+    c.last_thread = tid;
+  }
+  t.start = now_;
+  ++stage_runs_;
+  jobs_run_ += t.batch.size();
+  Push(now_ + d, kDone, tid);
+}
+
+void Sim::ReleaseCore(int tid) {
+  Thread& t = threads_[static_cast<size_t>(tid)];
+  const Instance& in = inst_[static_cast<size_t>(t.inst)];
+  MachineRt& mc = machines_[static_cast<size_t>(in.machine)];
+  const int core = t.core;
+  mc.cores[static_cast<size_t>(core)].busy = false;
+  t.core = -1;
+  for (auto it = mc.runq.begin(); it != mc.runq.end(); ++it) {
+    const Thread& w = threads_[static_cast<size_t>(*it)];
+    const Instance& wi = inst_[static_cast<size_t>(w.inst)];
+    const ServiceSpec& wsv = m_.services[static_cast<size_t>(wi.service)];
+    bool ok;
+    if (wsv.pinned) ok = wi.cores[static_cast<size_t>(w.index) % wi.cores.size()] == core;
+    else ok = std::find(wi.cores.begin(), wi.cores.end(), core) != wi.cores.end();
+    if (ok) {
+      const int wid = *it;
+      mc.runq.erase(it);
+      Grant(wid, core);
+      return;
+    }
+  }
+}
+
+void Sim::Done(int tid) {
+  Thread& t = threads_[static_cast<size_t>(tid)];
+  Instance& in = inst_[static_cast<size_t>(t.inst)];
+  const double busy = now_ - std::max(t.start, measure_start_);
+  if (busy > 0) {
+    t.busy_time += busy;
+    if (t.core >= 0) machines_[static_cast<size_t>(in.machine)].cores[static_cast<size_t>(t.core)].busy_time += busy;
+  }
+  bool hold = false;
+  for (Job* j : t.batch) {
+    const NodeSpec& n = *j->spec;
+    ++j->pos;
+    --in.outstanding;
+    if (j->pos < static_cast<int>(n.stages.size())) {
+      Enqueue(j);
+    } else {
+      if (n.hold_thread && t.batch.size() == 1 && !n.children.empty()) {
+        hold = true;
+        j->req->held[static_cast<size_t>(n.service)] = tid;
+      }
+      FinishNode(j, now_);
+    }
+  }
+  t.batch.clear();
+  if (hold) {
+    t.held = true;
+    if (t.core >= 0) ReleaseCore(tid);
+    // A held thread may already have been released (zero network latency and an instant reply
+    // are impossible: the release arrives through an event), so nothing else to do here.
+    return;
+  }
+  const ServiceSpec& sv = m_.services[static_cast<size_t>(in.service)];
+  if (in.pending > static_cast<size_t>(in.waking)) {
+    if (t.core < 0) {  // simple execution: keep going
+      StartWork(tid);
+      return;
+    }
+    MachineRt& mc = machines_[static_cast<size_t>(in.machine)];
+    bool someone_waits = false;
+    for (int w : mc.runq) {
+      const Thread& wt = threads_[static_cast<size_t>(w)];
+      const Instance& wi = inst_[static_cast<size_t>(wt.inst)];
+      if (m_.services[static_cast<size_t>(wi.service)].pinned
+              ? wi.cores[static_cast<size_t>(wt.index) % wi.cores.size()] == t.core
+              : std::find(wi.cores.begin(), wi.cores.end(), t.core) != wi.cores.end()) {
+        someone_waits = true;
+        break;
+      }
+    }
+    if (!someone_waits) {
+      StartWork(tid);
+      return;
+    }
+    ReleaseCore(tid);
+    mc.runq.push_back(tid);  // yield: back of the run queue with its work
+    return;
+  }
+  (void)sv;
+  if (t.core >= 0) ReleaseCore(tid);
+  t.idle = true;
+  in.idle.push_back(tid);
+}
+
+// A node finished at time t (now, or later for a Lindley instance, see below).
+void Sim::FinishNode(Job* j, double t) {
+  Request* r = j->req;
+  const NodeSpec& n = *j->spec;
+  if (r->measured) svc_hist_[static_cast<size_t>(n.service)].Record(static_cast<int64_t>(t - j->node_arrival));
+  if (!win_svc_.empty()) win_svc_[static_cast<size_t>(n.service)].Record(static_cast<int64_t>(t - j->node_arrival));
+  if (j->pooled) {  // the reply is back: the connection takes the next waiting call
+    j->pooled = false;
+    PoolRt& p = pools_[static_cast<size_t>(n.pool_slot)];
+    --p.busy;
+    if (!p.waiting.empty()) {
+      Job* w = p.waiting.front();
+      p.waiting.pop_front();
+      ++p.busy;
+      w->pooled = true;
+      Enqueue(w);
+    }
+  }
+  const int machine = inst_[static_cast<size_t>(j->inst)].machine;
+  if (!n.children.empty()) {
+    if (n.branch == Branch::kAll) {
+      for (int c : n.children) Spawn(r, c, machine, t, j->copy);
+    } else {
+      const double u = rng_branch_.Uniform();
+      size_t k = 0;
+      while (k + 1 < n.child_cdf.size() && u >= n.child_cdf[k]) ++k;
+      Spawn(r, n.children[k], machine, t, j->copy);
+    }
+  } else {
+    r->done = std::max(r->done, t);  // a leaf of the tree: it answers the client
+  }
+  job_pool_.Put(j);
+  --live_jobs_;
+  if (--r->tokens == 0) Complete(r);
+}
+
+// The fast path for an instance that is one FIFO server (simple execution, one thread, every
+// stage fifo with batch 1, every node on it one stage): the job's departure is known when it
+// arrives (Lindley's recursion, d = max(a, d_prev) + s), so it needs no event of its own.
+// Arrivals reach an instance in time order, so this is exact; the queue-length figures of such
+// an instance come from Little's law (waiting time / window).
+bool Sim::Lindley(Job* j, Instance& in) {
+  const ServiceSpec& sv = m_.services[static_cast<size_t>(in.service)];
+  const NodeSpec& n = *j->spec;
+  const int stage = n.stages[0];
+  const double start = std::max(now_, in.free_at);
+  const double d = ServiceTime(sv.stages[static_cast<size_t>(stage)], sv, 1,
+                               rng_stage_[static_cast<size_t>(in.service)][static_cast<size_t>(stage)]);
+  const double dep = start + d;
+  in.free_at = dep;
+  // the backlog is in free_at, not in live requests: bound it the same way
+  const double mean_ns = std::max(1.0, sv.stages[static_cast<size_t>(stage)].mean_us * 1000.0);
+  const double backlog = (start - now_) / mean_ns;
+  if (backlog > static_cast<double>(m_.max_live_requests))
+    Stop("a backlog of more than " + std::to_string(m_.max_live_requests) + " jobs at " + sv.name, true);
+  const double b = std::min(dep, end_) - std::max(start, measure_start_);
+  if (b > 0) threads_[static_cast<size_t>(in.first_thread)].busy_time += b;
+  StageQ& q = in.queues[static_cast<size_t>(stage)];
+  if (now_ >= measure_start_) {
+    q.area += start - now_;
+    if (start > now_ && q.max_len == 0) q.max_len = 1;
+  }
+  ++stage_runs_;
+  ++jobs_run_;
+  FinishNode(j, dep);
+  return true;
+}
+
+void Sim::Complete(Request* r) {
+  const double t = r->done + m_.reply_latency_us * 1000.0;
+  if (r->measured && r->done <= end_) {
+    e2e_.Record(static_cast<int64_t>(t - r->start));
+    batches_.Record((r->start - measure_start_) / std::max(1.0, end_ - measure_start_), static_cast<int64_t>(t - r->start));
+    ++completed_measured_;
+  }
+  if (!win_svc_.empty()) win_e2e_.Record(static_cast<int64_t>(t - r->start));
+  for (int k = 0; k < 3; ++k)
+    if (t <= sample_t_[k]) ++done_by_[k];
+  ++completed_;
+  --live_requests_;
+  const int user = r->user;
+  req_pool_.Put(r);
+  if (m_.max_requests > 0 && completed_ >= m_.max_requests) Stop("max_requests reached", false);
+  if (user >= 0) {
+    const double think = m_.client.think_us > 0 ? rng_arrival_.Exp(m_.client.think_us * 1000.0) : 0.0;
+    Push(t + think, kUser, user);
+  }
+}
+
+void Sim::Loop() {
+  while (!heap_.empty() && !stopped_) {
+    const Event ev = heap_.pop();
+    if (ev.t > end_) {
+      Stop("duration reached", false);
+      break;
+    }
+    now_ = ev.t;
+    ++events_;
+    if ((events_ & kProgressMask) == 0 && m_.progress_interval_s > 0) Progress();
+    if (!mid_seen_ && now_ >= sample_t_[1]) {
+      mid_seen_ = true;
+      issued_by_[1] = issued_;
+    }
+    switch (ev.type()) {
+      case kArrival: {
+        NewRequest(-1);
+        // next arrival, piecewise-constant rate (memoryless: resample at an epoch boundary)
+        double t = now_;
+        while (epoch_ < static_cast<int>(m_.client.epochs.size())) {
+          const Epoch& e = m_.client.epochs[static_cast<size_t>(epoch_)];
+          const double next = t + rng_arrival_.Exp(1e9 / e.qps);
+          if (next <= e.end_s * 1e9) {
+            Push(next, kArrival);
+            break;
+          }
+          t = e.end_s * 1e9;
+          ++epoch_;
+        }
+        break;
+      }
+      case kUser:
+        NewRequest(ev.a);
+        break;
+      case kJobArrive:
+        Enqueue(static_cast<Job*>(ev.p));
+        break;
+      case kCopies: {
+        Request* r = static_cast<Request*>(ev.p);
+        const NodeSpec& n = m_.paths[static_cast<size_t>(r->path)].nodes[static_cast<size_t>(ev.a)];
+        const int base = svc_first_inst_[static_cast<size_t>(n.service)];
+        const int ninst = static_cast<int>(m_.services[static_cast<size_t>(n.service)].instances.size());
+        for (int k = 0; k < n.copies; ++k) {
+          Job* j = job_pool_.Get();
+          // the copy number keeps counting past the instance count, so that a chain that
+          // follows the copies onto a service with more instances still spreads them
+          const int copy = ev.b + k;
+          *j = Job{r, ev.a, 0, base + copy % ninst, r->conn, copy, 0};
+          j->spec = &n;
+          Enqueue(j);
+        }
+        break;
+      }
+      case kDone:
+        Done(ev.a);
+        break;
+      case kWake:
+        MakeRunnable(ev.a);
+        break;
+      case kControl:
+        Control();
+        break;
+      case kWarmup:
+        measure_start_ = now_;
+        issued_by_[0] = issued_;
+        for (Thread& t : threads_) t.busy_time = 0;
+        std::fill(win_busy_mark_.begin(), win_busy_mark_.end(), 0.0);
+        for (MachineRt& mc : machines_)
+          for (Core& c : mc.cores) c.busy_time = 0;
+        for (Instance& in : inst_)
+          for (StageQ& q : in.queues) {
+            q.area = 0;
+            q.last = now_;
+            q.max_len = q.len;
+          }
+        break;
+    }
+    if (live_jobs_ > m_.max_live_jobs) Stop("more than " + std::to_string(m_.max_live_jobs) + " jobs in flight", true);
+  }
+  if (!stopped_) Stop("no more events", false);
+}
+
+}  // namespace musku::qsim::internal

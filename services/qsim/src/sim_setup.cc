@@ -1,0 +1,95 @@
+// Building a run: the random streams, the path choice, machines, instances and their threads,
+// the Lindley fast path's eligibility, the first events (docs/qsim.md "Engine").
+#include "sim.h"
+
+#include <string>
+#include <utility>
+
+namespace musku::qsim::internal {
+
+void Sim::Setup() {
+  end_ = m_.duration_s * 1e9;
+  warmup_ = m_.warmup_s * 1e9;
+  measure_start_ = 0;
+  sample_t_[0] = warmup_;
+  sample_t_[1] = warmup_ + (end_ - warmup_) / 2;
+  sample_t_[2] = end_;
+  rng_arrival_ = Rng(DeriveSeed(m_.seed, kStreamArrival));
+  rng_path_ = Rng(DeriveSeed(m_.seed, kStreamPath));
+  rng_lb_ = Rng(DeriveSeed(m_.seed, kStreamLb));
+  rng_branch_ = Rng(DeriveSeed(m_.seed, kStreamBranch));
+  rng_conn_ = Rng(DeriveSeed(m_.seed, kStreamConn));
+  for (const ServiceSpec& sv : m_.services) freq_ratio_.push_back(sv.freq_ratio);
+  double total = 0;
+  for (const PathSpec& p : m_.paths) total += p.weight;
+  double acc = 0;
+  for (const PathSpec& p : m_.paths) path_cdf_.push_back((acc += p.weight) / total);
+
+  machines_.resize(m_.machines.size());
+  for (size_t i = 0; i < m_.machines.size(); ++i) machines_[i].cores.resize(static_cast<size_t>(m_.machines[i].cores));
+  svc_hist_.resize(m_.services.size());
+  svc_rr_.assign(m_.services.size(), 0);
+  // which services are single FIFO servers (the Lindley fast path)
+  std::vector<bool> lindley(m_.services.size(), false);
+  for (size_t s = 0; s < m_.services.size(); ++s) {
+    const ServiceSpec& sv = m_.services[s];
+    bool ok = sv.simple && sv.threads == 1 && sv.lb != Lb::kLeastLoaded && !m_.no_fast_path;
+    for (const StageSpec& st : sv.stages) ok = ok && st.queue == QueueKind::kFifo && st.batch == 1;
+    lindley[s] = ok;
+  }
+  for (const PathSpec& p : m_.paths)
+    for (const NodeSpec& n : p.nodes)
+      if (n.stages.size() != 1 || n.hold_thread || n.release_thread || n.pool > 0)
+        lindley[static_cast<size_t>(n.service)] = false;
+  pools_.assign(static_cast<size_t>(m_.pools), PoolRt());
+  uint64_t stream = kStreamStage;
+  for (size_t s = 0; s < m_.services.size(); ++s) {
+    const ServiceSpec& sv = m_.services[s];
+    rng_stage_.emplace_back();
+    for (size_t k = 0; k < sv.stages.size(); ++k) rng_stage_.back().emplace_back(DeriveSeed(m_.seed, stream++));
+    svc_first_inst_.push_back(static_cast<int>(inst_.size()));
+    for (const InstanceSpec& is : sv.instances) {
+      Instance in;
+      in.service = static_cast<int>(s);
+      in.machine = is.machine;
+      in.cores = is.cores;
+      in.queues.resize(sv.stages.size());
+      for (const StageSpec& st : sv.stages) in.defer_wake = in.defer_wake || st.batch > 1;
+      in.lindley = lindley[s];
+      for (size_t k = 0; k < sv.stages.size(); ++k) {
+        in.queues[k].kind = sv.stages[k].queue;
+        if (in.queues[k].kind != QueueKind::kFifo) in.queues[k].conns.resize(static_cast<size_t>(sv.connections));
+      }
+      in.first_thread = static_cast<int>(threads_.size());
+      for (int k = 0; k < sv.threads; ++k) {
+        Thread t;
+        t.inst = static_cast<int>(inst_.size());
+        t.index = k;
+        threads_.push_back(t);
+      }
+      for (int k = sv.threads - 1; k >= 0; --k) in.idle.push_back(in.first_thread + k);
+      inst_.push_back(std::move(in));
+    }
+  }
+  // client connections index each service's connection sub-queues modulo its connection count
+  for (const ServiceSpec& sv : m_.services)
+    if (sv.connections < 1) throw ModelError("connections must be >= 1");
+
+  if (m_.client.closed) {
+    for (int u = 0; u < m_.client.users; ++u) {
+      const double think = m_.client.think_us > 0 ? rng_arrival_.Exp(m_.client.think_us * 1000.0) : 0.0;
+      Push(think, kUser, u);
+    }
+  } else {
+    Push(rng_arrival_.Exp(1e9 / m_.client.epochs[0].qps), kArrival);
+  }
+  if (warmup_ > 0) Push(warmup_, kWarmup);
+  if (control_ && m_.control_interval_s > 0) {
+    win_svc_.assign(m_.services.size(), Hist());
+    win_busy_mark_.assign(threads_.size(), 0.0);
+    Push(m_.control_interval_s * 1e9, kControl);
+  }
+
+}
+
+}  // namespace musku::qsim::internal

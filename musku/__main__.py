@@ -1,3 +1,3 @@
-from musku.cli import main
+from musku.entry import main
 
 main()

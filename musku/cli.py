@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import re
 import signal
 import sys
@@ -21,7 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from musku import __version__
-from musku.errors import ExitStatus, HostError, InputError, Interrupted, MuskuError, UsageError
+from musku.errors import HostError, InputError, Interrupted, MuskuError, UsageError
 from musku.knobs.spec import coerce_setting
 from musku.report.strict_json import finite
 from musku.text import hours, interval, pct
@@ -1179,30 +1178,22 @@ def parse_id(text: str, what: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry: run the app, map errors to exit codes, never a traceback.
+    """Run the app, map errors to exit codes, never a traceback (:func:`musku.entry.guarded`).
 
     Usage errors are click's own (exit 2); musku's errors are one line with their status.
     """
+    from musku.entry import guarded
+
     args = sys.argv[1:] if argv is None else argv
     if args[:2] == ["agent", "rpc"]:  # the controller's SSH hot path: skip typer's start-up
         from musku.agent.rpc import main as rpc_main  # lazy: this path loads nothing else
 
         sys.exit(rpc_main(args[2:]))
-    try:
+
+    def _app() -> None:
         app(args=argv, prog_name="musku")  # standalone: exits through SystemExit
-    except MuskuError as exc:
-        _err(exc.one_line())
-        sys.exit(int(exc.status))
-    except KeyboardInterrupt:
-        _err("interrupted")
-        sys.exit(int(ExitStatus.INTERRUPTED))
-    except BrokenPipeError:
-        sys.exit(int(ExitStatus.OK))
-    except Exception as exc:  # a bug: one line, and how to get the traceback
-        if os.environ.get("MUSKU_DEBUG"):
-            raise
-        _err(f"internal error: {type(exc).__name__}: {exc} (set MUSKU_DEBUG=1 for a traceback)")
-        sys.exit(int(ExitStatus.ERROR))
+
+    guarded(_app)
 
 
 def _err(text: str) -> None:

@@ -18,6 +18,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from musku.errors import InputError
+from musku.qsim.output import (
+    RUN_TABLES,
+    check_format,
+    machines,
+    run_table,
+    table_json,
+    to_csv,
+    without_detail,
+)
 
 if TYPE_CHECKING:
     from musku.qsim.engine import Limits
@@ -51,8 +60,6 @@ PerCoreOpt = Annotated[
     bool,
     typer.Option("--per-core", help="Per-core and per-thread detail (tables and JSON)."),
 ]
-FORMATS = ("table", "csv", "json")
-RUN_TABLES = ("services", "stages", "machines", "cores", "latency")
 OutOpt = Annotated[
     Path | None,
     typer.Option(
@@ -111,31 +118,6 @@ def write_out(out: Path, text: str | bytes) -> None:
 
     check_out(out)
     outputs.write_bytes(out, text.encode("utf-8") if isinstance(text, str) else text)
-
-
-def check_format(fmt: str, json_out: bool) -> str:
-    """``--format`` (``--json`` is ``--format json``)."""
-    if json_out:
-        return "json"
-    if fmt not in FORMATS:
-        raise InputError(f"--format takes {', '.join(FORMATS)}, not {fmt!r}")
-    return fmt
-
-
-def to_csv(header: list[str], rows: list[list[Any]]) -> str:
-    """RFC 4180 CSV with a header line (numbers as Python prints them: full precision)."""
-    import csv
-    import io
-
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
-    w.writerows(rows)
-    return buf.getvalue()
-
-
-def _table_json(header: list[str], rows: list[list[Any]]) -> str:
-    return json.dumps([dict(zip(header, r, strict=True)) for r in rows], indent=2) + "\n"
 
 
 class _Bar:
@@ -203,46 +185,6 @@ def _us(x: float) -> str:
     return f"{x / 1000:.2f} ms" if x >= 1000 else f"{x:.1f} us"
 
 
-def run_table(result: dict[str, Any], which: str) -> tuple[list[str], list[list[Any]]]:
-    """One of a run's tables as (header, rows) of plain values (``--format csv|json --table``).
-    ``visits`` counts the service's visits (a request that calls it twice counts two)."""
-    if which == "services":
-        return ["service", "visits", "mean_us", "p50_us", "p99_us", "thread_util"], [
-            [name, s["count"], s["mean_us"], s["p50_us"], s["p99_us"], s["thread_util"]]
-            for name, s in result["services"].items()
-        ]
-    if which == "latency":
-        lat = result["latency"]
-        ci = lat.get("ci", {})
-        return ["figure", "value_us", "lo_us", "hi_us"], [
-            [k[:-3], lat[k], *ci.get(k, ("", ""))]
-            for k in ("mean_us", "p50_us", "p90_us", "p99_us", "p999_us", "max_us")
-        ]
-    if which == "stages":
-        return ["service", "stage", "mean_queue", "max_queue"], [
-            [s["service"], s["stage"], s["mean_queue"], s["max_queue"]] for s in result["stages"]
-        ]
-    if which == "machines":
-        return ["machine", "cores", "mean_util", "max_util"], [
-            [m["machine"], m["cores"], m["mean_util"], m["max_util"]] for m in machines(result)
-        ]
-    return ["machine", "core", "util"], [
-        [c["machine"], c["core"], c["util"]] for c in result["cores"]
-    ]
-
-
-def machines(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per machine: its cores' mean and highest utilisation (the default instead of the
-    per-core dump, which ``--per-core`` asks for)."""
-    per: dict[str, list[float]] = {}
-    for c in result["cores"]:
-        per.setdefault(c["machine"], []).append(c["util"])
-    return [
-        {"machine": m, "cores": len(us), "mean_util": sum(us) / len(us), "max_util": max(us)}
-        for m, us in per.items()
-    ]
-
-
 def _print_run(result: dict[str, Any], title: str, per_core: bool) -> None:
     from rich.table import Table
 
@@ -304,14 +246,6 @@ def _print_run(result: dict[str, Any], title: str, per_core: bool) -> None:
     )
 
 
-def _without_detail(result: dict[str, Any]) -> dict[str, Any]:
-    """The result without its per-core and per-thread lists (``--per-core`` keeps them);
-    per-machine figures instead."""
-    out = {k: v for k, v in result.items() if k not in ("cores", "threads")}
-    out["machines"] = machines(result)
-    return out
-
-
 @app.command("check")
 def check(model: ModelArg, json_out: JsonOpt = False) -> None:
     """Validate a model; print its normalised engine document with --json."""
@@ -353,7 +287,8 @@ def run(
 ) -> None:
     """Simulate a model: latency percentiles, throughput, utilisation and queue lengths."""
     from musku.qsim.engine import simulate
-    from musku.qsim.model import load, with_overrides
+    from musku.qsim.model import load
+    from musku.qsim.overrides import with_overrides
 
     fmt = check_format(fmt, json_out)
     if table is not None and table not in RUN_TABLES:
@@ -367,13 +302,13 @@ def run(
         result = simulate(doc, limits=limits, on_progress=prog.update if prog.enabled else None)
     result["model"] = str(model)
     result["seed"] = doc["seed"]
-    shown = result if per_core else _without_detail(result)
+    shown = result if per_core else without_detail(result)
     if out is not None and str(out).lower().endswith(".csv"):
         write_out(out, to_csv(*run_table(result, table or "services")))
     elif out is not None:
         write_out(out, json.dumps(shown, indent=2) + "\n")
     if fmt == "json" and table is not None:
-        sys.stdout.write(_table_json(*run_table(result, table)))
+        sys.stdout.write(table_json(*run_table(result, table)))
     elif fmt == "json":
         sys.stdout.write(json.dumps(shown, indent=2) + "\n")
     elif fmt == "csv":
@@ -422,7 +357,7 @@ def curve_points(
     Every run spends the one CPU budget (``limits``). ``progress``: a
     :class:`musku.qsim.progress.CurveProgress` (or None)."""
     from musku.qsim.engine import Limits, simulate
-    from musku.qsim.model import with_overrides
+    from musku.qsim.overrides import with_overrides
 
     lim = limits if limits is not None else Limits.from_env()
     points = []
@@ -516,7 +451,8 @@ def curve(
     memory_limit: MemOpt = None,
 ) -> None:
     """Load-latency curve; stops at the first saturated rate and says so."""
-    from musku.qsim.model import load, with_overrides
+    from musku.qsim.model import load
+    from musku.qsim.overrides import with_overrides
     from musku.qsim.progress import CurveProgress
 
     fmt = check_format(fmt, json_out)

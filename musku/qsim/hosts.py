@@ -34,7 +34,8 @@ from musku.errors import InputError
 from musku.hosts.base import Host, HostPair
 from musku.knobs.spec import by_resource, knob_names, spec_of
 from musku.qsim.engine import simulate
-from musku.qsim.model import QsimModel, normalise, parse, read_model, with_overrides
+from musku.qsim.model import QsimModel, normalise, parse, read_model
+from musku.qsim.overrides import with_overrides
 from musku.schema.tomlpos import Positions
 
 RESOURCES = ("core_ghz", "uncore_ghz", "cores")

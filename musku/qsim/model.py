@@ -27,6 +27,8 @@ from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from musku.errors import InputError
 from musku.inputfiles import MAX_LABEL_CHARS, MAX_PATH_CHARS, parse_toml, read_text
+from musku.qsim.overrides import MAX_COUNT, MAX_DURATION_S, MAX_QPS
+from musku.qsim.overrides import with_overrides as with_overrides  # re-exported
 from musku.schema.document import Document, Refusal, Strict
 from musku.schema.tomlpos import Positions
 
@@ -41,13 +43,10 @@ MAX_JOIN = 1 << 30  # a fan-in's arrivals (copies multiplied down to it)
 MAX_POOL = 1 << 30  # nodes[].pool
 MAX_CLIENT_CONNECTIONS = 1 << 24  # client.connections
 MAX_USERS = 1 << 24  # client.users (closed loop)
-MAX_COUNT = (1 << 53) - 1  # max_requests, max_live_*: the engine reads them as doubles
 # musku's own limits (the engine has none; the normalised document is built in memory)
 MAX_INSTANCES = 10_000  # instances of one service
 MAX_TOTAL_INSTANCES = 100_000  # instances of all services
-MAX_DURATION_S = 1e6  # simulated seconds (11.6 days): [run] duration_s, epochs, --duration
 MAX_TIME_US = 1e12  # any time or latency in microseconds (11.6 days)
-MAX_QPS = 1e9  # an open-loop rate
 MAX_GHZ = 100.0
 
 TimeUs = Annotated[float, Field(ge=0, le=MAX_TIME_US, allow_inf_nan=False)]
@@ -663,45 +662,3 @@ def load(path: Path | str) -> Loaded:
     path = Path(path)
     model, pos = parse(read_model(path), path)
     return Loaded(path, model, normalise(model, pos, path))
-
-
-def with_overrides(
-    doc: dict[str, Any],
-    *,
-    qps: float | None = None,
-    duration_s: float | None = None,
-    seed: int | None = None,
-    max_requests: int | None = None,
-) -> dict[str, Any]:
-    """A copy of a normalised document with the run's command-line overrides applied."""
-    out = dict(doc)
-    if duration_s is not None:
-        if not (math.isfinite(duration_s) and 0 < duration_s <= MAX_DURATION_S):
-            raise InputError(
-                f"--duration must be > 0 and at most {MAX_DURATION_S:g} s, not {duration_s}"
-            )
-        out["duration_s"] = duration_s
-        out["warmup_s"] = min(doc["warmup_s"], duration_s / 10)
-    if seed is not None:
-        if not 0 <= seed < 2**63:
-            raise InputError(f"--seed must be in 0..2^63-1, not {seed}")
-        out["seed"] = seed
-    if max_requests is not None:
-        if not 0 <= max_requests <= MAX_COUNT:
-            raise InputError(f"max_requests must be in 0..{MAX_COUNT}, not {max_requests}")
-        out["max_requests"] = max_requests
-    if qps is not None:
-        if not (math.isfinite(qps) and 0 < qps <= MAX_QPS):
-            raise InputError(f"--qps must be > 0 and at most {MAX_QPS:g}, got {qps}")
-        client = dict(doc["client"])
-        if client["kind"] != "open":
-            raise InputError("--qps needs an open-loop client (this model's client is closed)")
-        client["epochs"] = [{"end_s": out["duration_s"] * 2, "qps": qps}]
-        out["client"] = client
-    elif duration_s is not None and doc["client"]["kind"] == "open":
-        client = dict(doc["client"])
-        eps = [dict(e) for e in client["epochs"]]
-        eps[-1]["end_s"] = max(eps[-1]["end_s"], out["duration_s"] * 2)
-        client["epochs"] = eps
-        out["client"] = client
-    return out

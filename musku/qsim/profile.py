@@ -548,7 +548,8 @@ def _render(p: Profile, f: Fit, out: Path) -> str:
 def write_model(p: Profile, out: Path, *, sim_seconds: float = 20.0) -> Fit:
     """Write the model (and its histogram files next to it); returns the fitted figures."""
     from musku.qsim.engine import simulate
-    from musku.qsim.model import load, with_overrides
+    from musku.qsim.model import load
+    from musku.qsim.overrides import with_overrides
 
     mid = p.midtier
     lb, _, lcpu = _pooled(p.leaves, "handler")

@@ -41,8 +41,8 @@ from musku.hostfs import (
     format_cpulist,
     parse_cpulist,
 )
-from musku.knobs._common import KnobBase, opt_argv, opt_bool, opt_str
-from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
+from musku.knobs.helpers import opt_argv, opt_bool, opt_str
 from musku.knobs.spec import Kind, KnobSpec
 
 _CMDLINE_KEY = "GRUB_CMDLINE_LINUX"

@@ -22,8 +22,8 @@ from musku.hostfs import (
     cpu_dir,
     msr_path,
 )
-from musku.knobs._common import (
-    KnobBase,
+from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
+from musku.knobs.helpers import (
     as_ghz,
     ghz_to_khz,
     khz_to_ghz,
@@ -31,7 +31,6 @@ from musku.knobs._common import (
     ordered_min_max,
     restore_min_max,
 )
-from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
 from musku.knobs.spec import Column, Kind, KnobSpec, Msr
 
 MSR_UNCORE_RATIO_LIMIT = 0x620

@@ -9,8 +9,8 @@ column ``readahead`` in the analysts' ``configurations`` view. Nothing in musku 
 from __future__ import annotations
 
 from musku.domain import Value
-from musku.knobs._common import KnobBase, opt_str
-from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
+from musku.knobs.helpers import opt_str
 from musku.knobs.spec import Kind, KnobSpec
 
 TARGET = "tests.knobs.toyknob:ReadaheadKnob"

@@ -65,6 +65,7 @@ def parse_schemata(text: str) -> dict[str, dict[int, int]]:
 
 SPEC = KnobSpec(
     name="cdp",
+    fake_kernel="musku.testing.kernel.cdp:RULES",
     kind=Kind.WAYS,
     order=40,
     description="code/data prioritisation: 'off' or DATA:CODE LLC ways",

@@ -109,6 +109,7 @@ def set_isolcpus(cmdline: str, cpus: list[int]) -> str:
 
 SPEC = KnobSpec(
     name="core_count",
+    fake_kernel="musku.testing.kernel.core_count:RULES",
     resource="cores",
     kind=Kind.COUNT,
     order=30,

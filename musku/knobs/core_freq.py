@@ -49,6 +49,7 @@ PERF_CTL_IDA_DISENGAGE = 1 << 32  # bit 32: turbo (IDA) disengage
 
 SPEC = KnobSpec(
     name="core_freq",
+    fake_kernel="musku.testing.kernel.core_freq:RULES",
     resource="core_ghz",
     kind=Kind.GHZ,
     order=10,

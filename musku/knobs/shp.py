@@ -26,6 +26,7 @@ READ_TRIES = 20
 
 SPEC = KnobSpec(
     name="shp",
+    fake_kernel="musku.testing.kernel.shp:RULES",
     kind=Kind.COUNT,
     order=70,
     description="static 2 MiB huge pages reserved, 0 = none",

@@ -97,6 +97,9 @@ class KnobSpec:
     # what it sets, for models that predict its effect (the qsim backend): "cores" (active
     # cores), "core_ghz", "uncore_ghz"; empty: a model must be told (sim model files)
     resource: str = ""
+    # "module:attr" of its fake-kernel rules (KernelRule objects) for the knob tests' fake
+    # host trees (musku.testing.fakehost); loaded only by the fake kernel
+    fake_kernel: str = ""
     extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:

@@ -21,6 +21,7 @@ DEFRAG = THP_DIR + "/defrag"
 
 SPEC = KnobSpec(
     name="thp",
+    fake_kernel="musku.testing.kernel.thp:RULES",
     kind=Kind.CHOICE,
     order=60,
     description="transparent huge pages: always, madvise or never",

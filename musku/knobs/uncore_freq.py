@@ -38,6 +38,7 @@ UNCORE_RATIO_MASK = 0x7F7F  # bits 6:0 max ratio, 14:8 min ratio
 
 SPEC = KnobSpec(
     name="uncore_freq",
+    fake_kernel="musku.testing.kernel.uncore_freq:RULES",
     resource="uncore_ghz",
     kind=Kind.GHZ,
     order=20,

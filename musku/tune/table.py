@@ -9,13 +9,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from musku import outputs
 from musku.errors import InputError
-from musku.schema.threadingtable import TABLE_FORMAT, ThreadingTableDoc
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+TABLE_FORMAT = "musku-threading-table/1"
+"""The schema's ``format`` (tests/tune/test_table_schema.py checks that they agree)."""
 
 
 def service_name(service: str) -> str:
@@ -59,6 +62,12 @@ def check_table(
     here = cpus if cpus is not None else os.cpu_count()
     if not isinstance(data, dict) or data.get("format") != TABLE_FORMAT:
         raise InputError(f"{name} has no format {TABLE_FORMAT!r}")
+    # lazy: pydantic and the model cost ~0.3 s to import, and the agent imports this module at
+    # start (through the co-tuner) but checks a table only when it co-tunes
+    from pydantic import ValidationError
+
+    from musku.schema.threadingtable import ThreadingTableDoc
+
     try:
         ThreadingTableDoc.model_validate(data)
     except ValidationError as exc:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from musku.errors import InputError
 from musku.schema.threadingtable import SCHEMA_PATH, json_schema, schema_text
-from musku.tune.table import check_table
+from musku.tune.table import TABLE_FORMAT, check_table
 
 ROOT = Path(__file__).resolve().parents[2]
 CPUS = os.cpu_count() or 1
@@ -121,6 +121,10 @@ def test_the_checked_in_schema_is_the_models_export() -> None:
     assert (ROOT / SCHEMA_PATH).read_text() == schema_text(), (
         f"regenerate: python -m musku.schema.threadingtable > {SCHEMA_PATH}"
     )
+
+
+def test_the_light_constant_is_the_schemas() -> None:
+    assert json_schema()["properties"]["format"]["const"] == TABLE_FORMAT
 
 
 def test_the_valid_table_passes_everywhere(tmp_path: Path) -> None:

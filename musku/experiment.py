@@ -27,7 +27,15 @@ from musku.domain import (
 from musku.errors import InputError
 from musku.hosts.base import BACKENDS
 from musku.inputfiles import safe_exists
-from musku.knobs.spec import is_knob, known_list, resolve, sort_key, spec_of
+from musku.knobs.spec import (
+    LineError,
+    configure_knob,
+    is_knob,
+    known_list,
+    resolve,
+    sort_key,
+    spec_of,
+)
 from musku.schema.document import Document
 from musku.schema.experiment import (
     MAX_CORES,
@@ -181,8 +189,15 @@ def load_platform(name_or_path: str | Path) -> Platform:
     settings: dict[str, tuple[Value, ...]] = {}
     reboot: set[str] = set()
     for key, spec in catalog.knobs.items():
-        knob = resolve(key)  # a registered name, or an out-of-tree "module:Class"
         table = f"knobs.{key}"
+        if spec.kind is not None:  # the line defines the knob (kind = "sysfs")
+            try:
+                configure_knob(spec.kind, key, {"path": spec.path, "settings": spec.settings})
+            except LineError as exc:  # the schema checked the line: only a knob's own rules
+                raise src.error(f"[{table}] {exc}", exc.key, table) from None
+            except InputError as exc:  # the name is another knob's
+                raise src.error(f"[{table}] {exc.one_line()}", key) from None
+        knob = resolve(key)  # a registered name, or an out-of-tree "module:Class"
         raw, n = spec.settings, ways if spec.ways is None else spec.ways
         splits = spec_of(knob).default_settings(n)  # WAYS knobs: every split of the LLC
         if raw == "splits" or (raw is None and splits is not None):

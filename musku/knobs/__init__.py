@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from musku.errors import InputError, MuskuError
-from musku.knobs.spec import BUILTIN, knob_names, register_knob, resolve, spec_of, target_of
+from musku.knobs.spec import BUILTIN, class_of, knob_names, register_knob, resolve, spec_of
 
 if TYPE_CHECKING:
     from musku.hostfs import HostFS
@@ -26,11 +26,12 @@ def knob_class(name: str) -> type[Knob]:
     from musku.knobs.base import Knob
     from musku.registry import load
 
+    cls: object
     try:
-        target = target_of(name)
+        cls = class_of(name)
     except (KeyError, InputError):
-        target = name  # a spec-less plugin, or registry.load explains what is wrong with it
-    cls = load(target, REGISTRY, kind="knob")
+        # a spec-less plugin, or registry.load explains what is wrong with it
+        cls = load(name, REGISTRY, kind="knob")
     if not (isinstance(cls, type) and issubclass(cls, Knob)):
         raise InputError(f"knob {name!r} does not name a musku.knobs.base.Knob subclass")
     return cls

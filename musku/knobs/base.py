@@ -10,12 +10,15 @@ Dry-run returns the planned writes without performing them; ``verify`` reuses th
 
 from __future__ import annotations
 
+import re
+import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from musku.domain import Value
-from musku.errors import HostError, InputError, UnsupportedError
+from musku.errors import HostError, InputError, MuskuError, UnsupportedError
+from musku.hostfs import MSR_DEV_DIR, HostFSError
 
 if TYPE_CHECKING:
     from musku.hostfs import HostFS
@@ -173,3 +176,103 @@ class Knob(ABC):
     @abstractmethod
     def rollback(self, snapshot: Snapshot) -> None:
         """Restore the saved state byte for byte, in reverse order of the writes."""
+
+
+_MSR_PATH = re.compile(r"^" + re.escape(MSR_DEV_DIR) + r"/(\d+)/msr$")
+
+
+def msr_cpu(path: str) -> int:
+    """The CPU number of an MSR device path (``/dev/cpu/3/msr`` -> 3)."""
+    m = _MSR_PATH.match(path)
+    if not m:
+        raise KnobError(f"not an MSR device path: {path}")
+    return int(m.group(1))
+
+
+class KnobBase(Knob):
+    """Knob with the common ``_perform`` and ``rollback``.
+
+    Subclasses list the files/MSRs they may change in ``snapshot`` and may override
+    :meth:`restore_data` (what to store to bring a file back to its original bytes, e.g. the
+    active word of a ``[bracketed]`` attribute) and :meth:`rollback_extra`.
+    """
+
+    def apply(self, value: Value, *, dry_run: bool = False) -> list[Write]:
+        """As :meth:`Knob.apply`, and all-or-nothing: the state is saved before the first
+        write and, if a write fails part-way, the writes already made are undone before the
+        error is raised (the caller's own snapshot stays valid either way)."""
+        support = self.probe()
+        if not support.supported:
+            raise UnsupportedError(f"{self.name}: {support.reason}")
+        value = self.validate(value)
+        writes = self.plan(value)
+        if dry_run or not writes:
+            return writes
+        guard = self.snapshot()
+        try:
+            self._perform(writes)
+        except KnobError as exc:
+            try:
+                self.rollback(guard)
+            except MuskuError as undo:
+                raise KnobError(
+                    f"{exc.message}; undoing the partial change ALSO failed: {undo.one_line()}"
+                ) from None
+            raise KnobError(f"{exc.message} (partial change undone)") from None
+        return writes
+
+    def _perform(self, writes: list[Write]) -> None:
+        for w in writes:
+            try:
+                if w.msr is not None:
+                    value = struct.unpack("<Q", w.data)[0]
+                    self.fs.write_msr(msr_cpu(w.path), w.msr, value, w.mask or 0)
+                elif w.op == "write":
+                    self.fs.write_bytes(w.path, w.data)
+                elif w.op == "replace":
+                    self.fs.atomic_replace(w.path, w.data, backup=True)
+                elif w.op == "mkdir":
+                    self.fs.mkdir(w.path)
+                elif w.op == "rmdir":
+                    self.fs.rmdir(w.path)
+                else:
+                    raise KnobError(f"{self.name}: unknown write operation {w.op!r}")
+            except HostFSError as exc:
+                raise self.refused(w, exc) from None
+
+    def refused(self, w: Write, exc: HostFSError) -> KnobError:
+        """The error to raise when the kernel refuses a write (subclasses add context)."""
+        return KnobError(f"{self.name}: {exc.message}")
+
+    def restore_data(self, path: str, original: bytes) -> bytes:
+        return original
+
+    def rollback(self, snapshot: Snapshot) -> None:
+        if snapshot.knob != self.name:
+            raise InputError(f"snapshot is of knob {snapshot.knob!r}, not {self.name!r}")
+        self.rollback_extra_before(snapshot)
+        for path, original in reversed(snapshot.files):
+            if not self.fs.exists(path):
+                continue
+            if self.fs.read_bytes(path) == original:
+                continue
+            data = self.restore_data(path, original)
+            try:
+                if self.restore_is_replace(path):
+                    self.fs.atomic_replace(path, data, backup=False)
+                else:
+                    self.fs.write_bytes(path, data)
+            except HostFSError as exc:
+                raise KnobError(f"{self.name}: rollback of {path} failed: {exc.message}") from None
+        for dev, reg, mask, original_value in reversed(snapshot.msrs):
+            self.fs.write_msr(msr_cpu(dev), reg, original_value & mask, mask)
+        self.rollback_extra_after(snapshot)
+
+    def restore_is_replace(self, path: str) -> bool:
+        return False
+
+    def rollback_extra_before(self, snapshot: Snapshot) -> None:
+        """Knob-specific undo run before files are restored."""
+
+    def rollback_extra_after(self, snapshot: Snapshot) -> None:
+        """Knob-specific undo run after files and MSRs are restored."""

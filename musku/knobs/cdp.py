@@ -23,8 +23,8 @@ import re
 from musku.domain import Value
 from musku.errors import InputError
 from musku.hostfs import RESCTRL, HostFSError
-from musku.knobs._common import KnobBase, opt_bool, opt_str
-from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
+from musku.knobs.helpers import opt_bool, opt_str
 from musku.knobs.spec import Kind, KnobSpec
 
 INFO = RESCTRL + "/info"
@@ -65,6 +65,7 @@ def parse_schemata(text: str) -> dict[str, dict[int, int]]:
 
 SPEC = KnobSpec(
     name="cdp",
+    fake_kernel="musku.testing.kernel.cdp:RULES",
     kind=Kind.WAYS,
     order=40,
     description="code/data prioritisation: 'off' or DATA:CODE LLC ways",

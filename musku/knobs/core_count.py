@@ -41,8 +41,8 @@ from musku.hostfs import (
     format_cpulist,
     parse_cpulist,
 )
-from musku.knobs._common import KnobBase, opt_argv, opt_bool, opt_str
-from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
+from musku.knobs.helpers import opt_argv, opt_bool, opt_str
 from musku.knobs.spec import Kind, KnobSpec
 
 _CMDLINE_KEY = "GRUB_CMDLINE_LINUX"
@@ -109,6 +109,7 @@ def set_isolcpus(cmdline: str, cpus: list[int]) -> str:
 
 SPEC = KnobSpec(
     name="core_count",
+    fake_kernel="musku.testing.kernel.core_count:RULES",
     resource="cores",
     kind=Kind.COUNT,
     order=30,

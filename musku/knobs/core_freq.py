@@ -23,8 +23,8 @@ from musku.hostfs import (
     HostFSError,
     msr_path,
 )
-from musku.knobs._common import (
-    KnobBase,
+from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
+from musku.knobs.helpers import (
     as_ghz,
     ghz_to_khz,
     khz_to_ghz,
@@ -33,7 +33,6 @@ from musku.knobs._common import (
     ordered_min_max,
     restore_min_max,
 )
-from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
 from musku.knobs.spec import Column, Kind, KnobSpec, Msr
 
 NO_TURBO = INTEL_PSTATE + "/no_turbo"
@@ -50,6 +49,7 @@ PERF_CTL_IDA_DISENGAGE = 1 << 32  # bit 32: turbo (IDA) disengage
 
 SPEC = KnobSpec(
     name="core_freq",
+    fake_kernel="musku.testing.kernel.core_freq:RULES",
     resource="core_ghz",
     kind=Kind.GHZ,
     order=10,

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from musku.domain import Value
 from musku.hostfs import msr_path
-from musku.knobs._common import KnobBase, msr_write
-from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
+from musku.knobs.helpers import msr_write
 from musku.knobs.spec import Kind, KnobSpec, Msr
 
 L2_HW, L2_ADJ, DCU, DCU_IP = 1 << 0, 1 << 1, 1 << 2, 1 << 3

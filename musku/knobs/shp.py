@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from musku.domain import Value
 from musku.hostfs import HUGEPAGES_DIR
-from musku.knobs._common import KnobBase, opt_str
-from musku.knobs.base import InvalidSetting, Shortfall, Snapshot, Support, Write
+from musku.knobs.base import InvalidSetting, KnobBase, Shortfall, Snapshot, Support, Write
+from musku.knobs.helpers import opt_str
 from musku.knobs.spec import Kind, KnobSpec
 
 PAGE_SIZES_KB = {"2M": 2048, "1G": 1048576}
@@ -26,6 +26,7 @@ READ_TRIES = 20
 
 SPEC = KnobSpec(
     name="shp",
+    fake_kernel="musku.testing.kernel.shp:RULES",
     kind=Kind.COUNT,
     order=70,
     description="static 2 MiB huge pages reserved, 0 = none",

@@ -28,7 +28,7 @@ import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from musku.errors import InputError
 
@@ -97,6 +97,9 @@ class KnobSpec:
     # what it sets, for models that predict its effect (the qsim backend): "cores" (active
     # cores), "core_ghz", "uncore_ghz"; empty: a model must be told (sim model files)
     resource: str = ""
+    # "module:attr" of its fake-kernel rules (KernelRule objects) for the knob tests' fake
+    # host trees (musku.testing.fakehost); loaded only by the fake kernel
+    fake_kernel: str = ""
     extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -251,14 +254,54 @@ BUILTIN: dict[str, str] = {
 
 ENTRY_POINT_GROUP = "musku.knobs"
 
+CONFIGURED: dict[str, str] = {"sysfs": "musku.knobs.sysfs"}
+"""Knob kinds one catalog line defines (``[knobs.NAME] kind = "sysfs"``): kind -> the module
+implementing it (:mod:`musku.knobs.sysfs` is the model), which provides ``check(fields)``
+(raises :class:`LineError`), ``configure(name, fields)`` (registers the knob, returns its
+name) and ``define(json)`` (the knob's class from the JSON of its target ``kind:{...}``, so
+any process can load a knob a database or a message names). Imported on first use."""
+
+
+class LineError(ValueError):
+    """A catalog line defining a knob is wrong: ``key`` is the key to point at."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def _configured(kind: str) -> Any:
+    if kind not in CONFIGURED:
+        raise LineError("kind", f"kind must be one of {', '.join(CONFIGURED)}, not {kind!r}")
+    return importlib.import_module(CONFIGURED[kind])
+
+
+def check_line(kind: str, fields: Mapping[str, object]) -> None:
+    """Raise :class:`LineError` when ``fields`` (``path``, ``settings``...) cannot define a
+    knob of ``kind``; what one line can tell (the loaders check the rest)."""
+    _configured(kind).check(fields)
+
+
+def configure_knob(kind: str, name: str, fields: Mapping[str, object]) -> str:
+    """Register the knob ``name`` a catalog line of ``kind`` defines; its registered name.
+    :class:`LineError` for a bad line, :class:`InputError` when ``name`` is another knob."""
+    return str(_configured(kind).configure(name, fields))
+
+
 _lock = threading.RLock()
 _targets: dict[str, str] = dict(BUILTIN)  # knob name -> "module:Class"
 _specs: dict[str, KnobSpec] = {}
+_classes: dict[str, type] = {}  # knob name -> its class, once imported or built
 _entry_points_read = False
 
 
 def _import_class(target: str) -> type:
     module_name, sep, attr = target.partition(":")
+    if module_name in CONFIGURED and attr.startswith("{"):
+        built = _configured(module_name).define(attr)
+        if not isinstance(built, type):
+            raise InputError(f"knob {target!r} does not name a class")
+        return built
     if not sep or not module_name or not attr:
         raise InputError(f"knob {target!r}: give 'package.module:Class'")
     try:
@@ -290,13 +333,15 @@ def register_knob(target: str) -> KnobSpec:
         for name, known in _targets.items():
             if known == target:
                 return spec_of(name)
-        spec = _spec_of_class(target, _import_class(target))
+        cls = _import_class(target)
+        spec = _spec_of_class(target, cls)
         if spec.name in _targets:
             raise InputError(
                 f"knob {target!r} is named {spec.name!r}, already {_targets[spec.name]!r}"
             )
         _targets[spec.name] = target
         _specs[spec.name] = spec
+        _classes[spec.name] = cls
         return spec
 
 
@@ -307,6 +352,7 @@ def unregister_knob(name: str) -> None:
             raise InputError(f"knob {name!r} is built in")
         _targets.pop(name, None)
         _specs.pop(name, None)
+        _classes.pop(name, None)
 
 
 def _read_entry_points() -> None:
@@ -346,13 +392,30 @@ def spec_of(name: str) -> KnobSpec:
         spec = _specs.get(name)
         if spec is None:
             target = _targets[name]
-            spec = _spec_of_class(target, _import_class(target))
+            cls = _import_class(target)
+            spec = _spec_of_class(target, cls)
             if spec.name != name:
                 raise InputError(
                     f"knob {target!r} is registered as {name!r} but named {spec.name!r}"
                 )
             _specs[name] = spec
+            _classes[name] = cls
         return spec
+
+
+def class_of(name: str) -> type:
+    """The class implementing knob ``name`` (a registered name or ``module:Class``);
+    KeyError if unknown, :class:`InputError` if it cannot be loaded."""
+    cls = _classes.get(name)
+    if cls is not None:
+        return cls
+    with _lock:
+        spec_of(name)
+        name = resolve(name)
+        cls = _classes.get(name)
+        if cls is None:
+            cls = _classes[name] = _import_class(_targets[name])
+        return cls
 
 
 def is_knob(name: object) -> bool:
@@ -443,8 +506,13 @@ __all__ = [
     "MAX_GHZ",
     "Msr",
     "Value",
+    "CONFIGURED",
+    "LineError",
     "by_resource",
+    "check_line",
+    "class_of",
     "coerce_setting",
+    "configure_knob",
     "is_knob",
     "knob_names",
     "known_list",

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from musku.domain import Value
 from musku.hostfs import THP_DIR
-from musku.knobs._common import KnobBase, bracketed, opt_str
-from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
+from musku.knobs.helpers import bracketed, opt_str
 from musku.knobs.spec import Kind, KnobSpec
 
 MODES = ("always", "madvise", "never")
@@ -21,6 +21,7 @@ DEFRAG = THP_DIR + "/defrag"
 
 SPEC = KnobSpec(
     name="thp",
+    fake_kernel="musku.testing.kernel.thp:RULES",
     kind=Kind.CHOICE,
     order=60,
     description="transparent huge pages: always, madvise or never",

@@ -22,8 +22,8 @@ from musku.hostfs import (
     cpu_dir,
     msr_path,
 )
-from musku.knobs._common import (
-    KnobBase,
+from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
+from musku.knobs.helpers import (
     as_ghz,
     ghz_to_khz,
     khz_to_ghz,
@@ -31,7 +31,6 @@ from musku.knobs._common import (
     ordered_min_max,
     restore_min_max,
 )
-from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
 from musku.knobs.spec import Column, Kind, KnobSpec, Msr
 
 MSR_UNCORE_RATIO_LIMIT = 0x620
@@ -39,6 +38,7 @@ UNCORE_RATIO_MASK = 0x7F7F  # bits 6:0 max ratio, 14:8 min ratio
 
 SPEC = KnobSpec(
     name="uncore_freq",
+    fake_kernel="musku.testing.kernel.uncore_freq:RULES",
     resource="uncore_ghz",
     kind=Kind.GHZ,
     order=20,

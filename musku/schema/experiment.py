@@ -9,12 +9,13 @@ read. The format is documented in docs/experiment.md.
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from musku.inputfiles import MAX_LABEL_CHARS, MAX_NAME_CHARS
-from musku.knobs.spec import is_knob, known_list
+from musku.knobs.spec import CONFIGURED, LineError, check_line, is_knob, known_list
 from musku.schema.document import Check, Refusal, Strict, bounds
 
 MAX_CORES = 4096
@@ -75,6 +76,8 @@ def _knob_name(value: Any) -> Any:
 
 
 KnobName = Annotated[str, Check(_knob_name, mode="after")]
+SYSFS_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
+"""The name of a knob a catalog line defines (``[knobs.<name>] kind = "sysfs"``)."""
 """A knob's name as a table's key (``[knobs.<knob>]``): one of the registered knobs."""
 
 # ----------------------------------------------------------------------------- experiment
@@ -306,7 +309,8 @@ def _reboot(value: Any) -> Any:
 
 
 class KnobCatalog(Strict):
-    """``[knobs.<knob>]``: the settings a knob takes on the platform."""
+    """``[knobs.<knob>]``: the settings a knob takes on the platform; with ``kind = "sysfs"``
+    the line also defines the knob (a generic sysctl/sysfs attribute, docs/knobs.md)."""
 
     settings: Any = Field(
         default=None,
@@ -320,6 +324,26 @@ class KnobCatalog(Strict):
     ways: Annotated[int, BeforeValidator(_ways), bounds(minimum=0, maximum=MAX_LLC_WAYS)] | None = (
         None
     )
+    kind: str | None = Field(
+        default=None,
+        description='"sysfs": this line defines the knob, a generic sysctl/sysfs attribute',
+        json_schema_extra={"enum": list(CONFIGURED)},
+    )
+    path: str | None = Field(
+        default=None, description="kind = sysfs: the attribute, under /proc/sys or /sys"
+    )
+
+    @model_validator(mode="after")
+    def _defined(self) -> KnobCatalog:
+        if self.kind is None:
+            if self.path is not None:
+                raise Refusal('{table} path is only for kind = "sysfs"', key="path", here=True)
+            return self
+        try:
+            check_line(self.kind, {"path": self.path, "settings": self.settings})
+        except LineError as exc:
+            raise Refusal(f"{{table}} {exc}", key=exc.key, here=True) from None
+        return self
 
 
 class PlatformFacts(Strict):
@@ -352,8 +376,24 @@ class CatalogFile(Strict):
     model_config = Strict.model_config | {"extra": "ignore"}
 
     platform: PlatformFacts
-    knobs: dict[KnobName, KnobCatalog] = Field(description="knob name -> its [knobs.<knob>] table")
+    knobs: dict[str, KnobCatalog] = Field(description="knob name -> its [knobs.<knob>] table")
     stock: dict[str, Any] = Field(description="knob = setting out of the box")
+
+    @model_validator(mode="after")
+    def _knob_names(self) -> CatalogFile:
+        for key, table in self.knobs.items():
+            if table.kind is None:
+                if not is_knob(key):  # a registered name, or an out-of-tree "module:Class"
+                    raise Refusal(
+                        f"[knobs] unknown knob '{key}' (knobs: {known_list()})", line_key=key
+                    )
+            elif not SYSFS_NAME.fullmatch(key):
+                raise Refusal(
+                    f"[knobs.{key}] a sysfs knob's name must be lower-case letters, digits "
+                    "and _ (it names a database column)",
+                    line_key=key,
+                )
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -2,7 +2,10 @@
 
 ``FakeHost(tmp).cpus(8).thp("always [madvise] never")...`` builds a tree of plain files under a
 tmp dir; ``host.fs()`` returns a :class:`FakeKernelFS`, a :class:`musku.hostfs.HostFS` whose
-write/mkdir/rmdir primitives enforce the kernel's rules where a plain file cannot:
+write/mkdir/rmdir primitives enforce the kernel's rules where a plain file cannot. The write
+rules are a registry (:class:`KernelRule`: a path pattern and a handler): each knob's spec
+names its own (``KnobSpec.fake_kernel``; the built-ins' are in :mod:`musku.testing.kernel`),
+so a knob from outside musku brings its kernel's rules with it. The built-in ones:
 
 * THP ``enabled``/``defrag``: a store takes one offered word (else EINVAL) and reads back in
   ``a [b] c`` format;
@@ -24,13 +27,18 @@ write/mkdir/rmdir primitives enforce the kernel's rules where a plain file canno
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import re
 import shutil
 import struct
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from musku.errors import InputError
 from musku.hostfs import (
     CGROUP_ROOT,
     CGROUP_V1_CPUSET,
@@ -53,6 +61,8 @@ from musku.hostfs import (
     msr_path,
     parse_cpulist,
 )
+from musku.knobs.spec import knob_names, spec_of
+from musku.registry import load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -62,8 +72,69 @@ of 8 bytes, but at offset ``8 * register``: on the real device the offset select
 while in a plain file registers closer than 8 bytes (0x199, 0x1A0, 0x1A4) would overlap."""
 
 
-def _einval(path: str) -> OSError:
+def einval(path: str) -> OSError:
+    """The kernel's refusal of a store (a rule raises it; HostFS turns it into HostFSError)."""
     return OSError(errno.EINVAL, os.strerror(errno.EINVAL), path)
+
+
+RuleWrite = Callable[["FakeKernelFS", str, str, "re.Match[str]"], None]
+"""A rule's write handler: ``(kernel, path, text, match)``; ``text`` is the stored bytes
+decoded and stripped, ``match`` the rule's pattern on ``path``. It validates like the kernel
+(raises :func:`einval` or another ``OSError``, changing nothing) and makes the store's side
+effects on related files with ``kernel.store(path, text)``."""
+
+
+@dataclass(frozen=True)
+class KernelRule:
+    """How the fake kernel takes a store to the attributes ``pattern`` matches (a regular
+    expression matched in full against the host path, ``/sys/...``)."""
+
+    pattern: str
+    write: RuleWrite
+    name: str = ""
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return _compiled(self.pattern)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+_rules_lock = threading.Lock()
+_rules_cache: dict[tuple[str, ...], tuple[KernelRule, ...]] = {}
+
+
+def kernel_rules() -> tuple[KernelRule, ...]:
+    """The fake kernel's rules: those every registered knob's spec names
+    (``KnobSpec.fake_kernel``, ``"module:attr"`` of a sequence of :class:`KernelRule`), in
+    the knobs' sweep order; the first rule matching a path takes the store. An out-of-tree
+    knob's rules apply once it is registered. A target that does not load, or holds
+    anything but rules, is an :class:`~musku.errors.InputError` naming the knob."""
+    names = knob_names()
+    with _rules_lock:
+        cached = _rules_cache.get(names)
+        if cached is not None:
+            return cached
+        rules: list[KernelRule] = []
+        for name in names:
+            target = spec_of(name).fake_kernel
+            if not target:
+                continue
+            loaded = load(target, {}, kind=f"knob {name}'s fake-kernel rules")
+            if isinstance(loaded, KernelRule):
+                loaded = (loaded,)
+            if not isinstance(loaded, list | tuple) or not all(
+                isinstance(r, KernelRule) for r in loaded
+            ):
+                raise InputError(
+                    f"knob {name}'s fake-kernel rules {target!r} are not KernelRule objects"
+                )
+            rules.extend(loaded)
+        _rules_cache[names] = out = tuple(rules)
+        return out
 
 
 class FakeHost:
@@ -73,6 +144,7 @@ class FakeHost:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.hugepage_limit: dict[int, int] = {}  # page kB -> most pages the kernel will grant
+        self.rules: tuple[KernelRule, ...] = ()  # this tree's own rules, before the knobs'
         self.reboots: list[list[str]] = []
 
     # plain files
@@ -88,6 +160,11 @@ class FakeHost:
 
     def read(self, path: str) -> str:
         return self.p(path).read_text()
+
+    def rule(self, rule: KernelRule) -> FakeHost:
+        """A kernel rule of this tree only, tried before the knobs' rules."""
+        self.rules = (*self.rules, rule)
+        return self
 
     def fs(self) -> FakeKernelFS:
         return FakeKernelFS(self.root, host=self)
@@ -282,7 +359,7 @@ class FakeHost:
         self.file(RESCTRL + "/info/last_cmd_status", "ok\n")
         self.file(
             RESCTRL + "/schemata",
-            _schemata_text({r: dict.fromkeys(cache_ids, full) for r in resources}),
+            schemata_text({r: dict.fromkeys(cache_ids, full) for r in resources}),
         )
         self.file(RESCTRL + "/tasks", "1\n")
         opts = "rw,relatime,cdp" if cdp else "rw,relatime"
@@ -364,7 +441,7 @@ def _cpus_of_isolcpus(word: str) -> list[int]:
     return parse_cpulist(",".join(parts))
 
 
-def _schemata_text(resources: dict[str, dict[int, int]]) -> str:
+def schemata_text(resources: dict[str, dict[int, int]]) -> str:
     width = max(len(r) for r in resources)
     lines = []
     for res, doms in resources.items():
@@ -373,7 +450,7 @@ def _schemata_text(resources: dict[str, dict[int, int]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _parse_schemata(text: str) -> dict[str, dict[int, str]]:
+def parse_schemata(text: str) -> dict[str, dict[int, str]]:
     out: dict[str, dict[int, str]] = {}
     for line in text.splitlines():
         line = line.strip()
@@ -411,167 +488,24 @@ class FakeKernelFS(HostFS):
         if not handled:
             super().write_bytes(path, data)
 
-    def _store(self, path: str, text: str) -> None:
+    def store(self, path: str, text: str) -> None:
+        """Set a file's content as the kernel would show it (no rule, no journal)."""
         self.host(path).write_text(text)
 
+    _store = store  # its earlier name, which fake kernels of the tests still override/call
+
     def _kernel_write(self, path: str, data: bytes) -> bool:
+        """Apply the first rule matching ``path`` (False: none, a plain file write)."""
         text = data.decode(errors="replace").strip()
-        if path.startswith(THP_DIR + "/"):
-            cur = self.read_text(path).split()
-            choices = [w.strip("[]") for w in cur]
-            if text not in choices:
-                raise _einval(path)
-            self._store(path, " ".join(f"[{c}]" if c == text else c for c in choices) + "\n")
-            return True
-        m = re.fullmatch(re.escape(HUGEPAGES_DIR) + r"/hugepages-(\d+)kB/nr_hugepages", path)
-        if m or path == PROC_NR_HUGEPAGES:
-            kb = int(m.group(1)) if m else 2048
-            if not text.isdigit():
-                raise _einval(path)
-            granted = min(int(text), self.fake.hugepage_limit.get(kb, 1 << 62))
-            pool = f"{HUGEPAGES_DIR}/hugepages-{kb}kB"
-            self._store(pool + "/nr_hugepages", f"{granted}\n")
-            self._store(pool + "/free_hugepages", f"{granted}\n")
-            if kb == 2048 and self.exists(PROC_NR_HUGEPAGES):
-                self._store(PROC_NR_HUGEPAGES, f"{granted}\n")
-            return True
-        m = re.fullmatch(re.escape(SYS_CPU) + r"/cpu(\d+)/online", path)
-        if m:
-            cpu = int(m.group(1))
-            if text not in ("0", "1"):
-                raise _einval(path)
-            online = set(parse_cpulist(self.read_value(SYS_CPU + "/online")))
-            if text == "0":
-                online.discard(cpu)
-            else:
-                online.add(cpu)
-            present = parse_cpulist(self.read_value(SYS_CPU + "/present"))
-            self._store(SYS_CPU + "/online", format_cpulist(online) + "\n")
-            self._store(SYS_CPU + "/offline", format_cpulist(set(present) - online) + "\n")
-            self._store(path, text + "\n")
-            self._cpuset_effective(online)
-            return True
-        if path.startswith(CGROUP_V1_CPUSET + "/") and path.endswith("/cpuset.cpus"):
-            cpus = set(parse_cpulist(text)) if text else set()
-            parent = path.rsplit("/", 2)[0]
-            allowed = set(parse_cpulist(self.read_value(parent + "/cpuset.cpus")))
-            online = set(parse_cpulist(self.read_value(SYS_CPU + "/online")))
-            if not cpus <= allowed & online:
-                raise _einval(path)
-            self._store(path, format_cpulist(cpus) + "\n")
-            self._store(
-                path.replace("cpuset.cpus", "cpuset.effective_cpus"),
-                format_cpulist(cpus & online) + "\n",
-            )
-            return True
-        if self._is_v2(path) and path.endswith("/cpuset.cpus"):
-            try:
-                cpus = set(parse_cpulist(text))
-            except ValueError:
-                raise _einval(path) from None
-            parent = path.rsplit("/", 2)[0]
-            peff = set(parse_cpulist(self.read_value(parent + "/cpuset.cpus.effective")))
-            self._store(path, format_cpulist(cpus) + "\n")
-            self._store(path + ".effective", format_cpulist((cpus & peff) or peff) + "\n")
-            return True
-        if path.startswith(CGROUP_V1_CPUSET + "/") and path.endswith("/cpuset.mems"):
-            self._store(path, text + "\n")
-            return True
-        if path.startswith(RESCTRL + "/") and path.endswith("/schemata"):
-            self._resctrl_schemata(path, text)
-            return True
-        m = re.fullmatch(re.escape(CPUFREQ) + r"/policy\d+/scaling_(min|max)_freq", path)
-        if m:
-            d = path.rsplit("/", 1)[0]
-            lo = self.read_int(d + "/cpuinfo_min_freq")
-            hi = self.read_int(d + "/cpuinfo_max_freq")
-            if not text.isdigit() or not lo <= int(text) <= hi:
-                raise _einval(path)
-            self._store(path, text + "\n")
-            return True
-        m = re.fullmatch(re.escape(INTEL_UNCORE) + r"/[^/]+/(min|max)_freq_khz", path)
-        if m:
-            d = path.rsplit("/", 1)[0]
-            lo = self.read_int(d + "/initial_min_freq_khz")
-            hi = self.read_int(d + "/initial_max_freq_khz")
-            if not text.isdigit() or not lo <= int(text) <= hi:
-                raise _einval(path)
-            other = self.read_int(d + ("/max_freq_khz" if m.group(1) == "min" else "/min_freq_khz"))
-            if (m.group(1) == "min" and int(text) > other) or (
-                m.group(1) == "max" and int(text) < other
-            ):
-                raise _einval(path)
-            self._store(path, text + "\n")
-            return True
-        if path in (INTEL_PSTATE + "/no_turbo", CPUFREQ + "/boost"):
-            if text not in ("0", "1"):
-                raise _einval(path)
-            self._store(path, text + "\n")
-            return True
+        for rule in self.fake.rules + kernel_rules():
+            m = rule.regex.fullmatch(path)
+            if m:
+                rule.write(self, path, text, m)
+                return True
         if path.startswith(("/sys", "/proc/sys")):
-            self._store(path, text + "\n")  # an attribute's show() prints the value and a newline
+            self.store(path, text + "\n")  # an attribute's show() prints the value and a newline
             return True
         return False
-
-    def _cpuset_effective(self, online: set[int]) -> None:
-        """cgroup v1 hotplug: the root cpuset follows the online CPUs; an offlined CPU is
-        removed from every child's cpuset.cpus for good (onlining does not give it back)."""
-        base = self.host(CGROUP_V1_CPUSET)
-        if not base.is_dir():
-            return
-        for dirpath, _, files in os.walk(base):
-            if "cpuset.cpus" not in files:
-                continue
-            d = Path(dirpath)
-            if d == base:
-                cpus = set(online)
-            else:
-                cpus = set(parse_cpulist((d / "cpuset.cpus").read_text())) & online
-            (d / "cpuset.cpus").write_text(format_cpulist(cpus) + "\n")
-            (d / "cpuset.effective_cpus").write_text(format_cpulist(cpus) + "\n")
-
-    def _resctrl_status(self, msg: str) -> None:
-        self._store(RESCTRL + "/info/last_cmd_status", msg + "\n")
-
-    def _resctrl_schemata(self, path: str, text: str) -> None:
-        current = _parse_schemata(self.read_text(path))
-        update = _parse_schemata(text)
-        for res, doms in update.items():
-            if res not in current:
-                self._resctrl_status(f"Unknown or unsupported resource name '{res}'")
-                raise _einval(path)
-            info = f"{RESCTRL}/info/{res}"
-            full = int(self.read_value(info + "/cbm_mask"), 16)
-            min_bits = self.read_int(info + "/min_cbm_bits")
-            for dom, mask_text in doms.items():
-                if dom not in current[res]:
-                    self._resctrl_status(f"Unknown domain ID {dom}")
-                    raise _einval(path)
-                try:
-                    mask = int(mask_text, 16)
-                except ValueError:
-                    self._resctrl_status(f"Non-hex character in the mask {mask_text}")
-                    raise _einval(path) from None
-                if mask & ~full:
-                    self._resctrl_status(f"Mask out of range: {mask_text}")
-                    raise _einval(path)
-                bits = bin(mask).count("1")
-                low = (mask & -mask).bit_length() - 1 if mask else 0
-                if mask and (mask >> low) != (1 << bits) - 1:
-                    self._resctrl_status(f"The mask {mask_text} has non-consecutive 1-bits")
-                    raise _einval(path)
-                if bits < min_bits:
-                    self._resctrl_status(f"Need at least {min_bits} bits in the mask")
-                    raise _einval(path)
-        for res, doms in update.items():
-            current[res].update(doms)
-        self._store(
-            path,
-            _schemata_text(
-                {r: {d: int(m, 16) for d, m in doms.items()} for r, doms in current.items()}
-            ),
-        )
-        self._resctrl_status("ok")
 
     def mkdir(self, path: str) -> None:
         self._writable(path)
@@ -589,23 +523,23 @@ class FakeKernelFS(HostFS):
             super().mkdir(path)
             full = {
                 r: {d: int(self.read_value(f"{RESCTRL}/info/{r}/cbm_mask"), 16) for d in doms}
-                for r, doms in _parse_schemata(self.read_text(RESCTRL + "/schemata")).items()
+                for r, doms in parse_schemata(self.read_text(RESCTRL + "/schemata")).items()
             }
-            self._store(path + "/schemata", _schemata_text(full))
+            self.store(path + "/schemata", schemata_text(full))
             for name in ("tasks", "cpus"):
-                self._store(f"{path}/{name}", "\n")
-            self._store(path + "/mode", "shareable\n")
+                self.store(f"{path}/{name}", "\n")
+            self.store(path + "/mode", "shareable\n")
             return
-        if self._is_v2(path):
+        if self.is_cgroup_v2(path):
             super().mkdir(path)
             subtree = self.read_value(parent + "/cgroup.subtree_control")
-            self._store(path + "/cgroup.controllers", subtree + "\n")
-            self._store(path + "/cgroup.subtree_control", "\n")
-            self._store(path + "/cgroup.procs", "")
+            self.store(path + "/cgroup.controllers", subtree + "\n")
+            self.store(path + "/cgroup.subtree_control", "\n")
+            self.store(path + "/cgroup.procs", "")
             if "cpuset" in subtree.split():
                 peff = self.read_value(parent + "/cpuset.cpus.effective")
-                self._store(path + "/cpuset.cpus", "\n")
-                self._store(path + "/cpuset.cpus.effective", peff + "\n")
+                self.store(path + "/cpuset.cpus", "\n")
+                self.store(path + "/cpuset.cpus.effective", peff + "\n")
             return
         if path.startswith(CGROUP_V1_CPUSET + "/") and self.exists(parent + "/cpuset.cpus"):
             super().mkdir(path)
@@ -616,11 +550,11 @@ class FakeKernelFS(HostFS):
                 "tasks",
                 "cgroup.procs",
             ):
-                self._store(f"{path}/{name}", "\n")
+                self.store(f"{path}/{name}", "\n")
             return
         super().mkdir(path)
 
-    def _is_v2(self, path: str) -> bool:
+    def is_cgroup_v2(self, path: str) -> bool:
         return (
             path.startswith(CGROUP_ROOT + "/")
             and not path.startswith(CGROUP_V1_CPUSET + "/")
@@ -634,7 +568,7 @@ class FakeKernelFS(HostFS):
         self._writable(path)
         real = self.host(path)
         is_resctrl = path.startswith(RESCTRL + "/") and (real / "schemata").exists()
-        is_cpuset = (path.startswith(CGROUP_V1_CPUSET + "/") or self._is_v2(path)) and (
+        is_cpuset = (path.startswith(CGROUP_V1_CPUSET + "/") or self.is_cgroup_v2(path)) and (
             (real / "cgroup.procs").exists()
         )
         members = [real / f for f in ("tasks", "cgroup.procs")]

@@ -1,5 +1,6 @@
 """Threading decision tables as files: the format the mid-tier reads (``--threading auto
---threading-table PATH``), written atomically and checked with the rules the C++ side applies.
+--threading-table PATH``), written atomically and checked against the schema the C++ side
+validates with too (:mod:`musku.schema.threadingtable`, the one source of truth).
 Light on purpose (no numpy, no scipy): the agent and the co-tuner check tables without the
 training code (:mod:`musku.tune.train`)."""
 
@@ -8,13 +9,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from musku import outputs
-from musku.cotune_spec import MODELS
 from musku.errors import InputError
 
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 TABLE_FORMAT = "musku-threading-table/1"
+"""The schema's ``format`` (tests/tune/test_table_schema.py checks that they agree)."""
 
 
 def service_name(service: str) -> str:
@@ -48,14 +52,27 @@ def check_table(
     leaf_transport: str | None = None,
     where: str = "threading table",
 ) -> dict[str, Any]:
-    """The C++ side's rules on a parsed table: format, service, CPU count (``cpus``, default
-    this host's: another count means the table is stale), the leaf transport it was trained
-    over (when ``leaf_transport`` is given; none recorded = unary), increasing rows of known
-    models."""
+    """The C++ side's rules on a parsed table: the schema both sides validate against
+    (:class:`musku.schema.threadingtable.ThreadingTableDoc`: format, types, known models,
+    pool sizes, rows of increasing ``max_qps``), then the host's: service, CPU count
+    (``cpus``, default this host's: another count means the table is stale), the leaf
+    transport it was trained over (when ``leaf_transport`` is given; none recorded =
+    unary)."""
     name = f"threading table {where}" if not where.startswith("threading table") else where
     here = cpus if cpus is not None else os.cpu_count()
     if not isinstance(data, dict) or data.get("format") != TABLE_FORMAT:
         raise InputError(f"{name} has no format {TABLE_FORMAT!r}")
+    # lazy: pydantic and the model cost ~0.3 s to import, and the agent imports this module at
+    # start (through the co-tuner) but checks a table only when it co-tunes
+    from pydantic import ValidationError
+
+    from musku.schema.threadingtable import ThreadingTableDoc
+
+    try:
+        ThreadingTableDoc.model_validate(data)
+    except ValidationError as exc:
+        why = _first_error(exc, data)
+        raise InputError(f"{name} {why}" if why == "has no rows" else f"{name}: {why}") from None
     if data.get("service") != service_name(service):
         raise InputError(f"{name} is for {data.get('service')!r}, not {service!r}")
     if data.get("cpus") != here:
@@ -68,18 +85,18 @@ def check_table(
             f"{name} is stale: trained with leaf transport {trained!r}, the mid-tier uses "
             f"{leaf_transport!r}"
         )
-    rows = data.get("rows")
-    if not isinstance(rows, list) or not rows:
-        raise InputError(f"{name} has no rows")
-    prev = -1.0
-    for r in rows:
-        if (
-            not isinstance(r, dict)
-            or r.get("model") not in MODELS
-            or not isinstance(r.get("max_qps"), int | float)
-            or not r["max_qps"] > prev
-            or not all(isinstance(r.get(k), int) for k in ("pollers", "workers", "responders"))
-        ):
-            raise InputError(f"{name}: bad row {r}")
-        prev = r["max_qps"]
     return data
+
+
+def _first_error(exc: ValidationError, data: dict[str, Any]) -> str:
+    """One line for the first schema error: where (``rows[1].workers``) and why; a bad row
+    is quoted."""
+    err = exc.errors()[0]
+    loc = err["loc"]
+    at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    why = str(err["msg"]).removeprefix("Value error, ")
+    if loc[:1] == ("rows",) and len(loc) == 1 and err["type"] == "too_short":
+        return "has no rows"
+    if len(loc) >= 2 and loc[0] == "rows" and isinstance(loc[1], int):
+        return f"bad row {data['rows'][loc[1]]}: {at}: {why}"
+    return f"{at}: {why}" if at else why

@@ -43,7 +43,7 @@ def test_amd_and_vm_catalogs() -> None:
     amd = load_platform("zen3-epyc64")
     assert amd.vendor == "amd" and "cdp" not in amd.settings
     vm = load_platform("firecracker-vm")
-    assert set(vm.settings) == {"core_count", "thp", "shp"}
+    assert set(vm.settings) == {"core_count", "thp", "shp", "swappiness"}  # + a sysfs line
     assert vm.reboot_knobs == frozenset()  # live core count on the VM
     assert {"skylake18", "skylake20", "broadwell16", "zen3-epyc64", "firecracker-vm"} <= set(
         available_platforms()

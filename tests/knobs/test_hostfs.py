@@ -149,8 +149,8 @@ def test_read_only_hostfs_refuses_every_write(tmp_path: Path) -> None:
 
 
 def test_write_describe() -> None:
-    from musku.knobs._common import msr_write
     from musku.knobs.base import Write
+    from musku.knobs.helpers import msr_write
 
     assert Write("/x", b"never").describe() == "write /x <- 'never'"
     assert msr_write("/dev/cpu/0/msr", 0x1A4, 0xB, 0xF).describe() == (

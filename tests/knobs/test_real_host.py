@@ -165,3 +165,30 @@ def test_real_shrinking_a_pool_still_in_use(real_fs: HostFS) -> None:
     finally:
         knob.rollback(snap)
         assert real_fs.read_bytes(pool) == original
+
+
+def test_real_swappiness_from_the_vm_catalog(real_fs: HostFS) -> None:
+    """vm.swappiness through the generic sysfs knob knobs/firecracker-vm.toml defines: set,
+    read back by the kernel, rolled back; the original restored directly as well."""
+    from musku.experiment import load_platform
+    from musku.knobs.spec import unregister_knob
+
+    path = "/proc/sys/vm/swappiness"
+    _need(path)
+    raw = real_fs.read_bytes(path)
+    vm = load_platform("firecracker-vm")  # defines the knob
+    try:
+        knob = load_knob("swappiness", real_fs)
+        original = knob.read()
+        assert original == int(raw.strip())
+        target = next(v for v in vm.settings["swappiness"] if v != original)
+        snap = knob.snapshot()
+        assert knob.apply(target, dry_run=True) and real_fs.read_bytes(path) == raw
+        knob.apply(target)
+        assert int(real_fs.read_text(path)) == target  # the kernel's own read-back
+        assert knob.verify(target) and knob.apply(target) == []
+        knob.rollback(snap)
+        assert real_fs.read_bytes(path) == raw and knob.verify(original)
+    finally:
+        real_fs.write_bytes(path, raw)
+        unregister_knob("swappiness")

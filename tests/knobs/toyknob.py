@@ -3,15 +3,19 @@ device read-ahead, ``/sys/block/<dev>/queue/read_ahead_kb`` (KiB, a non-negative
 
 Named ``"tests.knobs.toyknob:ReadaheadKnob"`` wherever musku takes a knob name; its spec
 (``SPEC``) tells musku the rest: a count, ordered (a unimodal scan walks it), one integer
-column ``readahead`` in the analysts' ``configurations`` view. Nothing in musku names it.
+column ``readahead`` in the analysts' ``configurations`` view, and the fake kernel's rule for
+its attribute (``KERNEL_RULES``). Nothing in musku names it.
 """
 
 from __future__ import annotations
 
+import re
+
 from musku.domain import Value
-from musku.knobs._common import KnobBase, opt_str
-from musku.knobs.base import InvalidSetting, KnobError, Snapshot, Support, Write
+from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
+from musku.knobs.helpers import opt_str
 from musku.knobs.spec import Kind, KnobSpec
+from musku.testing.fakehost import FakeKernelFS, KernelRule, einval
 
 TARGET = "tests.knobs.toyknob:ReadaheadKnob"
 
@@ -22,6 +26,22 @@ SPEC = KnobSpec(
     description="block device read-ahead, KiB",
     low=0,
     high=1 << 20,
+    fake_kernel="tests.knobs.toyknob:KERNEL_RULES",
+)
+
+PAGE_KB = 4
+
+
+def read_ahead_store(kernel: FakeKernelFS, path: str, text: str, match: re.Match[str]) -> None:
+    """The block layer's ``read_ahead_kb`` store: a decimal number of KiB (else EINVAL),
+    kept in pages, so it reads back rounded down to a multiple of the page size."""
+    if not text.isdigit():
+        raise einval(path)
+    kernel.store(path, f"{int(text) // PAGE_KB * PAGE_KB}\n")
+
+
+KERNEL_RULES = (
+    KernelRule(r"/sys/block/[^/]+/queue/read_ahead_kb", read_ahead_store, "read_ahead_kb"),
 )
 
 

@@ -2,6 +2,8 @@
 // overload guard's pieces. Pure logic over timestamps and counts: no threads, no gRPC server.
 #include "auto_policy.h"
 
+#include "table_schema.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -146,8 +148,12 @@ std::string LoadDecisionTable(const std::string& path, const std::string& servic
   DecisionTable t;
   t.path = path;
   try {
-    if (!j.is_object() || j.value("format", "") != "musku-threading-table/1")
+    if (!j.is_object() || !j.contains("format") || j["format"] != "musku-threading-table/1")
       return "threading table " + path + " has no format \"musku-threading-table/1\"";
+    // The rules musku's pydantic model states (types, known models, pool sizes, increasing
+    // rows), from the schema file it exports: both sides refuse the same tables.
+    if (std::string why = ValidateSchema(j, ThreadingTableSchema()); !why.empty())
+      return "threading table " + path + ": " + why;
     const std::string svc = j.at("service").get<std::string>();
     if (svc != service)
       return "threading table " + path + " was trained for service '" + svc + "', not '" +

@@ -971,6 +971,11 @@ class _Comparison:
             return v.decision, f"{interval} excludes 0 after {n:,} samples"
         if v.decision is Decision.NO_DIFFERENCE:
             m = self.spec.stats.min_effect
+            if math.isfinite(v.eq_low) and (v.eq_low, v.eq_high) != (v.ci_low, v.ci_high):
+                return v.decision, (
+                    f"equivalence bounds [{pct(v.eq_low)}, {pct(v.eq_high)}] (two one-sided "
+                    f"tests) lie inside ±{m * 100:.2f} % after {n:,} samples; {interval}"
+                )
             return v.decision, f"{interval} lies inside ±{m * 100:.2f} % after {n:,} samples"
         if capped:
             need = self._windows_needed()

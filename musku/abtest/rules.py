@@ -8,8 +8,9 @@ from :data:`RULES` (``"module:Class"`` strings, built-ins as aliases) or passed 
 ==============  ==============================================================================
 ``cs``          musku's rule: crossover design (ABBA periods), paired log-ratios in batch means,
                 two-sided asymptotic confidence sequence (Waudby-Smith et al. 2021/2023);
-                stops BETTER/WORSE when the sequence excludes 0, NO_DIFFERENCE when it lies
-                inside +-min_effect. Valid under continuous monitoring. The host bias's
+                stops BETTER/WORSE when the sequence excludes 0, NO_DIFFERENCE when its
+                two one-sided bounds (each at alpha: a sequential TOST) lie inside
+                +-min_effect. Valid under continuous monitoring. The host bias's
                 change between periods (slow wander) is a variance component
                 (``wander_sd`` / ``wander_tau_s`` prior, or measured from the periods).
                 Before the first
@@ -63,6 +64,16 @@ between-period variance is in their interval anyway. Measured on the README's ma
 22.8 h to 40.7 h and 0.5 to 47.4 h (warm-up-heavy knobs' periods of 15-60 min then need 3.5+
 periods), 1.0 left it at 22.8 h; the A/A rows could not tell the shares apart."""
 
+EQUIVALENCE = ("tost", "interval")
+"""How the cs rule decides NO_DIFFERENCE (rule option ``equivalence``). ``"tost"`` (default):
+once the two **one-sided** always-valid bounds, each at the crossover sequence's alpha, lie
+inside +-min_effect (two one-sided tests, Schuirmann 1987, as confidence sequences: the
+chance of NO_DIFFERENCE when the true effect is min_effect or more stays <= alpha, the
+standard equivalence error control). ``"interval"``: once the two-sided (1 - alpha) sequence
+lies inside (each side then spends at most alpha / 2 of a one-sided error: about 1.2x the
+samples for the same guarantee; the rule before issue 30 item 4). The reported interval is
+the two-sided one either way, so its coverage does not change."""
+
 MAX_HOST_BIAS = 0.01
 """Default bound on the relative bias between the two "identical" hosts of a pair (1 %): the
 early decision before the first crossover swap is only taken when the interval, widened by
@@ -109,6 +120,9 @@ class Verdict:
     ci_high: float
     detail: str = ""
     early: bool = False  # decided before crossover: one role order, interval widened by the bias
+    # the equivalence bounds (one-sided, each at alpha) NO_DIFFERENCE is decided on; NaN: none
+    eq_low: float = math.nan
+    eq_high: float = math.nan
 
     @classmethod
     def undecided(cls, estimate: float = math.nan) -> Verdict:
@@ -194,8 +208,14 @@ class ConfidenceSequenceRule(DecisionRule):
         covariate: str | None = COVARIATE,
         wander_sd: float = WANDER_SD,
         wander_tau_s: float = WANDER_TAU_S,
+        equivalence: str = "tost",
     ) -> None:
         super().__init__(seed=seed)
+        if equivalence not in EQUIVALENCE:
+            raise InputError(
+                f"cs rule: equivalence = {equivalence!r} must be one of {', '.join(EQUIVALENCE)}"
+            )
+        self.equivalence = equivalence
         for key, val, lo in (("wander_sd", wander_sd, 0.0), ("wander_tau_s", wander_tau_s, 1e-9)):
             if not (
                 isinstance(val, int | float)
@@ -295,6 +315,19 @@ class ConfidenceSequenceRule(DecisionRule):
         )
         lo, hi = est.mean - hw, est.mean + hw
         v_est, v_lo, v_hi = to_relative(est.mean, rel), to_relative(lo, rel), to_relative(hi, rel)
+        if self.equivalence == "tost":
+            hw_eq = stats.cs_halfwidth(
+                est.se,
+                est.n_eff,
+                self.alpha_crossover(),
+                self.n_opt(ev.batch_size),
+                df=est.df,
+                one_sided=True,
+            )
+        else:
+            hw_eq = hw
+        e_lo = to_relative(est.mean - hw_eq, rel)
+        e_hi = to_relative(est.mean + hw_eq, rel)
         enough = self.mature(est, long_periods)
         comp = est.period
         # est.bias = dir * log(host1 / host0) in the primary metric
@@ -313,9 +346,9 @@ class ConfidenceSequenceRule(DecisionRule):
                 decision = Decision.BETTER
             elif v_hi < 0:
                 decision = Decision.WORSE
-            elif -setup.min_effect < v_lo and v_hi < setup.min_effect:
+            elif -setup.min_effect < e_lo and e_hi < setup.min_effect:
                 decision = Decision.NO_DIFFERENCE
-        return Verdict(decision, v_est, v_lo, v_hi, detail)
+        return Verdict(decision, v_est, v_lo, v_hi, detail, eq_low=e_lo, eq_high=e_hi)
 
     def mature(self, est: stats.CrossoverEstimate, long_periods: bool) -> bool:
         """Whether an estimate has the structure a decision needs: enough batches in all,

@@ -560,15 +560,40 @@ def cs_radius(n: float, alpha: float, n_opt: float) -> float:
     return math.sqrt(2.0 * v / rho2 / n * math.log(math.sqrt(v) / alpha))
 
 
-def cs_halfwidth(se: float, n: float, alpha: float, n_opt: float, df: float = math.inf) -> float:
+def cs_radius_one_sided(n: float, alpha: float, n_opt: float) -> float:
+    """Radius (in standard errors) of a **one-sided** (1 - alpha) asymptotic confidence
+    sequence: the one-sided normal-mixture boundary of Howard, Ramdas, McAuliffe and Sekhon
+    (Time-uniform, nonparametric, nonasymptotic confidence sequences, 2021, eq. 14),
+    ``S_n <= sqrt(2 (n + 1 / rho^2) log(sqrt(n rho^2 + 1) / (2 alpha) + 1))``, with the
+    mixture precision tuned like the two-sided one at level ``2 alpha``. About 0.92 x the
+    two-sided radius at the same alpha (2.78 against 3.04 at ``n_opt``, alpha = 0.05): each
+    side of a two-sided sequence spends alpha / 2 at most, a one-sided bound all of it.
+    What an equivalence test needs (two one-sided tests, each at alpha: the TOST rule)."""
+    if n <= 0:
+        return math.inf
+    rho2 = cs_rho2(min(0.5, 2.0 * alpha), n_opt)
+    v = n * rho2 + 1.0
+    return math.sqrt(2.0 * v / rho2 / n * math.log(math.sqrt(v) / (2.0 * alpha) + 1.0))
+
+
+def cs_halfwidth(
+    se: float,
+    n: float,
+    alpha: float,
+    n_opt: float,
+    df: float = math.inf,
+    *,
+    one_sided: bool = False,
+) -> float:
     """Half-width of the asymptotic confidence sequence around an estimate with standard
-    error ``se`` at intrinsic time ``n``.
+    error ``se`` at intrinsic time ``n`` (two-sided at ``alpha``; with ``one_sided``, the
+    distance of a one-sided bound at ``alpha``: :func:`cs_radius_one_sided`).
 
     With ``df`` finite (``se`` estimated from ``df`` degrees of freedom) the boundary's
     normal radius ``r`` is replaced by the Student-t quantile of the same two-sided tail
     probability ``2 * (1 - Phi(r))``: the small-sample correction at the boundary's own
     (small) level, not at ``alpha``, which matters at the early looks of a sequential test."""
-    r = cs_radius(n, alpha, n_opt)
+    r = cs_radius_one_sided(n, alpha, n_opt) if one_sided else cs_radius(n, alpha, n_opt)
     if math.isfinite(df) and math.isfinite(r):
         from scipy.special import ndtr  # lazy
 

@@ -321,7 +321,8 @@ class CrossoverEstimate:
     n_minus: int
     df: int
     bandwidth: float = 1.0  # Bartlett HAC bandwidth over the batch means (lags)
-    bias_se: float = math.nan  # standard error of ``bias``
+    bias_se: float = math.nan  # standard error of ``bias`` (the wander's part included)
+    bias_se_within: float = math.nan  # ... of its within-period noise alone
     period: PeriodComponent | None = None  # the between-period component (None: not modelled)
 
 
@@ -375,11 +376,14 @@ def crossover_estimate(
     # autocovariances divide by n; the residual variance has df = n - 2 (n - periods)
     lrv = hac_lrv(resid, bw) * y.size / df
     var = 0.25 * lrv * (1.0 / n_plus + 1.0 / n_minus)
+    within = var
+    bias_var = var
     dof: float = df
     if spans is not None:
         comp = period_component(
             y, s, np.asarray(period), spans, wander, lrv, measure=measure_periods
         )
+        bias_var = var + comp.bias_var
         if comp.var > 0:
             tot = var + comp.var
             dof = (
@@ -397,7 +401,8 @@ def crossover_estimate(
         n_minus=n_minus,
         df=int(min(dof, 1e9)),
         bandwidth=bw,
-        bias_se=math.sqrt(var),
+        bias_se=math.sqrt(bias_var),
+        bias_se_within=math.sqrt(within),
         period=comp,
     )
 
@@ -445,6 +450,9 @@ class PeriodComponent:
     periods_plus: int  # periods with batches in each role order
     periods_minus: int
     df: float  # degrees of freedom of ``var`` (inf: the prior, taken as known)
+    # the prior's variance of the host bias's *average* over the periods (the bias estimate's
+    # wander part: unlike the effect's, nothing cancels it; what a calibration must include)
+    bias_var: float = 0.0
 
 
 def period_component(
@@ -481,11 +489,14 @@ def period_component(
     w = n_p / (2.0 * big_n)  # the estimate is sum(w * y_p)
     c = w * s_p  # ... and holds sum(c * u_p) of the host bias's period means
     prior = 0.0
+    bias_prior = 0.0
     if wander is not None and wander.sd > 0 and wander.tau_s > 0:
         sp = np.asarray(spans, dtype=float).reshape(-1, 2)[ids]
         if np.all(np.isfinite(sp)):
             cov = ou_mean_covariance(sp, wander.tau_s)
             prior = float(wander.sd**2 * (c @ cov @ c))
+            # the bias estimate holds sum(w * u_p): the wander's average over the periods
+            bias_prior = float(wander.sd**2 * (w @ cov @ w))
     data = 0.0
     k = ids.size
     df = math.inf
@@ -500,7 +511,9 @@ def period_component(
     var = max(prior, data) if measure else prior
     if measure and data > prior:
         df = float(k - 2)
-    return PeriodComponent(var, prior, data, int(plus.sum()), int((~plus).sum()), df)
+    return PeriodComponent(
+        var, prior, data, int(plus.sum()), int((~plus).sum()), df, bias_var=bias_prior
+    )
 
 
 def plain_estimate(

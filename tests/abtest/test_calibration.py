@@ -126,6 +126,13 @@ def test_cuped_on_the_offered_load_saves_samples_with_partly_shared_load() -> No
             r = run_comparison(pair, base, cand, spec, seed=seed, rule_options=opts)
             assert r.decision is Decision.BETTER
             out.append(r.samples)
+            # the reason says what the adjustment did (and nothing without it)
+            got = re.search(
+                r"CUPED on offered_qps: window variance -(\d+) % \(([0-9.]+)x", r.reason
+            )
+            assert (got is not None) == (opts == {}), r.reason
+            if got is not None:
+                assert int(got[1]) >= 50 and float(got[2]) >= 2.0  # 1 / (1 - share)
     assert sum(without) > 3 * sum(with_cov)
 
 

@@ -431,14 +431,20 @@ class ConfidenceSequenceRule(DecisionRule):
         )
         return abs(est.mean) - math.log1p(self.max_host_bias) > hw
 
-    def bias_interval(self, alpha: float = 0.05) -> tuple[float, float, float] | None:
+    def bias_interval(
+        self, alpha: float = 0.05, *, wander: bool = False
+    ) -> tuple[float, float, float] | None:
         """(bias, low, high) on the log scale (``dir * log(host 1 / host 0)``) from the latest
-        crossover estimate, with a confidence sequence (valid over the looks) at ``alpha``."""
+        crossover estimate, with a confidence sequence (valid over the looks) at ``alpha``.
+        With ``wander``, the interval of the constant bias under the slow wander (its average
+        over the periods moves with it: what a calibration reports); without, of the bias
+        during this comparison (the host-bias check against the bound, as before)."""
         est = self.last_estimate
-        if est is None or not math.isfinite(est.bias_se):
+        se = est.bias_se if wander and est is not None else (est.bias_se_within if est else 0.0)
+        if est is None or not math.isfinite(se):
             return None
         hw = stats.cs_halfwidth(
-            est.bias_se, est.n_eff, alpha, self.n_opt(self.last_batch_size or 1), df=est.df
+            se, est.n_eff, alpha, self.n_opt(self.last_batch_size or 1), df=est.df
         )
         return est.bias, est.bias - hw, est.bias + hw
 
@@ -495,7 +501,7 @@ class CalibrationRule(ConfidenceSequenceRule):
     def look(self, ev: Evidence) -> Verdict:
         v = super().look(ev)
         alpha = self.setup.alpha if self.setup else 0.05
-        got = self.bias_interval(alpha)
+        got = self.bias_interval(alpha, wander=True)
         est = self.last_estimate
         if got is None or est is None:
             return Verdict(None, v.estimate, v.ci_low, v.ci_high)

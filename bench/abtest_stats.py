@@ -11,8 +11,14 @@ The set-up: ``experiments/sim/web-skylake18.toml`` (the shipped model, with its 
 partly shared load, wander, heavy tails and warm start), the candidate the prefetcher step
 l2hw_dcu -> all_on set to exactly +1.00 % (or to 0 for the null runs of conditions whose
 candidate differs from the baseline); min_effect 0.5 %, warmup_s 60, 95 %, cap 30,000.
-"Calibrated" rows give the pair a fresh calibration of its true bias +-0.25 % (what
-``musku pair calibrate`` measures at its default precision), which enables the early path.
+"Calibrated" rows calibrate the pair first (a real ``musku pair calibrate``:
+:func:`musku.abtest.calibrate.calibrate_pair` on the same simulated hosts, default precision),
+then run the comparison with that calibration, which enables the early path; their power
+runs may use a larger true effect (the row says) to measure the early path's power and
+error, printed in a table of their own (decided before the first swap, wrong sign, coverage).
+
+``--calibration-runs N``: N calibrations per selected row, on their own: coverage of the
+calibration's interval of the pair's true (constant) host bias, Clopper-Pearson.
 
 Second table: samples and A/A rates of musku's paired test (``cs``) next to the paper-style
 unpaired Welch test (``welch``) at host load correlation 0, 0.5, 0.9 and 0.99, in the same run;
@@ -41,7 +47,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_FILE = ROOT / "experiments" / "sim" / "web-skylake18.toml"
-CAL_HALF_WIDTH = 0.0025
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,8 @@ class Cond:
     warm: dict[str, Any] = field(default_factory=dict)  # [noise.warmup] overrides
     warmup: tuple[float, float] | None = None  # candidate's extra (amplitude, tau_s)
     host_bias: float | None = None
-    calibrated: bool = False
+    calibrated: bool = False  # a real pair calibration first (the early path on)
+    effect: float = 0.01  # the power runs' true effect
     null_differs: bool = False  # the null candidate is another configuration (same speed)
     rule: str = "cs"
     options: tuple[tuple[str, Any], ...] = ()
@@ -72,6 +78,9 @@ CONDITIONS: list[Cond] = [
     Cond("host bias 2 %, calibrated", host_bias=0.02, calibrated=True),
     Cond("host bias 3 %, uncalibrated", host_bias=0.03),
     Cond("host bias 3 %, calibrated", host_bias=0.03, calibrated=True),
+    # issue 30 item 5: the early path's power and error under true effects it can decide
+    Cond("calibrated, +3 % effect", calibrated=True, effect=0.03),
+    Cond("host bias 2 %, calibrated, +3 % effect", host_bias=0.02, calibrated=True, effect=0.03),
     Cond("candidate warm-up +5 % tau 120 s", warmup=(0.05, 120.0), null_differs=True),
     Cond("candidate warm-up +10 % tau 300 s", warmup=(0.10, 300.0), null_differs=True),
     # diagnostic: the warm-up rows without the per-host wander (their ~1 h periods let the
@@ -122,7 +131,7 @@ def pairing_conds() -> list[Cond]:
 @dataclass(frozen=True)
 class Task:
     cond: int
-    kind: str  # "null" | "power"
+    kind: str  # "null" | "power" | "calibration"
     seed: int
 
 
@@ -136,6 +145,8 @@ class Outcome:
     samples: int
     truth: float
     cpu_s: float
+    early: bool = False  # decided before the first swap (the calibration's early path)
+    host_h: float = math.nan  # host-clock hours
 
 
 _STATE: dict[str, Any] = {}
@@ -146,7 +157,7 @@ def _model(cond: Cond, power: bool) -> Any:
 
     data = tomllib.loads(MODEL_FILE.read_text())
     knobs = data["knobs"]["prefetch"]
-    knobs["throughput"]["l2hw_dcu"] = 1.0 / 1.01 if power else 1.0
+    knobs["throughput"]["l2hw_dcu"] = 1.0 / (1.0 + cond.effect) if power else 1.0
     if cond.warmup is not None:
         amp, tau = cond.warmup
         knobs["warmup"] = {"all_on": {"amplitude": amp, "tau_s": tau}}
@@ -169,10 +180,9 @@ def _init(conds: list[Cond]) -> None:
 
 
 def _run(task: Task) -> Outcome:
-    from datetime import UTC, datetime
-
     from musku.abtest import run_comparison
-    from musku.abtest.calibration import PairCalibration, PairMemory, pair_identity
+    from musku.abtest.calibrate import calibrate_pair
+    from musku.abtest.calibration import PairMemory, decided_early, pair_identity
     from musku.sim import SimPair
 
     cond: Cond = _STATE["conds"][task.cond]
@@ -186,23 +196,19 @@ def _run(task: Task) -> Outcome:
     cand = base.with_("prefetch", "all_on") if power or cond.null_differs else base
     pair = SimPair(model, seed=task.seed, host_bias=cond.host_bias, initial=(base, base))
     memory = PairMemory()
-    if cond.calibrated:
-        key_, hw = pair_identity(pair.describe())
-        b = pair.host_bias
-        memory = PairMemory(
-            calibration=PairCalibration(
-                key_,
-                hw,
-                "mips",
-                b,
-                b - CAL_HALF_WIDTH,
-                b + CAL_HALF_WIDTH,
-                3000,
-                datetime.now(UTC),
-            ),  # fmt: skip
-            hardware=hw,
-        )
     t0 = time.process_time()
+    if cond.calibrated or task.kind == "calibration":
+        cal, cr = calibrate_pair(pair, base, _STATE["spec"], seed=task.seed)
+        if task.kind == "calibration":
+            nan = math.nan
+            return Outcome(
+                task, "calibration", cal.bias if cal else nan, cal.ci_low if cal else nan,
+                cal.ci_high if cal else nan, cr.samples, pair.host_bias,
+                time.process_time() - t0, host_h=cr.host_time_s / 3600,
+            )  # fmt: skip
+        _, hw = pair_identity(pair.describe())
+        memory = PairMemory(calibration=cal, hardware=hw)
+    h0 = pair.now()
     r = run_comparison(
         pair, base, cand, _STATE["spec"], seed=task.seed, rule=cond.rule,
         rule_options=dict(cond.options), memory=memory,
@@ -216,6 +222,8 @@ def _run(task: Task) -> Outcome:
         r.samples,
         model.true_effect(base, cand, "mips"),
         time.process_time() - t0,
+        early=decided_early(r.reason),
+        host_h=(pair.now() - h0) / 3600,
     )
 
 
@@ -279,6 +287,7 @@ def _fp(runs: list[Outcome]) -> tuple[int, int, str]:
 
 
 def _stats(runs: list[Outcome]) -> dict[str, Any]:
+    runs = [o for o in runs if o.task.kind != "calibration"]
     null = [o for o in runs if o.task.kind == "null"]
     pw = [o for o in runs if o.task.kind == "power"]
     k, n, fp = _fp(null)
@@ -297,6 +306,7 @@ def _stats(runs: list[Outcome]) -> dict[str, Any]:
         "coverage": cov / len(cov_runs) if cov_runs else float("nan"),
         "median": statistics.median(o.samples for o in pw) if pw else float("nan"),
         "null_median": statistics.median(o.samples for o in null) if null else float("nan"),
+        "null_host_h": statistics.median(o.host_h for o in null) if null else float("nan"),
         "cpu": statistics.median(o.cpu_s for o in runs) if runs else float("nan"),
     }
 
@@ -308,8 +318,8 @@ def report(conds: list[Cond], outs: list[Outcome], oracle_on: bool = True) -> bo
     ok = True
     print("\n| condition | null runs | false positives [CP 95 %] | +1 % runs "
           "| power, sign right [CP 95 %] | coverage | median samples (+1 %) "
-          "| oracle (fixed n, 90 %) | median samples (null) | targets |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| oracle (fixed n, 90 %) | median samples (null) | targets | median host h (null) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for i, c in enumerate(conds):
         if c.table != "main" or i not in by:
             continue
@@ -327,8 +337,50 @@ def report(conds: list[Cond], outs: list[Outcome], oracle_on: bool = True) -> bo
             f"| {c.name} | {s['null_n']} | {s['fp']} | {s['power_n']} | "
             f"{100 * s['power']:.1f} % {s['power_ci']} | {100 * s['coverage']:.1f} % "
             f"({s['cov_n']}) | {s['median']:,.0f} | {oracle:,.0f} | {s['null_median']:,.0f} "
-            f"| {flag} |"
+            f"| {flag} | {s['null_host_h']:.2f} |"
         )
+    early_rows = [(i, c) for i, c in enumerate(conds) if c.calibrated and i in by]
+    if early_rows:
+        print("\nThe early path (a real calibration first; decided before the first swap):")
+        print("| condition | true effect | runs | decided early | early wrong sign / A/A "
+              "early decisions | early coverage | median samples early | median samples "
+              "crossover |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|")
+        for i, c in early_rows:
+            for kind, eff in (("power", c.effect), ("null", 0.0)):
+                rs = [o for o in by[i] if o.task.kind == kind]
+                ea = [o for o in rs if o.early]
+                la = [o for o in rs if not o.early]
+                # an early decision is better or worse: wrong when worse for a true gain,
+                # and every one of an A/A
+                wrong = sum(o.decision == "worse" or kind == "null" for o in ea)
+                cov = sum(o.ci_low <= o.truth <= o.ci_high for o in ea)
+                med_e = statistics.median(o.samples for o in ea) if ea else float("nan")
+                med_l = statistics.median(o.samples for o in la) if la else float("nan")
+                print(
+                    f"| {c.name} | {eff * 100:+.0f} % | {len(rs)} | {len(ea)} | {wrong} | "
+                    f"{cov}/{len(ea)} | {med_e:,.0f} | {med_l:,.0f} |"
+                )
+    cal_rows = [(i, c) for i, c in enumerate(conds) if i in by]
+    cal_rows = [(i, c) for i, c in cal_rows if any(o.task.kind == "calibration" for o in by[i])]
+    if cal_rows:
+        print("\n`musku pair calibrate` (real calibrations): its interval against the true bias:")
+        print("| condition | calibrations | coverage [CP 95 %] | median half-width "
+              "| median samples | median host h | targets |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|")
+        for i, c in cal_rows:
+            rs = [o for o in by[i] if o.task.kind == "calibration" and math.isfinite(o.estimate)]
+            k = sum(o.ci_low <= o.truth <= o.ci_high for o in rs)
+            lo, hi = clopper_pearson(k, len(rs)) if rs else (math.nan, math.nan)
+            ok &= k >= 0.94 * len(rs)
+            hw = statistics.median((o.ci_high - o.ci_low) / 2 for o in rs) if rs else math.nan
+            print(
+                f"| {c.name} | {len(rs)} | {100 * k / max(1, len(rs)):.1f} % [{100 * lo:.1f}, "
+                f"{100 * hi:.1f}] | ±{100 * hw:.2f} % | "
+                f"{statistics.median(o.samples for o in rs) if rs else math.nan:,.0f} | "
+                f"{statistics.median(o.host_h for o in rs) if rs else math.nan:.2f} | "
+                f"{'PASS' if k >= 0.94 * len(rs) else 'FAIL (coverage)'} |"
+            )
     pairing = {c.name: by.get(i, []) for i, c in enumerate(conds) if c.table != "main"}
     if any(pairing.values()):
         print("\nPaired (musku cs) vs paper-style unpaired Welch, same runs, +1 % effect:")
@@ -378,6 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=300, help="null runs per condition (300)")
     ap.add_argument("--power-runs", type=int, default=None, help="+1 %% runs (runs / 3)")
     ap.add_argument("--pairing-runs", type=int, default=40, help="runs per pairing-table cell")
+    ap.add_argument(
+        "--calibration-runs", type=int, default=0,
+        help="pair calibrations per selected row, coverage of the true bias (0)",
+    )  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="smoke test: few runs, few rows")
     ap.add_argument(
         "--only", action="append", default=[],
@@ -420,6 +476,10 @@ def main(argv: list[str] | None = None) -> int:
         if c.table == "main":
             tasks += [(3 * j, Task(i, "null", args.seed + j)) for j in range(runs)]
             tasks += [(9 * j, Task(i, "power", args.seed + 100_000 + j)) for j in range(power_runs)]
+            tasks += [
+                (9 * j, Task(i, "calibration", args.seed + 200_000 + j))
+                for j in range(0 if args.quick else args.calibration_runs)
+            ]
         else:
             tasks += [(j, Task(i, "power", args.seed + 100_000 + j)) for j in range(pruns)]
             if c.rule == "welch" or c.options == ():

@@ -372,6 +372,10 @@ def pair_calibrate(
         f"{interval(cal.ci_low, cal.ci_high)}, bound ±{cal.bound * 100:.2f} %, "
         f"{cal.samples:,} samples, {hours(result.host_time_s)} of host time; stored (id {cal.id})"
     )
+    # how much of the interval is the host bias's slow wander (CalibrationRule's detail)
+    wander = next((p for p in result.reason.split("; ") if "wander (sd" in p), "")
+    if wander:
+        _console().print(f"  interval {escape(wander.partition(', ')[2])}")
 
 
 def _parse_pairs(text: list[str]) -> dict[str, str]:

@@ -32,7 +32,7 @@ def calibrate_pair(
     result = run_comparison(
         pair, config, config, spec, on_window=on_window, should_stop=should_stop, rule=rule
     )
-    got = rule.bias_interval(1.0 - spec.stats.confidence)
+    got = rule.bias_interval(1.0 - spec.stats.confidence, wander=True)
     if got is None:
         return None, result
     bias, lo, hi = got

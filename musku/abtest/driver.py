@@ -841,6 +841,29 @@ class _Comparison:
             return 0.0
         return float((sdc - sd * sc / n).sum()) / sxx
 
+    def _cuped_gain(self) -> float | None:
+        """Share of the steady windows' log-ratio variance (within periods) the covariate
+        adjustment removed, at the last coefficient; None without the adjustment."""
+        if self.cov_metric is None or not self.cov_seen or self.theta == 0.0:
+            return None
+        n = self.cuped_n
+        if n < 20:
+            return None
+        d, c = self.d.view()[:n], self.c.view()[:n]
+        per = self.win_period.view()[:n].astype(np.int64)
+        _, inv = np.unique(per, return_inverse=True)
+        counts = np.bincount(inv).astype(float)
+
+        def centred(x: FloatArray) -> FloatArray:
+            return np.asarray(x - (np.bincount(inv, weights=x) / counts)[inv], dtype=float)
+
+        raw = centred(d)
+        v_raw = float(raw @ raw)
+        if v_raw <= 0.0:
+            return None
+        adj = raw - self.theta * centred(c)
+        return 1.0 - float(adj @ adj) / v_raw
+
     def _evidence(self) -> Evidence:
         return Evidence(
             batch_d=np.asarray(self.batch_d, dtype=float),
@@ -971,6 +994,11 @@ class _Comparison:
             return v.decision, f"{interval} excludes 0 after {n:,} samples"
         if v.decision is Decision.NO_DIFFERENCE:
             m = self.spec.stats.min_effect
+            if math.isfinite(v.eq_low) and (v.eq_low, v.eq_high) != (v.ci_low, v.ci_high):
+                return v.decision, (
+                    f"equivalence bounds [{pct(v.eq_low)}, {pct(v.eq_high)}] (two one-sided "
+                    f"tests) lie inside ±{m * 100:.2f} % after {n:,} samples; {interval}"
+                )
             return v.decision, f"{interval} lies inside ±{m * 100:.2f} % after {n:,} samples"
         if capped:
             need = self._windows_needed()
@@ -1016,6 +1044,12 @@ class _Comparison:
             reason += f"; no interval yet (needs about {need:,} more windows)"
         if not self.cov_seen and hasattr(self.rule, "covariate"):
             self.rule.covariate = None  # the hosts did not report it: say so in the method
+        gain = self._cuped_gain()
+        if gain is not None:
+            self.notes.append(
+                f"CUPED on {self.cov_metric}: window variance {-gain * 100:+.0f} % "
+                f"({1.0 / max(1e-9, 1.0 - gain):.1f}x fewer samples for the same interval)"
+            )
         self._progress(decision)
         th = self.pair.threading()
         roles = {"A": th[0], "B": th[1]} if self.sign > 0 else {"A": th[1], "B": th[0]}

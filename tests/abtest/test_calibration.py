@@ -28,7 +28,13 @@ def test_calibration_measures_the_host_bias() -> None:
     assert result.decision is Decision.NO_DIFFERENCE
     assert cal.ci_low <= 0.02 <= cal.ci_high
     assert cal.bias == pytest.approx(0.02, abs=0.004)
-    assert cal.ci_high - cal.ci_low <= 2 * 0.0051
+    # stopped once the noise's part is within the precision; the interval also holds the
+    # default wander prior's part (0.3 %, 1 h: a short calibration cannot average it away)
+    m = re.search(r"adds ±([0-9.]+) % to the noise's ±([0-9.]+) %", result.reason)
+    assert m is not None, result.reason
+    wander, noise = float(m[1]) / 100, float(m[2]) / 100
+    assert noise <= 0.0051 and wander > 0.003
+    assert cal.ci_high - cal.ci_low <= 2 * (noise + wander) + 0.001
     assert "recalibration" not in result.reason
     assert cal.bound >= 0.02
     assert cal.pair == "fake0+fake1"
@@ -120,6 +126,13 @@ def test_cuped_on_the_offered_load_saves_samples_with_partly_shared_load() -> No
             r = run_comparison(pair, base, cand, spec, seed=seed, rule_options=opts)
             assert r.decision is Decision.BETTER
             out.append(r.samples)
+            # the reason says what the adjustment did (and nothing without it)
+            got = re.search(
+                r"CUPED on offered_qps: window variance -(\d+) % \(([0-9.]+)x", r.reason
+            )
+            assert (got is not None) == (opts == {}), r.reason
+            if got is not None:
+                assert int(got[1]) >= 50 and float(got[2]) >= 2.0  # 1 / (1 - share)
     assert sum(without) > 3 * sum(with_cov)
 
 
@@ -148,3 +161,23 @@ def test_pair_calibrate_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixt
         main(["pair", "calibrate", str(tmp_path / "none.toml"), "--db", "sqlite://"])
     assert done.value.code == 3
     assert "no such file" in capsys.readouterr().err
+
+
+def test_pair_calibrate_says_how_much_of_its_interval_is_the_wander(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The interval includes the host bias's slow wander (its average over the calibration
+    moves with it), and the command says how much of the interval that is."""
+    from musku.cli import main
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    exp = ROOT / "experiments" / "web-skylake.toml"
+    with pytest.raises(SystemExit) as done:
+        main(["pair", "calibrate", str(exp), "--db", db, "--precision", "0.005"])
+    assert done.value.code in (0, None)
+    out = capsys.readouterr().out
+    m = re.search(r"interval ±([0-9.]+) % of which the host bias's wander \(sd 0\.30 %, tau "
+                  r"1\.0 h\) adds ±([0-9.]+) % to the noise's ±([0-9.]+) %", out)  # fmt: skip
+    assert m is not None, out
+    total, wander, noise = (float(x) for x in m.groups())
+    assert wander > 0 and total == pytest.approx(wander + noise, abs=0.011)

@@ -55,8 +55,14 @@ def test_three_stop_reasons(effect: float, decision: Decision) -> None:
     assert r.estimate == pytest.approx(effect, abs=0.006)
     assert r.samples > 0 and f"{r.samples:,} samples" in r.reason
     if decision is Decision.NO_DIFFERENCE:
-        assert r.ci_low > -0.005 and r.ci_high < 0.005
-        assert "inside ±0.50 %" in r.reason
+        # decided on the two one-sided bounds (each at alpha), inside +-min_effect; the
+        # reported two-sided interval is a little wider
+        lo, hi = (
+            float(x) for x in re.findall(r"bounds \[([-+.\d]+) %, ([-+.\d]+) %\]", r.reason)[0]
+        )
+        assert -0.5 < lo < hi < 0.5
+        assert r.ci_low * 100 < lo and hi < r.ci_high * 100
+        assert "(two one-sided tests) lie inside ±0.50 %" in r.reason
     else:
         assert "excludes 0" in r.reason
         assert (r.ci_low > 0) == (decision is Decision.BETTER)

@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from musku.abtest.rules import (
     RULES,
@@ -235,3 +237,60 @@ def test_cs_early_look_with_a_huge_boundary_does_not_overflow() -> None:
     assert v.decision is None
     assert to_relative(1e6, 1.0) == math.inf and to_relative(1e6, -1.0) == 1.0
     assert to_relative(-1e6, 1.0) == -1.0 and to_relative(-1e6, -1.0) == -math.inf
+
+
+def test_cs_equivalence_decided_on_the_one_sided_bounds() -> None:
+    """NO_DIFFERENCE once the two one-sided bounds (each at alpha) lie inside +-min_effect:
+    on data where they do and the two-sided interval does not yet, ``tost`` decides and
+    ``interval`` (the rule before) waits; the reported interval is the two-sided one."""
+    setup = RuleSetup(
+        alpha=0.05, min_effect=0.005, sample_cap=30_000, batch_size=10, pilot_sd=0.02,
+        pilot_rho=0.0,
+    )  # fmt: skip
+    found = 0
+    for seed in range(200):
+        ev = crossover_data(0.0, 0.01, 0.014, 80, seed)
+        tost, old = (
+            ConfidenceSequenceRule(seed=0),
+            ConfidenceSequenceRule(seed=0, equivalence="interval"),
+        )
+        tost.start(setup)
+        old.start(setup)
+        v, w = tost.look(ev), old.look(ev)
+        assert (v.ci_low, v.ci_high) == (w.ci_low, w.ci_high)
+        assert v.ci_low < v.eq_low < v.eq_high < v.ci_high
+        if w.decision is Decision.NO_DIFFERENCE:
+            assert v.decision is Decision.NO_DIFFERENCE  # never later than before
+        if v.decision is Decision.NO_DIFFERENCE and w.decision is None:
+            found += 1
+            assert v.eq_low > -0.005 and v.eq_high < 0.005
+            assert v.ci_low <= -0.005 or v.ci_high >= 0.005
+    assert found > 0
+    with pytest.raises(InputError, match="equivalence"):
+        ConfidenceSequenceRule(equivalence="loose")
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    sd=st.floats(0.001, 0.05),
+    bias=st.floats(-0.02, 0.02),
+    n=st.integers(24, 400),
+    seed=st.integers(0, 2**32 - 1),
+    direction=st.sampled_from([1.0, -1.0]),
+)
+def test_cs_a_two_percent_effect_never_stops_no_difference_at_one_percent(
+    sd: float, bias: float, n: int, seed: int, direction: float
+) -> None:
+    """+2 % with min_effect 1 %: whatever the noise, host bias and sample size, the equivalence
+    bounds never both fall inside +-1 % (NO_DIFFERENCE would need the upper bound below 1 %,
+    half the effect away)."""
+    setup = RuleSetup(
+        alpha=0.05, min_effect=0.01, sample_cap=30_000, batch_size=10, pilot_sd=sd,
+        pilot_rho=0.0,
+    )  # fmt: skip
+    rule = ConfidenceSequenceRule(seed=0)
+    rule.start(setup)
+    ev = crossover_data(math.log(1.02), bias, sd, n, seed)
+    v = rule.look(evidence(ev.batch_d, ev.batch_sign, direction))
+    assert v.decision is not Decision.NO_DIFFERENCE
+    assert v.decision is not Decision.WORSE

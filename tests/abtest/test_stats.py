@@ -173,3 +173,25 @@ def test_batch_size_from_short_series_is_not_clamped_to_huge() -> None:
     assert np.median(sizes) > 40
     # white noise: the minimum
     assert stats.batch_size_for(ar1(120, 0.0, 1))[0] <= 8
+
+
+def test_one_sided_confidence_sequence_spends_alpha_on_one_side() -> None:
+    """The one-sided boundary (the equivalence test's) is narrower than the two-sided one at
+    the same alpha, yet a Gaussian path watched at every step for 2,000 steps crosses it on
+    its side in at most ~alpha of the paths; half its alpha would leave it far below."""
+    rng = np.random.default_rng(7)
+    paths, steps, alpha = 2000, 2000, 0.05
+    n = np.arange(1, steps + 1)
+    means = np.cumsum(rng.standard_normal((paths, steps)), axis=1) / n
+    se = 1.0 / np.sqrt(n)
+    one = np.array([stats.cs_radius_one_sided(float(k), alpha, 200.0) for k in n])
+    two = np.array([stats.cs_radius(float(k), alpha, 200.0) for k in n])
+    assert np.all(one < two) and np.all(one > 0.85 * two)
+    upper = np.mean(np.any(means > one * se, axis=1))
+    lower = np.mean(np.any(means < -one * se, axis=1))
+    assert max(upper, lower) <= alpha + 0.01
+    assert upper + lower > alpha  # the two-sided sequence at alpha spends about alpha / 2 a side
+    assert stats.cs_radius_one_sided(0, alpha, 100) == math.inf
+    assert stats.cs_halfwidth(0.01, 100, alpha, 100, one_sided=True) == pytest.approx(
+        0.01 * stats.cs_radius_one_sided(100, alpha, 100)
+    )

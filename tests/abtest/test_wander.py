@@ -183,3 +183,42 @@ def test_long_periods_need_two_of_each_role_order_before_a_decision() -> None:
 def test_wander_options_are_checked(key: str, bad: object) -> None:
     with pytest.raises(InputError, match=f"cs rule: {key} = "):
         ConfidenceSequenceRule(**{key: bad})  # type: ignore[arg-type]
+
+
+def test_the_bias_interval_includes_the_wanders_average() -> None:
+    """A calibration's bias estimate is the host bias's *average* over its periods, which a
+    slow wander moves (nothing cancels it, unlike in the effect). Ten ABBA periods of 800 s
+    with 100 s swaps, OU wander sd 0.3 % / tau 1 h, per-batch noise: the 95 % interval
+    (fixed-n, so the check is sharp) from ``bias_se`` covers the constant bias in ~95 % of
+    1,000 paths; from the within-period noise alone (the calibration before issue 30 item
+    5) far fewer. ``bias_var`` is the variance of the wander's average (Monte Carlo)."""
+    rng = np.random.default_rng(11)
+    sd, tau, bias, b, per_len, gap = 0.003, 3600.0, 0.004, 20, 800, 100
+    wander = stats.Wander(sd, tau)
+    k = 10
+    nb = per_len // b
+    order = [1, -1, -1, 1] * 3
+    sign = np.repeat(np.array(order[:k], dtype=float), nb)
+    per = np.repeat(np.arange(k), nb)
+    starts = np.arange(k) * (per_len + gap)
+    spans = np.c_[starts, starts + per_len].astype(float)
+    total = int(spans[-1, 1])
+    inside, inside_within, avgs = 0, 0, []
+    comp = None
+    for _ in range(1000):
+        w = bias + ou_path(total, tau, sd, rng)
+        y = np.concatenate(
+            [s * w[a:e].reshape(nb, b).mean(axis=1) for s, (a, e) in
+             zip(order[:k], spans.astype(int), strict=True)]
+        ) + 0.0015 * rng.standard_normal(k * nb)  # fmt: skip
+        est = stats.crossover_estimate(y, sign, per, spans=spans, wander=wander)
+        assert est is not None
+        comp = est.period
+        avgs.append(est.bias)
+        inside += abs(est.bias - bias) <= 1.96 * est.bias_se
+        inside_within += abs(est.bias - bias) <= 1.96 * est.bias_se_within
+    assert comp is not None
+    assert 0.93 <= inside / 1000 <= 0.985
+    assert inside_within / 1000 < 0.8
+    noise = (0.0015**2) / (k * nb)
+    assert comp.bias_var + noise == pytest.approx(float(np.var(avgs)), rel=0.15)

@@ -46,3 +46,45 @@ def test_too_few_cores_break_the_qos_guardrail(model: Any) -> None:
     r = run_comparison(sim.SimPair(model, seed=4, initial=(base, base)), base, cand, spec, seed=4)
     assert r.decision is Decision.GUARDRAIL
     assert r.guardrail_values["qos_violation_rate"] > 0.01
+
+
+def test_equivalence_stops_a_true_zero_sooner_than_the_two_sided_interval(model: Any) -> None:
+    """A/A (true effect 0) on the same seeded pairs: the sequential TOST (``tost``, the
+    default) decides no_difference no later than waiting for the two-sided interval
+    (``interval``, the rule before issue 30 item 4), and sooner in total."""
+    base = model.reference_config
+    ours, before = 0, 0
+    for seed in (1000, 1001, 1002):
+        runs = [
+            run_comparison(
+                sim.SimPair(model, seed=seed, initial=(base, base)),
+                base,
+                base,
+                SPEC,
+                seed=seed,
+                rule_options={"equivalence": eq},
+            )  # fmt: skip
+            for eq in ("tost", "interval")
+        ]
+        assert [r.decision for r in runs] == [Decision.NO_DIFFERENCE] * 2
+        assert runs[0].samples <= runs[1].samples
+        assert "two one-sided tests" in runs[0].reason
+        ours, before = ours + runs[0].samples, before + runs[1].samples
+    assert ours < 0.95 * before
+
+
+def test_a_two_percent_effect_never_stops_no_difference_at_one_percent_on_the_sim() -> None:
+    import tomllib
+
+    data = tomllib.loads(MODEL.read_text())
+    data["knobs"]["prefetch"]["throughput"]["l2hw_dcu"] = 1.0 / 1.02
+    m = sim.SimModel.from_dict(data, source="web-skylake18, prefetch +2 %")
+    base = m.reference_config.with_("prefetch", "l2hw_dcu")
+    cand = base.with_("prefetch", "all_on")
+    assert m.true_effect(base, cand, "mips") == pytest.approx(0.02, abs=1e-9)
+    spec = ComparisonSpec(stats=StatsSettings(warmup_s=60.0, min_effect=0.01))
+    for seed in range(5):
+        r = run_comparison(sim.SimPair(m, seed=seed, initial=(base, base)), base, cand, spec,
+                           seed=seed)  # fmt: skip
+        assert r.decision is Decision.BETTER, r.reason
+        assert r.ci_low <= 0.02 <= r.ci_high

@@ -127,6 +127,20 @@ def _int(d: Any, key: str, where: Path, default: Any = ..., lo: int = 0) -> int:
     return int(v)
 
 
+def _numbers(d: Any, key: str, where: Path) -> list[float]:
+    v = _get(d, key, where, list)
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in v):
+        raise InputError(f"{key!r} must be a list of numbers", where=str(where))
+    return [float(x) for x in v]
+
+
+def _ints(d: Any, key: str, where: Path, default: Any = ...) -> list[int]:
+    v = _get(d, key, where, list, default)
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise InputError(f"{key!r} must be a list of integers", where=str(where))
+    return [int(x) for x in v]
+
+
 def _flag(d: Any, key: str, where: Path) -> bool:
     return bool(_get(d, key, where, bool, False))
 
@@ -254,11 +268,11 @@ def _client_epochs(
         dur = duration_s if duration_s is not None else 10.0
         return [qps], [dur], [f"no client.json: {qps:g} req/s for {dur:g} s"]
     client = _read(fc)
-    qs = [float(x) for x in _get(client, "epoch_qps", fc, list)]
+    qs = _numbers(client, "epoch_qps", fc)
     if isinstance(client, dict) and "epoch_end_sec" in client:
-        ends = [float(x) for x in _get(client, "epoch_end_sec", fc, list)]
+        ends = _numbers(client, "epoch_end_sec", fc)
     elif isinstance(client, dict) and "epoch_end_us" in client:
-        ends = [float(x) / 1e6 for x in _get(client, "epoch_end_us", fc, list)]
+        ends = [x / 1e6 for x in _numbers(client, "epoch_end_us", fc)]
     else:
         raise InputError("missing 'epoch_end_sec' (or 'epoch_end_us')", where=str(fc))
     if len(qs) != len(ends) or not qs:
@@ -328,7 +342,7 @@ def convert(
                 "(LinuxNetStack, Simplified, CMT)",
                 where=str(fm),
             )
-        ncores = sorted({int(c) for c in _get(ns, "cores", fm, list) if isinstance(c, int)})
+        ncores = sorted(set(_ints(ns, "cores", fm)))
         if not ncores or ncores[-1] >= cores or ncores[0] < 0:
             raise InputError(
                 f"machine {name!r}: network stack cores must be 0..{cores - 1} and not empty",
@@ -367,7 +381,7 @@ def convert(
                 f"service {sname!r}: scheduler {typ!r} (μqSim's services have CMT or Simplified)",
                 where=str(fg),
             )
-        icores = [c for c in _get(sch, "cores", fg, list) if isinstance(c, int)]
+        icores = _ints(sch, "cores", fg)
         if not icores or max(icores) >= mach[mid]["cores"] or min(icores) < 0:
             raise InputError(
                 f"service {sname!r}: cores must be within machine {mach[mid]['name']!r}'s "
@@ -394,11 +408,9 @@ def convert(
                 "code_path": _get(n, "code_path", fp, int, 0),
                 "start_stage": _int(n, "start_stage", fp, 0),
                 "end_stage": _get(n, "end_stage", fp, int, -1),
-                "childs": [c for c in _get(n, "childs", fp, list, []) if isinstance(c, int)],
+                "childs": _ints(n, "childs", fp, []),
                 "sync": _get(n, "sync_node_id", fp, int) if sync else None,
             }
-            if len(nodes[nid]["childs"]) != len(n["childs"]):
-                raise InputError(f"node {nid}: childs must be node ids", where=str(fp))
         for nid, n in nodes.items():
             for c in [*n["childs"], *([n["sync"]] if n["sync"] is not None else [])]:
                 if c not in nodes:
@@ -1018,7 +1030,9 @@ def write_example(
 ) -> Path:
     """Write a μqSim architecture directory: ``2tier`` (a web front end with an epoll loop and
     a request stage, in front of a cache with a batching poll, a socket read, a lookup and a
-    send) or ``fanout`` (a dispatcher and ``leaves`` leaves of 200 us each, one machine each).
+    send), ``fanout`` (a dispatcher and ``leaves`` leaves of 200 us each, one machine each) or
+    ``features`` (a random code path, a local hop, a blocking stage and its sync node, the
+    Simplified scheduler, a chunked stage, ``cur_freq`` and the ``epoch_end_us`` client).
     Our own parameters; the same shapes as μqSim's own examples."""
     d = directory
     (d / "microservice").mkdir(parents=True, exist_ok=True)
@@ -1063,8 +1077,43 @@ def write_example(
         nodes = [_node(0, "dispatch", list(range(1, leaves + 1)))] + [
             _node(i + 1, f"leaf_{i}", [leaves + 1]) for i in range(leaves)
         ] + [_node(leaves + 1, "client", [])]  # fmt: skip
+    elif kind == "features":
+        # the features μqSim's 3tier, 4tier and thrift_app examples use, on a small graph:
+        # front (m0) -> cache (m1, code path chosen at random 70/30) -> db (m1: a local hop;
+        # 1.3 GHz of 2.6; a blocking stage waiting for) -> disk (m1, Simplified scheduler, a
+        # chunked stage: 3 draws; handed on without the network) -> db again -> client
+        models["front"] = _service("front", [[
+            _stage(0, 0, 0, "recv", 10000), _stage(1, 0, 1, "reply", 5000, net=True),
+        ]])  # fmt: skip
+        models["cache"] = _service("cache", [
+            [_stage(0, 0, 0, "hit", 2000, net=True)], [_stage(1, 1, 0, "miss", 4000, net=True)],
+        ])  # fmt: skip
+        models["cache"]["paths"][0]["probability"] = 70
+        models["cache"]["paths"][1]["probability"] = 30
+        models["db"] = _service("db", [[
+            _stage(0, 0, 0, "parse", 3000, scale=0.5),
+            _stage(1, 0, 1, "wait", 1000, scale=0.5, blocking=True),
+            _stage(2, 0, 2, "finish", 2000, scale=0.5, net=True),
+        ]])  # fmt: skip
+        models["db"]["cur_freq"] = 1300
+        models["disk"] = _service("disk", [[_stage(0, 0, 0, "io", 100000, chunk=True)]])
+        models["disk"]["paths"][0]["stages"][0]["chunk_model"] = {"type": "const", "number": 3}
+        machines = [_machine(0, 8, 2), _machine(1, 8, 2)]
+        disk = _instance("disk", "disk", 1, 1, 6)
+        disk["scheduler"] = {"type": "Simplified", "num_queues": 1, "cores": [6]}
+        insts = [_instance("front", "front", 0, 2, 2), _instance("cache", "cache", 1, 2, 2),
+                 _instance("db", "db", 1, 2, 4), disk]  # fmt: skip
+        edges = []
+        nodes = [
+            _node(0, "front", [1]),
+            _node(1, "cache", [2], code_path=-1),
+            {**_node(2, "db", [3]), "end_stage": 1, "sync": True, "sync_node_id": 4},
+            _node(3, "disk", [4]),
+            {**_node(4, "db", [5]), "start_stage": 2},
+            _node(5, "client", []),
+        ]
     else:
-        raise InputError(f"unknown example {kind!r} (2tier, fanout)")
+        raise InputError(f"unknown example {kind!r} (2tier, fanout, features)")
     for name, m in models.items():
         (d / "microservice" / f"{name}.json").write_text(json.dumps(m, indent=1))
     (d / "machines.json").write_text(json.dumps(machines, indent=1))
@@ -1076,13 +1125,10 @@ def write_example(
             [{"micro_service_path_id": 0, "entry": 0, "probability": 100, "nodes": nodes}], indent=1
         )
     )
-    (d / "client.json").write_text(
-        json.dumps(
-            {
-                "monitor_interval_sec": duration_s * 100,
-                "epoch_qps": [qps],
-                "epoch_end_sec": [duration_s],
-            }
-        )
-    )
+    client: dict[str, Any] = {"monitor_interval_sec": duration_s * 100, "epoch_qps": [qps],
+                              "epoch_end_sec": [duration_s]}  # fmt: skip
+    if kind == "features":  # μqSim's later layout
+        client = {"monitor_interval_us": duration_s * 1e8, "epoch_qps": [qps],
+                  "epoch_end_us": [duration_s * 1e6]}  # fmt: skip
+    (d / "client.json").write_text(json.dumps(client))
     return d

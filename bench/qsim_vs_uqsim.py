@@ -41,7 +41,7 @@ RATES: dict[str, list[float]] = {
     "architecture/nginx_fanout/json": [2000, 6000, 10000],
     "architecture/fannout_synthetic_50/json": [1000, 4000, 8000],
     "architecture/thrift_helloworld/json": [20000, 50000, 80000],
-    "architecture/thrift_app/json": [500, 1000, 2000],
+    "architecture/thrift_app/json": [300, 900, 1500],
     "architecture/fanout_2tier": [20000, 60000, 100000],
 }
 

@@ -814,10 +814,13 @@ class _PathWriter:
         """How a job goes from node pid (run on code path pcp) to node cid."""
         if self.client(cid):
             return "remote"  # μqSim sends every reply through the network
-        if not bool(self.stages(pid, pcp)[-1].get("net")):
-            return "direct"
         pe, ce = self.entries[pid], self.entries[cid]
         pm, cm = self.svcs[pe["service"]].machine, self.svcs[ce["service"]].machine
+        if not bool(self.stages(pid, pcp)[-1].get("net")):
+            if pm is None or pm != cm:
+                self.notes.append(f"node {pid} -> {cid}: handed on without the network between "
+                                  "machines: qsim charges the network latency, μqSim none")  # fmt: skip
+            return "direct"
         if pm is not None and pm == cm and pe["copies"] == 1 and ce["copies"] == 1:
             return "local"
         return "remote"

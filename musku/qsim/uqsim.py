@@ -550,8 +550,10 @@ def convert(
                               f"  dvfs_scale = {_num(st, 'scale_factor', nwhere, 0):g}", ""]  # fmt: skip
         svc.net = net_of_key[nkey]
 
+    crit: dict[tuple[str, int], str] = {}
     for pp in parsed:
         pp["fp"] = str(fp)
+        pp["crit"] = crit
         out_lines += _PathWriter(pp, svcs, net_names, notes).lines()
 
     out_lines += ["[client]", 'kind = "open"', f"connections = {connections}"]
@@ -584,12 +586,7 @@ def _read_code_paths(sname: str, svc: _Svc, notes: list[str]) -> None:
             if not isinstance(st, dict):
                 raise InputError(f"code path {cid}: a stage must be an object", where=str(where))
             if _flag(st, "critical_section", where):
-                raise UnsupportedError(
-                    f"stage {st.get('stage_name')!r} of {sname!r} is a critical section "
-                    f"(thread_limit {st.get('thread_limit')}): qsim has no lock shared by a "
-                    "service's threads",
-                    where=str(where),
-                )
+                _int(st, "thread_limit", where, lo=1)
             if "resp_time_model" in st:
                 notes.append(f"{sname}: resp_time_model ignored (μqSim does not use it either)")
         if "priority" in cp:
@@ -789,8 +786,22 @@ class _PathWriter:
             for c in dict.fromkeys(self.rep[x] for x in e["node"]["childs"]):
                 self.parents[c].append(e["id"])
         self.where = str(pp["fp"])
+        self.crit: dict[tuple[str, int], str] = pp["crit"]  # critical stage -> its node
         # sync (blocking) pairs: the holder's id -> its sync node's id
         self.release: set[tuple[int, str]] = set()
+
+    def critical(self, svc: _Svc, sname: str, st: dict[str, Any]) -> int:
+        """A critical section's thread limit (0: none). μqSim's Simplified scheduler has no
+        locks (it is given none), so there it is a plain stage."""
+        if not bool(st.get("critical_section")) or svc.insts[0].sched == "Simplified":
+            return 0
+        if len(svc.insts) > 1:
+            raise UnsupportedError(
+                f"stage {st.get('stage_name')!r} of {sname!r} is a critical section of a service "
+                f"with {len(svc.insts)} instances (a lock each): qsim's pool would be shared",
+                where=str(svc.where),
+            )
+        return _int(st, "thread_limit", svc.where, lo=1)
 
     def client(self, eid: int) -> bool:
         return bool(self.entries[eid]["service"] == "client")
@@ -860,21 +871,49 @@ class _PathWriter:
             asfx = sfx if len(alts) == 1 else f"{sfx}_cp{c}"
             name = f"n{eid}{asfx}"
             sts = self.stages(eid, c)
-            node: dict[str, Any] = {
-                "name": name,
-                "service": e["service"],
-                "stages": [svc.names[int(s["stage_id"])] for s in sts],
-                "children": [],
-            }
+            # a critical section runs in a node of its own reached through a pool of
+            # thread_limit connections (at most that many jobs in it at once)
+            segs: list[list[dict[str, Any]]] = [[]]
+            for st in sts:
+                cs = self.critical(svc, e["service"], st)
+                if cs:
+                    segs += [[st], []]
+                else:
+                    segs[-1].append(st)
+            segs = [g for g in segs if g]
+            nodes: list[dict[str, Any]] = []
+            for gi, g in enumerate(segs):
+                nd: dict[str, Any] = {
+                    "name": name if gi == 0 else f"{name}_{gi}",
+                    "service": e["service"],
+                    "stages": [svc.names[int(x["stage_id"])] for x in g],
+                    "children": [],
+                }
+                limit = self.critical(svc, e["service"], g[0])
+                if limit:
+                    nd["pool"] = limit
+                    key = (e["service"], int(g[0]["stage_id"]))
+                    if self.crit.setdefault(key, nd["name"]) != nd["name"]:
+                        raise UnsupportedError(
+                            f"stage {svc.names[key[1]]!r} of {e['service']!r} is a critical "
+                            f"section run by several path nodes ({self.crit[key]}, {nd['name']}):"
+                            " qsim's pools are per node, μqSim's lock per service",
+                            where=str(svc.where),
+                        )
+                if nodes:
+                    nodes[-1]["children"] = [nd["name"]]
+                nodes.append(nd)
             if orig_parents > 1 and len(self.parents[eid]) == 1:
-                node["gather"] = True  # folded leaves' copies join here
+                nodes[0]["gather"] = True  # folded leaves' copies join here
             if n["sync"] is not None and bool(sts[-1].get("blocking")):
                 # μqSim: a blocking last stage keeps the thread until the sync node runs on it
-                node["hold_thread"] = True
+                nodes[-1]["hold_thread"] = True
                 self.release.add((n["sync"], asfx))
             if (eid, sfx) in self.release:
-                node["release_thread"] = True
-            self.add(node)
+                nodes[0]["release_thread"] = True
+            for nd in nodes:
+                self.add(nd)
+            node = nodes[-1]
             firsts.append((name, w))
             kids = list(dict.fromkeys(self.rep[x] for x in n["childs"]))
             for k in kids:
@@ -961,9 +1000,10 @@ class _PathWriter:
             if nd.get("branch"):
                 out += ['  branch = "one"',
                         "  child_weights = [" + ", ".join(f"{w:g}" for w in nd["child_weights"]) + "]"]  # fmt: skip
-            for k in ("copies",):
-                if nd.get(k, 1) > 1:
-                    out.append(f"  {k} = {nd[k]}")
+            if nd.get("copies", 1) > 1:
+                out.append(f"  copies = {nd['copies']}")
+            if nd.get("pool"):
+                out.append(f"  pool = {nd['pool']}")
             for k in ("gather", "hold_thread", "release_thread"):
                 if nd.get(k):
                     out.append(f"  {k} = true")

@@ -168,6 +168,20 @@ def test_features_zero_load_latency(engine: str, tmp_path: Path) -> None:
     assert r["latency"]["mean_us"] == pytest.approx(expect, rel=0.05)
 
 
+def test_critical_section_is_a_pool(tmp_path: Path) -> None:
+    """A critical section (at most thread_limit threads in the stage at once) runs in a node of
+    its own behind a pool of thread_limit connections; the node's other stages around it."""
+    d = _features(tmp_path)
+    _edit(d / "microservice" / "front.json",
+          lambda m: _stage(m, (0, 0), critical_section=True, thread_limit=1))  # fmt: skip
+    out = tmp_path / "m.toml"
+    convert(d, out)
+    nodes = {n.name: n for n in load(out).model.paths[0].nodes}
+    assert (nodes["n0"].stages, nodes["n0"].pool, nodes["n0"].children) == (["recv"], 1, ["n0_1"])
+    assert (nodes["n0_1"].stages, nodes["n0_1"].pool) == (["reply"], None)
+    assert nodes["n0_1"].children == ["tx0_1"]
+
+
 def test_chunk_models(tmp_path: Path) -> None:
     """expo x expo is an exponential of mean lat / (1 - e^-1/m); const x const a constant;
     const x expo a weighted histogram of multiples of lat."""
@@ -223,9 +237,11 @@ def _stage(m: Any, service_stage: tuple[int, int], **kv: Any) -> None:
 @pytest.mark.parametrize(
     ("which", "edit", "status", "words"),
     [
+        # db runs below the random code-path choice: in two nodes, each would get its own pool
         ("microservice/db.json",
          lambda m: _stage(m, (0, 1), critical_section=True, thread_limit=1), 4,
-         "microservice/db.json: stage 'wait' of 'db' is a critical section"),
+         "microservice/db.json: stage 'wait' of 'db' is a critical section run by several path "
+         "nodes (n2_cp0_1, n2_cp1_1)"),
         ("microservice/db.json", lambda m: m["paths"][0].update(priority=[0, 1, 2]), 4,
          "stage priority [0, 1, 2]"),
         ("graph.json", lambda g: g["microservices"][0]["scheduler"].update(type="Fair"), 4,

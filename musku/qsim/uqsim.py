@@ -247,8 +247,16 @@ def _freq_ratio(mdl: dict[str, Any], where: Path) -> float:
     """base_freq / cur_freq of a μqSim model (units as written: MHz or GHz)."""
     base = _num(mdl, "base_freq", where, 2600, lo=0)
     cur = _num(mdl, "cur_freq", where, base, lo=0)
+    from musku.qsim.model import MAX_GHZ
+
     if base <= 0 or cur <= 0:
         raise InputError("base_freq and cur_freq must be > 0", where=str(where))
+    if BASE_GHZ * cur / base > MAX_GHZ:
+        raise InputError(
+            f"cur_freq {cur:g} is over {MAX_GHZ / BASE_GHZ:.3g}x base_freq {base:g} "
+            f"(over {MAX_GHZ:g} GHz)",
+            where=str(where),
+        )
     return base / cur
 
 

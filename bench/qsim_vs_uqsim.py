@@ -10,7 +10,8 @@ temporary directory. Each architecture's files come from the mirror (μqSim's re
 licence: nothing of it is copied into musku). μqSim runs a copy of the directory whose
 ``client.json`` holds one epoch of ``--duration`` seconds at the rate (its monitor interval
 beyond the end, so it never waits for a power-manager decision); qsim runs the imported model
-at the same rate and duration. μqSim prints its mean and p99 only (no p50). Saturation: the
+at the same rate and duration (``--duration`` or long enough for ``--min-requests``). μqSim
+prints its mean and p99 only (no p50). Saturation: the
 lowest rate whose mean exceeds 5x the lowest rate's (the rule of bench/qsim_validate.py).
 """
 
@@ -111,14 +112,23 @@ def main() -> None:
     ap.add_argument("--uqsim", help="μqSim binary (default: build it from the mirror)")
     ap.add_argument("--mirror", default=os.environ.get("MUSKU_UQSIM_MIRROR", MIRROR))
     ap.add_argument("--arch", action="append", help="architecture path(s) (default: all below)")
-    ap.add_argument("--duration", type=float, default=1.0, help="simulated seconds per run")
+    ap.add_argument(
+        "--duration", type=float, default=1.0, help="simulated seconds per run, at least"
+    )
+    ap.add_argument(
+        "--min-requests",
+        type=float,
+        default=10000,
+        help="run long enough for this many requests (low rates, rare slow paths)",
+    )
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
     archs = a.arch or list(RATES)
     with tempfile.TemporaryDirectory(prefix="qsim-vs-uqsim-") as t:
         tmp = Path(t)
         exe = a.uqsim or build(a.mirror, tmp)
-        print(f"μqSim: {exe}; {a.duration:g} simulated s per run, {a.rounds} alternating rounds")
+        print(f"μqSim: {exe}; runs of {a.duration:g} simulated s or {a.min_requests:g} requests "
+              f"(the longer), {a.rounds} alternating rounds, medians")  # fmt: skip
         print(f"{'architecture':<40} {'qps':>7} {'μqSim mean':>10} {'qsim mean':>9} {'err':>7}"
               f" {'qsim p50':>8} {'μqSim p99':>9} {'qsim p99':>8} {'err':>7}")  # fmt: skip
         table = []
@@ -130,14 +140,15 @@ def main() -> None:
             um: list[float] = []
             qm: list[float] = []
             for q in rates:
+                dur = max(a.duration, a.min_requests / q)
                 u: list[dict[str, float]] = []
                 s: list[dict[str, Any]] = []
                 for rnd in range(a.rounds):  # alternate which engine goes first
                     for first in ("uqsim", "qsim") if rnd % 2 == 0 else ("qsim", "uqsim"):
                         if first == "uqsim":
-                            u.append(uqsim(exe, d, tmp, q, a.duration))
+                            u.append(uqsim(exe, d, tmp, q, dur))
                         else:
-                            s.append(qsim(model, q, a.duration, rnd + 1))
+                            s.append(qsim(model, q, dur, rnd + 1))
                 row = {k: statistics.median(x[k] for x in u) for k in ("mean_us", "p99_us")}
                 qrow = {
                     k: statistics.median(x[k] for x in s) for k in ("mean_us", "p50_us", "p99_us")

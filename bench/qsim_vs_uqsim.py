@@ -13,6 +13,8 @@ beyond the end, so it never waits for a power-manager decision); qsim runs the i
 at the same rate and duration (``--duration`` or long enough for ``--min-requests``). μqSim
 prints its mean and p99 only (no p50). Saturation: the
 lowest rate whose mean exceeds 5x the lowest rate's (the rule of bench/qsim_validate.py).
+qsim runs the paths and code paths with the shares μqSim's draw gives them (first choice +1
+point, last -1: ``uqsim_choice``), unless ``--written-weights``.
 """
 
 from __future__ import annotations
@@ -122,6 +124,11 @@ def main() -> None:
         help="run long enough for this many requests (low rates, rare slow paths)",
     )
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--written-weights",
+        action="store_true",
+        help="qsim with the written path weights, not the shares μqSim's draw gives",
+    )
     a = ap.parse_args()
     archs = a.arch or list(RATES)
     with tempfile.TemporaryDirectory(prefix="qsim-vs-uqsim-") as t:
@@ -135,7 +142,7 @@ def main() -> None:
         for arch in archs:
             d = extract(a.mirror, arch, tmp / "src")
             model = tmp / (arch.replace("/", "_") + ".toml")
-            convert(d, model)
+            convert(d, model, as_uqsim_draws=not a.written_weights)
             rates = RATES.get(arch, [1000.0])
             um: list[float] = []
             qm: list[float] = []

@@ -260,6 +260,24 @@ def _freq_ratio(mdl: dict[str, Any], where: Path) -> float:
     return base / cur
 
 
+def uqsim_choice(weights: list[float]) -> list[float]:
+    """The shares μqSim actually gives to choices written as percentages: it draws
+    ``rand() % 100`` (0..99) and takes the first choice whose cumulative sum is at or above it
+    (cluster.cc ``enqueue``, micro_service.cc ``decidePath``), so the first gets one point more
+    and the last one point less than written (86/12/2 runs as 87/12/1). Weights that are not
+    whole percentages summing to 100 are returned as written."""
+    if any(w != int(w) for w in weights) or sum(weights) != 100:
+        return list(weights)
+    cum, acc = [], 0.0
+    for w in weights:
+        acc += w
+        cum.append(acc)
+    out = [0.0] * len(weights)
+    for draw in range(100):
+        out[next(i for i, c in enumerate(cum) if c >= draw)] += 1
+    return out
+
+
 def _client_epochs(
     d: Path, qps: float | None, duration_s: float | None
 ) -> tuple[list[float], list[float], list[str]]:
@@ -304,11 +322,14 @@ def convert(
     connections: int = 100,
     client_latency_us: float = 0.065,
     duration_s: float | None = None,
+    as_uqsim_draws: bool = False,
 ) -> list[str]:
     """Write the model for a μqSim directory to ``out``; the notes on what was approximated.
 
     A feature qsim cannot express raises :class:`UnsupportedError` (exit status 4) naming it
-    and its file; a malformed file raises :class:`InputError` (status 3)."""
+    and its file; a malformed file raises :class:`InputError` (status 3). With
+    ``as_uqsim_draws`` the path and code-path weights are the shares μqSim's draw gives them
+    (:func:`uqsim_choice`), for comparing the two engines like for like."""
     d = directory / "json" if (directory / "json" / "graph.json").is_file() else directory
     if not (d / "graph.json").is_file():
         raise InputError("not a μqSim architecture directory (no graph.json)", where=str(directory))
@@ -480,6 +501,10 @@ def convert(
                        "orig_parents": orig_parents, "entry": entry, "weight": weight})  # fmt: skip
     if not parsed:
         raise InputError("no path has a probability > 0", where=str(fp))
+    if as_uqsim_draws:
+        for pp, w in zip(parsed, uqsim_choice([pp["weight"] for pp in parsed]), strict=True):
+            pp["weight"] = w
+        parsed = [pp for pp in parsed if pp["weight"] > 0]
 
     # services used by the paths
     svcs: dict[str, _Svc] = {}
@@ -492,6 +517,9 @@ def convert(
             svcs[e["service"]] = _Svc(insts, mdl, where)
     for sname, svc in svcs.items():
         _read_code_paths(sname, svc, notes)
+        if as_uqsim_draws and svc.cp_weights:
+            ws = uqsim_choice([w for _, w in svc.cp_weights])
+            svc.cp_weights = [(c, w) for (c, _), w in zip(svc.cp_weights, ws, strict=True) if w > 0]
         if len({(i.sched, i.threads, len(i.cores)) for i in svc.insts}) > 1:
             notes.append(f"{sname}: instances differ in scheduler or threads; the first's used")
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from musku.errors import InputError, UnsupportedError
 from musku.qsim.engine import simulate
 from musku.qsim.model import load, with_overrides
-from musku.qsim.uqsim import _erlang_quantiles, convert, write_example
+from musku.qsim.uqsim import _erlang_quantiles, convert, uqsim_choice, write_example
 
 ROOT = Path(__file__).resolve().parents[2]
 MIRROR = Path(
@@ -152,6 +152,9 @@ def test_features_become_model(tmp_path: Path) -> None:
     assert m.model.client.epochs is not None and m.model.client.epochs[0].until_s == 20
     assert {s.name for s in m.model.services} == {"front", "cache", "db", "disk", "net_host0",
                                                   "net_host1"}  # fmt: skip
+    convert(d, out, as_uqsim_draws=True)
+    rx1 = next(n for n in load(out).model.paths[0].nodes if n.name == "rx1")
+    assert rx1.child_weights == [71, 29]
 
 
 @pytest.mark.services
@@ -166,6 +169,16 @@ def test_features_zero_load_latency(engine: str, tmp_path: Path) -> None:
               + 1.5 * (3 + 1) + 300 + 1.5 * 2 + 0.9 + 50)  # fmt: skip
     assert r["latency"]["count"] > 1500
     assert r["latency"]["mean_us"] == pytest.approx(expect, rel=0.05)
+
+
+def test_uqsim_draw_shares() -> None:
+    """μqSim's rand() % 100 against cumulative sums: the first choice one point up, the last
+    one down (3tier's 86/12/2 paths run as 87/12/1, which is why its 1 %-rare disk path made
+    its p99 a quarter of qsim's with the written weights)."""
+    assert uqsim_choice([86, 12, 2]) == [87, 12, 1]
+    assert uqsim_choice([70, 30]) == [71, 29]
+    assert uqsim_choice([100]) == [100]
+    assert uqsim_choice([0.5, 0.25, 0.25]) == [0.5, 0.25, 0.25]  # not percentages: as written
 
 
 def test_critical_section_is_a_pool(tmp_path: Path) -> None:

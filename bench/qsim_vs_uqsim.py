@@ -117,6 +117,7 @@ def main() -> None:
     ap.add_argument("--uqsim", help="μqSim binary (default: build it from the mirror)")
     ap.add_argument("--mirror", default=os.environ.get("MUSKU_UQSIM_MIRROR", MIRROR))
     ap.add_argument("--arch", action="append", help="architecture path(s) (default: all below)")
+    ap.add_argument("--rates", help="comma-separated rates for every --arch (default: per arch)")
     ap.add_argument(
         "--duration", type=float, default=1.0, help="simulated seconds per run, at least"
     )
@@ -146,7 +147,7 @@ def main() -> None:
             d = extract(a.mirror, arch, tmp / "src")
             model = tmp / (arch.replace("/", "_") + ".toml")
             convert(d, model, as_uqsim_draws=not a.written_weights)
-            rates = RATES.get(arch, [1000.0])
+            rates = [float(x) for x in a.rates.split(",")] if a.rates else RATES.get(arch, [1000.0])
             um: list[float] = []
             qm: list[float] = []
             try:

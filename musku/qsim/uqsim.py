@@ -14,8 +14,19 @@ data in our format:
 - nginx's request processing (``ngx_proc``) draws from a fixed 100-entry table scaled by 0.65:
   an empirical histogram file written next to the model;
 - the network stack of each machine (send/receive, local/remote) becomes a service on the
-  machine's interrupt cores, and every hop through it becomes explicit path nodes.
+  machine's interrupt cores, and every hop through it becomes explicit path nodes (a local send
+  and no receive between two services of one machine; nothing after a stage that is not a
+  ``net`` stage);
+- a chunked stage's time (the sum of a random number of draws) becomes one distribution: an
+  exponential, a constant or a histogram file;
+- a blocking stage waiting for its sync node becomes ``hold_thread``/``release_thread``; a
+  critical section a node of its own behind a pool of ``thread_limit`` connections; a random
+  code-path choice a ``branch = "one"`` on the receive node, the rest of the path copied below
+  each choice; the Simplified scheduler a pool of one thread per core; ``cur_freq`` the
+  service's ``freq_ghz``.
 
+What the model cannot express is refused with one line naming the feature and the file
+(:class:`UnsupportedError`, exit status 4); a malformed file is :class:`InputError` (status 3).
 Identical sibling leaves (same service model and code path, one instance each, the same
 children) are folded into one service with one instance per leaf and a node with ``copies``.
 """

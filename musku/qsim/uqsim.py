@@ -121,6 +121,8 @@ def _get(d: Any, key: str, where: Path, kind: type | tuple[type, ...], default: 
     if not ok:
         want = " or ".join(_KINDS.get(k, "a number") for k in kinds)
         raise InputError(f"{key!r} must be {want}, not {json.dumps(v)[:40]}", where=str(where))
+    if isinstance(v, str) and any(0xD800 <= ord(c) <= 0xDFFF for c in v):
+        raise InputError(f"{key!r} holds a lone surrogate (not Unicode text)", where=str(where))
     return v
 
 
@@ -160,8 +162,15 @@ def _tx(node: str, child: str | None) -> str:
     return f"tx{node}" if child is None else f"tx{node}_{child}"
 
 
+def _comment(s: str) -> str:
+    """Text for a TOML comment: no control characters (a name may hold any)."""
+    return "".join(c if c == "\t" or (ord(c) >= 0x20 and c != "\x7f") else "?" for c in s)
+
+
 def _q(s: str) -> str:
-    return json.dumps(s)
+    """A TOML basic string: JSON's escapes without ensure_ascii (TOML has no surrogate-pair
+    escapes), plus DEL, which TOML wants escaped too."""
+    return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def _erlang_quantiles(n: int, rows: int) -> list[float]:
@@ -252,6 +261,14 @@ class _Importer:
                     raise InputError("expected a microservice model (an object)", where=str(f))
                 self.models[name] = (m, f)
         return self.models[name]
+
+
+def _scale(st: dict[str, Any], where: Path, name: str) -> float:
+    """A stage's DVFS ``scale_factor`` (0..1)."""
+    scale = _num(st, "scale_factor", where, 0)
+    if scale > 1:
+        raise InputError(f"stage {name!r}: scale_factor {scale:g} above 1", where=str(where))
+    return scale
 
 
 def _freq_ratio(mdl: dict[str, Any], where: Path) -> float:
@@ -535,7 +552,8 @@ def convert(
             notes.append(f"{sname}: instances differ in scheduler or threads; the first's used")
 
     out_lines: list[str] = [
-        f"# Imported from the μqSim architecture directory {directory} by musku qsim import-uqsim.",
+        f"# Imported from the μqSim architecture directory {_comment(str(directory))} by musku qsim "
+        "import-uqsim.",
         "# μqSim's built-in timing rules are explicit below (docs/qsim.md, 'Importing μqSim').",
         "",
     ]
@@ -594,7 +612,7 @@ def convert(
                 st = net_cps[k]
                 out_lines += ["  [[services.stages]]", f"  name = {_q(net_names[k])}",
                               f"  time = {_time(imp, st, nwhere, 'net_stack', net_names[k], qps)}",
-                              f"  dvfs_scale = {_num(st, 'scale_factor', nwhere, 0):g}", ""]  # fmt: skip
+                              f"  dvfs_scale = {_scale(st, nwhere, net_names[k]):g}", ""]  # fmt: skip
         svc.net = net_of_key[nkey]
 
     crit: dict[tuple[str, int], str] = {}
@@ -614,7 +632,7 @@ def convert(
     out_lines.append("")
     notes = list(dict.fromkeys(notes))
     if notes:
-        out_lines = [*out_lines[:2], *(f"# note: {n}" for n in notes), *out_lines[2:]]
+        out_lines = [*out_lines[:2], *(f"# note: {_comment(n)}" for n in notes), *out_lines[2:]]
     out.write_text("\n".join(out_lines))
     return notes
 
@@ -674,9 +692,7 @@ def _stage_lines(imp: _Importer, sname: str, svc: _Svc, qps: float | None) -> li
     for sid in sorted(by_id):
         st = by_id[sid]
         name = svc.names[sid]
-        scale = _num(st, "scale_factor", where, 0)
-        if scale > 1:
-            raise InputError(f"stage {name!r}: scale_factor {scale:g} above 1", where=str(where))
+        scale = _scale(st, where, name)
         lines += ["  [[services.stages]]", f"  name = {_q(name)}"]
         if simplified:
             # μqSim's Simplified scheduler runs a job's whole code path on a free core, each

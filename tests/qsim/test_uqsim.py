@@ -21,14 +21,15 @@ def test_2tier_rules_become_data(tmp_path: Path) -> None:
     assert convert(d, out) == []
     m = load(out)
     svc = {s.name: s for s in m.model.services}
-    assert set(svc) == {"web", "cache", "net_web", "net_cache"}
+    # one network stack per machine (μqSim's), named after it
+    assert set(svc) == {"web", "cache", "net_host0", "net_host1"}
     poll = svc["web"].stages[0]
     assert poll.queue == "epoll" and poll.time.bytes_table is not None
     table = dict(poll.time.bytes_table)
     assert table[1] == 2 and table[7] == 4 and table[20] == 9  # round(0.38 (n - 7) + 3.8)
     read = svc["cache"].stages[1]
     assert read.queue == "socket" and read.time.bytes_per_job == 7
-    assert svc["net_web"].irq and [s.name for s in svc["net_web"].stages][1] == "tx_remote"
+    assert svc["net_host0"].irq and [s.name for s in svc["net_host0"].stages][1] == "tx_remote"
     nodes = m.model.paths[0].nodes
     assert [n.name for n in nodes] == [
         "rx0",

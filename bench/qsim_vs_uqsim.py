@@ -1,0 +1,187 @@
+"""μqSim's own example architectures, imported, side by side with μqSim (docs/qsim.md,
+"Importing μqSim"): mean and p99 per architecture and load, both engines in the same run on the
+same machine, in alternating rounds; qsim's p50 and the saturation point of each.
+
+    python bench/qsim_vs_uqsim.py [--uqsim PATH] [--mirror GITDIR] [--arch NAME ...]
+                                  [--duration S] [--rounds N]
+
+Without ``--uqsim``, μqSim is built from the mirror's source with ``g++ -std=c++11 -O2`` into a
+temporary directory. Each architecture's files come from the mirror (μqSim's repository has no
+licence: nothing of it is copied into musku). μqSim runs a copy of the directory whose
+``client.json`` holds one epoch of ``--duration`` seconds at the rate (its monitor interval
+beyond the end, so it never waits for a power-manager decision); qsim runs the imported model
+at the same rate and duration (``--duration`` or long enough for ``--min-requests``). μqSim
+prints its mean and p99 only (no p50). Saturation: the
+lowest rate whose mean exceeds 5x the lowest rate's (the rule of bench/qsim_validate.py).
+qsim runs the paths and code paths with the shares μqSim's draw gives them (first choice +1
+point, last -1: ``uqsim_choice``), unless ``--written-weights``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from musku.qsim.engine import simulate  # noqa: E402
+from musku.qsim.model import load, with_overrides  # noqa: E402
+from musku.qsim.uqsim import convert  # noqa: E402
+
+MIRROR = "/work/.mirror/zyqCSL+uqsim-power-management-beta/repo/.git"
+
+# rates (req/s) per architecture: low, middle, near the client.json's own rate
+RATES: dict[str, list[float]] = {
+    "architecture/2tier/json": [20000, 60000, 80000],
+    "architecture/3tier/json": [500, 1500, 3500],
+    "architecture/nginx_fanout/json": [2000, 6000, 10000],
+    "architecture/fannout_synthetic_50/json": [1000, 4000, 8000],
+    "architecture/thrift_helloworld/json": [20000, 50000, 80000],
+    "architecture/thrift_app/json": [300, 900, 1500],
+    "architecture/fanout_2tier": [20000, 60000, 100000],
+}
+
+
+def git(mirror: str, *args: str) -> bytes:
+    return subprocess.run(["git", f"--git-dir={mirror}", *args], capture_output=True,
+                          check=True, timeout=120).stdout  # fmt: skip
+
+
+def extract(mirror: str, path: str, dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    tar = git(mirror, "archive", "HEAD", path)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True, timeout=120)
+    return dest / path
+
+
+def build(mirror: str, tmp: Path) -> str:
+    src = extract(mirror, "src", tmp / "uqsim")
+    extract(mirror, "jsoncpp", tmp / "uqsim")
+    exe = tmp / "microsim"
+    cc = sorted(str(p) for p in src.glob("*.cc"))
+    subprocess.run(["g++", "-std=c++11", "-O2", "-w", *cc,
+                    str(tmp / "uqsim" / "jsoncpp" / "jsoncpp.cpp"), "-o", str(exe)],
+                   check=True, timeout=3600)  # fmt: skip
+    return str(exe)
+
+
+def uqsim(exe: str, arch: Path, work: Path, qps: float, duration: float) -> dict[str, float]:
+    """One μqSim run: a copy of ``arch`` whose client runs ``qps`` for ``duration`` s."""
+    run = work / "arch"
+    subprocess.run(["rm", "-rf", str(run)], check=True)
+    subprocess.run(["cp", "-r", str(arch), str(run)], check=True)
+    (run / "client.json").write_text(json.dumps({
+        "monitor_interval_sec": duration * 100, "epoch_qps": [int(qps)],
+        "epoch_end_sec": [duration]}))  # fmt: skip
+    (work / "sched_test").mkdir(exist_ok=True)
+    t0 = os.times()
+    p = subprocess.run([exe, str(run), "100", "65", "expo", "0"], capture_output=True,
+                       text=True, timeout=7200, cwd=work)  # fmt: skip
+    if p.returncode != 0:
+        raise RuntimeError(f"μqSim exits with status {p.returncode} on {arch.name}")
+    out = p.stdout
+    t1 = os.times()
+    vals: dict[str, float] = {"cpu_s": t1.children_user - t0.children_user}
+    for line in out.splitlines():
+        if "tail lat" in line:
+            vals["p99_us"] = float(line.split("=")[1].split("ms")[0]) * 1000
+        if "average lat" in line:
+            vals["mean_us"] = float(line.split("=")[1].split("ms")[0]) * 1000
+    return vals
+
+
+def qsim(model: Path, qps: float, duration: float, seed: int) -> dict[str, Any]:
+    doc = with_overrides(load(model).engine, qps=qps, duration_s=duration, seed=seed)
+    r = simulate(doc)
+    lat = r["latency"]
+    return {"mean_us": lat["mean_us"], "p50_us": lat["p50_us"], "p99_us": lat["p99_us"],
+            "saturated": bool(r.get("saturated"))}  # fmt: skip
+
+
+def saturation(rates: list[float], means: list[float]) -> str:
+    for q, m in zip(rates, means, strict=True):
+        if m > 5 * means[0]:
+            return f"{q:g}"
+    return f"> {rates[-1]:g}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--uqsim", help="μqSim binary (default: build it from the mirror)")
+    ap.add_argument("--mirror", default=os.environ.get("MUSKU_UQSIM_MIRROR", MIRROR))
+    ap.add_argument("--arch", action="append", help="architecture path(s) (default: all below)")
+    ap.add_argument("--rates", help="comma-separated rates for every --arch (default: per arch)")
+    ap.add_argument(
+        "--duration", type=float, default=1.0, help="simulated seconds per run, at least"
+    )
+    ap.add_argument(
+        "--min-requests",
+        type=float,
+        default=10000,
+        help="run long enough for this many requests (low rates, rare slow paths)",
+    )
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--written-weights",
+        action="store_true",
+        help="qsim with the written path weights, not the shares μqSim's draw gives",
+    )
+    a = ap.parse_args()
+    archs = a.arch or list(RATES)
+    with tempfile.TemporaryDirectory(prefix="qsim-vs-uqsim-") as t:
+        tmp = Path(t)
+        exe = a.uqsim or build(a.mirror, tmp)
+        print(f"μqSim: {exe}; runs of {a.duration:g} simulated s or {a.min_requests:g} requests "
+              f"(the longer), {a.rounds} alternating rounds, medians")  # fmt: skip
+        print(f"{'architecture':<40} {'qps':>7} {'μqSim mean':>10} {'qsim mean':>9} {'err':>7}"
+              f" {'qsim p50':>8} {'μqSim p99':>9} {'qsim p99':>8} {'err':>7}")  # fmt: skip
+        table = []
+        for arch in archs:
+            d = extract(a.mirror, arch, tmp / "src")
+            model = tmp / (arch.replace("/", "_") + ".toml")
+            convert(d, model, as_uqsim_draws=not a.written_weights)
+            rates = [float(x) for x in a.rates.split(",")] if a.rates else RATES.get(arch, [1000.0])
+            um: list[float] = []
+            qm: list[float] = []
+            try:
+                uqsim(exe, d, tmp, rates[0], 0.01)
+            except RuntimeError as e:  # e.g. fanout_2tier: μqSim's own later layout
+                print(f"{arch.removeprefix('architecture/'):<40} {e}", flush=True)
+                continue
+            for q in rates:
+                dur = max(a.duration, a.min_requests / q)
+                u: list[dict[str, float]] = []
+                s: list[dict[str, Any]] = []
+                for rnd in range(a.rounds):  # alternate which engine goes first
+                    for first in ("uqsim", "qsim") if rnd % 2 == 0 else ("qsim", "uqsim"):
+                        if first == "uqsim":
+                            u.append(uqsim(exe, d, tmp, q, dur))
+                        else:
+                            s.append(qsim(model, q, dur, rnd + 1))
+                row = {k: statistics.median(x[k] for x in u) for k in ("mean_us", "p99_us")}
+                qrow = {
+                    k: statistics.median(x[k] for x in s) for k in ("mean_us", "p50_us", "p99_us")
+                }
+                um.append(row["mean_us"])
+                qm.append(qrow["mean_us"])
+                err_m = qrow["mean_us"] / row["mean_us"] - 1
+                err_p = qrow["p99_us"] / row["p99_us"] - 1
+                print(f"{arch.removeprefix('architecture/'):<40} {q:>7g} {row['mean_us']:>10.1f}"
+                      f" {qrow['mean_us']:>9.1f} {err_m:>+7.1%} {qrow['p50_us']:>8.1f}"
+                      f" {row['p99_us']:>9.1f} {qrow['p99_us']:>8.1f} {err_p:>+7.1%}",
+                      flush=True)  # fmt: skip
+            table.append((arch, saturation(rates, um), saturation(rates, qm)))
+        print("\nsaturation (mean > 5x the lowest rate's):")
+        for arch, su, sq in table:
+            print(f"  {arch.removeprefix('architecture/'):<40} μqSim {su:>8}  qsim {sq:>8}")
+
+
+if __name__ == "__main__":
+    main()

@@ -7,15 +7,14 @@ becomes a one-line :class:`~musku.errors.DatabaseError`.
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, delete, func, or_, select, text, update
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from musku import __version__
 from musku.domain import (
@@ -26,8 +25,9 @@ from musku.domain import (
     SoftSku,
 )
 from musku.errors import DatabaseError, InputError, UnsupportedError
-from musku.knobs.spec import BUILTIN, is_knob, register_knob, spec_of, target_of
-from musku.storage import convert, views
+from musku.storage import convert
+from musku.storage.calibrations import Calibrations, StoredTransients
+from musku.storage.core import MAX_ID, Core, Repository, abort_measuring, guard, locked_experiment
 from musku.storage.engine import connect_error, display, first_line, make_engine, reader
 from musku.storage.migrate import (
     check,
@@ -39,16 +39,12 @@ from musku.storage.migrate import (
 )
 from musku.storage.models import (
     ComparisonRow,
-    ConfigTransientRow,
     ConfigurationRow,
-    ConfigurationSettingRow,
     DecisionRow,
     DeploymentRow,
     DeploymentWatchRow,
     ExperimentRow,
     HostRow,
-    KnobRow,
-    PairCalibrationRow,
     QueueRow,
     SampleRow,
     SoftSkuRow,
@@ -63,7 +59,6 @@ from musku.storage.records import (
     ComparisonStatus,
     DeploymentRecord,
     ExperimentRecord,
-    HostRecord,
     InvalidTransition,
     QueueItem,
     QueueState,
@@ -78,9 +73,6 @@ if TYPE_CHECKING:
 
     from musku.abtest.calibration import PairCalibration
     from musku.experiment import Experiment
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 _PG_SAMPLE_TYPES = [
@@ -103,23 +95,6 @@ _PG_SAMPLE_TYPES = [
 """Binary COPY types of :data:`musku.storage.convert.SAMPLE_COLUMNS`, in order."""
 
 
-def _guard(method: Callable[P, R]) -> Callable[P, R]:
-    """SQLAlchemy errors -> one-line DatabaseError naming the operation."""
-
-    @functools.wraps(method)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return method(*args, **kwargs)
-        except IntegrityError as exc:
-            raise DatabaseError(
-                f"{method.__name__}: rejected by the database: {first_line(exc)}"
-            ) from None
-        except SQLAlchemyError as exc:
-            raise DatabaseError(f"{method.__name__}: {first_line(exc)}") from None
-
-    return wrapper
-
-
 class ClaimHeld(DatabaseError):
     """Another live controller holds the experiment (exit status 5, database)."""
 
@@ -131,10 +106,6 @@ def _held_message(row: ExperimentRow, stamp: Any) -> str:
         f"experiment {row.id} is held by controller {row.claim_controller} on host "
         f"{row.claim_host} (pid {row.claim_pid}), heartbeat {ago}"
     )
-
-
-MAX_ID = 2**63 - 1
-"""The largest id a row can have (64-bit integer keys): a larger one names no row."""
 
 
 def open_store(url: str | None = None, *, create: bool = True, read_only: bool = False) -> Store:
@@ -189,23 +160,18 @@ def open_store(url: str | None = None, *, create: bool = True, read_only: bool =
     return Store(engine)
 
 
-class Store:
+class Store(Repository):
     """Results of experiments. Create with :func:`open_store`; ``close()`` when done (or use
-    it as a context manager). One Store may be used from one thread at a time."""
+    it as a context manager). One Store may be used from one thread at a time.
+
+    A façade: each method is its concern's repository's (``runs.py``, ``claims.py``,
+    ``comparisons.py``, ``samples.py``, ``queue.py``, ``skus.py``, ``tables.py``,
+    ``calibrations.py``, ``deployments.py``), all over one shared :class:`Core`; callers
+    annotate with the protocols of :mod:`musku.storage.protocols` they need."""
 
     def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.dialect = engine.dialect.name
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
-        self._reader_engine = reader(engine)
-        self._readers = sessionmaker(self._reader_engine, expire_on_commit=False)
-        self._config_ids: dict[str, int] = {}
-        self._view_knobs: set[str] = set(BUILTIN)  # knobs the configurations view shows
-        self._cmp_meta: dict[int, tuple[str, dict[str, int]]] = {}
-
-    @property
-    def url(self) -> str:
-        return display(self.engine.url)
+        super().__init__(Core(engine))
+        self._calibrations = Calibrations(self.core)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -216,144 +182,7 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ helpers
-
-    def _session(self) -> Session:
-        """A session for a write transaction (``with self._session() as s, s.begin():``)."""
-        return self._sessions()
-
-    def _reader(self) -> Session:
-        """A session that only reads (on SQLite its transaction begins deferred)."""
-        return self._readers()
-
-    def _config_id(self, session: Session, config: Configuration) -> int:
-        key = config.key()
-        cached = self._config_ids.get(key)
-        if cached is not None:
-            return cached
-        found = session.scalar(select(ConfigurationRow.id).where(ConfigurationRow.key == key))
-        if found is None:
-            try:
-                with session.begin_nested():
-                    row = ConfigurationRow(**convert.configuration_columns(config))
-                    session.add(row)
-                    session.flush()
-                    found = row.id
-                    session.add_all(
-                        ConfigurationSettingRow(configuration_id=found, **cols)
-                        for cols in convert.configuration_settings(config)
-                    )
-                    session.flush()
-                    self._record_knobs(session, config)
-            except IntegrityError:  # another writer inserted it meanwhile
-                found = session.scalar(
-                    select(ConfigurationRow.id).where(ConfigurationRow.key == key)
-                )
-                if found is None:
-                    raise
-            return found  # cached once committed and looked up again, not before
-        self._config_ids[key] = found
-        return found
-
-    def _record_knobs(self, session: Session, config: Configuration) -> None:
-        """For a knob of ``config`` stored for the first time: record an out-of-tree knob's
-        ``module:Class`` in ``knobs``, and regenerate the analysts' ``configurations`` view
-        when it does not show the knob yet."""
-        new = [k for k in config.knobs() if k not in self._view_knobs]
-        if not new:
-            return
-        for name in new:
-            if session.get(KnobRow, name) is None:
-                spec = spec_of(name)
-                try:
-                    with session.begin_nested():
-                        session.add(
-                            KnobRow(
-                                name=name,
-                                target=target_of(name),
-                                kind=spec.kind.value,
-                                description=spec.description,
-                            )
-                        )
-                except IntegrityError:  # another writer recorded it meanwhile
-                    pass
-        conn = session.connection()
-        if not views.covers(views.view_columns(conn), new):
-            views.regenerate(conn)
-        self._view_knobs.update(new)
-
-    def _register_stored_knobs(self, session: Session) -> None:
-        """Register the out-of-tree knobs the database's configurations use (``knobs``)."""
-        for row in session.scalars(select(KnobRow)):
-            if is_knob(row.name):
-                continue
-            try:
-                register_knob(row.target)
-            except InputError as exc:
-                raise DatabaseError(
-                    f"this database's configurations use knob {row.name!r}, which cannot be "
-                    f"loaded here: {exc.one_line()}"
-                ) from None
-
-    def _configuration_of(self, session: Session, row: ConfigurationRow) -> Configuration:
-        try:
-            return convert.configuration_from_row(row)
-        except KeyError:
-            self._register_stored_knobs(session)
-        try:
-            return convert.configuration_from_row(row)
-        except KeyError as exc:
-            raise DatabaseError(
-                f"configuration {row.id} uses knob {exc.args[0]!r}, which is neither "
-                "registered here nor recorded in the database's knobs table"
-            ) from None
-
-    def _experiment(self, session: Session, exp_id: int) -> ExperimentRow:
-        row = session.get(ExperimentRow, exp_id)
-        if row is None:
-            raise DatabaseError(f"no experiment with id {exp_id}")
-        return row
-
-    def _comparison(self, session: Session, cmp_id: int) -> ComparisonRow:
-        row = session.get(ComparisonRow, cmp_id)
-        if row is None:
-            raise DatabaseError(f"no comparison with id {cmp_id}")
-        return row
-
-    def _experiment_record(
-        self, session: Session, row: ExperimentRow, hosts: Sequence[HostRow] | None = None
-    ) -> ExperimentRecord:
-        if hosts is None:
-            hosts = session.scalars(
-                select(HostRow).where(HostRow.experiment_id == row.id).order_by(HostRow.idx)
-            ).all()
-        created = convert.aware(row.created_at)
-        assert created is not None
-        return ExperimentRecord(
-            id=row.id,
-            name=row.name,
-            description=row.description,
-            service=row.service,
-            platform=row.platform,
-            mode=row.mode,
-            baseline=row.baseline,
-            metric=row.metric,
-            direction=row.direction,
-            status=ExperimentStatus(row.status),
-            path=row.path,
-            content=row.content,
-            created_at=created,
-            started_at=convert.aware(row.started_at),
-            finished_at=convert.aware(row.finished_at),
-            hosts=tuple(
-                HostRecord(index=h.idx, name=h.name, backend=h.backend, facts=h.facts)
-                for h in hosts
-            ),
-        )
-
-    # ------------------------------------------------------------------ experiments
-
-    @_guard
+    @guard
     def create_experiment(self, experiment: Experiment, *, mode: str | None = None) -> int:
         """Record a new experiment (status ``created``); returns its id. ``mode`` overrides
         the file's sweep mode for runs that are not sweeps (``abtest``)."""
@@ -399,7 +228,7 @@ class Store:
             s.flush()
             return row.id
 
-    @_guard
+    @guard
     def find_experiment(self, name_or_id: str | int) -> ExperimentRecord | None:
         """The latest experiment of that name, else the experiment with that id."""
         with self._reader() as s:
@@ -422,7 +251,7 @@ class Store:
                 row = s.get(ExperimentRow, ident)
             return self._experiment_record(s, row) if row is not None else None
 
-    @_guard
+    @guard
     def runs_named(self, name: str) -> list[tuple[int, str, ExperimentStatus]]:
         """(id, mode, status) of every run (``experiments`` row) of that name, oldest first:
         what :func:`musku.storage.lookup.find_run` chooses from."""
@@ -434,12 +263,12 @@ class Store:
             ).all()
             return [(int(i), str(m), ExperimentStatus(st)) for i, m, st in rows]
 
-    @_guard
+    @guard
     def experiment(self, exp_id: int) -> ExperimentRecord:
         with self._reader() as s:
             return self._experiment_record(s, self._experiment(s, exp_id))
 
-    @_guard
+    @guard
     def experiments(self) -> list[ExperimentRecord]:
         with self._reader() as s:
             rows = s.scalars(select(ExperimentRow).order_by(ExperimentRow.id)).all()
@@ -448,7 +277,7 @@ class Store:
                 hosts.setdefault(h.experiment_id, []).append(h)
             return [self._experiment_record(s, r, hosts.get(r.id, [])) for r in rows]
 
-    @_guard
+    @guard
     def delete_experiment(self, exp_id: int) -> None:
         """Delete an experiment with its hosts, comparisons, samples, decisions and soft SKUs.
         Configurations stay (they are shared)."""
@@ -475,12 +304,12 @@ class Store:
             s.execute(delete(ExperimentRow).where(ExperimentRow.id == exp_id))
         self._cmp_meta.clear()
 
-    @_guard
+    @guard
     def set_status(self, exp_id: int, status: ExperimentStatus) -> None:
         """Move an experiment along ``created -> running -> (interrupted -> running)* ->
         done | failed``; any other change raises :class:`InvalidTransition`."""
         with self._session() as s, s.begin():
-            row = _locked_experiment(s, exp_id)
+            row = locked_experiment(s, exp_id)
             current = ExperimentStatus(row.status)
             if current is ExperimentStatus.ABORTED:
                 return  # an operator's `musku abort` wins over the run's own ending
@@ -498,9 +327,7 @@ class Store:
             if status in (ExperimentStatus.DONE, ExperimentStatus.FAILED):
                 row.finished_at = stamp
 
-    # ------------------------------------------------------------------ controller claims
-
-    @_guard
+    @guard
     def claim(
         self, exp_id: int, controller: str, host: str, pid: int, *, stale_s: float = 60.0
     ) -> None:
@@ -512,7 +339,7 @@ class Store:
         PostgreSQL; on SQLite the write transaction begins IMMEDIATE) and the conditional
         ``UPDATE ... WHERE claim_heartbeat < cutoff`` must change exactly one row."""
         with self._session() as s, s.begin():
-            row = _locked_experiment(s, exp_id)
+            row = locked_experiment(s, exp_id)
             stamp = convert.now()
             cutoff = stamp - timedelta(seconds=stale_s)
             free = or_(
@@ -552,7 +379,7 @@ class Store:
         except SQLAlchemyError as exc:
             raise DatabaseError(f"heartbeat: {first_line(exc)}") from None
 
-    @_guard
+    @guard
     def release(self, exp_id: int, controller: str) -> None:
         """Give the claim up (the end of a run); a claim another controller took is left alone."""
         with self._session() as s, s.begin():
@@ -565,7 +392,7 @@ class Store:
                 .execution_options(synchronize_session=False)
             )
 
-    @_guard
+    @guard
     def resume(self, exp_id: int) -> int:
         """Continue an experiment for ``--resume``: ``interrupted -> running``, or, for one a
         crashed run left ``running``, ``running -> interrupted -> running``; comparisons that
@@ -583,7 +410,7 @@ class Store:
         self.set_status(exp_id, ExperimentStatus.RUNNING)
         return aborted
 
-    @_guard
+    @guard
     def add_hosts(self, exp_id: int, describe: Mapping[str, Any]) -> None:
         """Record the pair's hosts from ``HostPair.describe()``: ``{"hosts": [name | {name,
         ...facts}], "backend": ..., other shared facts}``. Calling it again (on resume)
@@ -622,9 +449,7 @@ class Store:
                     row.name, row.backend, row.facts = name, backend, facts
         self._cmp_meta.clear()
 
-    # ------------------------------------------------------------------ comparisons
-
-    @_guard
+    @guard
     def start_comparison(
         self,
         exp_id: int,
@@ -653,7 +478,7 @@ class Store:
             s.flush()
             return row.id
 
-    @_guard
+    @guard
     def comparison_hosts(self, exp_id: int) -> dict[int, tuple[str | None, str | None]]:
         """Comparison id -> the pair of hosts it ran on (``(host_a, host_b)``; ``None`` for a
         comparison stored before revision 0006)."""
@@ -681,7 +506,7 @@ class Store:
             self._cmp_meta[cmp_id] = meta
         return meta
 
-    @_guard
+    @guard
     def add_samples(self, cmp_id: int, rows: Sequence[Mapping[str, Any]]) -> int:
         """Bulk-insert measurement windows: ``{seq, t, host, role, period, warmup, valid,
         metrics: {name: value}}`` each (host = index in the pair, or its name). Uses COPY on
@@ -717,7 +542,7 @@ class Store:
                 conn.exec_driver_sql(f"INSERT INTO samples ({cols}) VALUES ({marks})", tuples)
         return len(tuples)
 
-    @_guard
+    @guard
     def mark_warmup(
         self, cmp_id: int, seqs: Sequence[int], *, hosts: Sequence[int] | None = None
     ) -> int:
@@ -743,7 +568,7 @@ class Store:
                 changed += int(res.rowcount or 0)
         return changed
 
-    @_guard
+    @guard
     def samples(self, cmp_id: int) -> list[dict[str, Any]]:
         """A comparison's samples in ``(host, seq)`` order, shaped like ``add_samples`` rows
         (plus ``value``, the experiment's primary metric)."""
@@ -755,7 +580,7 @@ class Store:
             )
             return [convert.sample_dict(r) for r in result.mappings()]
 
-    @_guard
+    @guard
     def finish_comparison(self, cmp_id: int, result: ComparisonResult) -> None:
         """Record the decision; the comparison becomes ``finished`` (``aborted`` when the
         decision is ABORTED)."""
@@ -799,7 +624,7 @@ class Store:
             cmp.finished_at = stamp
         self._cmp_meta.pop(cmp_id, None)
 
-    @_guard
+    @guard
     def abort_running(self, exp_id: int, *, only: int | None = None) -> int:
         """Mark comparisons a crashed run left ``running`` as ``aborted`` (call on resume),
         except those a live claimer of the comparison queue is measuring; ``only``: just
@@ -878,14 +703,14 @@ class Store:
             )
         return out
 
-    @_guard
+    @guard
     def comparisons(self, exp_id: int) -> list[ComparisonRecord]:
         """Every comparison of an experiment, oldest first, with decisions and sample counts."""
         with self._reader() as s:
             self._experiment(s, exp_id)
             return self._comparison_records(s, exp_id, finished_only=False)
 
-    @_guard
+    @guard
     def completed(self, exp_id: int) -> list[tuple[str, ComparisonResult]]:
         """(purpose, result) of every finished, non-aborted comparison, oldest first: what a
         resumed sweep does not need to measure again."""
@@ -894,7 +719,7 @@ class Store:
             recs = self._comparison_records(s, exp_id, finished_only=True)
             return [(r.purpose, r.result) for r in recs if r.result is not None]
 
-    @_guard
+    @guard
     def experiment_meta(self, exp_id: int) -> dict[str, Any]:
         """What the report needs beyond the record: ``resolved`` (space, stock, production,
         statistics...) and ``musku_version`` of the musku that created the row."""
@@ -941,7 +766,7 @@ class Store:
         except SQLAlchemyError as exc:
             raise DatabaseError(f"sample_batches: {first_line(exc)}") from None
 
-    @_guard
+    @guard
     def decision_rows(self, exp_id: int) -> list[dict[str, Any]]:
         """One flat row per decision of the experiment (for exports): comparison id and
         purpose, both configurations' keys, and every ``decisions`` column."""
@@ -959,8 +784,6 @@ class Store:
                 row["purpose"] = cmp.purpose
                 out.append(row)
             return out
-
-    # ------------------------------------------------------------------ soft SKUs
 
     def _validation_ids(
         self, s: Session, exp_id: int, against: str, result: ComparisonResult
@@ -1011,7 +834,7 @@ class Store:
         s.flush()
         return cmp.id, dec.id
 
-    @_guard
+    @guard
     def save_softsku(self, exp_id: int, sku: SoftSku) -> int:
         """Store a composed soft SKU with its validations; returns its id.
 
@@ -1023,7 +846,7 @@ class Store:
         aborted gets no soft SKU (:class:`InvalidTransition`), and one that has its soft SKU
         can no longer be aborted (:meth:`abort_experiment`)."""
         with self._session() as s, s.begin():
-            exp = _locked_experiment(s, exp_id)
+            exp = locked_experiment(s, exp_id)
             if exp.status == ExperimentStatus.ABORTED.value:
                 raise InvalidTransition(
                     f"experiment {exp_id} ({exp.name}) was aborted (musku abort) before its "
@@ -1113,7 +936,7 @@ class Store:
             )
         return out
 
-    @_guard
+    @guard
     def softskus(
         self,
         service: str | None = None,
@@ -1135,7 +958,7 @@ class Store:
         with self._reader() as s:
             return self._softsku_records(s, s.scalars(q).all())
 
-    @_guard
+    @guard
     def softsku(self, sku_id: int) -> SoftSkuRecord | None:
         if not 0 < sku_id <= MAX_ID:  # beyond the DB's ids: the driver would overflow
             return None
@@ -1143,9 +966,7 @@ class Store:
             row = s.get(SoftSkuRow, sku_id)
             return self._softsku_records(s, [row])[0] if row is not None else None
 
-    # ------------------------------------------------------------------ threading tables
-
-    @_guard
+    @guard
     def save_threading_table(
         self,
         service: str,
@@ -1169,7 +990,7 @@ class Store:
             s.flush()
             return row.id
 
-    @_guard
+    @guard
     def threading_table(
         self, service: str, host: str, platform: str, config_key: str | Configuration
     ) -> dict[str, Any] | None:
@@ -1190,7 +1011,7 @@ class Store:
             ).first()
             return dict(row.data) if row is not None else None
 
-    @_guard
+    @guard
     def threading_tables(
         self, service: str | None = None, platform: str | None = None
     ) -> list[ThreadingTableRecord]:
@@ -1217,101 +1038,6 @@ class Store:
                 )
             return out
 
-    # ------------------------------------------------------------------ pair calibrations
-
-    @_guard
-    def save_calibration(self, cal: PairCalibration) -> int:
-        """Store a pair calibration (``musku pair calibrate``); the newest one of a pair is
-        the one in force."""
-        with self._session() as s, s.begin():
-            row = PairCalibrationRow(**convert.calibration_columns(cal))
-            s.add(row)
-            s.flush()
-            return row.id
-
-    @_guard
-    def calibration(self, pair: str) -> PairCalibration | None:
-        """The newest calibration of ``pair`` (None: never calibrated)."""
-        with self._session() as s:
-            row = s.scalars(
-                select(PairCalibrationRow)
-                .where(PairCalibrationRow.pair == pair)
-                .order_by(PairCalibrationRow.id.desc())
-                .limit(1)
-            ).first()
-            return convert.calibration_from_row(row) if row is not None else None
-
-    @_guard
-    def calibration_before(self, pair: str, when: datetime) -> PairCalibration | None:
-        """The calibration of ``pair`` in force at ``when``: the newest taken by then (what a
-        run that started then used; ``musku results NAME``)."""
-        with self._session() as s:
-            row = s.scalars(
-                select(PairCalibrationRow)
-                .where(PairCalibrationRow.pair == pair, PairCalibrationRow.taken_at <= when)
-                .order_by(PairCalibrationRow.id.desc())
-                .limit(1)
-            ).first()
-            return convert.calibration_from_row(row) if row is not None else None
-
-    @_guard
-    def mark_recalibration(self, pair: str, note: str) -> bool:
-        """Flag the newest calibration of ``pair`` as needing a new one (a comparison's bias
-        estimate breached its bound). False when the pair has none."""
-        with self._session() as s, s.begin():
-            row = s.scalars(
-                select(PairCalibrationRow)
-                .where(PairCalibrationRow.pair == pair)
-                .order_by(PairCalibrationRow.id.desc())
-                .limit(1)
-            ).first()
-            if row is None:
-                return False
-            row.needs_recalibration = True
-            row.note = note[:2000]
-            return True
-
-    # ------------------------------------------------------------------ warm-up transients
-
-    @_guard
-    def save_transient(self, pair: str, hardware: str, config_key: str, seconds: float) -> int:
-        with self._session() as s, s.begin():
-            row = ConfigTransientRow(
-                pair=pair,
-                hardware=hardware,
-                config_key=config_key,
-                seconds=float(seconds),
-                measured_at=convert.now(),
-            )
-            s.add(row)
-            s.flush()
-            return row.id
-
-    @_guard
-    def transient(self, pair: str, hardware: str, config_key: str) -> float | None:
-        """The warm-up transient (s) remembered for a configuration on a pair: the median of
-        its three newest measurements, so one spurious long detection does not stick (None:
-        never measured)."""
-        with self._session() as s:
-            vals = s.scalars(
-                select(ConfigTransientRow.seconds)
-                .where(
-                    ConfigTransientRow.pair == pair,
-                    ConfigTransientRow.hardware == hardware,
-                    ConfigTransientRow.config_key == config_key,
-                )
-                .order_by(ConfigTransientRow.id.desc())
-                .limit(3)
-            ).all()
-            return float(sorted(vals)[len(vals) // 2]) if vals else None
-
-    def transients(self, pair: str, hardware: str) -> StoredTransients:
-        """A mapping config key -> transient seconds backed by this store (for
-        :class:`musku.abtest.calibration.PairMemory`)."""
-        return StoredTransients(self, pair, hardware)
-
-    # ------------------------------------------------------------------ comparison queue (0007)
-
     @property
     def shared(self) -> bool:
         """True on PostgreSQL: several controllers and ``musku worker`` processes share a sweep
@@ -1325,7 +1051,7 @@ class Store:
                 "controller per experiment): use --db postgresql+psycopg://..."
             )
 
-    @_guard
+    @guard
     def enqueue(
         self,
         exp_id: int,
@@ -1367,7 +1093,7 @@ class Store:
             assert found is not None
             return int(found)
 
-    @_guard
+    @guard
     def claim_queued(
         self, exp_id: int, claimer: str, *, lease_s: float, prefer: int | None = None
     ) -> QueueItem | None:
@@ -1402,7 +1128,7 @@ class Store:
             if row is None:
                 return None
             if row.comparison_id is not None:  # a dead claimer's half-measured comparison
-                _abort_measuring(s, row.comparison_id, stamp)
+                abort_measuring(s, row.comparison_id, stamp)
             row.state = "claimed"
             row.claimed_by = claimer
             row.claimed_at = row.heartbeat_at = stamp
@@ -1427,7 +1153,7 @@ class Store:
                 attempts=row.attempts,
             )
 
-    @_guard
+    @guard
     def start_queued(
         self, item: QueueItem, claimer: str, *, hosts: tuple[str, str] | None = None
     ) -> int:
@@ -1450,7 +1176,7 @@ class Store:
             )
         return cmp_id
 
-    @_guard
+    @guard
     def finish_queued(
         self, item_id: int, claimer: str, cmp_id: int, result: ComparisonResult
     ) -> bool:
@@ -1490,7 +1216,7 @@ class Store:
         self._cmp_meta.pop(cmp_id, None)
         return True
 
-    @_guard
+    @guard
     def queued_result(self, item_id: int) -> ComparisonResult | None:
         """The result of a ``done`` queue row (whoever measured it), else None."""
         with self._reader() as s:
@@ -1510,12 +1236,6 @@ class Store:
             base = self._configuration_of(s, self._config_row(s, cmp.baseline_id))
             cand = self._configuration_of(s, self._config_row(s, cmp.candidate_id))
             return convert.result_from_rows(base, cand, dec)
-
-    def _config_row(self, s: Session, config_id: int) -> ConfigurationRow:
-        row = s.get(ConfigurationRow, config_id)
-        if row is None:
-            raise DatabaseError(f"no configuration with id {config_id}")
-        return row
 
     def beat_queued(self, claimer: str, lease_s: float) -> int:
         """Renew every claim ``claimer`` holds for another ``lease_s``; returns how many it
@@ -1545,7 +1265,7 @@ class Store:
             raise DatabaseError(f"no experiment with id {exp_id}")
         return ExperimentStatus(value)
 
-    @_guard
+    @guard
     def release_queued(self, exp_id: int, claimer: str, *, item_id: int | None = None) -> int:
         """Give back the claims ``claimer`` holds on the experiment's queue (a stop; ``item_id``:
         that row only, its pair failed): the rows become ``queued`` again, comparisons it was
@@ -1564,7 +1284,7 @@ class Store:
             stamp = convert.now()
             for row in rows:
                 if row.comparison_id is not None:
-                    _abort_measuring(s, row.comparison_id, stamp)
+                    abort_measuring(s, row.comparison_id, stamp)
                 row.state, row.claimed_by, row.expires_at, row.comparison_id = (
                     "queued",
                     None,
@@ -1573,7 +1293,7 @@ class Store:
                 )
             return len(rows)
 
-    @_guard
+    @guard
     def queue_states(self, exp_ids: Sequence[int] | None = None) -> dict[int, QueueState]:
         """Each experiment's controller claim, queue counts by state and live queue claims
         (``musku experiments``); all experiments when ``exp_ids`` is None."""
@@ -1617,7 +1337,7 @@ class Store:
                 )
             return out
 
-    @_guard
+    @guard
     def abort_experiment(self, exp_id: int, *, stale_s: float = 60.0) -> ExperimentRecord:
         """``musku abort``: the experiment becomes ``aborted`` (final) and its queue claims are
         released (rows back to ``queued``; nobody claims them again). A live controller
@@ -1628,7 +1348,7 @@ class Store:
         came after its last comparison), raises :class:`InvalidTransition`: an abort is
         refused or wins cleanly, never "aborted" with a soft SKU (:meth:`save_softsku`)."""
         with self._session() as s, s.begin():
-            row = _locked_experiment(s, exp_id)
+            row = locked_experiment(s, exp_id)
             current = ExperimentStatus(row.status)
             if ExperimentStatus.ABORTED not in EXPERIMENT_TRANSITIONS[current]:
                 raise InvalidTransition(
@@ -1673,9 +1393,7 @@ class Store:
             s.flush()
             return self._experiment_record(s, row)
 
-    # ------------------------------------------------------------------ deployments (0008)
-
-    @_guard
+    @guard
     def create_deployment(
         self,
         soft_sku_id: int,
@@ -1728,7 +1446,7 @@ class Store:
             s.flush()
             return row.id
 
-    @_guard
+    @guard
     def update_deployment(
         self,
         dep_id: int,
@@ -1784,13 +1502,13 @@ class Store:
             finished_at=convert.aware(row.finished_at),
         )
 
-    @_guard
+    @guard
     def deployment(self, dep_id: int) -> DeploymentRecord | None:
         with self._reader() as s:
             row = s.get(DeploymentRow, dep_id)
             return self._deployment_record(row) if row is not None else None
 
-    @_guard
+    @guard
     def deployments(
         self, *, live: bool = False, soft_sku_id: int | None = None
     ) -> list[DeploymentRecord]:
@@ -1803,7 +1521,7 @@ class Store:
         with self._reader() as s:
             return [self._deployment_record(r) for r in s.scalars(q)]
 
-    @_guard
+    @guard
     def add_watch(
         self,
         dep_id: int,
@@ -1829,7 +1547,7 @@ class Store:
             s.flush()
             return row.id
 
-    @_guard
+    @guard
     def watches(self, dep_id: int) -> list[WatchRecord]:
         """Deployment ``dep_id``'s re-validations, oldest first."""
         with self._reader() as s:
@@ -1855,7 +1573,7 @@ class Store:
                 )
             return out
 
-    @_guard
+    @guard
     def comparison_id_of(self, exp_id: int, purpose: str) -> int | None:
         """The newest finished comparison of experiment ``exp_id`` with that purpose."""
         with self._reader() as s:
@@ -1866,38 +1584,32 @@ class Store:
                 .limit(1)
             ).first()
 
+    # ------------------------------------------------------------------ calibrations.py
+
+    def save_calibration(self, cal: PairCalibration) -> int:
+        return self._calibrations.save_calibration(cal)
+
+    def calibration(self, pair: str) -> PairCalibration | None:
+        return self._calibrations.calibration(pair)
+
+    def calibration_before(self, pair: str, when: datetime) -> PairCalibration | None:
+        return self._calibrations.calibration_before(pair, when)
+
+    def mark_recalibration(self, pair: str, note: str) -> bool:
+        return self._calibrations.mark_recalibration(pair, note)
+
+    def save_transient(self, pair: str, hardware: str, config_key: str, seconds: float) -> int:
+        return self._calibrations.save_transient(pair, hardware, config_key, seconds)
+
+    def transient(self, pair: str, hardware: str, config_key: str) -> float | None:
+        return self._calibrations.transient(pair, hardware, config_key)
+
+    def transients(self, pair: str, hardware: str) -> StoredTransients:
+        return self._calibrations.transients(pair, hardware)
+
 
 class DeploymentConflict(InputError):
     """A host is in another live deployment (exit status 3, bad input)."""
-
-
-class StoredTransients(MutableMapping[str, float]):
-    """Per-configuration warm-up transients of one pair, read from and written to a store."""
-
-    def __init__(self, store: Store, pair: str, hardware: str) -> None:
-        self.store, self.pair, self.hardware = store, pair, hardware
-        self._cache: dict[str, float] = {}
-
-    def __getitem__(self, key: str) -> float:
-        if key not in self._cache:
-            got = self.store.transient(self.pair, self.hardware, key)
-            if got is None:
-                raise KeyError(key)
-            self._cache[key] = got
-        return self._cache[key]
-
-    def __setitem__(self, key: str, value: float) -> None:
-        self.store.save_transient(self.pair, self.hardware, key, value)
-        self._cache[key] = float(value)
-
-    def __delitem__(self, key: str) -> None:
-        raise TypeError("measured transients are kept (the median of the newest three counts)")
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(dict(self._cache))
-
-    def __len__(self) -> int:
-        return len(self._cache)
 
 
 def upgrade(url: str | None = None) -> tuple[str | None, str]:
@@ -1937,25 +1649,14 @@ def current_revision(url: str | None = None) -> str | None:
         engine.dispose()
 
 
-def _locked_experiment(s: Session, exp_id: int) -> ExperimentRow:
-    """Experiment ``exp_id``'s row, locked for this transaction (``SELECT ... FOR UPDATE``;
-    SQLite's write transaction is IMMEDIATE already)."""
-    row = s.scalars(
-        select(ExperimentRow).where(ExperimentRow.id == exp_id).with_for_update()
-    ).first()
-    if row is None:
-        raise DatabaseError(f"no experiment with id {exp_id}")
-    return row
-
-
-def _abort_measuring(s: Session, cmp_id: int, stamp: Any) -> None:
-    """Mark the comparison a queue row was measuring ``aborted``, if it is still running."""
-    s.execute(
-        update(ComparisonRow)
-        .where(
-            ComparisonRow.id == cmp_id,
-            ComparisonRow.status == ComparisonStatus.RUNNING.value,
-        )
-        .values(status=ComparisonStatus.ABORTED.value, finished_at=stamp)
-        .execution_options(synchronize_session=False)
-    )
+__all__ = [
+    "ClaimHeld",
+    "DeploymentConflict",
+    "InvalidTransition",
+    "MAX_ID",
+    "Store",
+    "StoredTransients",
+    "current_revision",
+    "open_store",
+    "upgrade",
+]

@@ -48,7 +48,6 @@ from musku.storage.models import (
     QueueRow,
     SampleRow,
     SoftSkuRow,
-    ThreadingTableRow,
     ValidationRow,
 )
 from musku.storage.records import (
@@ -66,6 +65,7 @@ from musku.storage.records import (
     ThreadingTableRecord,
     WatchRecord,
 )
+from musku.storage.tables import ThreadingTables
 from musku.storage.urls import default_url
 
 if TYPE_CHECKING:
@@ -172,6 +172,7 @@ class Store(Repository):
     def __init__(self, engine: Engine) -> None:
         super().__init__(Core(engine))
         self._calibrations = Calibrations(self.core)
+        self._tables = ThreadingTables(self.core)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -966,78 +967,6 @@ class Store(Repository):
             row = s.get(SoftSkuRow, sku_id)
             return self._softsku_records(s, [row])[0] if row is not None else None
 
-    @guard
-    def save_threading_table(
-        self,
-        service: str,
-        host: str,
-        platform: str,
-        config_key: str | Configuration,
-        table: Mapping[str, Any],
-    ) -> int:
-        """Store a threading table trained by ``musku.tune``; the newest one wins on lookup."""
-        key = config_key.key() if isinstance(config_key, Configuration) else config_key
-        with self._session() as s, s.begin():
-            row = ThreadingTableRow(
-                service=service,
-                host=host,
-                platform=platform,
-                config_key=key,
-                data=convert.jsonable(dict(table)),
-                created_at=convert.now(),
-            )
-            s.add(row)
-            s.flush()
-            return row.id
-
-    @guard
-    def threading_table(
-        self, service: str, host: str, platform: str, config_key: str | Configuration
-    ) -> dict[str, Any] | None:
-        """The newest threading table for exactly this service, host, platform and
-        configuration; None if none was trained."""
-        key = config_key.key() if isinstance(config_key, Configuration) else config_key
-        with self._reader() as s:
-            row = s.scalars(
-                select(ThreadingTableRow)
-                .where(
-                    ThreadingTableRow.service == service,
-                    ThreadingTableRow.host == host,
-                    ThreadingTableRow.platform == platform,
-                    ThreadingTableRow.config_key == key,
-                )
-                .order_by(ThreadingTableRow.id.desc())
-                .limit(1)
-            ).first()
-            return dict(row.data) if row is not None else None
-
-    @guard
-    def threading_tables(
-        self, service: str | None = None, platform: str | None = None
-    ) -> list[ThreadingTableRecord]:
-        q = select(ThreadingTableRow).order_by(ThreadingTableRow.id)
-        if service is not None:
-            q = q.where(ThreadingTableRow.service == service)
-        if platform is not None:
-            q = q.where(ThreadingTableRow.platform == platform)
-        with self._reader() as s:
-            out = []
-            for r in s.scalars(q):
-                created = convert.aware(r.created_at)
-                assert created is not None
-                out.append(
-                    ThreadingTableRecord(
-                        id=r.id,
-                        service=r.service,
-                        host=r.host,
-                        platform=r.platform,
-                        config_key=r.config_key,
-                        table=r.data,
-                        created_at=created,
-                    )
-                )
-            return out
-
     @property
     def shared(self) -> bool:
         """True on PostgreSQL: several controllers and ``musku worker`` processes share a sweep
@@ -1606,6 +1535,28 @@ class Store(Repository):
 
     def transients(self, pair: str, hardware: str) -> StoredTransients:
         return self._calibrations.transients(pair, hardware)
+
+    # ------------------------------------------------------------------ tables.py
+
+    def save_threading_table(
+        self,
+        service: str,
+        host: str,
+        platform: str,
+        config_key: str | Configuration,
+        table: Mapping[str, Any],
+    ) -> int:
+        return self._tables.save_threading_table(service, host, platform, config_key, table)
+
+    def threading_table(
+        self, service: str, host: str, platform: str, config_key: str | Configuration
+    ) -> dict[str, Any] | None:
+        return self._tables.threading_table(service, host, platform, config_key)
+
+    def threading_tables(
+        self, service: str | None = None, platform: str | None = None
+    ) -> list[ThreadingTableRecord]:
+        return self._tables.threading_tables(service, platform)
 
 
 class DeploymentConflict(InputError):

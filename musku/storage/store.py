@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import delete, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from musku import __version__
@@ -26,10 +26,11 @@ from musku.domain import (
 from musku.errors import DatabaseError
 from musku.storage import convert
 from musku.storage.calibrations import Calibrations, StoredTransients
+from musku.storage.claims import ClaimHeld, Claims
 from musku.storage.comparisons import Comparisons
 from musku.storage.core import MAX_ID, Core, Repository, guard, locked_experiment
 from musku.storage.deployments import DeploymentConflict, Deployments
-from musku.storage.engine import connect_error, display, first_line, make_engine, reader
+from musku.storage.engine import connect_error, display, make_engine, reader
 from musku.storage.migrate import (
     check,
     head_revision,
@@ -54,7 +55,6 @@ from musku.storage.queue import Queue
 from musku.storage.records import (
     EXPERIMENT_TRANSITIONS,
     ComparisonRecord,
-    ComparisonStatus,
     DeploymentRecord,
     ExperimentRecord,
     InvalidTransition,
@@ -74,19 +74,6 @@ if TYPE_CHECKING:
 
     from musku.abtest.calibration import PairCalibration
     from musku.experiment import Experiment
-
-
-class ClaimHeld(DatabaseError):
-    """Another live controller holds the experiment (exit status 5, database)."""
-
-
-def _held_message(row: ExperimentRow, stamp: Any) -> str:
-    beat = convert.aware(row.claim_heartbeat)
-    ago = f"{max(0.0, (stamp - beat).total_seconds()):.0f}s ago" if beat else "never"
-    return (
-        f"experiment {row.id} is held by controller {row.claim_controller} on host "
-        f"{row.claim_host} (pid {row.claim_pid}), heartbeat {ago}"
-    )
 
 
 def open_store(url: str | None = None, *, create: bool = True, read_only: bool = False) -> Store:
@@ -159,6 +146,7 @@ class Store(Repository):
         self._skus = SoftSkus(self.core)
         self._samples = Samples(self.core)
         self._queue = Queue(self.core, self._comparisons)
+        self._claims = Claims(self.core)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -314,71 +302,6 @@ class Store(Repository):
                 row.finished_at = stamp
 
     @guard
-    def claim(
-        self, exp_id: int, controller: str, host: str, pid: int, *, stale_s: float = 60.0
-    ) -> None:
-        """Claim experiment ``exp_id`` for this controller (docs/cli.md "Several controllers").
-
-        Refused with :class:`ClaimHeld` (one line naming the holder) while another controller's
-        heartbeat is younger than ``stale_s``; an unclaimed experiment, this controller's own,
-        or a stale claim is taken atomically: the row is locked (``SELECT ... FOR UPDATE`` on
-        PostgreSQL; on SQLite the write transaction begins IMMEDIATE) and the conditional
-        ``UPDATE ... WHERE claim_heartbeat < cutoff`` must change exactly one row."""
-        with self._session() as s, s.begin():
-            row = locked_experiment(s, exp_id)
-            stamp = convert.now()
-            cutoff = stamp - timedelta(seconds=stale_s)
-            free = or_(
-                ExperimentRow.claim_controller.is_(None),
-                ExperimentRow.claim_controller == controller,
-                ExperimentRow.claim_heartbeat.is_(None),
-                ExperimentRow.claim_heartbeat < cutoff,
-            )
-            res = s.execute(
-                update(ExperimentRow)
-                .where(ExperimentRow.id == exp_id, free)
-                .values(
-                    claim_controller=controller,
-                    claim_host=host,
-                    claim_pid=pid,
-                    claim_heartbeat=stamp,
-                )
-                .execution_options(synchronize_session=False)
-            )
-            if res.rowcount != 1:  # type: ignore[attr-defined]
-                raise ClaimHeld(_held_message(row, stamp))
-
-    def heartbeat(self, exp_id: int, controller: str) -> bool:
-        """Refresh this controller's claim; False when it no longer holds it (taken over).
-        Safe from another thread: it uses the engine only, not this Store's sessions."""
-        try:
-            with self.engine.begin() as conn:
-                res = conn.execute(
-                    update(ExperimentRow)
-                    .where(
-                        ExperimentRow.id == exp_id,
-                        ExperimentRow.claim_controller == controller,
-                    )
-                    .values(claim_heartbeat=convert.now())
-                )
-                return bool(res.rowcount == 1)
-        except SQLAlchemyError as exc:
-            raise DatabaseError(f"heartbeat: {first_line(exc)}") from None
-
-    @guard
-    def release(self, exp_id: int, controller: str) -> None:
-        """Give the claim up (the end of a run); a claim another controller took is left alone."""
-        with self._session() as s, s.begin():
-            s.execute(
-                update(ExperimentRow)
-                .where(ExperimentRow.id == exp_id, ExperimentRow.claim_controller == controller)
-                .values(
-                    claim_controller=None, claim_host=None, claim_pid=None, claim_heartbeat=None
-                )
-                .execution_options(synchronize_session=False)
-            )
-
-    @guard
     def resume(self, exp_id: int) -> int:
         """Continue an experiment for ``--resume``: ``interrupted -> running``, or, for one a
         crashed run left ``running``, ``running -> interrupted -> running``; comparisons that
@@ -442,75 +365,6 @@ class Store(Repository):
         with self._session() as s:
             row = self._experiment(s, exp_id)
             return {"resolved": dict(row.resolved or {}), "musku_version": row.musku_version}
-
-    def status_of(self, exp_id: int) -> ExperimentStatus:
-        """The experiment's status, read from another thread (the engine only)."""
-        try:
-            with self._reader_engine.connect() as conn:
-                value = conn.execute(
-                    select(ExperimentRow.status).where(ExperimentRow.id == exp_id)
-                ).scalar()
-        except SQLAlchemyError as exc:
-            raise DatabaseError(f"status_of: {first_line(exc)}") from None
-        if value is None:
-            raise DatabaseError(f"no experiment with id {exp_id}")
-        return ExperimentStatus(value)
-
-    @guard
-    def abort_experiment(self, exp_id: int, *, stale_s: float = 60.0) -> ExperimentRecord:
-        """``musku abort``: the experiment becomes ``aborted`` (final) and its queue claims are
-        released (rows back to ``queued``; nobody claims them again). A live controller
-        (heartbeat younger than ``stale_s``) notices at its next heartbeat, stops, aborts the
-        comparison it is measuring, rolls its hosts back and releases its claim; a dead one's
-        claim is released here and the comparisons it left ``running`` are aborted. A finished
-        experiment (done, failed, aborted), or one whose soft SKU is stored already (the abort
-        came after its last comparison), raises :class:`InvalidTransition`: an abort is
-        refused or wins cleanly, never "aborted" with a soft SKU (:meth:`save_softsku`)."""
-        with self._session() as s, s.begin():
-            row = locked_experiment(s, exp_id)
-            current = ExperimentStatus(row.status)
-            if ExperimentStatus.ABORTED not in EXPERIMENT_TRANSITIONS[current]:
-                raise InvalidTransition(
-                    f"experiment {exp_id} ({row.name}) is already {current.value}: "
-                    "only a running or interrupted experiment can be aborted"
-                )
-            sku = s.scalars(
-                select(SoftSkuRow.id).where(SoftSkuRow.experiment_id == exp_id).limit(1)
-            ).first()
-            if sku is not None:  # the abort came after the last comparison: too late
-                raise InvalidTransition(
-                    f"experiment {exp_id} ({row.name}) is already finished: its soft SKU "
-                    f"{sku} is stored (the run ends as done; `musku sku show {sku}`)"
-                )
-            stamp = convert.now()
-            beat = convert.aware(row.claim_heartbeat)
-            live = (
-                row.claim_controller is not None
-                and beat is not None
-                and beat > stamp - timedelta(seconds=stale_s)
-            )
-            row.status, row.finished_at = ExperimentStatus.ABORTED.value, stamp
-            if not live:  # a live controller releases its claim as it stops
-                row.claim_controller = row.claim_host = None
-                row.claim_pid = row.claim_heartbeat = None
-            s.execute(
-                update(QueueRow)
-                .where(QueueRow.experiment_id == exp_id, QueueRow.state == "claimed")
-                .values(state="queued", claimed_by=None, expires_at=None)
-                .execution_options(synchronize_session=False)
-            )
-            if not live:
-                s.execute(
-                    update(ComparisonRow)
-                    .where(
-                        ComparisonRow.experiment_id == exp_id,
-                        ComparisonRow.status == ComparisonStatus.RUNNING.value,
-                    )
-                    .values(status=ComparisonStatus.ABORTED.value, finished_at=stamp)
-                    .execution_options(synchronize_session=False)
-                )
-            s.flush()
-            return self._experiment_record(s, row)
 
     # ------------------------------------------------------------------ calibrations.py
 
@@ -746,6 +600,25 @@ class Store(Repository):
 
     def queue_states(self, exp_ids: Sequence[int] | None = None) -> dict[int, QueueState]:
         return self._queue.queue_states(exp_ids)
+
+    # ------------------------------------------------------------------ claims.py
+
+    def claim(
+        self, exp_id: int, controller: str, host: str, pid: int, *, stale_s: float = 60.0
+    ) -> None:
+        return self._claims.claim(exp_id, controller, host, pid, stale_s=stale_s)
+
+    def heartbeat(self, exp_id: int, controller: str) -> bool:
+        return self._claims.heartbeat(exp_id, controller)
+
+    def release(self, exp_id: int, controller: str) -> None:
+        return self._claims.release(exp_id, controller)
+
+    def status_of(self, exp_id: int) -> ExperimentStatus:
+        return self._claims.status_of(exp_id)
+
+    def abort_experiment(self, exp_id: int, *, stale_s: float = 60.0) -> ExperimentRecord:
+        return self._claims.abort_experiment(exp_id, stale_s=stale_s)
 
 
 def upgrade(url: str | None = None) -> tuple[str | None, str]:

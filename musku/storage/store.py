@@ -1,8 +1,14 @@
 """The results store: everything the sweep, the CLI and the threading auto-tuner write and read.
 
+:func:`open_store` opens (and creates or checks the schema of) a database and returns a
+:class:`Store`: a façade over one repository per concern (``runs.py``, ``claims.py``,
+``comparisons.py``, ``samples.py``, ``queue.py``, ``skus.py``, ``tables.py``,
+``calibrations.py``, ``deployments.py``) sharing one :class:`~musku.storage.core.Core`. Callers
+annotate with the protocols of :mod:`musku.storage.protocols` they use.
+
 Every method takes and returns :mod:`musku.domain` values or the frozen records of
-:mod:`musku.storage.records`; SQLAlchemy rows never leave this module. Every database failure
-becomes a one-line :class:`~musku.errors.DatabaseError`.
+:mod:`musku.storage.records`; SQLAlchemy rows never leave the storage package. Every database
+failure becomes a one-line :class:`~musku.errors.DatabaseError`.
 """
 
 from __future__ import annotations
@@ -117,10 +123,9 @@ class Store(Repository):
     """Results of experiments. Create with :func:`open_store`; ``close()`` when done (or use
     it as a context manager). One Store may be used from one thread at a time.
 
-    A façade: each method is its concern's repository's (``runs.py``, ``claims.py``,
-    ``comparisons.py``, ``samples.py``, ``queue.py``, ``skus.py``, ``tables.py``,
-    ``calibrations.py``, ``deployments.py``), all over one shared :class:`Core`; callers
-    annotate with the protocols of :mod:`musku.storage.protocols` they need."""
+    A façade: each method is its concern's repository's (the module named above its
+    section), all over one shared :class:`~musku.storage.core.Core`; it implements every
+    protocol of :mod:`musku.storage.protocols` (:class:`~musku.storage.protocols.ResultStore`)."""
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(Core(engine))
@@ -142,6 +147,201 @@ class Store(Repository):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # ------------------------------------------------------------------ runs.py
+
+    def create_experiment(self, experiment: Experiment, *, mode: str | None = None) -> int:
+        return self._runs.create_experiment(experiment, mode=mode)
+
+    def find_experiment(self, name_or_id: str | int) -> ExperimentRecord | None:
+        return self._runs.find_experiment(name_or_id)
+
+    def runs_named(self, name: str) -> list[tuple[int, str, ExperimentStatus]]:
+        return self._runs.runs_named(name)
+
+    def experiment(self, exp_id: int) -> ExperimentRecord:
+        return self._runs.experiment(exp_id)
+
+    def experiments(self) -> list[ExperimentRecord]:
+        return self._runs.experiments()
+
+    def delete_experiment(self, exp_id: int) -> None:
+        return self._runs.delete_experiment(exp_id)
+
+    def set_status(self, exp_id: int, status: ExperimentStatus) -> None:
+        return self._runs.set_status(exp_id, status)
+
+    def resume(self, exp_id: int) -> int:
+        return self._runs.resume(exp_id)
+
+    def add_hosts(self, exp_id: int, describe: Mapping[str, Any]) -> None:
+        return self._runs.add_hosts(exp_id, describe)
+
+    def experiment_meta(self, exp_id: int) -> dict[str, Any]:
+        return self._runs.experiment_meta(exp_id)
+
+    # ------------------------------------------------------------------ claims.py
+
+    def claim(
+        self, exp_id: int, controller: str, host: str, pid: int, *, stale_s: float = 60.0
+    ) -> None:
+        return self._claims.claim(exp_id, controller, host, pid, stale_s=stale_s)
+
+    def heartbeat(self, exp_id: int, controller: str) -> bool:
+        return self._claims.heartbeat(exp_id, controller)
+
+    def release(self, exp_id: int, controller: str) -> None:
+        return self._claims.release(exp_id, controller)
+
+    def status_of(self, exp_id: int) -> ExperimentStatus:
+        return self._claims.status_of(exp_id)
+
+    def abort_experiment(self, exp_id: int, *, stale_s: float = 60.0) -> ExperimentRecord:
+        return self._claims.abort_experiment(exp_id, stale_s=stale_s)
+
+    # ------------------------------------------------------------------ comparisons.py
+
+    def start_comparison(
+        self,
+        exp_id: int,
+        purpose: str,
+        baseline: Configuration,
+        candidate: Configuration,
+        *,
+        hosts: tuple[str, str] | None = None,
+    ) -> int:
+        return self._comparisons.start_comparison(exp_id, purpose, baseline, candidate, hosts=hosts)
+
+    def comparison_hosts(self, exp_id: int) -> dict[int, tuple[str | None, str | None]]:
+        return self._comparisons.comparison_hosts(exp_id)
+
+    def finish_comparison(self, cmp_id: int, result: ComparisonResult) -> None:
+        return self._comparisons.finish_comparison(cmp_id, result)
+
+    def abort_running(self, exp_id: int, *, only: int | None = None) -> int:
+        return self._comparisons.abort_running(exp_id, only=only)
+
+    def comparisons(self, exp_id: int) -> list[ComparisonRecord]:
+        return self._comparisons.comparisons(exp_id)
+
+    def completed(self, exp_id: int) -> list[tuple[str, ComparisonResult]]:
+        return self._comparisons.completed(exp_id)
+
+    def decision_rows(self, exp_id: int) -> list[dict[str, Any]]:
+        return self._comparisons.decision_rows(exp_id)
+
+    def comparison_id_of(self, exp_id: int, purpose: str) -> int | None:
+        return self._comparisons.comparison_id_of(exp_id, purpose)
+
+    # ------------------------------------------------------------------ samples.py
+
+    def add_samples(self, cmp_id: int, rows: Sequence[Mapping[str, Any]]) -> int:
+        return self._samples.add_samples(cmp_id, rows)
+
+    def mark_warmup(
+        self, cmp_id: int, seqs: Sequence[int], *, hosts: Sequence[int] | None = None
+    ) -> int:
+        return self._samples.mark_warmup(cmp_id, seqs, hosts=hosts)
+
+    def samples(self, cmp_id: int) -> list[dict[str, Any]]:
+        return self._samples.samples(cmp_id)
+
+    def sample_batches(
+        self,
+        exp_id: int,
+        *,
+        comparison_ids: Sequence[int] | None = None,
+        columns: Sequence[str] | None = None,
+        batch_rows: int = 50_000,
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        return self._samples.sample_batches(
+            exp_id, comparison_ids=comparison_ids, columns=columns, batch_rows=batch_rows
+        )
+
+    # ------------------------------------------------------------------ queue.py
+
+    @property
+    def shared(self) -> bool:
+        return self._queue.shared
+
+    def _need_queue(self) -> None:
+        return self._queue._need_queue()
+
+    def enqueue(
+        self,
+        exp_id: int,
+        purpose: str,
+        baseline: Configuration,
+        candidate: Configuration,
+        seed: int,
+    ) -> int:
+        return self._queue.enqueue(exp_id, purpose, baseline, candidate, seed)
+
+    def claim_queued(
+        self, exp_id: int, claimer: str, *, lease_s: float, prefer: int | None = None
+    ) -> QueueItem | None:
+        return self._queue.claim_queued(exp_id, claimer, lease_s=lease_s, prefer=prefer)
+
+    def start_queued(
+        self, item: QueueItem, claimer: str, *, hosts: tuple[str, str] | None = None
+    ) -> int:
+        return self._queue.start_queued(item, claimer, hosts=hosts)
+
+    def finish_queued(
+        self, item_id: int, claimer: str, cmp_id: int, result: ComparisonResult
+    ) -> bool:
+        return self._queue.finish_queued(item_id, claimer, cmp_id, result)
+
+    def queued_result(self, item_id: int) -> ComparisonResult | None:
+        return self._queue.queued_result(item_id)
+
+    def beat_queued(self, claimer: str, lease_s: float) -> int:
+        return self._queue.beat_queued(claimer, lease_s)
+
+    def release_queued(self, exp_id: int, claimer: str, *, item_id: int | None = None) -> int:
+        return self._queue.release_queued(exp_id, claimer, item_id=item_id)
+
+    def queue_states(self, exp_ids: Sequence[int] | None = None) -> dict[int, QueueState]:
+        return self._queue.queue_states(exp_ids)
+
+    # ------------------------------------------------------------------ skus.py
+
+    def save_softsku(self, exp_id: int, sku: SoftSku) -> int:
+        return self._skus.save_softsku(exp_id, sku)
+
+    def softskus(
+        self,
+        service: str | None = None,
+        platform: str | None = None,
+        *,
+        include_aborted: bool = False,
+    ) -> list[SoftSkuRecord]:
+        return self._skus.softskus(service, platform, include_aborted=include_aborted)
+
+    def softsku(self, sku_id: int) -> SoftSkuRecord | None:
+        return self._skus.softsku(sku_id)
+
+    # ------------------------------------------------------------------ tables.py
+
+    def save_threading_table(
+        self,
+        service: str,
+        host: str,
+        platform: str,
+        config_key: str | Configuration,
+        table: Mapping[str, Any],
+    ) -> int:
+        return self._tables.save_threading_table(service, host, platform, config_key, table)
+
+    def threading_table(
+        self, service: str, host: str, platform: str, config_key: str | Configuration
+    ) -> dict[str, Any] | None:
+        return self._tables.threading_table(service, host, platform, config_key)
+
+    def threading_tables(
+        self, service: str | None = None, platform: str | None = None
+    ) -> list[ThreadingTableRecord]:
+        return self._tables.threading_tables(service, platform)
 
     # ------------------------------------------------------------------ calibrations.py
 
@@ -165,28 +365,6 @@ class Store(Repository):
 
     def transients(self, pair: str, hardware: str) -> StoredTransients:
         return self._calibrations.transients(pair, hardware)
-
-    # ------------------------------------------------------------------ tables.py
-
-    def save_threading_table(
-        self,
-        service: str,
-        host: str,
-        platform: str,
-        config_key: str | Configuration,
-        table: Mapping[str, Any],
-    ) -> int:
-        return self._tables.save_threading_table(service, host, platform, config_key, table)
-
-    def threading_table(
-        self, service: str, host: str, platform: str, config_key: str | Configuration
-    ) -> dict[str, Any] | None:
-        return self._tables.threading_table(service, host, platform, config_key)
-
-    def threading_tables(
-        self, service: str | None = None, platform: str | None = None
-    ) -> list[ThreadingTableRecord]:
-        return self._tables.threading_tables(service, platform)
 
     # ------------------------------------------------------------------ deployments.py
 
@@ -255,179 +433,6 @@ class Store(Repository):
 
     def watches(self, dep_id: int) -> list[WatchRecord]:
         return self._deployments.watches(dep_id)
-
-    # ------------------------------------------------------------------ skus.py
-
-    def save_softsku(self, exp_id: int, sku: SoftSku) -> int:
-        return self._skus.save_softsku(exp_id, sku)
-
-    def softskus(
-        self,
-        service: str | None = None,
-        platform: str | None = None,
-        *,
-        include_aborted: bool = False,
-    ) -> list[SoftSkuRecord]:
-        return self._skus.softskus(service, platform, include_aborted=include_aborted)
-
-    def softsku(self, sku_id: int) -> SoftSkuRecord | None:
-        return self._skus.softsku(sku_id)
-
-    # ------------------------------------------------------------------ samples.py
-
-    def add_samples(self, cmp_id: int, rows: Sequence[Mapping[str, Any]]) -> int:
-        return self._samples.add_samples(cmp_id, rows)
-
-    def mark_warmup(
-        self, cmp_id: int, seqs: Sequence[int], *, hosts: Sequence[int] | None = None
-    ) -> int:
-        return self._samples.mark_warmup(cmp_id, seqs, hosts=hosts)
-
-    def samples(self, cmp_id: int) -> list[dict[str, Any]]:
-        return self._samples.samples(cmp_id)
-
-    def sample_batches(
-        self,
-        exp_id: int,
-        *,
-        comparison_ids: Sequence[int] | None = None,
-        columns: Sequence[str] | None = None,
-        batch_rows: int = 50_000,
-    ) -> Iterator[list[tuple[Any, ...]]]:
-        return self._samples.sample_batches(
-            exp_id, comparison_ids=comparison_ids, columns=columns, batch_rows=batch_rows
-        )
-
-    # ------------------------------------------------------------------ comparisons.py
-
-    def start_comparison(
-        self,
-        exp_id: int,
-        purpose: str,
-        baseline: Configuration,
-        candidate: Configuration,
-        *,
-        hosts: tuple[str, str] | None = None,
-    ) -> int:
-        return self._comparisons.start_comparison(exp_id, purpose, baseline, candidate, hosts=hosts)
-
-    def comparison_hosts(self, exp_id: int) -> dict[int, tuple[str | None, str | None]]:
-        return self._comparisons.comparison_hosts(exp_id)
-
-    def finish_comparison(self, cmp_id: int, result: ComparisonResult) -> None:
-        return self._comparisons.finish_comparison(cmp_id, result)
-
-    def abort_running(self, exp_id: int, *, only: int | None = None) -> int:
-        return self._comparisons.abort_running(exp_id, only=only)
-
-    def comparisons(self, exp_id: int) -> list[ComparisonRecord]:
-        return self._comparisons.comparisons(exp_id)
-
-    def completed(self, exp_id: int) -> list[tuple[str, ComparisonResult]]:
-        return self._comparisons.completed(exp_id)
-
-    def decision_rows(self, exp_id: int) -> list[dict[str, Any]]:
-        return self._comparisons.decision_rows(exp_id)
-
-    def comparison_id_of(self, exp_id: int, purpose: str) -> int | None:
-        return self._comparisons.comparison_id_of(exp_id, purpose)
-
-    # ------------------------------------------------------------------ queue.py
-
-    @property
-    def shared(self) -> bool:
-        return self._queue.shared
-
-    def _need_queue(self) -> None:
-        return self._queue._need_queue()
-
-    def enqueue(
-        self,
-        exp_id: int,
-        purpose: str,
-        baseline: Configuration,
-        candidate: Configuration,
-        seed: int,
-    ) -> int:
-        return self._queue.enqueue(exp_id, purpose, baseline, candidate, seed)
-
-    def claim_queued(
-        self, exp_id: int, claimer: str, *, lease_s: float, prefer: int | None = None
-    ) -> QueueItem | None:
-        return self._queue.claim_queued(exp_id, claimer, lease_s=lease_s, prefer=prefer)
-
-    def start_queued(
-        self, item: QueueItem, claimer: str, *, hosts: tuple[str, str] | None = None
-    ) -> int:
-        return self._queue.start_queued(item, claimer, hosts=hosts)
-
-    def finish_queued(
-        self, item_id: int, claimer: str, cmp_id: int, result: ComparisonResult
-    ) -> bool:
-        return self._queue.finish_queued(item_id, claimer, cmp_id, result)
-
-    def queued_result(self, item_id: int) -> ComparisonResult | None:
-        return self._queue.queued_result(item_id)
-
-    def beat_queued(self, claimer: str, lease_s: float) -> int:
-        return self._queue.beat_queued(claimer, lease_s)
-
-    def release_queued(self, exp_id: int, claimer: str, *, item_id: int | None = None) -> int:
-        return self._queue.release_queued(exp_id, claimer, item_id=item_id)
-
-    def queue_states(self, exp_ids: Sequence[int] | None = None) -> dict[int, QueueState]:
-        return self._queue.queue_states(exp_ids)
-
-    # ------------------------------------------------------------------ claims.py
-
-    def claim(
-        self, exp_id: int, controller: str, host: str, pid: int, *, stale_s: float = 60.0
-    ) -> None:
-        return self._claims.claim(exp_id, controller, host, pid, stale_s=stale_s)
-
-    def heartbeat(self, exp_id: int, controller: str) -> bool:
-        return self._claims.heartbeat(exp_id, controller)
-
-    def release(self, exp_id: int, controller: str) -> None:
-        return self._claims.release(exp_id, controller)
-
-    def status_of(self, exp_id: int) -> ExperimentStatus:
-        return self._claims.status_of(exp_id)
-
-    def abort_experiment(self, exp_id: int, *, stale_s: float = 60.0) -> ExperimentRecord:
-        return self._claims.abort_experiment(exp_id, stale_s=stale_s)
-
-    # ------------------------------------------------------------------ runs.py
-
-    def create_experiment(self, experiment: Experiment, *, mode: str | None = None) -> int:
-        return self._runs.create_experiment(experiment, mode=mode)
-
-    def find_experiment(self, name_or_id: str | int) -> ExperimentRecord | None:
-        return self._runs.find_experiment(name_or_id)
-
-    def runs_named(self, name: str) -> list[tuple[int, str, ExperimentStatus]]:
-        return self._runs.runs_named(name)
-
-    def experiment(self, exp_id: int) -> ExperimentRecord:
-        return self._runs.experiment(exp_id)
-
-    def experiments(self) -> list[ExperimentRecord]:
-        return self._runs.experiments()
-
-    def delete_experiment(self, exp_id: int) -> None:
-        return self._runs.delete_experiment(exp_id)
-
-    def set_status(self, exp_id: int, status: ExperimentStatus) -> None:
-        return self._runs.set_status(exp_id, status)
-
-    def resume(self, exp_id: int) -> int:
-        return self._runs.resume(exp_id)
-
-    def add_hosts(self, exp_id: int, describe: Mapping[str, Any]) -> None:
-        return self._runs.add_hosts(exp_id, describe)
-
-    def experiment_meta(self, exp_id: int) -> dict[str, Any]:
-        return self._runs.experiment_meta(exp_id)
 
 
 def upgrade(url: str | None = None) -> tuple[str | None, str]:

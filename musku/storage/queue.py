@@ -57,7 +57,9 @@ class Queue(Repository):
         through the comparison queue. SQLite runs one controller per experiment."""
         return self.dialect == "postgresql"
 
-    def _need_queue(self) -> None:
+    def need_queue(self) -> None:
+        """Raise :class:`~musku.errors.UnsupportedError` (one line) unless the queue is
+        :attr:`shared` (PostgreSQL)."""
         if not self.shared:
             raise UnsupportedError(
                 f"the comparison queue needs PostgreSQL ({self.url} is SQLite, which runs one "
@@ -76,7 +78,7 @@ class Queue(Repository):
         """The queue row of this comparison of the experiment, added ``queued`` if it is not
         there yet (``INSERT ... ON CONFLICT DO NOTHING``): several controllers asking for the
         same comparison get the same row. Returns its id."""
-        self._need_queue()
+        self.need_queue()
         from sqlalchemy.dialects.postgresql import insert  # lazy: the PostgreSQL dialect
 
         with self._session() as s, s.begin():
@@ -116,7 +118,7 @@ class Queue(Repository):
         measured again). ``SELECT ... FOR UPDATE SKIP LOCKED``: concurrent claimers never wait
         on each other nor get the same row. The claim lasts ``lease_s``; renew it with
         :meth:`beat_queued`."""
-        self._need_queue()
+        self.need_queue()
         with self._session() as s, s.begin():
             stamp = convert.now()
             running = select(ExperimentRow.id).where(

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 
     from musku.abtest.calibration import PairCalibration
     from musku.experiment import Experiment
+    from musku.storage import protocols
 
 
 def open_store(url: str | None = None, *, create: bool = True, read_only: bool = False) -> Store:
@@ -264,8 +265,10 @@ class Store(Repository):
     def shared(self) -> bool:
         return self._queue.shared
 
-    def _need_queue(self) -> None:
-        return self._queue._need_queue()
+    def need_queue(self) -> None:
+        return self._queue.need_queue()
+
+    _need_queue = need_queue  # its name before the split (musku.sweep.worker)
 
     def enqueue(
         self,
@@ -483,3 +486,21 @@ __all__ = [
     "open_store",
     "upgrade",
 ]
+
+
+if TYPE_CHECKING:  # mypy checks that the façade and each repository implement their protocols
+
+    def _implements(store: Store, core: Core) -> None:
+        comparisons = Comparisons(core)
+        everything: protocols.ResultStore = store
+        runs: protocols.RunStore = Runs(core, comparisons)
+        claims: protocols.ClaimStore = Claims(core)
+        compared: protocols.ComparisonStore = comparisons
+        samples: protocols.SampleStore = Samples(core)
+        queue: protocols.QueueStore = Queue(core, comparisons)
+        skus: protocols.SkuStore = SoftSkus(core)
+        tables: protocols.TableStore = ThreadingTables(core)
+        calibrations: protocols.CalibrationStore = Calibrations(core)
+        deployments: protocols.DeploymentStore = Deployments(core)
+        del everything, runs, claims, compared, samples, queue, skus, tables, calibrations
+        del deployments

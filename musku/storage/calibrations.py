@@ -19,7 +19,7 @@ from musku.storage.models import (
 )
 
 if TYPE_CHECKING:
-    from musku.abtest.calibration import PairCalibration
+    from musku.domain import PairCalibration
 
 
 class Calibrations(Repository):

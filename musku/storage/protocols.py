@@ -38,7 +38,7 @@ from musku.storage.records import (
 )
 
 if TYPE_CHECKING:
-    from musku.abtest.calibration import PairCalibration
+    from musku.domain import PairCalibration
     from musku.experiment import Experiment
 
 

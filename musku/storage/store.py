@@ -63,7 +63,7 @@ from musku.storage.urls import default_url
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from musku.abtest.calibration import PairCalibration
+    from musku.domain import PairCalibration
     from musku.experiment import Experiment
     from musku.storage import protocols
 

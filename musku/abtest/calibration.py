@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from musku.domain import DEFAULT_MAX_AGE_S, PairCalibration
+from musku.storage.protocols import CalibrationStore
 
 UNCALIBRATED_BOUND = 0.01
 """Bias bound checked (never used for decisions) on a pair without a calibration."""
@@ -86,7 +87,9 @@ class PairMemory:
         return cal.bound if cal is not None else UNCALIBRATED_BOUND
 
 
-def memory_for(pair: Any, store: Any | None, *, max_age_s: float | None = None) -> PairMemory:
+def memory_for(
+    pair: Any, store: CalibrationStore | None, *, max_age_s: float | None = None
+) -> PairMemory:
     """The :class:`PairMemory` of ``pair``: its newest calibration and its per-configuration
     transients from ``store`` (a breach marks the calibration there), or an in-memory one
     shared by the comparisons of one run without a store. ``max_age_s`` defaults to
@@ -231,7 +234,7 @@ class CalibrationEffect:
         return out
 
 
-def calibrations_used(store: Any, run: Any, comparisons: Any) -> list[PairCalibration]:
+def calibrations_used(store: CalibrationStore, run: Any, comparisons: Any) -> list[PairCalibration]:
     """The calibrations a stored run used: for each pair whose comparisons were decided
     before the first swap, the newest calibration taken before the run started (calibration
     rows are never rewritten but for their recalibration flag)."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from musku.domain import Configuration, Sample
 from musku.errors import HostError
+from musku.storage.protocols import TableStore
 
 
 class Host(ABC):
@@ -78,9 +79,9 @@ class HostPair(ABC):
         the table being the one trained for the configuration the host is at."""
         return ("", "")
 
-    def use_store(self, store: Any) -> None:
+    def use_store(self, store: TableStore) -> None:
         """The controller's results store, for backends that co-tune threading: they look
-        threading tables up there (``Store.threading_table``) before training one, and save
+        threading tables up there (``TableStore.threading_table``) before training one, and save
         the ones they train. Default: not needed."""
 
     def restore(self) -> None:

@@ -13,10 +13,7 @@ from sqlalchemy import select
 
 from musku.storage import convert
 from musku.storage.core import Repository, guard
-from musku.storage.models import (
-    ConfigTransientRow,
-    PairCalibrationRow,
-)
+from musku.storage.models import ConfigTransientRow, PairCalibrationRow
 
 if TYPE_CHECKING:
     from musku.domain import PairCalibration

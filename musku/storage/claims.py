@@ -7,33 +7,23 @@ its controller. A repository of the results store (:mod:`musku.storage.core`); t
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from musku.domain import (
-    ExperimentStatus,
-)
+from musku.domain import ExperimentStatus
 from musku.errors import DatabaseError
 from musku.storage import convert
 from musku.storage.core import Repository, guard, locked_experiment
 from musku.storage.engine import first_line
-from musku.storage.models import (
-    ComparisonRow,
-    ExperimentRow,
-    QueueRow,
-    SoftSkuRow,
-)
+from musku.storage.models import ComparisonRow, ExperimentRow, QueueRow, SoftSkuRow
 from musku.storage.records import (
     EXPERIMENT_TRANSITIONS,
     ComparisonStatus,
     ExperimentRecord,
     InvalidTransition,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 def _held_message(row: ExperimentRow, stamp: Any) -> str:

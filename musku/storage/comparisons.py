@@ -5,33 +5,17 @@ decisions. A repository of the results store (:mod:`musku.storage.core`); the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from musku.domain import (
-    ComparisonResult,
-    Configuration,
-)
+from musku.domain import ComparisonResult, Configuration
 from musku.errors import DatabaseError
 from musku.storage import convert
 from musku.storage.core import Repository, guard
-from musku.storage.models import (
-    ComparisonRow,
-    ConfigurationRow,
-    DecisionRow,
-    QueueRow,
-    SampleRow,
-)
-from musku.storage.records import (
-    ComparisonRecord,
-    ComparisonStatus,
-    InvalidTransition,
-)
-
-if TYPE_CHECKING:
-    pass
+from musku.storage.models import ComparisonRow, ConfigurationRow, DecisionRow, QueueRow, SampleRow
+from musku.storage.records import ComparisonRecord, ComparisonStatus, InvalidTransition
 
 
 class Comparisons(Repository):

@@ -6,30 +6,21 @@ validations (watches). A repository of the results store (:mod:`musku.storage.co
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select, text
 
-from musku.domain import (
-    DeploymentStatus,
-)
+from musku.domain import DeploymentStatus
 from musku.errors import InputError
 from musku.storage import convert
 from musku.storage.core import Repository, guard
-from musku.storage.models import (
-    DeploymentRow,
-    DeploymentWatchRow,
-    SoftSkuRow,
-)
+from musku.storage.models import DeploymentRow, DeploymentWatchRow, SoftSkuRow
 from musku.storage.records import (
     DEPLOYMENT_TRANSITIONS,
     DeploymentRecord,
     InvalidTransition,
     WatchRecord,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 class DeploymentConflict(InputError):

@@ -8,16 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from musku.domain import (
-    ComparisonResult,
-    Configuration,
-    ExperimentStatus,
-)
+from musku.domain import ComparisonResult, Configuration, ExperimentStatus
 from musku.errors import DatabaseError, UnsupportedError
 from musku.storage import convert
 from musku.storage.comparisons import Comparisons
@@ -37,9 +33,6 @@ from musku.storage.records import (
     QueueItem,
     QueueState,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 class Queue(Repository):

@@ -12,9 +12,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import delete, or_, select
 
 from musku import __version__
-from musku.domain import (
-    ExperimentStatus,
-)
+from musku.domain import ExperimentStatus
 from musku.errors import DatabaseError
 from musku.storage import convert
 from musku.storage.comparisons import Comparisons
@@ -31,11 +29,7 @@ from musku.storage.models import (
     SoftSkuRow,
     ValidationRow,
 )
-from musku.storage.records import (
-    EXPERIMENT_TRANSITIONS,
-    ExperimentRecord,
-    InvalidTransition,
-)
+from musku.storage.records import EXPERIMENT_TRANSITIONS, ExperimentRecord, InvalidTransition
 
 if TYPE_CHECKING:
     from musku.experiment import Experiment

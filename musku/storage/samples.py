@@ -6,7 +6,7 @@ marks, and reading them back (whole or streamed in batches). A repository of the
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import SQLAlchemyError
@@ -15,18 +15,8 @@ from musku.errors import DatabaseError
 from musku.storage import convert
 from musku.storage.core import Repository, guard
 from musku.storage.engine import first_line
-from musku.storage.models import (
-    ComparisonRow,
-    HostRow,
-    SampleRow,
-)
-from musku.storage.records import (
-    ComparisonStatus,
-)
-
-if TYPE_CHECKING:
-    pass
-
+from musku.storage.models import ComparisonRow, HostRow, SampleRow
+from musku.storage.records import ComparisonStatus
 
 _PG_SAMPLE_TYPES = [
     "int4",  # comparison_id

@@ -6,16 +6,11 @@ composes it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from musku.domain import (
-    ComparisonResult,
-    ExperimentStatus,
-    SoftSku,
-)
+from musku.domain import ComparisonResult, ExperimentStatus, SoftSku
 from musku.storage import convert
 from musku.storage.core import MAX_ID, Repository, guard, locked_experiment
 from musku.storage.models import (
@@ -26,14 +21,7 @@ from musku.storage.models import (
     SoftSkuRow,
     ValidationRow,
 )
-from musku.storage.records import (
-    ComparisonStatus,
-    InvalidTransition,
-    SoftSkuRecord,
-)
-
-if TYPE_CHECKING:
-    pass
+from musku.storage.records import ComparisonStatus, InvalidTransition, SoftSkuRecord
 
 
 class SoftSkus(Repository):

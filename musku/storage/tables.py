@@ -6,24 +6,15 @@ and configuration. A repository of the results store (:mod:`musku.storage.core`)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select
 
-from musku.domain import (
-    Configuration,
-)
+from musku.domain import Configuration
 from musku.storage import convert
 from musku.storage.core import Repository, guard
-from musku.storage.models import (
-    ThreadingTableRow,
-)
-from musku.storage.records import (
-    ThreadingTableRecord,
-)
-
-if TYPE_CHECKING:
-    pass
+from musku.storage.models import ThreadingTableRow
+from musku.storage.records import ThreadingTableRecord
 
 
 class ThreadingTables(Repository):

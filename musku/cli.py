@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,6 +24,10 @@ from musku.errors import HostError, InputError, Interrupted, MuskuError, UsageEr
 from musku.knobs.spec import coerce_setting
 from musku.report.strict_json import finite
 from musku.text import hours, interval, pct
+
+if TYPE_CHECKING:
+    from musku.storage.protocols import ComparisonStore, ResultStore
+
 
 app = typer.Typer(
     name="musku",
@@ -104,7 +108,7 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(finite(data), indent=2, allow_nan=False) + "\n")
 
 
-def _open_store(url: str | None, *, read_only: bool = False, create: bool = True) -> Any:
+def _open_store(url: str | None, *, read_only: bool = False, create: bool = True) -> ResultStore:
     """The results DB; ``read_only`` for commands that only read (nothing created, migrated
     or written: a read-only file or directory serves them)."""
     from musku.storage import open_store  # lazy: SQLAlchemy and alembic (~0.2 s)
@@ -228,7 +232,7 @@ def sweep(
         typer.echo(effect.text())
 
 
-def _run_effect(store: Any, run_id: int | None) -> Any:
+def _run_effect(store: ComparisonStore, run_id: int | None) -> Any:
     """What the pair calibration did to run ``run_id``'s stored comparisons (issue 32): the
     same figures `musku results NAME` shows later."""
     from musku.abtest.calibration import CalibrationEffect
@@ -237,7 +241,7 @@ def _run_effect(store: Any, run_id: int | None) -> Any:
     return CalibrationEffect.of([c.result for c in comps if c.result is not None])
 
 
-def _existing_store(url: str | None) -> Any:
+def _existing_store(url: str | None) -> ResultStore | None:
     """The results DB if it exists at this musku's schema, else None; never creates one."""
     from musku.storage import current_revision, default_url, head_revision, open_store  # lazy
 
@@ -670,7 +674,7 @@ def _host_list(values: list[str]) -> list[str]:
     return out
 
 
-def _check_deployable(store: Any, sku_id: int) -> None:
+def _check_deployable(store: ResultStore, sku_id: int) -> None:
     """A soft SKU of an aborted experiment is not deployable: one line, exit 3."""
     from musku.domain import ExperimentStatus
 

@@ -25,6 +25,7 @@ import enum
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from musku.knobs.spec import BUILTIN, Value, resolve, sort_key, spec_of
 
@@ -334,3 +335,47 @@ class SoftSku:
     configuration: Configuration
     vs_production: ComparisonResult | None = None
     vs_stock: ComparisonResult | None = None
+
+
+DEFAULT_MAX_AGE_S = 7 * 86_400.0
+"""A pair calibration older than this (one week) is not used for early decisions."""
+
+
+@dataclass(frozen=True)
+class PairCalibration:
+    """A measured host bias: host 1 relative to host 0, in the metric's good direction
+    (``musku pair calibrate``; :mod:`musku.abtest.calibration` uses it, the store keeps it)."""
+
+    pair: str
+    hardware: str
+    metric: str
+    bias: float  # relative: +0.01 = host 1 is 1 % better
+    ci_low: float
+    ci_high: float
+    samples: int
+    taken_at: datetime
+    needs_recalibration: bool = False
+    note: str = ""
+    id: int | None = None
+
+    @property
+    def bound(self) -> float:
+        """The calibrated bound on |bias|: the far end of its interval."""
+        return max(abs(self.ci_low), abs(self.ci_high))
+
+    def usable(
+        self, hardware: str, *, now: datetime | None = None, max_age_s: float = DEFAULT_MAX_AGE_S
+    ) -> tuple[bool, str]:
+        """Whether early decisions may rely on it, and why not."""
+        now = now or datetime.now(UTC)
+        age = (now - self.taken_at).total_seconds()
+        if self.needs_recalibration:
+            return False, f"pair {self.pair} is marked for recalibration ({self.note})"
+        if hardware != self.hardware:
+            return False, f"calibration of pair {self.pair} was taken on other hardware"
+        if age > max_age_s:
+            return False, (
+                f"calibration of pair {self.pair} is {age / 3600:.1f} h old "
+                f"(max {max_age_s / 3600:.1f} h)"
+            )
+        return True, ""

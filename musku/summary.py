@@ -16,6 +16,7 @@ from musku.errors import InputError
 from musku.experiment import Experiment, load_experiment
 from musku.knobs.spec import sort_key
 from musku.sim.model import SimModel
+from musku.storage.protocols import SkuStore
 
 
 def experiment_summary(exp: Experiment) -> dict[str, Any]:
@@ -143,14 +144,14 @@ class SkuDiff:
         return {"first": self.first, "second": self.second, "knobs": self.rows}
 
 
-def sku_diff(store: Any, first: int, second: int) -> SkuDiff:
+def sku_diff(store: SkuStore, first: int, second: int) -> SkuDiff:
     """``musku sku diff``: the soft SKUs ``first`` and ``second`` of the results DB, knob by
     knob in the registry's order; InputError naming an id that is not there."""
     recs = [store.softsku(first), store.softsku(second)]
     for i, rec in zip((first, second), recs, strict=True):
         if rec is None:
             raise InputError(f"no soft SKU with id {i}")
-    a, b = (r.sku for r in recs)
+    a, b = (r.sku for r in recs if r is not None)
     rows = []
     for knob in sorted(set(a.configuration) | set(b.configuration), key=sort_key):
         va: Value | None = a.configuration.get(knob)

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-DEFAULT_MAX_AGE_S = 7 * 86_400.0
-"""A calibration older than this (one week) is not used for early decisions."""
+from musku.domain import DEFAULT_MAX_AGE_S, PairCalibration
+from musku.storage.protocols import CalibrationStore
 
 UNCALIBRATED_BOUND = 0.01
 """Bias bound checked (never used for decisions) on a pair without a calibration."""
@@ -42,45 +42,6 @@ def pair_identity(describe: Mapping[str, Any]) -> tuple[str, str]:
     if "hardware" in describe:
         hw["hardware"] = describe["hardware"]
     return key, json.dumps(hw, sort_keys=True, default=str)
-
-
-@dataclass(frozen=True)
-class PairCalibration:
-    """A measured host bias: host 1 relative to host 0, in the metric's good direction."""
-
-    pair: str
-    hardware: str
-    metric: str
-    bias: float  # relative: +0.01 = host 1 is 1 % better
-    ci_low: float
-    ci_high: float
-    samples: int
-    taken_at: datetime
-    needs_recalibration: bool = False
-    note: str = ""
-    id: int | None = None
-
-    @property
-    def bound(self) -> float:
-        """The calibrated bound on |bias|: the far end of its interval."""
-        return max(abs(self.ci_low), abs(self.ci_high))
-
-    def usable(
-        self, hardware: str, *, now: datetime | None = None, max_age_s: float = DEFAULT_MAX_AGE_S
-    ) -> tuple[bool, str]:
-        """Whether early decisions may rely on it, and why not."""
-        now = now or datetime.now(UTC)
-        age = (now - self.taken_at).total_seconds()
-        if self.needs_recalibration:
-            return False, f"pair {self.pair} is marked for recalibration ({self.note})"
-        if hardware != self.hardware:
-            return False, f"calibration of pair {self.pair} was taken on other hardware"
-        if age > max_age_s:
-            return False, (
-                f"calibration of pair {self.pair} is {age / 3600:.1f} h old "
-                f"(max {max_age_s / 3600:.1f} h)"
-            )
-        return True, ""
 
 
 @dataclass
@@ -126,7 +87,9 @@ class PairMemory:
         return cal.bound if cal is not None else UNCALIBRATED_BOUND
 
 
-def memory_for(pair: Any, store: Any | None, *, max_age_s: float | None = None) -> PairMemory:
+def memory_for(
+    pair: Any, store: CalibrationStore | None, *, max_age_s: float | None = None
+) -> PairMemory:
     """The :class:`PairMemory` of ``pair``: its newest calibration and its per-configuration
     transients from ``store`` (a breach marks the calibration there), or an in-memory one
     shared by the comparisons of one run without a store. ``max_age_s`` defaults to
@@ -271,7 +234,7 @@ class CalibrationEffect:
         return out
 
 
-def calibrations_used(store: Any, run: Any, comparisons: Any) -> list[PairCalibration]:
+def calibrations_used(store: CalibrationStore, run: Any, comparisons: Any) -> list[PairCalibration]:
     """The calibrations a stored run used: for each pair whose comparisons were decided
     before the first swap, the newest calibration taken before the run started (calibration
     rows are never rewritten but for their recalibration flag)."""

@@ -61,6 +61,7 @@ from musku.hosts.cotune import ControllerTables, timeout_for
 from musku.hosts.reboot import DEFAULT_TIMEOUT_S, wait_for_reboot
 from musku.owner import controller_id
 from musku.schema.hosts import AgentOptions, host_name, parse_options
+from musku.storage.protocols import TableStore
 
 if TYPE_CHECKING:
     from musku.experiment import Experiment
@@ -825,7 +826,7 @@ class AgentPair(HostPair):
     def threading(self) -> tuple[str, str]:
         return self.hosts[0].threading, self.hosts[1].threading
 
-    def use_store(self, store: Any) -> None:
+    def use_store(self, store: TableStore) -> None:
         if self.cotune is not None:
             self.cotune.store = store
 

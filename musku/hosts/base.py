@@ -78,10 +78,14 @@ class HostPair(ABC):
         the table being the one trained for the configuration the host is at."""
         return ("", "")
 
-    def use_store(self, store: Any) -> None:
+    def use_store(self, store: Any) -> None:  # Any: see below
         """The controller's results store, for backends that co-tune threading: they look
-        threading tables up there (``Store.threading_table``) before training one, and save
-        the ones they train. Default: not needed."""
+        threading tables up there (``TableStore.threading_table``) before training one, and save
+        the ones they train. Default: not needed.
+
+        The backends' overrides take a :class:`musku.storage.protocols.TableStore`; this one
+        says ``Any`` because ``musku.experiment`` imports this module (``BACKENDS``) and the
+        protocols import ``musku.experiment``, which would be an import cycle."""
 
     def restore(self) -> None:
         """Put both hosts back at their baseline (end of experiment or abort)."""

@@ -13,6 +13,7 @@ from musku.agent.cotune import AgentRequest
 from musku.cotune_spec import CotuneSpec
 from musku.domain import Configuration
 from musku.errors import HostError, InputError, MuskuError
+from musku.storage.protocols import TableStore
 
 log = logging.getLogger("musku.tune")  # co-tuning logs under one name, on either side
 
@@ -24,7 +25,7 @@ class ControllerTables:
     def __init__(self, spec: CotuneSpec, platform: str) -> None:
         self.spec = spec
         self.platform = platform
-        self.store: Any | None = None
+        self.store: TableStore | None = None
 
     def midtier(self, host: str, where: Mapping[str, str]) -> CotuneSpec:
         """The spec for a host whose mid-tier answers elsewhere than the experiment says

@@ -48,6 +48,7 @@ from musku.hosts.cotune import ControllerTables, timeout_for
 from musku.metrics.service import read_stats
 from musku.process import Child, spawn
 from musku.schema.hosts import LocalOptions, parse_options
+from musku.storage.protocols import TableStore
 
 if TYPE_CHECKING:
     from musku.experiment import Experiment
@@ -226,7 +227,7 @@ class LocalSwitchbackPair(HostPair):
     def threading(self) -> tuple[str, str]:
         return self.arms[0].threading, self.arms[1].threading
 
-    def use_store(self, store: Any) -> None:
+    def use_store(self, store: TableStore) -> None:
         if self.cotune is not None:
             self.cotune.store = store
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from musku.domain import Configuration
 from musku.errors import HostError, InputError, MuskuError
 from musku.hosts.base import BACKENDS, Host, HostPair
+from musku.storage.protocols import TableStore
 
 if TYPE_CHECKING:
     from musku.experiment import Experiment
@@ -127,7 +128,7 @@ class HostPool:
             first["pool"]["idle"] = list(self.idle)
         return first
 
-    def use_store(self, store: Any) -> None:
+    def use_store(self, store: TableStore) -> None:
         for pair in self.pairs:
             pair.use_store(store)
 

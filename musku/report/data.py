@@ -13,6 +13,7 @@ import numpy as np
 from musku.domain import Configuration, Decision
 from musku.errors import InputError
 from musku.storage.lookup import FoundRun, find_run
+from musku.storage.protocols import ResultStore, RunStore, SampleStore
 from musku.storage.records import ComparisonRecord, ExperimentRecord, SoftSkuRecord
 
 PAPER_HOST_HOURS = (5.0, 10.0)
@@ -123,13 +124,13 @@ class ReportData:
         return [c for c in self.comparisons if c.purpose.startswith(f"knob:{knob}:")]
 
 
-def find(store: Any, ref: str, kind: str = "sweep") -> FoundRun:
+def find(store: RunStore, ref: str, kind: str = "sweep") -> FoundRun:
     """The run ``ref`` means: the latest finished sweep of a name, or of ``kind``; an id
     (:func:`musku.storage.lookup.find_run`)."""
     return find_run(store, ref, kind)
 
 
-def load(store: Any, ref: str, *, kind: str = "sweep", series: bool = True) -> ReportData:
+def load(store: ResultStore, ref: str, *, kind: str = "sweep", series: bool = True) -> ReportData:
     """Everything the report of run ``ref`` (name or id, see :func:`find`) shows."""
     found = find(store, ref, kind)
     rec = found.record
@@ -149,7 +150,9 @@ def load(store: Any, ref: str, *, kind: str = "sweep", series: bool = True) -> R
     return data
 
 
-def load_series(store: Any, exp_id: int, comparison_ids: Sequence[int]) -> dict[int, Series]:
+def load_series(
+    store: SampleStore, exp_id: int, comparison_ids: Sequence[int]
+) -> dict[int, Series]:
     """Every comparison's windows as :class:`Series`, streamed from the DB in batches."""
     if not comparison_ids:
         return {}

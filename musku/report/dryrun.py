@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from musku.design.advice import mode_advice
 from musku.domain import Configuration, ExperimentStatus
@@ -33,8 +33,13 @@ from musku.knobs import load_knob
 from musku.sim.fleet import host_names
 from musku.sim.model import SimModel
 from musku.sim.pair import open_pair
+from musku.storage.protocols import ComparisonStore, RunStore
 from musku.sweep.schedule import CostModel, estimate_clock
 from musku.sweep.strategies import EXHAUSTIVE_LIMIT
+
+
+class PastRuns(RunStore, ComparisonStore, Protocol):
+    """What the dry run reads of earlier runs: the experiment's latest run, its comparisons."""
 
 
 def planned(experiment: Any) -> dict[str, Any]:
@@ -278,7 +283,7 @@ def _model_seconds(experiment: Any) -> float | None:
     return 2 * st.warmup_s + windows * st.sample_interval_s + 2 * timing.apply_s
 
 
-def dry_run(experiment: Any, store: Any = None) -> dict[str, Any]:
+def dry_run(experiment: Any, store: PastRuns | None = None) -> dict[str, Any]:
     from musku.summary import decidable  # lazy: above the experiment model
 
     plan = planned(experiment)

@@ -20,12 +20,13 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from musku import outputs
 from musku.domain import format_value
 from musku.errors import InputError
 from musku.report.strict_json import finite
+from musku.storage.protocols import ComparisonStore, SampleStore
 
 FORMATS = ("csv", "parquet", "json")
 TABLES = ("comparisons", "decisions", "samples")
@@ -87,7 +88,11 @@ SAMPLE_COLUMNS: dict[str, str] = {
 }
 
 
-def _comparison_rows(store: Any, exp_id: int) -> Iterator[tuple[Any, ...]]:
+class Exported(ComparisonStore, SampleStore, Protocol):
+    """What an export reads: comparisons and decisions, and samples in batches."""
+
+
+def _comparison_rows(store: ComparisonStore, exp_id: int) -> Iterator[tuple[Any, ...]]:
     for c in store.comparisons(exp_id):
         r = c.result
         changed = "; ".join(
@@ -117,7 +122,7 @@ def _comparison_rows(store: Any, exp_id: int) -> Iterator[tuple[Any, ...]]:
 
 
 def batches(
-    store: Any, exp_id: int, table: str
+    store: Exported, exp_id: int, table: str
 ) -> tuple[dict[str, str], Iterator[list[tuple[Any, ...]]]]:
     """(columns, batches of row tuples) of ``table`` for the experiment."""
     if table == "samples":
@@ -145,7 +150,7 @@ def _cell(kind: str, v: Any) -> Any:
 
 
 def write(
-    store: Any,
+    store: Exported,
     exp_id: int,
     table: str,
     fmt: str,

@@ -43,6 +43,7 @@ from musku.errors import HostError, InputError, Interrupted, MuskuError, RolledB
 from musku.experiment import Experiment, load_experiment
 from musku.owner import controller_id
 from musku.rollout.fleet import Fleet, check_hosts, open_fleet
+from musku.storage.protocols import DeploymentStore, ResultStore, RunStore
 from musku.storage.records import DeploymentRecord, SoftSkuRecord
 from musku.storage.store import ClaimHeld
 from musku.sweep.runner import NullProgress, Progress, Runner
@@ -113,7 +114,7 @@ def sku_configuration(experiment: Experiment, sku: SoftSkuRecord) -> Configurati
     return experiment.production.merged(s.configuration)
 
 
-def fleet_state(store: Any, backend: str) -> dict[str, Configuration]:
+def fleet_state(store: ResultStore, backend: str) -> dict[str, Configuration]:
     """What the results DB says each host runs: the applied hosts of live deployments."""
     state: dict[str, Configuration] = {}
     for dep in store.deployments(live=True):
@@ -127,7 +128,7 @@ def fleet_state(store: Any, backend: str) -> dict[str, Configuration]:
     return state
 
 
-def _taken(store: Any, backend: str) -> dict[str, int]:
+def _taken(store: DeploymentStore, backend: str) -> dict[str, int]:
     """Host -> the live deployment holding it."""
     out: dict[str, int] = {}
     for dep in store.deployments(live=True):
@@ -161,7 +162,7 @@ def _spec_for(experiment: Experiment, host_time_s: float | None) -> Experiment:
 
 
 def _compare(
-    store: Any,
+    store: ResultStore,
     experiment: Experiment,
     exp_id: int,
     pair: Any,
@@ -184,7 +185,7 @@ def _compare(
 # ---------------------------------------------------------------------------- deploy
 
 
-def experiment_for(store: Any, sku_id: int, file: Path | None) -> Experiment:
+def experiment_for(store: ResultStore, sku_id: int, file: Path | None) -> Experiment:
     """The experiment a deployment of ``sku_id`` runs under: ``file``, else the file of the
     run that found the soft SKU (as recorded in the DB)."""
     if file is None:
@@ -220,7 +221,7 @@ def check_request(
 
 
 def deploy_sku(
-    store: Any,
+    store: ResultStore,
     experiment: Experiment,
     sku_id: int,
     hosts: Sequence[str],
@@ -265,12 +266,13 @@ def deploy_sku(
         taken = _taken(store, backend)
         for dep_id in dict.fromkeys(taken[h] for h in hosts if h in taken):
             dep = store.deployment(dep_id)
-            if dep.status is not DeploymentStatus.DEPLOYED:
+            if dep is not None and dep.status is not DeploymentStatus.DEPLOYED:
                 take_over(store, fleet, dep, claim_stale_s, progress)
         taken = _taken(store, backend)
         for h in hosts:
             if h in taken:
                 dep = store.deployment(taken[h])
+                assert dep is not None  # _taken read it from the live deployments
                 raise InputError(
                     f"host {h} already runs soft SKU {dep.soft_sku_id} of live deployment "
                     f"{dep.id} ({dep.status.value})"
@@ -309,7 +311,7 @@ def deploy_sku(
 
 def _deploy(
     keeper: ClaimKeeper,
-    store: Any,
+    store: ResultStore,
     experiment: Experiment,
     fleet: Fleet,
     exp_id: int,
@@ -357,7 +359,7 @@ def _deploy(
 
 
 def take_over(
-    store: Any, fleet: Fleet, dep: DeploymentRecord, stale_s: float, progress: Progress
+    store: ResultStore, fleet: Fleet, dep: DeploymentRecord, stale_s: float, progress: Progress
 ) -> None:
     """Deployment ``dep`` (``canary`` or ``rolling``) left by a controller whose heartbeat is
     older than ``stale_s``: claim its experiment, put every host of it not recorded as back
@@ -412,7 +414,7 @@ class _Rollout:
 
     def __init__(
         self,
-        store: Any,
+        store: ResultStore,
         experiment: Experiment,
         fleet: Fleet,
         exp_id: int,
@@ -554,7 +556,7 @@ class _Rollout:
 
 
 def rollback_deployment(
-    store: Any,
+    store: ResultStore,
     dep_id: int,
     *,
     experiment_file: Path | None = None,
@@ -623,7 +625,7 @@ def rollback_deployment(
 
 
 def _end(
-    store: Any,
+    store: ResultStore,
     fleet: Any,
     dep: Any,
     progress: Any,
@@ -658,7 +660,7 @@ def _end(
 
 
 def retire_deployment(
-    store: Any,
+    store: ResultStore,
     dep_id: int,
     *,
     reason: str = "",
@@ -748,7 +750,11 @@ def verdict_of(decision: Decision) -> str:
 
 
 def _due(
-    store: Any, dep: DeploymentRecord, version: str | None, every_s: float | None, now: float
+    store: DeploymentStore,
+    dep: DeploymentRecord,
+    version: str | None,
+    every_s: float | None,
+    now: float,
 ) -> bool:
     watches = store.watches(dep.id)
     last_version = watches[-1].code_version if watches else dep.code_version
@@ -761,7 +767,7 @@ def _due(
 
 
 def watch_round(
-    store: Any,
+    store: ResultStore,
     experiment: Experiment,
     *,
     force: bool = False,
@@ -876,7 +882,7 @@ def watch_round(
             f.close()
 
 
-def _deployed_by(store: Any, dep: DeploymentRecord, backend: str) -> Experiment:
+def _deployed_by(store: RunStore, dep: DeploymentRecord, backend: str) -> Experiment:
     """The experiment file deployment ``dep`` was made with (its hosts), as the DB records
     it; refused (one line, exit 3) when that file is gone or is not on ``backend``."""
     run = store.experiment(dep.experiment_id)
@@ -893,7 +899,7 @@ def _deployed_by(store: Any, dep: DeploymentRecord, backend: str) -> Experiment:
 
 
 def _watch_one(
-    store: Any,
+    store: ResultStore,
     experiment: Experiment,
     exp_id: int,
     fleet: Fleet,
@@ -944,7 +950,7 @@ def _watch_one(
 
 
 def watch(
-    store: Any,
+    store: ResultStore,
     experiment: Experiment,
     *,
     every_s: float,

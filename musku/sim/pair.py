@@ -48,6 +48,7 @@ from musku.hosts.base import Host, HostPair
 from musku.schema.hosts import SimOptions, parse_options
 from musku.sim.midtier import SimMidtier, SimTrainer
 from musku.sim.model import Point, SimModel
+from musku.storage.protocols import TableStore
 from musku.tune.cotune import (
     CoTuner,
     CotuneResult,
@@ -227,7 +228,7 @@ class SimPair(HostPair):
             self._factors[h] = self.model.threading_factor(self.hosts[h].configuration(),
                                                            mt.running())  # fmt: skip
 
-    def use_store(self, store: Any) -> None:
+    def use_store(self, store: TableStore) -> None:
         if self.tuners is not None:
             for t in self.tuners:
                 t.store = store

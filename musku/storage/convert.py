@@ -5,9 +5,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from musku.domain import ComparisonResult, Configuration, Decision, TimeBreakdown
+from musku.domain import (
+    ComparisonResult,
+    Configuration,
+    Decision,
+    PairCalibration,
+    TimeBreakdown,
+)
 from musku.errors import DatabaseError
 from musku.knobs.spec import KnobSpec
 from musku.storage.models import (
@@ -16,9 +22,6 @@ from musku.storage.models import (
     DecisionRow,
     PairCalibrationRow,
 )
-
-if TYPE_CHECKING:
-    from musku.abtest.calibration import PairCalibration
 
 SAMPLE_COLUMNS: tuple[str, ...] = (
     "comparison_id",
@@ -261,8 +264,6 @@ def calibration_columns(cal: PairCalibration) -> dict[str, Any]:
 
 
 def calibration_from_row(row: PairCalibrationRow) -> PairCalibration:
-    from musku.abtest.calibration import PairCalibration  # lazy: storage does not need abtest
-
     taken = aware(row.taken_at)
     assert taken is not None
     return PairCalibration(

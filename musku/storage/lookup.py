@@ -12,6 +12,7 @@ from typing import Any
 
 from musku.domain import RUN_KINDS, ExperimentStatus, run_kind
 from musku.errors import InputError
+from musku.storage.protocols import RunStore
 from musku.storage.records import ExperimentRecord
 
 
@@ -51,7 +52,7 @@ def choose(
     return None
 
 
-def find_run(store: Any, ref: str, kind: str = "sweep") -> FoundRun:
+def find_run(store: RunStore, ref: str, kind: str = "sweep") -> FoundRun:
     """The run ``ref`` (a name or an id) means, with the line saying which (see the module)."""
     check_kind(kind)
     ref = ref.strip()

@@ -1,23 +1,25 @@
 """The results store: everything the sweep, the CLI and the threading auto-tuner write and read.
 
+:func:`open_store` opens (and creates or checks the schema of) a database and returns a
+:class:`Store`: a façade over one repository per concern (``runs.py``, ``claims.py``,
+``comparisons.py``, ``samples.py``, ``queue.py``, ``skus.py``, ``tables.py``,
+``calibrations.py``, ``deployments.py``) sharing one :class:`~musku.storage.core.Core`. Callers
+annotate with the protocols of :mod:`musku.storage.protocols` they use.
+
 Every method takes and returns :mod:`musku.domain` values or the frozen records of
-:mod:`musku.storage.records`; SQLAlchemy rows never leave this module. Every database failure
-becomes a one-line :class:`~musku.errors.DatabaseError`.
+:mod:`musku.storage.records`; SQLAlchemy rows never leave the storage package. Every database
+failure becomes a one-line :class:`~musku.errors.DatabaseError`.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, delete, func, or_, select, text, update
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.exc import SQLAlchemyError
 
-from musku import __version__
 from musku.domain import (
     ComparisonResult,
     Configuration,
@@ -25,10 +27,13 @@ from musku.domain import (
     ExperimentStatus,
     SoftSku,
 )
-from musku.errors import DatabaseError, InputError, UnsupportedError
-from musku.knobs.spec import BUILTIN, is_knob, register_knob, spec_of, target_of
-from musku.storage import convert, views
-from musku.storage.engine import connect_error, display, first_line, make_engine, reader
+from musku.errors import DatabaseError
+from musku.storage.calibrations import Calibrations, StoredTransients
+from musku.storage.claims import ClaimHeld, Claims
+from musku.storage.comparisons import Comparisons
+from musku.storage.core import MAX_ID, Core, Repository
+from musku.storage.deployments import DeploymentConflict, Deployments
+from musku.storage.engine import connect_error, display, make_engine, reader
 from musku.storage.migrate import (
     check,
     head_revision,
@@ -37,33 +42,11 @@ from musku.storage.migrate import (
     revision_of,
     upgrade_connection,
 )
-from musku.storage.models import (
-    ComparisonRow,
-    ConfigTransientRow,
-    ConfigurationRow,
-    ConfigurationSettingRow,
-    DecisionRow,
-    DeploymentRow,
-    DeploymentWatchRow,
-    ExperimentRow,
-    HostRow,
-    KnobRow,
-    PairCalibrationRow,
-    QueueRow,
-    SampleRow,
-    SoftSkuRow,
-    ThreadingTableRow,
-    ValidationRow,
-)
+from musku.storage.queue import Queue
 from musku.storage.records import (
-    DEPLOYMENT_TRANSITIONS,
-    EXPERIMENT_TRANSITIONS,
-    ClaimInfo,
     ComparisonRecord,
-    ComparisonStatus,
     DeploymentRecord,
     ExperimentRecord,
-    HostRecord,
     InvalidTransition,
     QueueItem,
     QueueState,
@@ -71,70 +54,18 @@ from musku.storage.records import (
     ThreadingTableRecord,
     WatchRecord,
 )
+from musku.storage.runs import Runs
+from musku.storage.samples import Samples
+from musku.storage.skus import SoftSkus
+from musku.storage.tables import ThreadingTables
 from musku.storage.urls import default_url
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from musku.abtest.calibration import PairCalibration
+    from musku.domain import PairCalibration
     from musku.experiment import Experiment
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-_PG_SAMPLE_TYPES = [
-    "int4",  # comparison_id
-    "int4",  # seq
-    "int2",  # host
-    "float8",  # t
-    "varchar",  # role
-    "int4",  # period
-    "bool",  # warmup
-    "bool",  # valid
-    "float8",  # value
-    "float8",  # mips
-    "float8",  # qps
-    "float8",  # p99_ms
-    "float8",  # qos_violation_rate
-    "float8",  # power_w
-    "jsonb",  # extra
-]
-"""Binary COPY types of :data:`musku.storage.convert.SAMPLE_COLUMNS`, in order."""
-
-
-def _guard(method: Callable[P, R]) -> Callable[P, R]:
-    """SQLAlchemy errors -> one-line DatabaseError naming the operation."""
-
-    @functools.wraps(method)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return method(*args, **kwargs)
-        except IntegrityError as exc:
-            raise DatabaseError(
-                f"{method.__name__}: rejected by the database: {first_line(exc)}"
-            ) from None
-        except SQLAlchemyError as exc:
-            raise DatabaseError(f"{method.__name__}: {first_line(exc)}") from None
-
-    return wrapper
-
-
-class ClaimHeld(DatabaseError):
-    """Another live controller holds the experiment (exit status 5, database)."""
-
-
-def _held_message(row: ExperimentRow, stamp: Any) -> str:
-    beat = convert.aware(row.claim_heartbeat)
-    ago = f"{max(0.0, (stamp - beat).total_seconds()):.0f}s ago" if beat else "never"
-    return (
-        f"experiment {row.id} is held by controller {row.claim_controller} on host "
-        f"{row.claim_host} (pid {row.claim_pid}), heartbeat {ago}"
-    )
-
-
-MAX_ID = 2**63 - 1
-"""The largest id a row can have (64-bit integer keys): a larger one names no row."""
+    from musku.storage import protocols
 
 
 def open_store(url: str | None = None, *, create: bool = True, read_only: bool = False) -> Store:
@@ -189,23 +120,25 @@ def open_store(url: str | None = None, *, create: bool = True, read_only: bool =
     return Store(engine)
 
 
-class Store:
+class Store(Repository):
     """Results of experiments. Create with :func:`open_store`; ``close()`` when done (or use
-    it as a context manager). One Store may be used from one thread at a time."""
+    it as a context manager). One Store may be used from one thread at a time.
+
+    A façade: each method is its concern's repository's (the module named above its
+    section), all over one shared :class:`~musku.storage.core.Core`; it implements every
+    protocol of :mod:`musku.storage.protocols` (:class:`~musku.storage.protocols.ResultStore`)."""
 
     def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.dialect = engine.dialect.name
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
-        self._reader_engine = reader(engine)
-        self._readers = sessionmaker(self._reader_engine, expire_on_commit=False)
-        self._config_ids: dict[str, int] = {}
-        self._view_knobs: set[str] = set(BUILTIN)  # knobs the configurations view shows
-        self._cmp_meta: dict[int, tuple[str, dict[str, int]]] = {}
-
-    @property
-    def url(self) -> str:
-        return display(self.engine.url)
+        super().__init__(Core(engine))
+        self._comparisons = Comparisons(self.core)
+        self._calibrations = Calibrations(self.core)
+        self._tables = ThreadingTables(self.core)
+        self._deployments = Deployments(self.core)
+        self._skus = SoftSkus(self.core)
+        self._samples = Samples(self.core)
+        self._queue = Queue(self.core, self._comparisons)
+        self._claims = Claims(self.core)
+        self._runs = Runs(self.core, self._comparisons)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -216,415 +149,59 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ helpers
+    # ------------------------------------------------------------------ runs.py
 
-    def _session(self) -> Session:
-        """A session for a write transaction (``with self._session() as s, s.begin():``)."""
-        return self._sessions()
-
-    def _reader(self) -> Session:
-        """A session that only reads (on SQLite its transaction begins deferred)."""
-        return self._readers()
-
-    def _config_id(self, session: Session, config: Configuration) -> int:
-        key = config.key()
-        cached = self._config_ids.get(key)
-        if cached is not None:
-            return cached
-        found = session.scalar(select(ConfigurationRow.id).where(ConfigurationRow.key == key))
-        if found is None:
-            try:
-                with session.begin_nested():
-                    row = ConfigurationRow(**convert.configuration_columns(config))
-                    session.add(row)
-                    session.flush()
-                    found = row.id
-                    session.add_all(
-                        ConfigurationSettingRow(configuration_id=found, **cols)
-                        for cols in convert.configuration_settings(config)
-                    )
-                    session.flush()
-                    self._record_knobs(session, config)
-            except IntegrityError:  # another writer inserted it meanwhile
-                found = session.scalar(
-                    select(ConfigurationRow.id).where(ConfigurationRow.key == key)
-                )
-                if found is None:
-                    raise
-            return found  # cached once committed and looked up again, not before
-        self._config_ids[key] = found
-        return found
-
-    def _record_knobs(self, session: Session, config: Configuration) -> None:
-        """For a knob of ``config`` stored for the first time: record an out-of-tree knob's
-        ``module:Class`` in ``knobs``, and regenerate the analysts' ``configurations`` view
-        when it does not show the knob yet."""
-        new = [k for k in config.knobs() if k not in self._view_knobs]
-        if not new:
-            return
-        for name in new:
-            if session.get(KnobRow, name) is None:
-                spec = spec_of(name)
-                try:
-                    with session.begin_nested():
-                        session.add(
-                            KnobRow(
-                                name=name,
-                                target=target_of(name),
-                                kind=spec.kind.value,
-                                description=spec.description,
-                            )
-                        )
-                except IntegrityError:  # another writer recorded it meanwhile
-                    pass
-        conn = session.connection()
-        if not views.covers(views.view_columns(conn), new):
-            views.regenerate(conn)
-        self._view_knobs.update(new)
-
-    def _register_stored_knobs(self, session: Session) -> None:
-        """Register the out-of-tree knobs the database's configurations use (``knobs``)."""
-        for row in session.scalars(select(KnobRow)):
-            if is_knob(row.name):
-                continue
-            try:
-                register_knob(row.target)
-            except InputError as exc:
-                raise DatabaseError(
-                    f"this database's configurations use knob {row.name!r}, which cannot be "
-                    f"loaded here: {exc.one_line()}"
-                ) from None
-
-    def _configuration_of(self, session: Session, row: ConfigurationRow) -> Configuration:
-        try:
-            return convert.configuration_from_row(row)
-        except KeyError:
-            self._register_stored_knobs(session)
-        try:
-            return convert.configuration_from_row(row)
-        except KeyError as exc:
-            raise DatabaseError(
-                f"configuration {row.id} uses knob {exc.args[0]!r}, which is neither "
-                "registered here nor recorded in the database's knobs table"
-            ) from None
-
-    def _experiment(self, session: Session, exp_id: int) -> ExperimentRow:
-        row = session.get(ExperimentRow, exp_id)
-        if row is None:
-            raise DatabaseError(f"no experiment with id {exp_id}")
-        return row
-
-    def _comparison(self, session: Session, cmp_id: int) -> ComparisonRow:
-        row = session.get(ComparisonRow, cmp_id)
-        if row is None:
-            raise DatabaseError(f"no comparison with id {cmp_id}")
-        return row
-
-    def _experiment_record(
-        self, session: Session, row: ExperimentRow, hosts: Sequence[HostRow] | None = None
-    ) -> ExperimentRecord:
-        if hosts is None:
-            hosts = session.scalars(
-                select(HostRow).where(HostRow.experiment_id == row.id).order_by(HostRow.idx)
-            ).all()
-        created = convert.aware(row.created_at)
-        assert created is not None
-        return ExperimentRecord(
-            id=row.id,
-            name=row.name,
-            description=row.description,
-            service=row.service,
-            platform=row.platform,
-            mode=row.mode,
-            baseline=row.baseline,
-            metric=row.metric,
-            direction=row.direction,
-            status=ExperimentStatus(row.status),
-            path=row.path,
-            content=row.content,
-            created_at=created,
-            started_at=convert.aware(row.started_at),
-            finished_at=convert.aware(row.finished_at),
-            hosts=tuple(
-                HostRecord(index=h.idx, name=h.name, backend=h.backend, facts=h.facts)
-                for h in hosts
-            ),
-        )
-
-    # ------------------------------------------------------------------ experiments
-
-    @_guard
     def create_experiment(self, experiment: Experiment, *, mode: str | None = None) -> int:
-        """Record a new experiment (status ``created``); returns its id. ``mode`` overrides
-        the file's sweep mode for runs that are not sweeps (``abtest``)."""
-        resolved = {
-            "space": {k: list(v) for k, v in experiment.space.items()},
-            "stock": experiment.stock.as_dict(),
-            "production": experiment.production.as_dict(),
-            "guardrails": [
-                {"metric": g.metric, "op": g.op, "limit": g.limit}
-                for g in experiment.spec.guardrails
-            ],
-            "statistics": {
-                "confidence": experiment.stats.confidence,
-                "min_effect": experiment.stats.min_effect,
-                "warmup_s": experiment.stats.warmup_s,
-                "sample_interval_s": experiment.stats.sample_interval_s,
-                "sample_cap": experiment.stats.sample_cap,
-                "seed": experiment.stats.seed,
-            },
-            "reboot_knobs": sorted(experiment.spec.reboot_knobs),
-            "search_rounds": experiment.search_rounds,
-            "hosts": {"backend": experiment.hosts.backend, **dict(experiment.hosts.options)},
-            "service_knobs": list(experiment.service.knobs),
-        }
-        with self._session() as s, s.begin():
-            row = ExperimentRow(
-                name=experiment.name,
-                description=experiment.description,
-                service=experiment.service.name,
-                platform=experiment.platform.name,
-                mode=mode or experiment.mode.value,
-                baseline=experiment.baseline,
-                metric=experiment.spec.metric,
-                direction=experiment.spec.direction.value,
-                status=ExperimentStatus.CREATED.value,
-                path=str(experiment.path),
-                content=convert.jsonable(dict(experiment.raw)),
-                resolved=convert.jsonable(resolved),
-                musku_version=__version__,
-                created_at=convert.now(),
-            )
-            s.add(row)
-            s.flush()
-            return row.id
+        return self._runs.create_experiment(experiment, mode=mode)
 
-    @_guard
     def find_experiment(self, name_or_id: str | int) -> ExperimentRecord | None:
-        """The latest experiment of that name, else the experiment with that id."""
-        with self._reader() as s:
-            row = None
-            if isinstance(name_or_id, str):
-                row = s.scalars(
-                    select(ExperimentRow)
-                    .where(ExperimentRow.name == name_or_id)
-                    .order_by(ExperimentRow.id.desc())
-                    .limit(1)
-                ).first()
-            if row is None:
-                if isinstance(name_or_id, str) and not (
-                    name_or_id.isascii() and name_or_id.isdigit()
-                ):
-                    return None  # int() would take " 12", "1_2", "١٢" or fail on "²"
-                ident = int(name_or_id)
-                if not 0 < ident <= MAX_ID:  # beyond the DB's ids: the driver would overflow
-                    return None
-                row = s.get(ExperimentRow, ident)
-            return self._experiment_record(s, row) if row is not None else None
+        return self._runs.find_experiment(name_or_id)
 
-    @_guard
     def runs_named(self, name: str) -> list[tuple[int, str, ExperimentStatus]]:
-        """(id, mode, status) of every run (``experiments`` row) of that name, oldest first:
-        what :func:`musku.storage.lookup.find_run` chooses from."""
-        with self._reader() as s:
-            rows = s.execute(
-                select(ExperimentRow.id, ExperimentRow.mode, ExperimentRow.status)
-                .where(ExperimentRow.name == name)
-                .order_by(ExperimentRow.id)
-            ).all()
-            return [(int(i), str(m), ExperimentStatus(st)) for i, m, st in rows]
+        return self._runs.runs_named(name)
 
-    @_guard
     def experiment(self, exp_id: int) -> ExperimentRecord:
-        with self._reader() as s:
-            return self._experiment_record(s, self._experiment(s, exp_id))
+        return self._runs.experiment(exp_id)
 
-    @_guard
     def experiments(self) -> list[ExperimentRecord]:
-        with self._reader() as s:
-            rows = s.scalars(select(ExperimentRow).order_by(ExperimentRow.id)).all()
-            hosts: dict[int, list[HostRow]] = {}
-            for h in s.scalars(select(HostRow).order_by(HostRow.experiment_id, HostRow.idx)):
-                hosts.setdefault(h.experiment_id, []).append(h)
-            return [self._experiment_record(s, r, hosts.get(r.id, [])) for r in rows]
+        return self._runs.experiments()
 
-    @_guard
     def delete_experiment(self, exp_id: int) -> None:
-        """Delete an experiment with its hosts, comparisons, samples, decisions and soft SKUs.
-        Configurations stay (they are shared)."""
-        from sqlalchemy import delete
+        return self._runs.delete_experiment(exp_id)
 
-        with self._session() as s, s.begin():
-            self._experiment(s, exp_id)
-            cmp_ids = select(ComparisonRow.id).where(ComparisonRow.experiment_id == exp_id)
-            s.execute(delete(SampleRow).where(SampleRow.comparison_id.in_(cmp_ids)))
-            sku_ids = select(SoftSkuRow.id).where(SoftSkuRow.experiment_id == exp_id)
-            dep_ids = select(DeploymentRow.id).where(
-                or_(DeploymentRow.experiment_id == exp_id, DeploymentRow.soft_sku_id.in_(sku_ids))
-            )
-            s.execute(
-                delete(DeploymentWatchRow).where(DeploymentWatchRow.deployment_id.in_(dep_ids))
-            )
-            s.execute(delete(DeploymentRow).where(DeploymentRow.id.in_(dep_ids)))
-            s.execute(delete(ValidationRow).where(ValidationRow.soft_sku_id.in_(sku_ids)))
-            s.execute(delete(SoftSkuRow).where(SoftSkuRow.experiment_id == exp_id))
-            s.execute(delete(DecisionRow).where(DecisionRow.comparison_id.in_(cmp_ids)))
-            s.execute(delete(QueueRow).where(QueueRow.experiment_id == exp_id))
-            s.execute(delete(ComparisonRow).where(ComparisonRow.experiment_id == exp_id))
-            s.execute(delete(HostRow).where(HostRow.experiment_id == exp_id))
-            s.execute(delete(ExperimentRow).where(ExperimentRow.id == exp_id))
-        self._cmp_meta.clear()
-
-    @_guard
     def set_status(self, exp_id: int, status: ExperimentStatus) -> None:
-        """Move an experiment along ``created -> running -> (interrupted -> running)* ->
-        done | failed``; any other change raises :class:`InvalidTransition`."""
-        with self._session() as s, s.begin():
-            row = _locked_experiment(s, exp_id)
-            current = ExperimentStatus(row.status)
-            if current is ExperimentStatus.ABORTED:
-                return  # an operator's `musku abort` wins over the run's own ending
-            allowed = EXPERIMENT_TRANSITIONS[current]
-            if status not in allowed:
-                choices = ", ".join(sorted(a.value for a in allowed)) or "none: it is final"
-                raise InvalidTransition(
-                    f"experiment {exp_id} ({row.name}) is {current.value}; it cannot become "
-                    f"{status.value} (allowed: {choices})"
-                )
-            row.status = status.value
-            stamp = convert.now()
-            if status is ExperimentStatus.RUNNING and row.started_at is None:
-                row.started_at = stamp
-            if status in (ExperimentStatus.DONE, ExperimentStatus.FAILED):
-                row.finished_at = stamp
+        return self._runs.set_status(exp_id, status)
 
-    # ------------------------------------------------------------------ controller claims
+    def resume(self, exp_id: int) -> int:
+        return self._runs.resume(exp_id)
 
-    @_guard
+    def add_hosts(self, exp_id: int, describe: Mapping[str, Any]) -> None:
+        return self._runs.add_hosts(exp_id, describe)
+
+    def experiment_meta(self, exp_id: int) -> dict[str, Any]:
+        return self._runs.experiment_meta(exp_id)
+
+    # ------------------------------------------------------------------ claims.py
+
     def claim(
         self, exp_id: int, controller: str, host: str, pid: int, *, stale_s: float = 60.0
     ) -> None:
-        """Claim experiment ``exp_id`` for this controller (docs/cli.md "Several controllers").
-
-        Refused with :class:`ClaimHeld` (one line naming the holder) while another controller's
-        heartbeat is younger than ``stale_s``; an unclaimed experiment, this controller's own,
-        or a stale claim is taken atomically: the row is locked (``SELECT ... FOR UPDATE`` on
-        PostgreSQL; on SQLite the write transaction begins IMMEDIATE) and the conditional
-        ``UPDATE ... WHERE claim_heartbeat < cutoff`` must change exactly one row."""
-        with self._session() as s, s.begin():
-            row = _locked_experiment(s, exp_id)
-            stamp = convert.now()
-            cutoff = stamp - timedelta(seconds=stale_s)
-            free = or_(
-                ExperimentRow.claim_controller.is_(None),
-                ExperimentRow.claim_controller == controller,
-                ExperimentRow.claim_heartbeat.is_(None),
-                ExperimentRow.claim_heartbeat < cutoff,
-            )
-            res = s.execute(
-                update(ExperimentRow)
-                .where(ExperimentRow.id == exp_id, free)
-                .values(
-                    claim_controller=controller,
-                    claim_host=host,
-                    claim_pid=pid,
-                    claim_heartbeat=stamp,
-                )
-                .execution_options(synchronize_session=False)
-            )
-            if res.rowcount != 1:  # type: ignore[attr-defined]
-                raise ClaimHeld(_held_message(row, stamp))
+        return self._claims.claim(exp_id, controller, host, pid, stale_s=stale_s)
 
     def heartbeat(self, exp_id: int, controller: str) -> bool:
-        """Refresh this controller's claim; False when it no longer holds it (taken over).
-        Safe from another thread: it uses the engine only, not this Store's sessions."""
-        try:
-            with self.engine.begin() as conn:
-                res = conn.execute(
-                    update(ExperimentRow)
-                    .where(
-                        ExperimentRow.id == exp_id,
-                        ExperimentRow.claim_controller == controller,
-                    )
-                    .values(claim_heartbeat=convert.now())
-                )
-                return bool(res.rowcount == 1)
-        except SQLAlchemyError as exc:
-            raise DatabaseError(f"heartbeat: {first_line(exc)}") from None
+        return self._claims.heartbeat(exp_id, controller)
 
-    @_guard
     def release(self, exp_id: int, controller: str) -> None:
-        """Give the claim up (the end of a run); a claim another controller took is left alone."""
-        with self._session() as s, s.begin():
-            s.execute(
-                update(ExperimentRow)
-                .where(ExperimentRow.id == exp_id, ExperimentRow.claim_controller == controller)
-                .values(
-                    claim_controller=None, claim_host=None, claim_pid=None, claim_heartbeat=None
-                )
-                .execution_options(synchronize_session=False)
-            )
+        return self._claims.release(exp_id, controller)
 
-    @_guard
-    def resume(self, exp_id: int) -> int:
-        """Continue an experiment for ``--resume``: ``interrupted -> running``, or, for one a
-        crashed run left ``running``, ``running -> interrupted -> running``; comparisons that
-        run left ``running`` become ``aborted``. Returns how many were aborted. A done or
-        failed experiment is final (:class:`InvalidTransition`): start a new run instead."""
-        rec = self.experiment(exp_id)
-        if rec.status is ExperimentStatus.RUNNING:
-            self.set_status(exp_id, ExperimentStatus.INTERRUPTED)
-        elif rec.status is not ExperimentStatus.INTERRUPTED:
-            raise InvalidTransition(
-                f"experiment {exp_id} ({rec.name}) is {rec.status.value}: only an interrupted "
-                "(or crashed) run can be resumed; start a new run instead"
-            )
-        aborted = self.abort_running(exp_id)
-        self.set_status(exp_id, ExperimentStatus.RUNNING)
-        return aborted
+    def status_of(self, exp_id: int) -> ExperimentStatus:
+        return self._claims.status_of(exp_id)
 
-    @_guard
-    def add_hosts(self, exp_id: int, describe: Mapping[str, Any]) -> None:
-        """Record the pair's hosts from ``HostPair.describe()``: ``{"hosts": [name | {name,
-        ...facts}], "backend": ..., other shared facts}``. Calling it again (on resume)
-        updates the rows by host index."""
-        hosts = describe.get("hosts", [])
-        if not isinstance(hosts, Sequence) or isinstance(hosts, str):
-            raise DatabaseError("add_hosts: describe()['hosts'] must be a list")
-        shared = {k: v for k, v in describe.items() if k not in ("hosts", "backend")}
-        with self._session() as s, s.begin():
-            exp = self._experiment(s, exp_id)
-            default_backend = str(
-                describe.get("backend") or exp.resolved.get("hosts", {}).get("backend", "")
-            )
-            existing = {
-                h.idx: h for h in s.scalars(select(HostRow).where(HostRow.experiment_id == exp_id))
-            }
-            for i, h in enumerate(hosts):
-                if isinstance(h, Mapping):
-                    name = str(h.get("name", f"host{i}"))
-                    backend = str(h.get("backend", default_backend))
-                    facts = {
-                        **shared,
-                        **{k: v for k, v in h.items() if k not in ("name", "backend")},
-                    }
-                else:
-                    name, backend, facts = str(h), default_backend, dict(shared)
-                facts = convert.jsonable(facts)
-                row = existing.get(i)
-                if row is None:
-                    s.add(
-                        HostRow(
-                            experiment_id=exp_id, idx=i, name=name, backend=backend, facts=facts
-                        )
-                    )
-                else:
-                    row.name, row.backend, row.facts = name, backend, facts
-        self._cmp_meta.clear()
+    def abort_experiment(self, exp_id: int, *, stale_s: float = 60.0) -> ExperimentRecord:
+        return self._claims.abort_experiment(exp_id, stale_s=stale_s)
 
-    # ------------------------------------------------------------------ comparisons
+    # ------------------------------------------------------------------ comparisons.py
 
-    @_guard
     def start_comparison(
         self,
         exp_id: int,
@@ -634,273 +211,41 @@ class Store:
         *,
         hosts: tuple[str, str] | None = None,
     ) -> int:
-        """A new ``running`` comparison; ``purpose`` is e.g. 'knob:cdp', 'exhaustive',
-        'search', 'validate:production', 'validate:stock'; ``hosts`` the pair it runs on
-        (``host_a`` starts on the baseline)."""
-        with self._session() as s, s.begin():
-            self._experiment(s, exp_id)
-            row = ComparisonRow(
-                experiment_id=exp_id,
-                purpose=purpose,
-                baseline_id=self._config_id(s, baseline),
-                candidate_id=self._config_id(s, candidate),
-                status=ComparisonStatus.RUNNING.value,
-                started_at=convert.now(),
-                host_a=hosts[0] if hosts else None,
-                host_b=hosts[1] if hosts else None,
-            )
-            s.add(row)
-            s.flush()
-            return row.id
+        return self._comparisons.start_comparison(exp_id, purpose, baseline, candidate, hosts=hosts)
 
-    @_guard
     def comparison_hosts(self, exp_id: int) -> dict[int, tuple[str | None, str | None]]:
-        """Comparison id -> the pair of hosts it ran on (``(host_a, host_b)``; ``None`` for a
-        comparison stored before revision 0006)."""
-        with self._reader() as s:
-            rows = s.execute(
-                select(ComparisonRow.id, ComparisonRow.host_a, ComparisonRow.host_b).where(
-                    ComparisonRow.experiment_id == exp_id
-                )
-            )
-            return {r.id: (r.host_a, r.host_b) for r in rows}
+        return self._comparisons.comparison_hosts(exp_id)
 
-    def _meta(self, cmp_id: int) -> tuple[str, dict[str, int]]:
-        meta = self._cmp_meta.get(cmp_id)
-        if meta is None:
-            with self._reader() as s:
-                cmp = self._comparison(s, cmp_id)
-                if cmp.status != ComparisonStatus.RUNNING.value:
-                    raise DatabaseError(f"comparison {cmp_id} is {cmp.status}; it takes no samples")
-                exp = self._experiment(s, cmp.experiment_id)
-                hosts = {
-                    h.name: h.idx
-                    for h in s.scalars(select(HostRow).where(HostRow.experiment_id == exp.id))
-                }
-                meta = (exp.metric, hosts)
-            self._cmp_meta[cmp_id] = meta
-        return meta
+    def finish_comparison(self, cmp_id: int, result: ComparisonResult) -> None:
+        return self._comparisons.finish_comparison(cmp_id, result)
 
-    @_guard
+    def abort_running(self, exp_id: int, *, only: int | None = None) -> int:
+        return self._comparisons.abort_running(exp_id, only=only)
+
+    def comparisons(self, exp_id: int) -> list[ComparisonRecord]:
+        return self._comparisons.comparisons(exp_id)
+
+    def completed(self, exp_id: int) -> list[tuple[str, ComparisonResult]]:
+        return self._comparisons.completed(exp_id)
+
+    def decision_rows(self, exp_id: int) -> list[dict[str, Any]]:
+        return self._comparisons.decision_rows(exp_id)
+
+    def comparison_id_of(self, exp_id: int, purpose: str) -> int | None:
+        return self._comparisons.comparison_id_of(exp_id, purpose)
+
+    # ------------------------------------------------------------------ samples.py
+
     def add_samples(self, cmp_id: int, rows: Sequence[Mapping[str, Any]]) -> int:
-        """Bulk-insert measurement windows: ``{seq, t, host, role, period, warmup, valid,
-        metrics: {name: value}}`` each (host = index in the pair, or its name). Uses COPY on
-        PostgreSQL and one executemany on SQLite. Returns the number of rows stored."""
-        if not rows:
-            return 0
-        metric, hosts = self._meta(cmp_id)
-        cols = ", ".join(convert.SAMPLE_COLUMNS)
-        with self.engine.begin() as conn:
-            if self.dialect == "postgresql":
-                from psycopg.types.json import Jsonb
+        return self._samples.add_samples(cmp_id, rows)
 
-                tuples = convert.sample_tuples(cmp_id, metric, rows, hosts, Jsonb)
-                raw = conn.connection.driver_connection
-                assert raw is not None
-                import psycopg
-
-                try:
-                    with (
-                        raw.cursor() as cur,
-                        cur.copy(f"COPY samples ({cols}) FROM STDIN (FORMAT BINARY)") as copy,
-                    ):
-                        copy.set_types(_PG_SAMPLE_TYPES)
-                        write = copy.write_row
-                        for t in tuples:
-                            write(t)
-                except psycopg.Error as exc:
-                    conn.rollback()
-                    raise DatabaseError(f"add_samples: {first_line(exc)}") from None
-            else:
-                tuples = convert.sample_tuples(cmp_id, metric, rows, hosts)
-                marks = ", ".join("?" for _ in convert.SAMPLE_COLUMNS)
-                conn.exec_driver_sql(f"INSERT INTO samples ({cols}) VALUES ({marks})", tuples)
-        return len(tuples)
-
-    @_guard
     def mark_warmup(
         self, cmp_id: int, seqs: Sequence[int], *, hosts: Sequence[int] | None = None
     ) -> int:
-        """Set ``warmup`` on the windows ``seqs`` (both hosts, or only ``hosts``: one pair of
-        a comparison pooled over several) of a running comparison: the A/B driver's windows
-        that went out as steady and were dropped later as warm-up (a longer transient
-        measured at a later swap). Returns the number of rows changed."""
-        if not seqs:
-            return 0
-        self._meta(cmp_id)  # a running comparison, as for add_samples
-        changed = 0
-        todo = sorted({int(q) for q in seqs})
-        with self.engine.begin() as conn:
-            for i in range(0, len(todo), 500):  # within SQLite's bound-parameter limit
-                stmt = (
-                    update(SampleRow)
-                    .where(SampleRow.comparison_id == cmp_id)
-                    .where(SampleRow.seq.in_(todo[i : i + 500]))
-                )
-                if hosts is not None:
-                    stmt = stmt.where(SampleRow.host.in_([int(h) for h in hosts]))
-                res = conn.execute(stmt.values(warmup=True))
-                changed += int(res.rowcount or 0)
-        return changed
+        return self._samples.mark_warmup(cmp_id, seqs, hosts=hosts)
 
-    @_guard
     def samples(self, cmp_id: int) -> list[dict[str, Any]]:
-        """A comparison's samples in ``(host, seq)`` order, shaped like ``add_samples`` rows
-        (plus ``value``, the experiment's primary metric)."""
-        with self._reader_engine.connect() as conn:
-            result = conn.execute(
-                select(SampleRow.__table__)
-                .where(SampleRow.comparison_id == cmp_id)
-                .order_by(SampleRow.host, SampleRow.seq)
-            )
-            return [convert.sample_dict(r) for r in result.mappings()]
-
-    @_guard
-    def finish_comparison(self, cmp_id: int, result: ComparisonResult) -> None:
-        """Record the decision; the comparison becomes ``finished`` (``aborted`` when the
-        decision is ABORTED)."""
-        with self._session() as s, s.begin():
-            cmp = s.scalars(
-                select(ComparisonRow).where(ComparisonRow.id == cmp_id).with_for_update()
-            ).first()
-            if cmp is None:
-                raise DatabaseError(f"no comparison with id {cmp_id}")
-            if cmp.status != ComparisonStatus.RUNNING.value:
-                raise InvalidTransition(f"comparison {cmp_id} is already {cmp.status}")
-            keys = {
-                r.id: r.key
-                for r in s.scalars(
-                    select(ConfigurationRow).where(
-                        ConfigurationRow.id.in_((cmp.baseline_id, cmp.candidate_id))
-                    )
-                )
-            }
-            if (keys[cmp.baseline_id], keys[cmp.candidate_id]) != (
-                result.baseline.key(),
-                result.candidate.key(),
-            ):
-                raise DatabaseError(
-                    f"finish_comparison: comparison {cmp_id} compares {keys[cmp.baseline_id]} "
-                    f"with {keys[cmp.candidate_id]}, the result {result.baseline.key()} with "
-                    f"{result.candidate.key()}"
-                )
-            stamp = convert.now()
-            if result.decision.final:  # an aborted comparison is not a result: no decision row
-                s.add(
-                    DecisionRow(
-                        comparison_id=cmp_id, decided_at=stamp, **convert.decision_columns(result)
-                    )
-                )
-            cmp.status = (
-                ComparisonStatus.FINISHED.value
-                if result.decision.final
-                else ComparisonStatus.ABORTED.value
-            )
-            cmp.finished_at = stamp
-        self._cmp_meta.pop(cmp_id, None)
-
-    @_guard
-    def abort_running(self, exp_id: int, *, only: int | None = None) -> int:
-        """Mark comparisons a crashed run left ``running`` as ``aborted`` (call on resume),
-        except those a live claimer of the comparison queue is measuring; ``only``: just
-        that comparison (a pool's failed pair, whoever claims it). Returns how many."""
-        with self._session() as s, s.begin():
-            # a comparison a live claimer of the queue is measuring (revision 0007) goes on
-            live = select(QueueRow.comparison_id).where(
-                QueueRow.experiment_id == exp_id,
-                QueueRow.state == "claimed",
-                QueueRow.expires_at >= convert.now(),
-                QueueRow.comparison_id.is_not(None),
-            )
-            res = s.execute(
-                update(ComparisonRow)
-                .where(
-                    ComparisonRow.experiment_id == exp_id,
-                    ComparisonRow.status == ComparisonStatus.RUNNING.value,
-                    *(
-                        [ComparisonRow.id == only]
-                        if only is not None
-                        else [ComparisonRow.id.not_in(live)]
-                    ),
-                )
-                .values(status=ComparisonStatus.ABORTED.value, finished_at=convert.now())
-            )
-            count = int(getattr(res, "rowcount", 0) or 0)
-        self._cmp_meta.clear()
-        return count
-
-    def _comparison_records(
-        self, s: Session, exp_id: int, *, finished_only: bool
-    ) -> list[ComparisonRecord]:
-        q = (
-            select(ComparisonRow, DecisionRow)
-            .outerjoin(DecisionRow, DecisionRow.comparison_id == ComparisonRow.id)
-            .where(ComparisonRow.experiment_id == exp_id)
-            .order_by(ComparisonRow.id)
-        )
-        if finished_only:
-            q = q.where(ComparisonRow.status == ComparisonStatus.FINISHED.value)
-        pairs = s.execute(q).all()
-        ids = {c.baseline_id for c, _ in pairs} | {c.candidate_id for c, _ in pairs}
-        configs = {
-            r.id: self._configuration_of(s, r)
-            for r in s.scalars(select(ConfigurationRow).where(ConfigurationRow.id.in_(ids)))
-        }
-        counts: dict[int, int] = {}
-        if not finished_only and pairs:
-            counts = {
-                int(cid): int(n)
-                for cid, n in s.execute(
-                    select(SampleRow.comparison_id, func.count())
-                    .where(SampleRow.comparison_id.in_([c.id for c, _ in pairs]))
-                    .group_by(SampleRow.comparison_id)
-                ).all()
-            }
-        out = []
-        for cmp, dec in pairs:
-            base, cand = configs[cmp.baseline_id], configs[cmp.candidate_id]
-            started = convert.aware(cmp.started_at)
-            assert started is not None
-            out.append(
-                ComparisonRecord(
-                    id=cmp.id,
-                    experiment_id=cmp.experiment_id,
-                    purpose=cmp.purpose,
-                    baseline=base,
-                    candidate=cand,
-                    status=ComparisonStatus(cmp.status),
-                    started_at=started,
-                    finished_at=convert.aware(cmp.finished_at),
-                    result=convert.result_from_rows(base, cand, dec) if dec is not None else None,
-                    sample_count=counts.get(cmp.id, 0),
-                    hosts=(cmp.host_a, cmp.host_b) if cmp.host_a and cmp.host_b else None,
-                )
-            )
-        return out
-
-    @_guard
-    def comparisons(self, exp_id: int) -> list[ComparisonRecord]:
-        """Every comparison of an experiment, oldest first, with decisions and sample counts."""
-        with self._reader() as s:
-            self._experiment(s, exp_id)
-            return self._comparison_records(s, exp_id, finished_only=False)
-
-    @_guard
-    def completed(self, exp_id: int) -> list[tuple[str, ComparisonResult]]:
-        """(purpose, result) of every finished, non-aborted comparison, oldest first: what a
-        resumed sweep does not need to measure again."""
-        with self._reader() as s:
-            self._experiment(s, exp_id)
-            recs = self._comparison_records(s, exp_id, finished_only=True)
-            return [(r.purpose, r.result) for r in recs if r.result is not None]
-
-    @_guard
-    def experiment_meta(self, exp_id: int) -> dict[str, Any]:
-        """What the report needs beyond the record: ``resolved`` (space, stock, production,
-        statistics...) and ``musku_version`` of the musku that created the row."""
-        with self._session() as s:
-            row = self._experiment(s, exp_id)
-            return {"resolved": dict(row.resolved or {}), "musku_version": row.musku_version}
+        return self._samples.samples(cmp_id)
 
     def sample_batches(
         self,
@@ -910,422 +255,21 @@ class Store:
         columns: Sequence[str] | None = None,
         batch_rows: int = 50_000,
     ) -> Iterator[list[tuple[Any, ...]]]:
-        """An experiment's samples (or those of ``comparison_ids``) as lists of at most
-        ``batch_rows`` tuples of ``columns`` (default: every column of ``samples``), in
-        ``(comparison_id, seq, host)`` order -- the primary key's, so nothing is sorted.
-
-        Streams: a server-side cursor on PostgreSQL, the cursor's own fetches on SQLite;
-        memory stays at one batch however many samples there are."""
-        table = SampleRow.__table__
-        names = list(columns) if columns is not None else [c.name for c in table.columns]
-        unknown = [n for n in names if n not in table.c]
-        if unknown:
-            raise DatabaseError(f"sample_batches: no column {', '.join(unknown)} in samples")
-        q = select(*(table.c[n] for n in names))
-        if comparison_ids is not None:
-            q = q.where(table.c.comparison_id.in_(list(comparison_ids)))
-        else:
-            q = q.where(
-                table.c.comparison_id.in_(
-                    select(ComparisonRow.id).where(ComparisonRow.experiment_id == exp_id)
-                )
-            )
-        q = q.order_by(table.c.comparison_id, table.c.seq, table.c.host)
-        try:
-            with self.engine.connect() as conn:
-                result = conn.execution_options(stream_results=True, yield_per=batch_rows).execute(
-                    q
-                )
-                for part in result.partitions(batch_rows):
-                    yield [tuple(r) for r in part]
-        except SQLAlchemyError as exc:
-            raise DatabaseError(f"sample_batches: {first_line(exc)}") from None
-
-    @_guard
-    def decision_rows(self, exp_id: int) -> list[dict[str, Any]]:
-        """One flat row per decision of the experiment (for exports): comparison id and
-        purpose, both configurations' keys, and every ``decisions`` column."""
-        with self._session() as s:
-            self._experiment(s, exp_id)
-            out = []
-            for cmp, dec in s.execute(
-                select(ComparisonRow, DecisionRow)
-                .join(DecisionRow, DecisionRow.comparison_id == ComparisonRow.id)
-                .where(ComparisonRow.experiment_id == exp_id)
-                .order_by(ComparisonRow.id)
-            ).all():
-                row = {c.name: getattr(dec, c.key) for c in DecisionRow.__table__.columns}
-                row["decided_at"] = convert.aware(dec.decided_at)
-                row["purpose"] = cmp.purpose
-                out.append(row)
-            return out
-
-    # ------------------------------------------------------------------ soft SKUs
-
-    def _validation_ids(
-        self, s: Session, exp_id: int, against: str, result: ComparisonResult
-    ) -> tuple[int, int]:
-        """(comparison id, decision id) of the validation comparison that produced
-        ``result``; recorded now if the sweep did not store it as a comparison."""
-        base_id = self._config_id(s, result.baseline)
-        cand_id = self._config_id(s, result.candidate)
-        # the comparison that measured it: same configurations and decision, preferably of
-        # purpose validate:<against> (when stock == production one comparison serves both)
-        candidates = s.execute(
-            select(ComparisonRow.id, DecisionRow.id, ComparisonRow.purpose, DecisionRow.estimate)
-            .join(DecisionRow, DecisionRow.comparison_id == ComparisonRow.id)
-            .where(
-                ComparisonRow.experiment_id == exp_id,
-                ComparisonRow.baseline_id == base_id,
-                ComparisonRow.candidate_id == cand_id,
-                ComparisonRow.status == ComparisonStatus.FINISHED.value,
-                DecisionRow.decision == result.decision.value,
-            )
-            .order_by(ComparisonRow.id.desc())
-        ).all()
-        matching = [c for c in candidates if c[3] == result.estimate]
-        matching.sort(key=lambda c: c[2] != f"validate:{against}")  # stable: newest first
-        found = matching[0] if matching else None
-        if found is not None:
-            return int(found[0]), int(found[1])
-        stamp = convert.now()
-        cmp = ComparisonRow(
-            experiment_id=exp_id,
-            purpose=f"validate:{against}",
-            baseline_id=base_id,
-            candidate_id=cand_id,
-            status=(
-                ComparisonStatus.FINISHED.value
-                if result.decision.final
-                else ComparisonStatus.ABORTED.value
-            ),
-            started_at=stamp,
-            finished_at=stamp,
+        return self._samples.sample_batches(
+            exp_id, comparison_ids=comparison_ids, columns=columns, batch_rows=batch_rows
         )
-        s.add(cmp)
-        s.flush()
-        dec = DecisionRow(
-            comparison_id=cmp.id, decided_at=stamp, **convert.decision_columns(result)
-        )
-        s.add(dec)
-        s.flush()
-        return cmp.id, dec.id
 
-    @_guard
-    def save_softsku(self, exp_id: int, sku: SoftSku) -> int:
-        """Store a composed soft SKU with its validations; returns its id.
-
-        Idempotent: the same soft SKU (service, platform, configuration) of an experiment is
-        stored once. A run resumed after a kill that came after the SKU was stored (before
-        the run was marked done) composes the same one from its stored comparisons and gets
-        the stored row back, its validations those of this run, never a second row.
-        Serialised with ``musku abort`` on the experiment's row lock: an experiment already
-        aborted gets no soft SKU (:class:`InvalidTransition`), and one that has its soft SKU
-        can no longer be aborted (:meth:`abort_experiment`)."""
-        with self._session() as s, s.begin():
-            exp = _locked_experiment(s, exp_id)
-            if exp.status == ExperimentStatus.ABORTED.value:
-                raise InvalidTransition(
-                    f"experiment {exp_id} ({exp.name}) was aborted (musku abort) before its "
-                    "soft SKU was stored: none stored"
-                )
-            config_id = self._config_id(s, sku.configuration)
-            existing = s.scalars(
-                select(SoftSkuRow)
-                .where(
-                    SoftSkuRow.experiment_id == exp_id,
-                    SoftSkuRow.configuration_id == config_id,
-                    SoftSkuRow.service == sku.service,
-                    SoftSkuRow.platform == sku.platform,
-                )
-                .order_by(SoftSkuRow.id)
-            ).first()
-            if existing is not None:
-                s.execute(delete(ValidationRow).where(ValidationRow.soft_sku_id == existing.id))
-                self._add_validations(s, exp_id, existing.id, sku)
-                return existing.id
-            row = SoftSkuRow(
-                experiment_id=exp_id,
-                service=sku.service,
-                platform=sku.platform,
-                configuration_id=config_id,
-                created_at=convert.now(),
-            )
-            s.add(row)
-            s.flush()
-            self._add_validations(s, exp_id, row.id, sku)
-            return row.id
-
-    def _add_validations(self, s: Session, exp_id: int, sku_id: int, sku: SoftSku) -> None:
-        for against, result in (("production", sku.vs_production), ("stock", sku.vs_stock)):
-            if result is None:
-                continue
-            cmp_id, dec_id = self._validation_ids(s, exp_id, against, result)
-            s.add(
-                ValidationRow(
-                    soft_sku_id=sku_id,
-                    against=against,
-                    comparison_id=cmp_id,
-                    decision_id=dec_id,
-                )
-            )
-
-    def _softsku_records(self, s: Session, rows: Sequence[SoftSkuRow]) -> list[SoftSkuRecord]:
-        if not rows:
-            return []
-        sku_ids = [r.id for r in rows]
-        vals = s.execute(
-            select(ValidationRow, DecisionRow, ComparisonRow)
-            .join(DecisionRow, DecisionRow.id == ValidationRow.decision_id)
-            .join(ComparisonRow, ComparisonRow.id == ValidationRow.comparison_id)
-            .where(ValidationRow.soft_sku_id.in_(sku_ids))
-        ).all()
-        config_ids = {r.configuration_id for r in rows}
-        for _, _, cmp_row in vals:
-            config_ids |= {cmp_row.baseline_id, cmp_row.candidate_id}
-        configs = {
-            r.id: self._configuration_of(s, r)
-            for r in s.scalars(select(ConfigurationRow).where(ConfigurationRow.id.in_(config_ids)))
-        }
-        by_sku: dict[int, dict[str, ComparisonResult]] = {}
-        for val, dec, cmp in vals:
-            by_sku.setdefault(val.soft_sku_id, {})[val.against] = convert.result_from_rows(
-                configs[cmp.baseline_id], configs[cmp.candidate_id], dec
-            )
-        out = []
-        for r in rows:
-            v = by_sku.get(r.id, {})
-            created = convert.aware(r.created_at)
-            assert created is not None
-            out.append(
-                SoftSkuRecord(
-                    id=r.id,
-                    experiment_id=r.experiment_id,
-                    created_at=created,
-                    sku=SoftSku(
-                        service=r.service,
-                        platform=r.platform,
-                        configuration=configs[r.configuration_id],
-                        vs_production=v.get("production"),
-                        vs_stock=v.get("stock"),
-                    ),
-                )
-            )
-        return out
-
-    @_guard
-    def softskus(
-        self,
-        service: str | None = None,
-        platform: str | None = None,
-        *,
-        include_aborted: bool = False,
-    ) -> list[SoftSkuRecord]:
-        """Soft SKUs, oldest first, optionally of one service and/or platform. Those of an
-        aborted experiment are not deployable and left out unless ``include_aborted``."""
-        q = select(SoftSkuRow).order_by(SoftSkuRow.id)
-        if not include_aborted:
-            q = q.join(ExperimentRow, ExperimentRow.id == SoftSkuRow.experiment_id).where(
-                ExperimentRow.status != ExperimentStatus.ABORTED.value
-            )
-        if service is not None:
-            q = q.where(SoftSkuRow.service == service)
-        if platform is not None:
-            q = q.where(SoftSkuRow.platform == platform)
-        with self._reader() as s:
-            return self._softsku_records(s, s.scalars(q).all())
-
-    @_guard
-    def softsku(self, sku_id: int) -> SoftSkuRecord | None:
-        if not 0 < sku_id <= MAX_ID:  # beyond the DB's ids: the driver would overflow
-            return None
-        with self._reader() as s:
-            row = s.get(SoftSkuRow, sku_id)
-            return self._softsku_records(s, [row])[0] if row is not None else None
-
-    # ------------------------------------------------------------------ threading tables
-
-    @_guard
-    def save_threading_table(
-        self,
-        service: str,
-        host: str,
-        platform: str,
-        config_key: str | Configuration,
-        table: Mapping[str, Any],
-    ) -> int:
-        """Store a threading table trained by ``musku.tune``; the newest one wins on lookup."""
-        key = config_key.key() if isinstance(config_key, Configuration) else config_key
-        with self._session() as s, s.begin():
-            row = ThreadingTableRow(
-                service=service,
-                host=host,
-                platform=platform,
-                config_key=key,
-                data=convert.jsonable(dict(table)),
-                created_at=convert.now(),
-            )
-            s.add(row)
-            s.flush()
-            return row.id
-
-    @_guard
-    def threading_table(
-        self, service: str, host: str, platform: str, config_key: str | Configuration
-    ) -> dict[str, Any] | None:
-        """The newest threading table for exactly this service, host, platform and
-        configuration; None if none was trained."""
-        key = config_key.key() if isinstance(config_key, Configuration) else config_key
-        with self._reader() as s:
-            row = s.scalars(
-                select(ThreadingTableRow)
-                .where(
-                    ThreadingTableRow.service == service,
-                    ThreadingTableRow.host == host,
-                    ThreadingTableRow.platform == platform,
-                    ThreadingTableRow.config_key == key,
-                )
-                .order_by(ThreadingTableRow.id.desc())
-                .limit(1)
-            ).first()
-            return dict(row.data) if row is not None else None
-
-    @_guard
-    def threading_tables(
-        self, service: str | None = None, platform: str | None = None
-    ) -> list[ThreadingTableRecord]:
-        q = select(ThreadingTableRow).order_by(ThreadingTableRow.id)
-        if service is not None:
-            q = q.where(ThreadingTableRow.service == service)
-        if platform is not None:
-            q = q.where(ThreadingTableRow.platform == platform)
-        with self._reader() as s:
-            out = []
-            for r in s.scalars(q):
-                created = convert.aware(r.created_at)
-                assert created is not None
-                out.append(
-                    ThreadingTableRecord(
-                        id=r.id,
-                        service=r.service,
-                        host=r.host,
-                        platform=r.platform,
-                        config_key=r.config_key,
-                        table=r.data,
-                        created_at=created,
-                    )
-                )
-            return out
-
-    # ------------------------------------------------------------------ pair calibrations
-
-    @_guard
-    def save_calibration(self, cal: PairCalibration) -> int:
-        """Store a pair calibration (``musku pair calibrate``); the newest one of a pair is
-        the one in force."""
-        with self._session() as s, s.begin():
-            row = PairCalibrationRow(**convert.calibration_columns(cal))
-            s.add(row)
-            s.flush()
-            return row.id
-
-    @_guard
-    def calibration(self, pair: str) -> PairCalibration | None:
-        """The newest calibration of ``pair`` (None: never calibrated)."""
-        with self._session() as s:
-            row = s.scalars(
-                select(PairCalibrationRow)
-                .where(PairCalibrationRow.pair == pair)
-                .order_by(PairCalibrationRow.id.desc())
-                .limit(1)
-            ).first()
-            return convert.calibration_from_row(row) if row is not None else None
-
-    @_guard
-    def calibration_before(self, pair: str, when: datetime) -> PairCalibration | None:
-        """The calibration of ``pair`` in force at ``when``: the newest taken by then (what a
-        run that started then used; ``musku results NAME``)."""
-        with self._session() as s:
-            row = s.scalars(
-                select(PairCalibrationRow)
-                .where(PairCalibrationRow.pair == pair, PairCalibrationRow.taken_at <= when)
-                .order_by(PairCalibrationRow.id.desc())
-                .limit(1)
-            ).first()
-            return convert.calibration_from_row(row) if row is not None else None
-
-    @_guard
-    def mark_recalibration(self, pair: str, note: str) -> bool:
-        """Flag the newest calibration of ``pair`` as needing a new one (a comparison's bias
-        estimate breached its bound). False when the pair has none."""
-        with self._session() as s, s.begin():
-            row = s.scalars(
-                select(PairCalibrationRow)
-                .where(PairCalibrationRow.pair == pair)
-                .order_by(PairCalibrationRow.id.desc())
-                .limit(1)
-            ).first()
-            if row is None:
-                return False
-            row.needs_recalibration = True
-            row.note = note[:2000]
-            return True
-
-    # ------------------------------------------------------------------ warm-up transients
-
-    @_guard
-    def save_transient(self, pair: str, hardware: str, config_key: str, seconds: float) -> int:
-        with self._session() as s, s.begin():
-            row = ConfigTransientRow(
-                pair=pair,
-                hardware=hardware,
-                config_key=config_key,
-                seconds=float(seconds),
-                measured_at=convert.now(),
-            )
-            s.add(row)
-            s.flush()
-            return row.id
-
-    @_guard
-    def transient(self, pair: str, hardware: str, config_key: str) -> float | None:
-        """The warm-up transient (s) remembered for a configuration on a pair: the median of
-        its three newest measurements, so one spurious long detection does not stick (None:
-        never measured)."""
-        with self._session() as s:
-            vals = s.scalars(
-                select(ConfigTransientRow.seconds)
-                .where(
-                    ConfigTransientRow.pair == pair,
-                    ConfigTransientRow.hardware == hardware,
-                    ConfigTransientRow.config_key == config_key,
-                )
-                .order_by(ConfigTransientRow.id.desc())
-                .limit(3)
-            ).all()
-            return float(sorted(vals)[len(vals) // 2]) if vals else None
-
-    def transients(self, pair: str, hardware: str) -> StoredTransients:
-        """A mapping config key -> transient seconds backed by this store (for
-        :class:`musku.abtest.calibration.PairMemory`)."""
-        return StoredTransients(self, pair, hardware)
-
-    # ------------------------------------------------------------------ comparison queue (0007)
+    # ------------------------------------------------------------------ queue.py
 
     @property
     def shared(self) -> bool:
-        """True on PostgreSQL: several controllers and ``musku worker`` processes share a sweep
-        through the comparison queue. SQLite runs one controller per experiment."""
-        return self.dialect == "postgresql"
+        return self._queue.shared
 
-    def _need_queue(self) -> None:
-        if not self.shared:
-            raise UnsupportedError(
-                f"the comparison queue needs PostgreSQL ({self.url} is SQLite, which runs one "
-                "controller per experiment): use --db postgresql+psycopg://..."
-            )
+    def need_queue(self) -> None:
+        return self._queue.need_queue()
 
-    @_guard
+    _need_queue = need_queue  # its name before the split (musku.sweep.worker)
+
     def enqueue(
         self,
         exp_id: int,
@@ -1334,348 +278,99 @@ class Store:
         candidate: Configuration,
         seed: int,
     ) -> int:
-        """The queue row of this comparison of the experiment, added ``queued`` if it is not
-        there yet (``INSERT ... ON CONFLICT DO NOTHING``): several controllers asking for the
-        same comparison get the same row. Returns its id."""
-        self._need_queue()
-        from sqlalchemy.dialects.postgresql import insert  # lazy: the PostgreSQL dialect
+        return self._queue.enqueue(exp_id, purpose, baseline, candidate, seed)
 
-        with self._session() as s, s.begin():
-            b, c = self._config_id(s, baseline), self._config_id(s, candidate)
-            s.execute(
-                insert(QueueRow)
-                .values(
-                    experiment_id=exp_id,
-                    purpose=purpose,
-                    baseline_id=b,
-                    candidate_id=c,
-                    seed=seed,
-                    state="queued",
-                    attempts=0,
-                    enqueued_at=convert.now(),
-                )
-                .on_conflict_do_nothing(constraint="uq_comparison_queue_comparison")
-            )
-            found = s.scalar(
-                select(QueueRow.id).where(
-                    QueueRow.experiment_id == exp_id,
-                    QueueRow.purpose == purpose,
-                    QueueRow.baseline_id == b,
-                    QueueRow.candidate_id == c,
-                )
-            )
-            assert found is not None
-            return int(found)
-
-    @_guard
     def claim_queued(
         self, exp_id: int, claimer: str, *, lease_s: float, prefer: int | None = None
     ) -> QueueItem | None:
-        """Claim one comparison of a running experiment's queue for ``claimer`` (``prefer``
-        first when it is claimable), or None: a ``queued`` row, or a ``claimed`` one whose
-        claim expired (its claimer died: the comparison it left half-measured is aborted and
-        measured again). ``SELECT ... FOR UPDATE SKIP LOCKED``: concurrent claimers never wait
-        on each other nor get the same row. The claim lasts ``lease_s``; renew it with
-        :meth:`beat_queued`."""
-        self._need_queue()
-        with self._session() as s, s.begin():
-            stamp = convert.now()
-            running = select(ExperimentRow.id).where(
-                ExperimentRow.id == exp_id, ExperimentRow.status == ExperimentStatus.RUNNING.value
-            )
-            q = select(QueueRow).where(
-                QueueRow.experiment_id.in_(running),
-                or_(
-                    QueueRow.state == "queued",
-                    and_(QueueRow.state == "claimed", QueueRow.expires_at < stamp),
-                ),
-            )
-            row = None
-            if prefer is not None:
-                row = s.scalars(
-                    q.where(QueueRow.id == prefer).with_for_update(skip_locked=True)
-                ).first()
-            if row is None:
-                row = s.scalars(
-                    q.order_by(QueueRow.id).limit(1).with_for_update(skip_locked=True)
-                ).first()
-            if row is None:
-                return None
-            if row.comparison_id is not None:  # a dead claimer's half-measured comparison
-                _abort_measuring(s, row.comparison_id, stamp)
-            row.state = "claimed"
-            row.claimed_by = claimer
-            row.claimed_at = row.heartbeat_at = stamp
-            row.expires_at = stamp + timedelta(seconds=lease_s)
-            row.attempts += 1
-            row.comparison_id = None
-            configs = {
-                r.id: self._configuration_of(s, r)
-                for r in s.scalars(
-                    select(ConfigurationRow).where(
-                        ConfigurationRow.id.in_((row.baseline_id, row.candidate_id))
-                    )
-                )
-            }
-            return QueueItem(
-                id=row.id,
-                experiment_id=row.experiment_id,
-                purpose=row.purpose,
-                baseline=configs[row.baseline_id],
-                candidate=configs[row.candidate_id],
-                seed=int(row.seed),
-                attempts=row.attempts,
-            )
+        return self._queue.claim_queued(exp_id, claimer, lease_s=lease_s, prefer=prefer)
 
-    @_guard
     def start_queued(
         self, item: QueueItem, claimer: str, *, hosts: tuple[str, str] | None = None
     ) -> int:
-        """Start measuring a claimed queue row on ``hosts``: a new ``running`` comparison,
-        linked to the row (so a claimer taking the row over after this one dies aborts it).
-        Returns its id."""
-        cmp_id = self.start_comparison(
-            item.experiment_id, item.purpose, item.baseline, item.candidate, hosts=hosts
-        )
-        with self._session() as s, s.begin():
-            s.execute(
-                update(QueueRow)
-                .where(
-                    QueueRow.id == item.id,
-                    QueueRow.claimed_by == claimer,
-                    QueueRow.state == "claimed",
-                )
-                .values(comparison_id=cmp_id)
-                .execution_options(synchronize_session=False)
-            )
-        return cmp_id
+        return self._queue.start_queued(item, claimer, hosts=hosts)
 
-    @_guard
     def finish_queued(
         self, item_id: int, claimer: str, cmp_id: int, result: ComparisonResult
     ) -> bool:
-        """Record a claimed row's result in one transaction with the row becoming ``done``:
-        True when stored. A claim another claimer took over in the meantime (this one was
-        presumed dead), or an ABORTED result (a stop), stores no decision: the comparison is
-        aborted and, if the row is still this claimer's, the row goes back to ``queued``."""
-        with self._session() as s, s.begin():
-            row = s.scalars(
-                select(QueueRow).where(QueueRow.id == item_id).with_for_update()
-            ).first()
-            cmp = s.scalars(
-                select(ComparisonRow).where(ComparisonRow.id == cmp_id).with_for_update()
-            ).first()
-            if row is None or cmp is None:
-                raise DatabaseError(f"no queued comparison {item_id} measured as {cmp_id}")
-            stamp = convert.now()
-            mine = (
-                row.state == "claimed" and row.claimed_by == claimer and row.comparison_id == cmp_id
-            )
-            if not mine or not result.decision.final:
-                if cmp.status == ComparisonStatus.RUNNING.value:
-                    cmp.status, cmp.finished_at = ComparisonStatus.ABORTED.value, stamp
-                if mine:
-                    row.state, row.claimed_by, row.expires_at = "queued", None, None
-                    row.comparison_id = None
-                return False
-            if cmp.status != ComparisonStatus.RUNNING.value:
-                raise InvalidTransition(f"comparison {cmp_id} is already {cmp.status}")
-            s.add(
-                DecisionRow(
-                    comparison_id=cmp_id, decided_at=stamp, **convert.decision_columns(result)
-                )
-            )
-            cmp.status, cmp.finished_at = ComparisonStatus.FINISHED.value, stamp
-            row.state, row.done_at, row.expires_at = "done", stamp, None
-        self._cmp_meta.pop(cmp_id, None)
-        return True
+        return self._queue.finish_queued(item_id, claimer, cmp_id, result)
 
-    @_guard
     def queued_result(self, item_id: int) -> ComparisonResult | None:
-        """The result of a ``done`` queue row (whoever measured it), else None."""
-        with self._reader() as s:
-            row = s.get(QueueRow, item_id)
-            if row is None:
-                raise DatabaseError(f"no queued comparison {item_id}")
-            if row.state != "done" or row.comparison_id is None:
-                return None
-            found = s.execute(
-                select(ComparisonRow, DecisionRow)
-                .join(DecisionRow, DecisionRow.comparison_id == ComparisonRow.id)
-                .where(ComparisonRow.id == row.comparison_id)
-            ).first()
-            if found is None:
-                return None
-            cmp, dec = found
-            base = self._configuration_of(s, self._config_row(s, cmp.baseline_id))
-            cand = self._configuration_of(s, self._config_row(s, cmp.candidate_id))
-            return convert.result_from_rows(base, cand, dec)
-
-    def _config_row(self, s: Session, config_id: int) -> ConfigurationRow:
-        row = s.get(ConfigurationRow, config_id)
-        if row is None:
-            raise DatabaseError(f"no configuration with id {config_id}")
-        return row
+        return self._queue.queued_result(item_id)
 
     def beat_queued(self, claimer: str, lease_s: float) -> int:
-        """Renew every claim ``claimer`` holds for another ``lease_s``; returns how many it
-        holds. Safe from another thread (the engine only, as :meth:`heartbeat`)."""
-        stamp = convert.now()
-        try:
-            with self.engine.begin() as conn:
-                res = conn.execute(
-                    update(QueueRow)
-                    .where(QueueRow.claimed_by == claimer, QueueRow.state == "claimed")
-                    .values(heartbeat_at=stamp, expires_at=stamp + timedelta(seconds=lease_s))
-                )
-                return int(res.rowcount or 0)
-        except SQLAlchemyError as exc:
-            raise DatabaseError(f"beat_queued: {first_line(exc)}") from None
+        return self._queue.beat_queued(claimer, lease_s)
 
-    def status_of(self, exp_id: int) -> ExperimentStatus:
-        """The experiment's status, read from another thread (the engine only)."""
-        try:
-            with self._reader_engine.connect() as conn:
-                value = conn.execute(
-                    select(ExperimentRow.status).where(ExperimentRow.id == exp_id)
-                ).scalar()
-        except SQLAlchemyError as exc:
-            raise DatabaseError(f"status_of: {first_line(exc)}") from None
-        if value is None:
-            raise DatabaseError(f"no experiment with id {exp_id}")
-        return ExperimentStatus(value)
-
-    @_guard
     def release_queued(self, exp_id: int, claimer: str, *, item_id: int | None = None) -> int:
-        """Give back the claims ``claimer`` holds on the experiment's queue (a stop; ``item_id``:
-        that row only, its pair failed): the rows become ``queued`` again, comparisons it was
-        measuring ``aborted``. Returns how many."""
-        with self._session() as s, s.begin():
-            rows = s.scalars(
-                select(QueueRow)
-                .where(
-                    QueueRow.experiment_id == exp_id,
-                    QueueRow.claimed_by == claimer,
-                    QueueRow.state == "claimed",
-                    *([QueueRow.id == item_id] if item_id is not None else []),
-                )
-                .with_for_update()
-            ).all()
-            stamp = convert.now()
-            for row in rows:
-                if row.comparison_id is not None:
-                    _abort_measuring(s, row.comparison_id, stamp)
-                row.state, row.claimed_by, row.expires_at, row.comparison_id = (
-                    "queued",
-                    None,
-                    None,
-                    None,
-                )
-            return len(rows)
+        return self._queue.release_queued(exp_id, claimer, item_id=item_id)
 
-    @_guard
     def queue_states(self, exp_ids: Sequence[int] | None = None) -> dict[int, QueueState]:
-        """Each experiment's controller claim, queue counts by state and live queue claims
-        (``musku experiments``); all experiments when ``exp_ids`` is None."""
-        with self._reader() as s:
-            stamp = convert.now()
+        return self._queue.queue_states(exp_ids)
 
-            def age(beat: Any) -> float | None:
-                at = convert.aware(beat)
-                return None if at is None else max(0.0, (stamp - at).total_seconds())
+    # ------------------------------------------------------------------ skus.py
 
-            q = select(ExperimentRow)
-            if exp_ids is not None:
-                q = q.where(ExperimentRow.id.in_(list(exp_ids)))
-            out: dict[int, QueueState] = {}
-            counts: dict[int, dict[str, int]] = {}
-            claims: dict[int, list[ClaimInfo]] = {}
-            qq = select(QueueRow.experiment_id, QueueRow.state, func.count()).group_by(
-                QueueRow.experiment_id, QueueRow.state
-            )
-            cq = select(QueueRow).where(QueueRow.state == "claimed")
-            if exp_ids is not None:
-                qq = qq.where(QueueRow.experiment_id.in_(list(exp_ids)))
-                cq = cq.where(QueueRow.experiment_id.in_(list(exp_ids)))
-            for eid, state, n in s.execute(qq).all():
-                counts.setdefault(int(eid), {})[str(state)] = int(n)
-            for row in s.scalars(cq.order_by(QueueRow.id)):
-                claims.setdefault(row.experiment_id, []).append(
-                    ClaimInfo(str(row.claimed_by), None, None, age(row.heartbeat_at))
-                )
-            for e in s.scalars(q.order_by(ExperimentRow.id)):
-                controller = None
-                if e.claim_controller is not None:
-                    controller = ClaimInfo(
-                        e.claim_controller, e.claim_host, e.claim_pid, age(e.claim_heartbeat)
-                    )
-                c = counts.get(e.id, {})
-                out[e.id] = QueueState(
-                    controller=controller,
-                    counts={k: c.get(k, 0) for k in ("queued", "claimed", "done")},
-                    claims=tuple(claims.get(e.id, [])),
-                )
-            return out
+    def save_softsku(self, exp_id: int, sku: SoftSku) -> int:
+        return self._skus.save_softsku(exp_id, sku)
 
-    @_guard
-    def abort_experiment(self, exp_id: int, *, stale_s: float = 60.0) -> ExperimentRecord:
-        """``musku abort``: the experiment becomes ``aborted`` (final) and its queue claims are
-        released (rows back to ``queued``; nobody claims them again). A live controller
-        (heartbeat younger than ``stale_s``) notices at its next heartbeat, stops, aborts the
-        comparison it is measuring, rolls its hosts back and releases its claim; a dead one's
-        claim is released here and the comparisons it left ``running`` are aborted. A finished
-        experiment (done, failed, aborted), or one whose soft SKU is stored already (the abort
-        came after its last comparison), raises :class:`InvalidTransition`: an abort is
-        refused or wins cleanly, never "aborted" with a soft SKU (:meth:`save_softsku`)."""
-        with self._session() as s, s.begin():
-            row = _locked_experiment(s, exp_id)
-            current = ExperimentStatus(row.status)
-            if ExperimentStatus.ABORTED not in EXPERIMENT_TRANSITIONS[current]:
-                raise InvalidTransition(
-                    f"experiment {exp_id} ({row.name}) is already {current.value}: "
-                    "only a running or interrupted experiment can be aborted"
-                )
-            sku = s.scalars(
-                select(SoftSkuRow.id).where(SoftSkuRow.experiment_id == exp_id).limit(1)
-            ).first()
-            if sku is not None:  # the abort came after the last comparison: too late
-                raise InvalidTransition(
-                    f"experiment {exp_id} ({row.name}) is already finished: its soft SKU "
-                    f"{sku} is stored (the run ends as done; `musku sku show {sku}`)"
-                )
-            stamp = convert.now()
-            beat = convert.aware(row.claim_heartbeat)
-            live = (
-                row.claim_controller is not None
-                and beat is not None
-                and beat > stamp - timedelta(seconds=stale_s)
-            )
-            row.status, row.finished_at = ExperimentStatus.ABORTED.value, stamp
-            if not live:  # a live controller releases its claim as it stops
-                row.claim_controller = row.claim_host = None
-                row.claim_pid = row.claim_heartbeat = None
-            s.execute(
-                update(QueueRow)
-                .where(QueueRow.experiment_id == exp_id, QueueRow.state == "claimed")
-                .values(state="queued", claimed_by=None, expires_at=None)
-                .execution_options(synchronize_session=False)
-            )
-            if not live:
-                s.execute(
-                    update(ComparisonRow)
-                    .where(
-                        ComparisonRow.experiment_id == exp_id,
-                        ComparisonRow.status == ComparisonStatus.RUNNING.value,
-                    )
-                    .values(status=ComparisonStatus.ABORTED.value, finished_at=stamp)
-                    .execution_options(synchronize_session=False)
-                )
-            s.flush()
-            return self._experiment_record(s, row)
+    def softskus(
+        self,
+        service: str | None = None,
+        platform: str | None = None,
+        *,
+        include_aborted: bool = False,
+    ) -> list[SoftSkuRecord]:
+        return self._skus.softskus(service, platform, include_aborted=include_aborted)
 
-    # ------------------------------------------------------------------ deployments (0008)
+    def softsku(self, sku_id: int) -> SoftSkuRecord | None:
+        return self._skus.softsku(sku_id)
 
-    @_guard
+    # ------------------------------------------------------------------ tables.py
+
+    def save_threading_table(
+        self,
+        service: str,
+        host: str,
+        platform: str,
+        config_key: str | Configuration,
+        table: Mapping[str, Any],
+    ) -> int:
+        return self._tables.save_threading_table(service, host, platform, config_key, table)
+
+    def threading_table(
+        self, service: str, host: str, platform: str, config_key: str | Configuration
+    ) -> dict[str, Any] | None:
+        return self._tables.threading_table(service, host, platform, config_key)
+
+    def threading_tables(
+        self, service: str | None = None, platform: str | None = None
+    ) -> list[ThreadingTableRecord]:
+        return self._tables.threading_tables(service, platform)
+
+    # ------------------------------------------------------------------ calibrations.py
+
+    def save_calibration(self, cal: PairCalibration) -> int:
+        return self._calibrations.save_calibration(cal)
+
+    def calibration(self, pair: str) -> PairCalibration | None:
+        return self._calibrations.calibration(pair)
+
+    def calibration_before(self, pair: str, when: datetime) -> PairCalibration | None:
+        return self._calibrations.calibration_before(pair, when)
+
+    def mark_recalibration(self, pair: str, note: str) -> bool:
+        return self._calibrations.mark_recalibration(pair, note)
+
+    def save_transient(self, pair: str, hardware: str, config_key: str, seconds: float) -> int:
+        return self._calibrations.save_transient(pair, hardware, config_key, seconds)
+
+    def transient(self, pair: str, hardware: str, config_key: str) -> float | None:
+        return self._calibrations.transient(pair, hardware, config_key)
+
+    def transients(self, pair: str, hardware: str) -> StoredTransients:
+        return self._calibrations.transients(pair, hardware)
+
+    # ------------------------------------------------------------------ deployments.py
+
     def create_deployment(
         self,
         soft_sku_id: int,
@@ -1687,48 +382,16 @@ class Store:
         controller: str,
         code_version: str | None = None,
     ) -> int:
-        """Record a new deployment (status ``canary``); returns its id. Refused with
-        :class:`DeploymentConflict` (one line, exit 3) when a host is in another live
-        deployment (``canary``, ``rolling`` or ``deployed``) of the same backend; the check
-        and the insert are one transaction (on PostgreSQL under a lock on the table)."""
-        with self._session() as s, s.begin():
-            if self.dialect == "postgresql":
-                s.execute(text("LOCK TABLE deployments IN SHARE ROW EXCLUSIVE MODE"))
-            if s.get(SoftSkuRow, soft_sku_id) is None:
-                raise InputError(f"no soft SKU with id {soft_sku_id}")
-            live = [st.value for st in DeploymentStatus if st.live]
-            wanted = set(hosts)
-            for other in s.scalars(
-                select(DeploymentRow)
-                .where(DeploymentRow.status.in_(live), DeploymentRow.backend == backend)
-                .order_by(DeploymentRow.id)
-            ):
-                taken = sorted(wanted.intersection(other.hosts))
-                if taken:
-                    raise DeploymentConflict(
-                        f"host {taken[0]} already runs soft SKU {other.soft_sku_id} of live "
-                        f"deployment {other.id} ({other.status})"
-                    )
-            stamp = convert.now()
-            row = DeploymentRow(
-                soft_sku_id=soft_sku_id,
-                experiment_id=experiment_id,
-                backend=backend,
-                hosts=list(hosts),
-                canary_hosts=list(canary_hosts),
-                status=DeploymentStatus.CANARY.value,
-                waves=[],
-                code_version=code_version,
-                controller=controller,
-                reason="",
-                created_at=stamp,
-                updated_at=stamp,
-            )
-            s.add(row)
-            s.flush()
-            return row.id
+        return self._deployments.create_deployment(
+            soft_sku_id,
+            experiment_id,
+            backend=backend,
+            hosts=hosts,
+            canary_hosts=canary_hosts,
+            controller=controller,
+            code_version=code_version,
+        )
 
-    @_guard
     def update_deployment(
         self,
         dep_id: int,
@@ -1738,72 +401,22 @@ class Store:
         waves: Sequence[Mapping[str, Any]] | None = None,
         reason: str | None = None,
     ) -> None:
-        """Change a deployment: its status along :data:`DEPLOYMENT_TRANSITIONS` (any other
-        change raises :class:`InvalidTransition`), its canary comparison, waves, reason."""
-        with self._session() as s, s.begin():
-            row = s.get(DeploymentRow, dep_id)
-            if row is None:
-                raise InputError(f"no deployment with id {dep_id}")
-            stamp = convert.now()
-            if status is not None and status.value != row.status:
-                current = DeploymentStatus(row.status)
-                if status not in DEPLOYMENT_TRANSITIONS[current]:
-                    raise InvalidTransition(
-                        f"deployment {dep_id} is {current.value}; it cannot become {status.value}"
-                    )
-                row.status = status.value
-                if not status.live or status is DeploymentStatus.DEPLOYED:
-                    row.finished_at = stamp
-            if canary_comparison_id is not None:
-                row.canary_comparison_id = canary_comparison_id
-            if waves is not None:
-                row.waves = [convert.jsonable(dict(w)) for w in waves]
-            if reason is not None:
-                row.reason = reason
-            row.updated_at = stamp
-
-    @staticmethod
-    def _deployment_record(row: DeploymentRow) -> DeploymentRecord:
-        created, updated = convert.aware(row.created_at), convert.aware(row.updated_at)
-        assert created is not None and updated is not None
-        return DeploymentRecord(
-            id=row.id,
-            soft_sku_id=row.soft_sku_id,
-            experiment_id=row.experiment_id,
-            backend=row.backend,
-            hosts=tuple(row.hosts),
-            canary_hosts=tuple(row.canary_hosts),
-            status=DeploymentStatus(row.status),
-            canary_comparison_id=row.canary_comparison_id,
-            waves=tuple(dict(w) for w in row.waves),
-            code_version=row.code_version,
-            controller=row.controller,
-            reason=row.reason,
-            created_at=created,
-            updated_at=updated,
-            finished_at=convert.aware(row.finished_at),
+        return self._deployments.update_deployment(
+            dep_id,
+            status=status,
+            canary_comparison_id=canary_comparison_id,
+            waves=waves,
+            reason=reason,
         )
 
-    @_guard
     def deployment(self, dep_id: int) -> DeploymentRecord | None:
-        with self._reader() as s:
-            row = s.get(DeploymentRow, dep_id)
-            return self._deployment_record(row) if row is not None else None
+        return self._deployments.deployment(dep_id)
 
-    @_guard
     def deployments(
         self, *, live: bool = False, soft_sku_id: int | None = None
     ) -> list[DeploymentRecord]:
-        """Deployments, oldest first; ``live``: only ``canary``, ``rolling`` and ``deployed``."""
-        q = select(DeploymentRow).order_by(DeploymentRow.id)
-        if live:
-            q = q.where(DeploymentRow.status.in_([st.value for st in DeploymentStatus if st.live]))
-        if soft_sku_id is not None:
-            q = q.where(DeploymentRow.soft_sku_id == soft_sku_id)
-        with self._reader() as s:
-            return [self._deployment_record(r) for r in s.scalars(q)]
+        return self._deployments.deployments(live=live, soft_sku_id=soft_sku_id)
 
-    @_guard
     def add_watch(
         self,
         dep_id: int,
@@ -1813,91 +426,16 @@ class Store:
         comparison_id: int | None,
         reason: str = "",
     ) -> int:
-        """Record one re-validation of deployment ``dep_id``; returns its id."""
-        with self._session() as s, s.begin():
-            if s.get(DeploymentRow, dep_id) is None:
-                raise InputError(f"no deployment with id {dep_id}")
-            row = DeploymentWatchRow(
-                deployment_id=dep_id,
-                checked_at=convert.now(),
-                code_version=code_version,
-                comparison_id=comparison_id,
-                verdict=verdict,
-                reason=reason,
-            )
-            s.add(row)
-            s.flush()
-            return row.id
+        return self._deployments.add_watch(
+            dep_id,
+            verdict=verdict,
+            code_version=code_version,
+            comparison_id=comparison_id,
+            reason=reason,
+        )
 
-    @_guard
     def watches(self, dep_id: int) -> list[WatchRecord]:
-        """Deployment ``dep_id``'s re-validations, oldest first."""
-        with self._reader() as s:
-            rows = s.scalars(
-                select(DeploymentWatchRow)
-                .where(DeploymentWatchRow.deployment_id == dep_id)
-                .order_by(DeploymentWatchRow.id)
-            ).all()
-            out = []
-            for r in rows:
-                at = convert.aware(r.checked_at)
-                assert at is not None
-                out.append(
-                    WatchRecord(
-                        id=r.id,
-                        deployment_id=r.deployment_id,
-                        checked_at=at,
-                        code_version=r.code_version,
-                        comparison_id=r.comparison_id,
-                        verdict=r.verdict,
-                        reason=r.reason,
-                    )
-                )
-            return out
-
-    @_guard
-    def comparison_id_of(self, exp_id: int, purpose: str) -> int | None:
-        """The newest finished comparison of experiment ``exp_id`` with that purpose."""
-        with self._reader() as s:
-            return s.scalars(
-                select(ComparisonRow.id)
-                .where(ComparisonRow.experiment_id == exp_id, ComparisonRow.purpose == purpose)
-                .order_by(ComparisonRow.id.desc())
-                .limit(1)
-            ).first()
-
-
-class DeploymentConflict(InputError):
-    """A host is in another live deployment (exit status 3, bad input)."""
-
-
-class StoredTransients(MutableMapping[str, float]):
-    """Per-configuration warm-up transients of one pair, read from and written to a store."""
-
-    def __init__(self, store: Store, pair: str, hardware: str) -> None:
-        self.store, self.pair, self.hardware = store, pair, hardware
-        self._cache: dict[str, float] = {}
-
-    def __getitem__(self, key: str) -> float:
-        if key not in self._cache:
-            got = self.store.transient(self.pair, self.hardware, key)
-            if got is None:
-                raise KeyError(key)
-            self._cache[key] = got
-        return self._cache[key]
-
-    def __setitem__(self, key: str, value: float) -> None:
-        self.store.save_transient(self.pair, self.hardware, key, value)
-        self._cache[key] = float(value)
-
-    def __delitem__(self, key: str) -> None:
-        raise TypeError("measured transients are kept (the median of the newest three counts)")
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(dict(self._cache))
-
-    def __len__(self) -> int:
-        return len(self._cache)
+        return self._deployments.watches(dep_id)
 
 
 def upgrade(url: str | None = None) -> tuple[str | None, str]:
@@ -1937,25 +475,32 @@ def current_revision(url: str | None = None) -> str | None:
         engine.dispose()
 
 
-def _locked_experiment(s: Session, exp_id: int) -> ExperimentRow:
-    """Experiment ``exp_id``'s row, locked for this transaction (``SELECT ... FOR UPDATE``;
-    SQLite's write transaction is IMMEDIATE already)."""
-    row = s.scalars(
-        select(ExperimentRow).where(ExperimentRow.id == exp_id).with_for_update()
-    ).first()
-    if row is None:
-        raise DatabaseError(f"no experiment with id {exp_id}")
-    return row
+__all__ = [
+    "ClaimHeld",
+    "DeploymentConflict",
+    "InvalidTransition",
+    "MAX_ID",
+    "Store",
+    "StoredTransients",
+    "current_revision",
+    "open_store",
+    "upgrade",
+]
 
 
-def _abort_measuring(s: Session, cmp_id: int, stamp: Any) -> None:
-    """Mark the comparison a queue row was measuring ``aborted``, if it is still running."""
-    s.execute(
-        update(ComparisonRow)
-        .where(
-            ComparisonRow.id == cmp_id,
-            ComparisonRow.status == ComparisonStatus.RUNNING.value,
-        )
-        .values(status=ComparisonStatus.ABORTED.value, finished_at=stamp)
-        .execution_options(synchronize_session=False)
-    )
+if TYPE_CHECKING:  # mypy checks that the façade and each repository implement their protocols
+
+    def _implements(store: Store, core: Core) -> None:
+        comparisons = Comparisons(core)
+        everything: protocols.ResultStore = store
+        runs: protocols.RunStore = Runs(core, comparisons)
+        claims: protocols.ClaimStore = Claims(core)
+        compared: protocols.ComparisonStore = comparisons
+        samples: protocols.SampleStore = Samples(core)
+        queue: protocols.QueueStore = Queue(core, comparisons)
+        skus: protocols.SkuStore = SoftSkus(core)
+        tables: protocols.TableStore = ThreadingTables(core)
+        calibrations: protocols.CalibrationStore = Calibrations(core)
+        deployments: protocols.DeploymentStore = Deployments(core)
+        del everything, runs, claims, compared, samples, queue, skus, tables, calibrations
+        del deployments

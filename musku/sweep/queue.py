@@ -31,6 +31,7 @@ from musku.errors import ExitStatus, Interrupted, MuskuError
 from musku.experiment import Experiment
 from musku.hosts.base import HostPair
 from musku.owner import controller_id
+from musku.storage.protocols import ResultStore
 from musku.storage.records import QueueItem
 from musku.sweep.runner import Progress, Runner
 
@@ -66,7 +67,7 @@ class Watch:
 
     def __init__(
         self,
-        store: Any,
+        store: ResultStore,
         exp_id: int,
         claimer: str,
         stop: threading.Event,
@@ -272,7 +273,7 @@ def shared_runner(
     experiment: Experiment,
     pair: HostPair,
     *,
-    store: Any | None,
+    store: ResultStore | None,
     experiment_id: int | None,
     progress: Progress | None,
     stop: threading.Event | None,
@@ -304,7 +305,7 @@ def shared_runner(
         runner.close()
 
 
-def experiment_rows(store: Any, *, running_only: bool = False) -> list[dict[str, Any]]:
+def experiment_rows(store: ResultStore, *, running_only: bool = False) -> list[dict[str, Any]]:
     """``musku experiments``: each experiment with its hosts, status, controller claim
     (holder, heartbeat age), queue claims and queued/claimed/done comparison counts."""
     states = store.queue_states()

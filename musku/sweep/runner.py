@@ -43,6 +43,7 @@ from musku.errors import HostError, Interrupted, LinkDown, MuskuError
 from musku.experiment import Experiment
 from musku.hosts.base import HostPair
 from musku.hosts.pool import HostPool, derive_seed
+from musku.storage.protocols import ResultStore
 from musku.sweep.report import result_dict, sku_dict
 from musku.sweep.schedule import chains
 from musku.text import change_text
@@ -285,7 +286,7 @@ class Runner:
         experiment: Experiment,
         pair: HostPair,
         *,
-        store: Any | None = None,
+        store: ResultStore | None = None,
         experiment_id: int | None = None,
         progress: Progress | None = None,
         stop: threading.Event | None = None,

@@ -26,6 +26,7 @@ from musku.hosts.base import BACKENDS, HostPair
 from musku.hosts.pool import Locked, open_pool
 from musku.owner import controller_id
 from musku.registry import load
+from musku.storage.protocols import ClaimStore, ResultStore, RunStore
 from musku.storage.records import InvalidTransition
 from musku.sweep.queue import Aborted, shared_runner
 from musku.sweep.runner import Progress, Runner, SweepReport
@@ -42,7 +43,7 @@ class ClaimKeeper:
     """Heartbeats this controller's claim on an experiment from a thread (the Store's engine
     only: the runner keeps the Store's sessions), and releases it at the end."""
 
-    def __init__(self, store: Any, exp_id: int, controller: str, every_s: float) -> None:
+    def __init__(self, store: ClaimStore, exp_id: int, controller: str, every_s: float) -> None:
         self.store, self.exp_id, self.controller, self.every_s = store, exp_id, controller, every_s
         self.lost = False
         self._stop = threading.Event()
@@ -69,12 +70,12 @@ class ClaimKeeper:
                 log.error("experiment %d: claim not released: %s", self.exp_id, exc.one_line())
 
 
-def claim_experiment(store: Any, exp_id: int, stale_s: float) -> None:
+def claim_experiment(store: ClaimStore, exp_id: int, stale_s: float) -> None:
     """Claim experiment ``exp_id`` for this process's controller (:meth:`Store.claim`)."""
     store.claim(exp_id, controller_id(), socket.gethostname(), os.getpid(), stale_s=stale_s)
 
 
-def resumable(store: Any, experiment: Experiment, mode: str | None) -> Any:
+def resumable(store: RunStore, experiment: Experiment, mode: str | None) -> Any:
     """The run ``--resume`` continues: the latest run of the experiment's name and kind (a
     sweep: :func:`musku.domain.run_kind`) when it is interrupted or was left running, None when
     there is none. Refused (one line, exit 3; nothing written) when that run is finished,
@@ -104,7 +105,7 @@ def open_pair(experiment: Experiment, *, seed: int | None = None) -> HostPair:
 def experiment_run(
     experiment: Experiment,
     *,
-    store: Any | None = None,
+    store: ResultStore | None = None,
     resume: bool = False,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
@@ -164,7 +165,7 @@ def experiment_run(
 
 def _run_claimed(
     experiment: Experiment,
-    store: Any | None,
+    store: ResultStore | None,
     exp_id: int | None,
     progress: Progress | None,
     stop: threading.Event | None,
@@ -225,7 +226,7 @@ def _run_claimed(
 def run_sweep(
     experiment: Experiment,
     *,
-    store: Any | None = None,
+    store: ResultStore | None = None,
     resume: bool = False,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
@@ -276,7 +277,7 @@ def run_sweep(
     )
 
 
-def _save_softsku(store: Any, exp_id: int, name: str, sku: Any) -> None:
+def _save_softsku(store: ResultStore, exp_id: int, name: str, sku: Any) -> None:
     """Store the run's soft SKU (idempotent on resume). ``musku abort`` that came first wins:
     no soft SKU, the run stops as aborted (:class:`Aborted`, exit 130)."""
     try:
@@ -295,7 +296,7 @@ def run_abtest(
     baseline: Configuration,
     candidate: Configuration,
     *,
-    store: Any | None = None,
+    store: ResultStore | None = None,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
     seed: int | None = None,
@@ -310,7 +311,7 @@ def run_abtest(
 
 def calibrate_experiment(
     experiment: Experiment,
-    store: Any | None,
+    store: ResultStore | None,
     *,
     seed: int | None = None,
     precision: float = 0.0025,

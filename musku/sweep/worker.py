@@ -21,6 +21,7 @@ from musku.domain import ExperimentStatus
 from musku.errors import InputError
 from musku.experiment import Experiment, load_experiment
 from musku.owner import controller_id
+from musku.storage.protocols import QueueStore, ResultStore
 from musku.sweep.queue import POLL_S, SharedRunner, lease_s
 from musku.sweep.runner import NullProgress, Progress, SweepReport
 from musku.sweep.sweep import CLAIM_STALE_S, open_pair, run_sweep
@@ -52,7 +53,7 @@ class WorkerReport:
         }
 
 
-def resolve(target: str, store: Any) -> tuple[Experiment, int]:
+def resolve(target: str, store: ResultStore) -> tuple[Experiment, int]:
     """``EXPERIMENT_FILE_OR_ID`` -> (experiment, id): a file names the latest run of its
     experiment in the DB; an id names a run, whose stored file path is loaded."""
     path = Path(target)
@@ -79,7 +80,7 @@ def resolve(target: str, store: Any) -> tuple[Experiment, int]:
     return load_experiment(Path(rec.path)), rec.id
 
 
-def _controller_age(store: Any, exp_id: int) -> float | None:
+def _controller_age(store: QueueStore, exp_id: int) -> float | None:
     """Seconds since the experiment's controller last beat (None: no controller holds it)."""
     state = store.queue_states([exp_id])[exp_id]
     if state.controller is None:
@@ -90,7 +91,7 @@ def _controller_age(store: Any, exp_id: int) -> float | None:
 
 def run_worker(
     target: str,
-    store: Any,
+    store: ResultStore,
     *,
     stop: threading.Event | None = None,
     progress: Progress | None = None,
@@ -99,7 +100,7 @@ def run_worker(
     poll_s: float = POLL_S,
 ) -> WorkerReport:
     """Claim and measure the experiment's queued comparisons until it ends (see the module)."""
-    store._need_queue()
+    store.need_queue()
     stop = stop or threading.Event()
     progress = progress or NullProgress()
     experiment, exp_id = resolve(target, store)

@@ -49,6 +49,7 @@ from musku.cotune_spec import RECORD_MAX
 from musku.cotune_spec import CotuneSpec as CotuneSpec
 from musku.domain import Configuration
 from musku.errors import HostError, InputError, MuskuError
+from musku.storage.protocols import TableStore
 from musku.tune.table import check_table, write_table
 
 log = logging.getLogger("musku.tune")
@@ -255,7 +256,7 @@ class CoTuner:
     trainer: Trainer
     cache: TableCache
     platform: str
-    store: Any | None = None  # a musku.storage Store: tables looked up there and saved there
+    store: TableStore | None = None  # the results store: tables looked up there and saved there
     trainings: int = field(default=0)
 
     @property

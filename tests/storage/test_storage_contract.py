@@ -97,3 +97,23 @@ def test_delete_experiment(store: Store, experiment: Experiment) -> None:
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT COUNT(*) FROM samples")).scalar_one() == 4
         assert conn.execute(text("SELECT COUNT(*) FROM soft_skus")).scalar_one() == 1
+
+
+def test_comparisons_view_names_the_pair(store: Store, experiment: Experiment) -> None:
+    """The analysts' ``v_comparisons`` view lists each comparison's pair (revision 0006;
+    below the protocols, so not in the contract)."""
+    exp = store.create_experiment(experiment)
+    store.add_hosts(exp, {"hosts": ["h0", "h1", "h2", "h3"]})
+    base = experiment.production
+    one = store.start_comparison(
+        exp, "knob:cdp", base, base.with_("cdp", "6:5"), hosts=("h0", "h1")
+    )
+    two = store.start_comparison(
+        exp, "knob:thp", base, base.with_("thp", "never"), hosts=("h2", "h3")
+    )
+    old = store.start_comparison(exp, "knob:thp", base, base.with_("thp", "always"))
+    with store.engine.connect() as conn:
+        got = conn.execute(
+            text("SELECT comparison_id, host_a, host_b FROM v_comparisons ORDER BY 1")
+        ).all()
+    assert [tuple(r) for r in got] == [(one, "h0", "h1"), (two, "h2", "h3"), (old, None, None)]

@@ -25,9 +25,9 @@ from musku.domain import (
     format_value,
 )
 from musku.errors import InputError
-from musku.hosts.base import BACKENDS
 from musku.inputfiles import safe_exists
 from musku.knobs.spec import is_knob, known_list, resolve, sort_key, spec_of
+from musku.registry import BACKENDS
 from musku.schema.document import Document
 from musku.schema.experiment import (
     MAX_CORES,
@@ -39,7 +39,6 @@ from musku.schema.experiment import (
     ServiceTable,
     ThreadingTable,
 )
-from musku.schema.hosts import HOST_MODELS, option_names
 
 
 @dataclass(frozen=True)
@@ -267,10 +266,17 @@ def _per_host_midtiers(hosts: Any) -> bool:
 
 
 def _threading(
-    src: Document, tbl: ThreadingTable | None, service: str, backend: str, hosts: Any = None
+    src: Document,
+    tbl: ThreadingTable | None,
+    service: str,
+    backend: str,
+    hosts: Any = None,
+    *,
+    real_hosts: bool = False,
 ) -> ThreadingSection | None:
     """The ``[threading]`` table (docs/experiment.md), checked against the service and the
-    backend (its keys and values are checked by :class:`ThreadingTable`)."""
+    backend (its keys and values are checked by :class:`ThreadingTable`): co-tuning on
+    ``real_hosts`` (the backend's capability) needs the mid-tier's Admin address."""
     if tbl is None:
         return None
     name = service if tbl.service is None else tbl.service
@@ -293,10 +299,10 @@ def _threading(
         first = problem.split()[0]
         key = {"unknown": "models", "give": "admin_port_file"}.get(first, first)
         raise src.error(f"[threading] {problem}", key, "threading")
-    per_host = backend == "agent" and _per_host_midtiers(hosts)
+    per_host = real_hosts and _per_host_midtiers(hosts)
     if (
         cotune
-        and backend in ("agent", "local")
+        and real_hosts
         and not (spec.admin or spec.admin_port_file or per_host)
     ):
         raise src.error(
@@ -306,7 +312,7 @@ def _threading(
             "cotune",
             "threading",
         )
-    if cotune and backend in ("agent", "local") and not spec.load_data and name != "setalgebra":
+    if cotune and real_hosts and not spec.load_data and name != "setalgebra":
         raise src.error(
             f"[threading] cotune of {name} needs load_data (the load generator's data on the "
             "hosts; only Set Algebra's is generated)",
@@ -316,17 +322,28 @@ def _threading(
     return ThreadingSection(cotune=cotune, spec=spec)
 
 
-HOST_OPTIONS = {backend: option_names(backend) for backend in HOST_MODELS}
-"""Each built-in backend's ``[hosts]`` options (a ``module:factory`` backend checks its own),
-from its model in :mod:`musku.schema.hosts`."""
+def _host_backend(src: Document, backend: str) -> Any:
+    """The registered backend ``[hosts] backend`` names (:data:`musku.registry.BACKENDS`):
+    an unknown name, or a plug-in that cannot be loaded, is one line at the key."""
+    if not BACKENDS.known(backend):
+        known = ", ".join(BACKENDS.names())
+        raise src.error(
+            f"[hosts] unknown backend {backend!r} (known: {known}; or 'module:attr')",
+            "backend",
+            "hosts",
+        )
+    try:
+        return BACKENDS.get(backend)
+    except InputError as exc:
+        raise src.error(exc.message, "backend", "hosts") from None
 
 
-def _check_host_options(src: Document, backend: str, options: Mapping[str, Any]) -> None:
-    """A built-in backend's options, checked against its declared model without opening a
-    host, so that ``musku check`` refuses what ``musku sweep`` would."""
-    model = HOST_MODELS.get(backend)
+def _check_host_options(src: Document, plugin: Any, options: Mapping[str, Any]) -> None:
+    """The backend's options, checked against its declared model (``Backend.options``)
+    without opening a host, so that ``musku check`` refuses what ``musku sweep`` would."""
+    model = plugin.options
     if model is not None:
-        src.validate(model, {**options, "backend": backend}, prefix=("hosts",))
+        src.validate(model, {**options, "backend": plugin.name}, prefix=("hosts",))
 
 
 EXHAUSTIVE_LIMIT = 512
@@ -422,18 +439,20 @@ def load_experiment(path: str | Path) -> Experiment:
 
     # hosts
     backend = f.hosts.backend
-    if backend not in BACKENDS and ":" not in backend:
-        raise src.error(
-            f"[hosts] unknown backend {backend!r} (known: {', '.join(BACKENDS)})",
-            "backend",
-            "hosts",
-        )
+    plugin = _host_backend(src, backend)
     hosts_tbl = data.get("hosts", {})
     hosts = HostsSpec(
         backend=backend, options={k: v for k, v in hosts_tbl.items() if k != "backend"}
     )
-    threading = _threading(src, f.threading, service.name, backend, hosts.options.get("hosts"))
-    _check_host_options(src, backend, hosts.options)
+    threading = _threading(
+        src,
+        f.threading,
+        service.name,
+        backend,
+        hosts.options.get("hosts"),
+        real_hosts=bool(plugin.real_hosts),
+    )
+    _check_host_options(src, plugin, hosts.options)
 
     reboot_knobs = platform.reboot_knobs if service.tolerates_reboot else frozenset()
     spec = ComparisonSpec(

@@ -22,7 +22,8 @@ from musku.domain import (
 )
 from musku.errors import HostError, InputError, Interrupted, MuskuError
 from musku.experiment import Experiment
-from musku.hosts.base import BACKENDS, HostPair
+from musku.hosts.backend import backend_of
+from musku.hosts.base import HostPair
 from musku.hosts.pool import Locked, open_pool
 from musku.owner import controller_id
 from musku.registry import load
@@ -95,9 +96,9 @@ def resumable(store: Any, experiment: Experiment, mode: str | None) -> Any:
 
 def open_pair(experiment: Experiment, *, seed: int | None = None) -> HostPair:
     """Open the experiment's host pair through the backend registry."""
-    factory = load(experiment.hosts.backend, BACKENDS, kind="host backend")
-    pair: HostPair = factory(experiment, seed=experiment.stats.seed if seed is None else seed)
-    return pair
+    return backend_of(experiment).open_pair(
+        experiment, seed=experiment.stats.seed if seed is None else seed
+    )
 
 
 @contextlib.contextmanager

@@ -4,14 +4,16 @@ written to the results DB.
 - the comparisons the strategy plans (an independent sweep's scans may stop early on an
   ordered knob and add run-offs and confirmations; the plan gives each knob's settings and the
   most comparisons it can take);
-- the host probes and checks: simulated hosts load and check their model; agent hosts answer
-  ``hello`` and their ``check`` operation (validate a configuration, list the writes, write
-  nothing) for every planned configuration; the local host probes its knobs and dry-runs each
-  planned value (the same code as the agent's ``check``);
+- the host probes and checks, each backend's own (``Backend.check``): simulated hosts load
+  and check their model; agent hosts answer ``hello`` and their ``check`` operation (validate
+  a configuration, list the writes, write nothing) for every planned configuration; the local
+  host probes its knobs and dry-runs each planned value (the same code as the agent's
+  ``check``);
 - an estimate of host time: from the latest finished run of the same experiment in the
-  results DB when there is one, else from the statistics settings and the simulator model's
-  noise and timing, with the sample cap as the bound;
-- with a host pool (docs/fleet.md): its hosts, pairs and idle host, and an estimate of the
+  results DB when there is one, else from the statistics settings and what the backend models
+  of its hosts' noise and timing (``Backend.prior``, ``Backend.window_s``), with the sample
+  cap as the bound;
+- with a host pool (docs/fleet.md, ``Backend.pool_names``): its hosts, pairs and idle host, and an estimate of the
   host-clock time to the soft SKU: the sweep's tasks scheduled on the pairs as ``musku
   sweep`` schedules them, with the expected host times the pairs are scheduled by
   (:mod:`musku.sweep.schedule`), then the validations (at once).
@@ -25,14 +27,9 @@ from typing import Any
 
 from musku.design.advice import mode_advice
 from musku.domain import Configuration, ExperimentStatus
-from musku.errors import MuskuError
-from musku.hostfs import HostFS
-from musku.hosts.agent import _host_options, make_link
-from musku.hosts.pool import agent_entries, entry_name, form_pairs
-from musku.knobs import load_knob
-from musku.sim.fleet import host_names
-from musku.sim.model import SimModel
-from musku.sim.pair import open_pair
+from musku.hosts.backend import Prior, backend_of
+from musku.hosts.pool import form_pairs
+from musku.summary import decidable
 from musku.sweep.schedule import CostModel, estimate_clock
 from musku.sweep.strategies import EXHAUSTIVE_LIMIT
 
@@ -89,103 +86,9 @@ def planned(experiment: Any) -> dict[str, Any]:
 
 
 def check_hosts(experiment: Any, configs: list[Configuration]) -> dict[str, Any]:
-    """Probe and check the hosts without applying anything. ``ok`` False when a host (or the
-    model) refuses a planned configuration or cannot be reached."""
-    backend = experiment.hosts.backend
-    if backend == "sim":
-        return _check_sim(experiment)
-    if backend == "agent":
-        return _check_agents(experiment, configs)
-    if backend == "local":
-        return _check_local(experiment, configs)
-    return {"backend": backend, "ok": True, "hosts": [], "note": "no check for this backend"}
-
-
-def _check_sim(experiment: Any) -> dict[str, Any]:
-    try:
-        pair = open_pair(experiment)
-    except MuskuError as exc:
-        return {"backend": "sim", "ok": False, "hosts": [], "error": exc.one_line()}
-    try:
-        info = dict(pair.describe())
-    finally:
-        pair.close()
-    pool = pool_layout(experiment)
-    names = (
-        [f"{pool['first']} .. {pool['last']}"] if pool is not None else info.get("hosts", [])
-    )  # a fleet's hosts share the model
-    return {
-        "backend": "sim",
-        "ok": True,
-        "hosts": [
-            {"name": str(h), "ok": True, "check": "model loaded; every planned setting modelled"}
-            for h in names
-        ],
-    }
-
-
-def _check_agents(experiment: Any, configs: list[Configuration]) -> dict[str, Any]:
-    opts = experiment.hosts.options
-    out: dict[str, Any] = {"backend": "agent", "ok": True, "hosts": []}
-    try:
-        hosts = _host_options(opts)
-    except MuskuError as exc:
-        return {**out, "ok": False, "error": exc.one_line()}
-    for h in hosts:
-        row: dict[str, Any] = {"name": h.name, "ok": True}
-        link = None
-        try:
-            link = make_link(h, opts, timeout=60.0)
-            hello = link.call("hello")
-            row["agent"] = {
-                k: hello.get(k) for k in ("version", "protocol", "hostname") if k in hello
-            }
-            writes = 0
-            for cfg in configs:
-                got = link.call("check", config=dict(cfg.as_dict()))
-                writes += sum(len(w) for w in dict(got.get("writes", {})).values())
-            row["check"] = (
-                f"{len(configs)} configurations accepted ({writes} planned writes, none made)"
-            )
-        except MuskuError as exc:
-            row.update(ok=False, error=exc.one_line())
-        except Exception as exc:  # a host that cannot be reached: its line, not a traceback
-            row.update(ok=False, error=f"{type(exc).__name__}: {exc}")
-        finally:
-            if link is not None:
-                link.close()
-        out["ok"] = out["ok"] and row["ok"]
-        out["hosts"].append(row)
-    return out
-
-
-def _check_local(experiment: Any, configs: list[Configuration]) -> dict[str, Any]:
-    """This host's knobs, probed read-only, each planned value validated and dry-run."""
-    fs = HostFS("/", read_only=True)
-    row: dict[str, Any] = {"name": "local", "ok": True, "knobs": {}}
-    values: dict[str, set[Any]] = {}
-    for cfg in configs:
-        for knob, v in cfg.settings:
-            if knob in experiment.space:
-                values.setdefault(knob, set()).add(v)
-    for knob, vals in values.items():
-        try:
-            k = load_knob(knob, fs)
-            support = k.probe()
-            if not support.supported:
-                row["knobs"][knob] = f"unsupported: {support.reason}"
-                row["ok"] = False
-                continue
-            writes = 0
-            for v in sorted(vals, key=str):
-                writes += len(k.apply(k.validate(v), dry_run=True))
-            row["knobs"][knob] = (
-                f"{len(vals)} settings accepted ({writes} planned writes, none made)"
-            )
-        except MuskuError as exc:
-            row["knobs"][knob] = exc.one_line()
-            row["ok"] = False
-    return {"backend": "local", "ok": row["ok"], "hosts": [row]}
+    """Probe and check the hosts without applying anything (``Backend.check``). ``ok`` False
+    when a host (or the model) refuses a planned configuration or cannot be reached."""
+    return backend_of(experiment).check(experiment, configs)
 
 
 def estimate(experiment: Any, plan: Mapping[str, Any], past: Any = None) -> dict[str, Any]:
@@ -193,11 +96,8 @@ def estimate(experiment: Any, plan: Mapping[str, Any], past: Any = None) -> dict
     given, else from the statistics settings and the model."""
     n = int(plan["comparisons_planned"])
     st = experiment.stats
-    per_window = st.sample_interval_s
-    if experiment.hosts.backend == "local":  # switchback: two sub-windows, each switched
-        from musku.hosts.local import window_seconds
-
-        per_window = window_seconds(st.sample_interval_s, experiment.hosts.options)
+    backend = backend_of(experiment)
+    per_window = backend.window_s(experiment, st.sample_interval_s)
     cap_s = st.warmup_s + st.sample_cap * per_window
     if past:
         done = [c.result.host_time_s for c in past if c.result is not None]
@@ -209,9 +109,7 @@ def estimate(experiment: Any, plan: Mapping[str, Any], past: Any = None) -> dict
                 "total_s": mean * n,
                 "bound_s": cap_s * n,
             }
-    per = None
-    if experiment.hosts.backend == "sim":
-        per = _model_seconds(experiment)
+    per = _model_seconds(experiment, backend.prior(experiment))
     if per is None:
         return {
             "source": "the sample cap only (no model, no past run)",
@@ -230,12 +128,8 @@ def estimate(experiment: Any, plan: Mapping[str, Any], past: Any = None) -> dict
 
 def pool_layout(experiment: Any) -> dict[str, Any] | None:
     """The experiment's host pool as ``musku sweep`` pairs it (None: one pair)."""
-    backend, opts = experiment.hosts.backend, experiment.hosts.options
-    if backend == "sim" and opts.get("fleet") is not None:
-        names = host_names(int(opts["fleet"]))
-    elif backend == "agent" and len(entries := agent_entries(experiment)) > 2:
-        names = [entry_name(e) for e in entries]
-    else:
+    names = backend_of(experiment).pool_names(experiment)
+    if names is None:
         return None
     groups, idle = form_pairs(names)
     return {
@@ -255,32 +149,20 @@ def pool_clock(experiment: Any, pairs: int) -> float | None:
     return estimate_clock(experiment, pairs)
 
 
-def _model_seconds(experiment: Any) -> float | None:
+def _model_seconds(experiment: Any, prior: Prior | None) -> float | None:
     """Host seconds of a comparison whose effect is twice min_effect: the windows for the
-    confidence sequence (radius ~3 standard errors) to clear zero, with the model's AR(1) noise
-    on both hosts, plus two warm-ups and the apply time (reboots where a reboot knob changes)."""
-    opt = experiment.hosts.options.get("model")
-    if not isinstance(opt, str):
+    confidence sequence (radius ~3 standard errors) to clear zero, with the backend's modelled
+    noise (``prior``: the simulator's AR(1) noise on both hosts), plus two warm-ups and the
+    apply time. None when the backend models no timing."""
+    if prior is None or prior.apply_s is None:
         return None
-    try:
-        model = SimModel.load(experiment.resolve(opt), space=experiment.space)
-    except MuskuError:
-        return None
-    noise = model.noise
-    scale = float(experiment.hosts.options.get("noise_scale", 1.0) or 1.0)
-    sd = (
-        math.sqrt(2.0) * noise.ar_sigma * scale * math.sqrt((1 + noise.ar_phi) / (1 - noise.ar_phi))
-    )
     st = experiment.stats
     half = st.min_effect  # an effect of 2 x min_effect clears 0 at this half-width
-    windows = min(st.sample_cap, math.ceil((3.0 * sd / half) ** 2))
-    timing = model.timing
-    return 2 * st.warmup_s + windows * st.sample_interval_s + 2 * timing.apply_s
+    windows = min(st.sample_cap, math.ceil((3.0 * prior.noise_sd / half) ** 2))
+    return 2 * st.warmup_s + windows * st.sample_interval_s + 2 * prior.apply_s
 
 
 def dry_run(experiment: Any, store: Any = None) -> dict[str, Any]:
-    from musku.summary import decidable  # lazy: above the experiment model
-
     plan = planned(experiment)
     configs = plan.pop("configurations")
     past = None

@@ -300,11 +300,7 @@ def _threading(
         key = {"unknown": "models", "give": "admin_port_file"}.get(first, first)
         raise src.error(f"[threading] {problem}", key, "threading")
     per_host = real_hosts and _per_host_midtiers(hosts)
-    if (
-        cotune
-        and real_hosts
-        and not (spec.admin or spec.admin_port_file or per_host)
-    ):
+    if cotune and real_hosts and not (spec.admin or spec.admin_port_file or per_host):
         raise src.error(
             f'[threading] cotune on {backend} hosts needs admin = "host:port" or '
             "admin_port_file (where each host's mid-tier answers the Admin RPC; agent hosts "

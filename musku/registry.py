@@ -88,11 +88,15 @@ class Registry:
             target = self._targets.get(name, name)
             if ":" not in target:
                 known = ", ".join(self._targets)
-                raise InputError(f"unknown {self.kind} {name!r} (known: {known}; or give 'module:attr')")
+                raise InputError(
+                    f"unknown {self.kind} {name!r} (known: {known}; or give 'module:attr')"
+                )
             obj = self._check(target, load(target, {}, kind=self.kind))
             own = str(obj.name)
             if name != target and own != name:
-                raise PluginError(f"{self.kind} {target!r} is named {own!r}, registered as {name!r}")
+                raise PluginError(
+                    f"{self.kind} {target!r} is named {own!r}, registered as {name!r}"
+                )
             self._claim(own, target)
             self._objects[own] = obj
             self._objects[target] = obj

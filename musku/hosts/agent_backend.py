@@ -209,5 +209,3 @@ class AgentFleet(Fleet):
             except MuskuError as exc:
                 log.warning("%s: close: %s", host.name, exc.one_line())
         self._hosts.clear()
-
-

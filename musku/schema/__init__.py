@@ -41,6 +41,7 @@ def kinds() -> list[str]:
     hosts = [f"{HOSTS}{n}" for n in BACKENDS.names() if BACKENDS.get(n).options is not None]
     return [*KINDS, *hosts]
 
+
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 

@@ -144,7 +144,11 @@ class SimBackend(Backend):
             "backend": self.name,
             "ok": True,
             "hosts": [
-                {"name": str(h), "ok": True, "check": "model loaded; every planned setting modelled"}
+                {
+                    "name": str(h),
+                    "ok": True,
+                    "check": "model loaded; every planned setting modelled",
+                }
                 for h in names
             ],
         }
@@ -211,5 +215,3 @@ class SimFleet(Fleet):
 
     def undeploy(self, name: str, owner: str) -> None:
         self._config[name] = self.baseline
-
-

@@ -6,7 +6,6 @@ Every problem is an :class:`~musku.errors.InputError` naming the file and, where
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from musku.domain import (
 from musku.errors import InputError
 from musku.inputfiles import safe_exists
 from musku.knobs.spec import is_knob, known_list, resolve, sort_key, spec_of
-from musku.registry import BACKENDS
+from musku.registry import BACKENDS, STRATEGIES
 from musku.schema.document import Document
 from musku.schema.experiment import (
     MAX_CORES,
@@ -90,7 +89,7 @@ class Experiment:
     stock: Configuration
     production: Configuration
     baseline: str  # "production" | "stock": what each knob is scaled against
-    mode: SweepMode
+    mode: SweepMode  # a registered sweep strategy (musku.sweep.modes) or "module:attr"
     spec: ComparisonSpec
     hosts: HostsSpec
     raw: Mapping[str, Any] = field(default_factory=dict)
@@ -342,58 +341,18 @@ def _check_host_options(src: Document, plugin: Any, options: Mapping[str, Any]) 
         src.validate(model, {**options, "backend": plugin.name}, prefix=("hosts",))
 
 
-EXHAUSTIVE_LIMIT = 512
-"""Exhaustive sweeps larger than this are refused (narrow [platform.settings] or use search);
-the model's limit, which :mod:`musku.sweep.strategies` applies again to experiments built in
-code."""
-
-
-def _check_multiarm(exp: Experiment) -> None:
-    """``mode = "multiarm"``: refused here, by ``check`` and ``sweep`` alike, for a pool that
-    cannot hold a group (the hosts the file names) or a lower-is-better metric."""
-    if exp.mode is not SweepMode.MULTIARM:
-        return
-    opts = exp.hosts.options
-    fleet = opts.get("fleet")
-    hosts = opts.get("hosts")
-    check_multiarm(
-        exp, int(fleet) if fleet is not None else (len(hosts) if isinstance(hosts, list) else 2)
-    )
-
-
-def check_multiarm(exp: Experiment, n_hosts: int) -> None:
-    """A multiarm sweep needs a pool of >= 3 hosts (a group: the baseline and >= 2 settings,
-    one host per arm of a Williams rotation) and a higher-is-better primary metric (the group
-    runner maximises); the strategy checks the pool it got again (musku.sweep.multiarm)."""
-    if n_hosts < 3:
-        raise InputError(
-            f'[sweep] mode = "multiarm" runs each knob\'s scan on a group of >= 3 hosts '
-            f"(the baseline and >= 2 settings, one host per arm of a Williams rotation); "
-            f"this pool has {n_hosts}: a single pair cannot hold a group. Set [hosts] fleet = N "
-            "(sim) or list N >= 3 agent hosts",
-            where=str(exp.path),
+def _sweep_strategy(src: Document, mode: str) -> Any:
+    """The registered strategy ``[sweep] mode`` names (:data:`musku.registry.STRATEGIES`):
+    an unknown name, or a plug-in that cannot be loaded, is one line at the key."""
+    if not STRATEGIES.known(mode):
+        known = ", ".join(STRATEGIES.names())
+        raise src.error(
+            f"[sweep] mode {mode!r} is not one of {known} (or 'module:attr')", "mode", "sweep"
         )
-    if exp.spec.direction is not Direction.HIGHER:
-        raise InputError(
-            f'[sweep] mode = "multiarm" scans a higher-is-better primary metric, '
-            f"not {exp.spec.metric!r} (direction = lower)",
-            where=str(exp.path),
-        )
-
-
-def _check_exhaustive(exp: Experiment) -> None:
-    """An exhaustive sweep over :data:`EXHAUSTIVE_LIMIT`
-    configurations is refused here, by ``check`` and ``sweep`` alike, before anything is
-    recorded (the strategy repeats the check for experiments built in code)."""
-    if exp.mode is not SweepMode.EXHAUSTIVE:
-        return
-    size = math.prod(len(exp.space[k]) for k in exp.service.knobs)
-    if size > EXHAUSTIVE_LIMIT:
-        raise InputError(
-            f"exhaustive sweep of {exp.name} would compare {size:,} configurations "
-            f'(limit {EXHAUSTIVE_LIMIT}): narrow [platform.settings] or use mode = "search"',
-            where=str(exp.path),
-        )
+    try:
+        return STRATEGIES.get(mode)
+    except InputError as exc:
+        raise src.error(exc.message, "mode", "sweep") from None
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -432,6 +391,8 @@ def load_experiment(path: str | Path) -> Experiment:
         sample_cap=st.sample_cap,
         seed=st.seed,
     )
+
+    strategy = _sweep_strategy(src, f.sweep.mode)
 
     # hosts
     backend = f.hosts.backend
@@ -476,8 +437,7 @@ def load_experiment(path: str | Path) -> Experiment:
         scan=f.sweep.scan,
         threading=threading,
     )
-    _check_exhaustive(experiment)
-    _check_multiarm(experiment)
+    strategy.check(experiment)  # what the mode cannot run (exhaustive's size, multiarm's pool)
     return experiment
 
 

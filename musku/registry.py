@@ -219,3 +219,16 @@ BACKENDS = Registry(
     verify=_backend_shape,
 )
 """Host backends (``[hosts] backend``): :mod:`musku.hosts.backend`."""
+
+STRATEGIES = Registry(
+    "sweep strategy",
+    {
+        "independent": "musku.sweep.modes:Independent",
+        "exhaustive": "musku.sweep.modes:Exhaustive",
+        "search": "musku.sweep.modes:Search",
+        "multiarm": "musku.sweep.modes:Multiarm",
+    },
+    group="musku.strategies",
+    required=("check", "plan", "run"),
+)
+"""Sweep strategies (``[sweep] mode``): :mod:`musku.sweep.modes`."""

@@ -24,7 +24,7 @@ def experiment_summary(exp: Experiment) -> dict[str, Any]:
         "experiment": exp.name,
         "service": exp.service.name,
         "platform": exp.platform.name,
-        "mode": exp.mode.value,
+        "mode": str(exp.mode),
         "baseline": exp.baseline,
         "knobs": {k: list(v) for k, v in exp.space.items()},
         "stock": exp.stock.as_dict(),

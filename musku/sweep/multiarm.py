@@ -44,8 +44,8 @@ from musku.design.fleet import Period, group_size, scan_knob
 from musku.design.group import HostGroup, ScanResult
 from musku.domain import ComparisonResult, Configuration, Decision, format_value
 from musku.errors import InputError
-from musku.experiment import check_multiarm
 from musku.hosts.backend import backend_of
+from musku.sweep.modes import check_multiarm
 from musku.sweep.runner import KnobOutcome, Runner
 
 PURPOSE = "multiarm:{knob}"

@@ -30,15 +30,15 @@ from musku.domain import Configuration, ExperimentStatus
 from musku.hosts.backend import Prior, backend_of
 from musku.hosts.pool import form_pairs
 from musku.summary import decidable
+from musku.sweep.modes import strategy_of
 from musku.sweep.schedule import CostModel, estimate_clock
-from musku.sweep.strategies import EXHAUSTIVE_LIMIT
 
 
 def planned(experiment: Any) -> dict[str, Any]:
     """The comparisons the sweep plans, per knob, and their count (scans may stop early;
     run-offs and confirmations come on top)."""
     base: Configuration = experiment.baseline_config
-    mode = experiment.mode.value
+    mode = experiment.mode
     knobs = []
     configs: list[Configuration] = [base]
     for knob, values in experiment.space.items():
@@ -55,25 +55,9 @@ def planned(experiment: Any) -> dict[str, Any]:
         )
         configs += [base.with_(knob, v) for v in others]
     single = sum(k["comparisons"] for k in knobs)
-    exhaustive = math.prod(len(v) for v in experiment.space.values())
     validations = 0 if experiment.stock == experiment.production else 2
     validations = max(validations, 1)
-    if mode == "exhaustive":
-        total = exhaustive - 1 + validations
-        note = f"every configuration of the cross product ({exhaustive:,}) against the baseline"
-        if exhaustive > EXHAUSTIVE_LIMIT:
-            note += f"; more than {EXHAUSTIVE_LIMIT}: the sweep refuses it (narrow the space or use search)"
-    elif mode == "search":
-        total = single * (1 + experiment.search_rounds) + validations
-        note = (
-            f"the independent scan, then up to {experiment.search_rounds} coordinate-descent rounds"
-        )
-    else:
-        total = single + validations
-        note = (
-            "each knob's settings against the baseline (an ordered knob's scan may stop early; "
-            "close winners get a run-off and a confirmation), then the soft SKU's validations"
-        )
+    total, note = strategy_of(experiment).plan(experiment, single, validations)
     return {
         "mode": mode,
         "baseline": base.as_dict(),

@@ -62,6 +62,7 @@ class CostModel:
         source = "the statistics settings and default noise and timing"
         model = _modelled(experiment)
         if model is not None:
+            assert model.apply_s is not None and model.reboot_s is not None  # _modelled
             sd, apply_s, reboot_s = model.noise_sd, model.apply_s, model.reboot_s
             source = (
                 "the statistics settings and the simulator model's noise and timing, for "
@@ -191,7 +192,7 @@ def estimate_clock(experiment: Any, pairs: int) -> float | None:
     on a pool). None for modes whose later phases depend on results (search, multiarm)."""
     model = CostModel.of(experiment)
     base = experiment.baseline_config
-    mode = experiment.mode.value
+    mode = experiment.mode
     validations = 1 if experiment.stock == experiment.production else 2
     validate = model.comparison_s(())
     if pairs <= 1:

@@ -26,12 +26,11 @@ from musku.hosts.backend import backend_of
 from musku.hosts.base import HostPair
 from musku.hosts.pool import Locked, open_pool
 from musku.owner import controller_id
-from musku.registry import load
 from musku.storage.records import InvalidTransition
+from musku.sweep.modes import strategy_of
 from musku.sweep.queue import Aborted, shared_runner
 from musku.sweep.runner import Progress, Runner, SweepReport
 from musku.sweep.schedule import estimate_clock
-from musku.sweep.strategies import STRATEGIES
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +80,7 @@ def resumable(store: Any, experiment: Experiment, mode: str | None) -> Any:
     there is none. Refused (one line, exit 3; nothing written) when that run is finished,
     failed or aborted: resuming it would measure nothing, and a new run is what a fresh
     ``musku sweep FILE`` starts."""
-    kind = run_kind(mode or experiment.mode.value)
+    kind = run_kind(mode or experiment.mode)
     runs = [r for r in store.runs_named(experiment.name) if run_kind(r[1]) == kind]
     if not runs:
         return None
@@ -240,7 +239,7 @@ def run_sweep(
     experiment is marked interrupted and :class:`Interrupted` is raised; what was measured
     stays in the database.
     """
-    strategy = load(experiment.mode.value, STRATEGIES, kind="sweep mode")
+    strategy = strategy_of(experiment).run
     with experiment_run(
         experiment,
         store=store,
@@ -259,7 +258,7 @@ def run_sweep(
     time, missing = TimeBreakdown.total(r for _, r in runner.results)
     return SweepReport(
         experiment=experiment.name,
-        mode=experiment.mode.value,
+        mode=experiment.mode,
         baseline=experiment.baseline_config,
         best=best,
         knobs=outcomes,

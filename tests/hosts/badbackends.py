@@ -13,6 +13,7 @@ class Twice(ToyBackend):
     """Claims the built-in simulator's name."""
 
     name = "sim"
+    options = None
 
 
 class NoCheck:

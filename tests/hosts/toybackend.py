@@ -101,4 +101,9 @@ class ToyBackend(Backend):
 
     def prior(self, experiment: Any) -> Prior | None:
         noise = float(experiment.hosts.options.get("noise", 0.01))
-        return Prior(noise_sd=math.sqrt(2.0) * noise, noise_source="the toy formula's noise")
+        return Prior(
+            noise_sd=math.sqrt(2.0) * noise,
+            noise_source="the toy formula's noise",
+            apply_s=APPLY_S,
+            reboot_s=0.0,
+        )

@@ -18,16 +18,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from musku.domain import Configuration, Direction
+from musku.domain import Configuration
 from musku.errors import InputError
 from musku.registry import BACKENDS, STRATEGIES
+from musku.sweep.limits import EXHAUSTIVE_LIMIT, check_multiarm
 
 if TYPE_CHECKING:
     from musku.experiment import Experiment
     from musku.sweep.runner import KnobOutcome, Runner
-
-EXHAUSTIVE_LIMIT = 512
-"""Exhaustive sweeps larger than this are refused (narrow [platform.settings] or use search)."""
 
 
 class Strategy:
@@ -109,26 +107,6 @@ class Search(Strategy):
         from musku.sweep.strategies import search  # lazy: the runner and the tester
 
         return search(runner)
-
-
-def check_multiarm(exp: Experiment, n_hosts: int) -> None:
-    """A multiarm sweep needs a pool of >= 3 hosts (a group: the baseline and >= 2 settings,
-    one host per arm of a Williams rotation) and a higher-is-better primary metric (the group
-    runner maximises); the strategy checks the pool it got again (musku.sweep.multiarm)."""
-    if n_hosts < 3:
-        raise InputError(
-            f'[sweep] mode = "multiarm" runs each knob\'s scan on a group of >= 3 hosts '
-            f"(the baseline and >= 2 settings, one host per arm of a Williams rotation); "
-            f"this pool has {n_hosts}: a single pair cannot hold a group. Set [hosts] fleet = N "
-            "(sim) or list N >= 3 agent hosts",
-            where=str(exp.path),
-        )
-    if exp.spec.direction is not Direction.HIGHER:
-        raise InputError(
-            f'[sweep] mode = "multiarm" scans a higher-is-better primary metric, '
-            f"not {exp.spec.metric!r} (direction = lower)",
-            where=str(exp.path),
-        )
 
 
 class Multiarm(Independent):

@@ -45,7 +45,7 @@ from musku.design.group import HostGroup, ScanResult
 from musku.domain import ComparisonResult, Configuration, Decision, format_value
 from musku.errors import InputError
 from musku.hosts.backend import backend_of
-from musku.sweep.modes import check_multiarm
+from musku.sweep.limits import check_multiarm
 from musku.sweep.runner import KnobOutcome, Runner
 
 PURPOSE = "multiarm:{knob}"

@@ -255,7 +255,7 @@ def _existing_store(url: str | None) -> ResultStore | None:
 
 
 def _dry_run(experiment: Any, db: str | None, json_out: bool) -> None:
-    from musku.report.dryrun import dry_run  # lazy: the sweep's planning (numpy)
+    from musku.sweep.plan import dry_run  # lazy: the sweep's planning (numpy)
 
     store = _existing_store(db)
     try:
@@ -428,10 +428,10 @@ def schema(
     ],
 ) -> None:
     """Print the JSON Schema of an input file kind (for editors: docs/cli.md)."""
-    from musku.schema import KINDS, json_schema
+    from musku.schema import json_schema, kinds
 
-    if kind not in KINDS:
-        raise UsageError(f"unknown schema kind {kind!r} (kinds: {', '.join(KINDS)})")
+    if kind not in kinds():
+        raise UsageError(f"unknown schema kind {kind!r} (kinds: {', '.join(kinds())})")
     typer.echo(json.dumps(json_schema(kind), indent=2))
 
 

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from musku.domain import ComparisonResult, Configuration, Decision, TimeBreakdown, format_value
+from musku.sweep.modes import strategy_of
 from musku.text import change_text, time_short, time_text
 from musku.text import hours as _hours
 from musku.text import interval as _interval
@@ -281,7 +282,7 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
         )
         + (
             " (multi-arm groups of the pool)"
-            if rep.mode == "multiarm"
+            if strategy_of(rep.mode).groups
             else (f" on {rep.pairs} pairs" if getattr(rep, "pairs", 1) > 1 else "")
         )
         + f", wall time {wall_s:.1f} s"
@@ -454,7 +455,7 @@ def print_check(con: Any, exp: Any, data: Mapping[str, Any]) -> None:
     con.print(
         f"[bold]{escape(exp.name)}[/]: "
         + escape(
-            f"{exp.service.name} on {exp.platform.name}, {exp.mode.value} sweep, "
+            f"{exp.service.name} on {exp.platform.name}, {exp.mode} sweep, "
             f"{exp.hosts.backend} hosts -- OK"
         )
     )
@@ -488,17 +489,18 @@ def print_check(con: Any, exp: Any, data: Mapping[str, Any]) -> None:
     else:
         con.print("  threading: not co-tuned (hosts keep what their mid-tiers run)")
     _print_decidable(con, data.get("decidable"))
-    _print_advice(con, data.get("mode_advice"), exp.mode.value)
+    _print_advice(con, data.get("mode_advice"), exp.mode)
 
 
 def _print_advice(con: Any, advice: Mapping[str, Any] | None, mode: str) -> None:
     """Which of pairwise and multiarm is expected faster (musku.design.advice), for a pool
     of >= 3 hosts or a multiarm sweep."""
-    if not advice or (advice["hosts"] < 3 and mode != "multiarm"):
+    groups = bool(strategy_of(mode).groups)
+    if not advice or (advice["hosts"] < 3 and not groups):
         return
     hint = ""
-    if mode == "multiarm" and advice["faster"] == "pairwise":
-        hint = ' (this file runs multiarm: mode = "independent" runs pairwise)'
+    if groups and advice["faster"] == "pairwise":
+        hint = f' (this file runs {mode}: mode = "independent" runs pairwise)'
     print_wrapped(con, f"  mode: {advice['text']}{hint}")
 
 

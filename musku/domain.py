@@ -271,22 +271,29 @@ class ComparisonResult:
     time: TimeBreakdown | None = None
 
 
-class SweepMode(enum.Enum):
-    INDEPENDENT = "independent"
-    EXHAUSTIVE = "exhaustive"
-    SEARCH = "search"
-    MULTIARM = "multiarm"  # each knob's scan as one multi-arm crossover on a group of hosts
+class SweepMode(str):
+    """A ``[sweep] mode``: the name of a registered sweep strategy
+    (:data:`musku.registry.STRATEGIES`: ``independent``, ``exhaustive``, ``search``,
+    ``multiarm``, or one a plug-in adds) or a ``module:attr``. A string; ``.value`` is the
+    name, as it was when the modes were a closed enum."""
+
+    __slots__ = ()
+
+    @property
+    def value(self) -> str:
+        return str(self)
 
 
 RUN_KINDS = ("sweep", "abtest", "deploy", "watch", "calibrate")
-"""What a run (an ``experiments`` row) is: a sweep (any :class:`SweepMode`), one ``abtest``, a
+"""What a run (an ``experiments`` row) is: a sweep (any registered sweep strategy,
+:data:`musku.registry.STRATEGIES`), one ``abtest``, a
 ``deploy``, a ``watch`` round or a pair ``calibrate``; ``experiments.mode`` holds the sweep's
 mode or the other kinds' name."""
 
 
 def run_kind(mode: str) -> str:
     """The kind of a run from its ``experiments.mode``: ``sweep`` for every sweep mode."""
-    return "sweep" if mode in {m.value for m in SweepMode} else mode
+    return mode if mode in RUN_KINDS[1:] else "sweep"
 
 
 class ExperimentStatus(enum.Enum):

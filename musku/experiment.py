@@ -6,7 +6,6 @@ Every problem is an :class:`~musku.errors.InputError` naming the file and, where
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,7 +24,6 @@ from musku.domain import (
     format_value,
 )
 from musku.errors import InputError
-from musku.hosts.base import BACKENDS
 from musku.inputfiles import safe_exists
 from musku.knobs.spec import (
     LineError,
@@ -36,6 +34,7 @@ from musku.knobs.spec import (
     sort_key,
     spec_of,
 )
+from musku.registry import BACKENDS, STRATEGIES
 from musku.schema.document import Document
 from musku.schema.experiment import (
     MAX_CORES,
@@ -47,7 +46,6 @@ from musku.schema.experiment import (
     ServiceTable,
     ThreadingTable,
 )
-from musku.schema.hosts import HOST_MODELS, option_names
 
 
 @dataclass(frozen=True)
@@ -99,7 +97,7 @@ class Experiment:
     stock: Configuration
     production: Configuration
     baseline: str  # "production" | "stock": what each knob is scaled against
-    mode: SweepMode
+    mode: SweepMode  # a registered sweep strategy (musku.sweep.modes) or "module:attr"
     spec: ComparisonSpec
     hosts: HostsSpec
     raw: Mapping[str, Any] = field(default_factory=dict)
@@ -282,10 +280,17 @@ def _per_host_midtiers(hosts: Any) -> bool:
 
 
 def _threading(
-    src: Document, tbl: ThreadingTable | None, service: str, backend: str, hosts: Any = None
+    src: Document,
+    tbl: ThreadingTable | None,
+    service: str,
+    backend: str,
+    hosts: Any = None,
+    *,
+    real_hosts: bool = False,
 ) -> ThreadingSection | None:
     """The ``[threading]`` table (docs/experiment.md), checked against the service and the
-    backend (its keys and values are checked by :class:`ThreadingTable`)."""
+    backend (its keys and values are checked by :class:`ThreadingTable`): co-tuning on
+    ``real_hosts`` (the backend's capability) needs the mid-tier's Admin address."""
     if tbl is None:
         return None
     name = service if tbl.service is None else tbl.service
@@ -308,12 +313,8 @@ def _threading(
         first = problem.split()[0]
         key = {"unknown": "models", "give": "admin_port_file"}.get(first, first)
         raise src.error(f"[threading] {problem}", key, "threading")
-    per_host = backend == "agent" and _per_host_midtiers(hosts)
-    if (
-        cotune
-        and backend in ("agent", "local")
-        and not (spec.admin or spec.admin_port_file or per_host)
-    ):
+    per_host = real_hosts and _per_host_midtiers(hosts)
+    if cotune and real_hosts and not (spec.admin or spec.admin_port_file or per_host):
         raise src.error(
             f'[threading] cotune on {backend} hosts needs admin = "host:port" or '
             "admin_port_file (where each host's mid-tier answers the Admin RPC; agent hosts "
@@ -321,7 +322,7 @@ def _threading(
             "cotune",
             "threading",
         )
-    if cotune and backend in ("agent", "local") and not spec.load_data and name != "setalgebra":
+    if cotune and real_hosts and not spec.load_data and name != "setalgebra":
         raise src.error(
             f"[threading] cotune of {name} needs load_data (the load generator's data on the "
             "hosts; only Set Algebra's is generated)",
@@ -331,71 +332,42 @@ def _threading(
     return ThreadingSection(cotune=cotune, spec=spec)
 
 
-HOST_OPTIONS = {backend: option_names(backend) for backend in HOST_MODELS}
-"""Each built-in backend's ``[hosts]`` options (a ``module:factory`` backend checks its own),
-from its model in :mod:`musku.schema.hosts`."""
+def _host_backend(src: Document, backend: str) -> Any:
+    """The registered backend ``[hosts] backend`` names (:data:`musku.registry.BACKENDS`):
+    an unknown name, or a plug-in that cannot be loaded, is one line at the key."""
+    if not BACKENDS.known(backend):
+        known = ", ".join(BACKENDS.names())
+        raise src.error(
+            f"[hosts] unknown backend {backend!r} (known: {known}; or 'module:attr')",
+            "backend",
+            "hosts",
+        )
+    try:
+        return BACKENDS.get(backend)
+    except InputError as exc:
+        raise src.error(exc.message, "backend", "hosts") from None
 
 
-def _check_host_options(src: Document, backend: str, options: Mapping[str, Any]) -> None:
-    """A built-in backend's options, checked against its declared model without opening a
-    host, so that ``musku check`` refuses what ``musku sweep`` would."""
-    model = HOST_MODELS.get(backend)
+def _check_host_options(src: Document, plugin: Any, options: Mapping[str, Any]) -> None:
+    """The backend's options, checked against its declared model (``Backend.options``)
+    without opening a host, so that ``musku check`` refuses what ``musku sweep`` would."""
+    model = plugin.options
     if model is not None:
-        src.validate(model, {**options, "backend": backend}, prefix=("hosts",))
+        src.validate(model, {**options, "backend": plugin.name}, prefix=("hosts",))
 
 
-EXHAUSTIVE_LIMIT = 512
-"""Exhaustive sweeps larger than this are refused (narrow [platform.settings] or use search);
-the model's limit, which :mod:`musku.sweep.strategies` applies again to experiments built in
-code."""
-
-
-def _check_multiarm(exp: Experiment) -> None:
-    """``mode = "multiarm"``: refused here, by ``check`` and ``sweep`` alike, for a pool that
-    cannot hold a group (the hosts the file names) or a lower-is-better metric."""
-    if exp.mode is not SweepMode.MULTIARM:
-        return
-    opts = exp.hosts.options
-    fleet = opts.get("fleet")
-    hosts = opts.get("hosts")
-    check_multiarm(
-        exp, int(fleet) if fleet is not None else (len(hosts) if isinstance(hosts, list) else 2)
-    )
-
-
-def check_multiarm(exp: Experiment, n_hosts: int) -> None:
-    """A multiarm sweep needs a pool of >= 3 hosts (a group: the baseline and >= 2 settings,
-    one host per arm of a Williams rotation) and a higher-is-better primary metric (the group
-    runner maximises); the strategy checks the pool it got again (musku.sweep.multiarm)."""
-    if n_hosts < 3:
-        raise InputError(
-            f'[sweep] mode = "multiarm" runs each knob\'s scan on a group of >= 3 hosts '
-            f"(the baseline and >= 2 settings, one host per arm of a Williams rotation); "
-            f"this pool has {n_hosts}: a single pair cannot hold a group. Set [hosts] fleet = N "
-            "(sim) or list N >= 3 agent hosts",
-            where=str(exp.path),
+def _sweep_strategy(src: Document, mode: str) -> Any:
+    """The registered strategy ``[sweep] mode`` names (:data:`musku.registry.STRATEGIES`):
+    an unknown name, or a plug-in that cannot be loaded, is one line at the key."""
+    if not STRATEGIES.known(mode):
+        known = ", ".join(STRATEGIES.names())
+        raise src.error(
+            f"[sweep] mode {mode!r} is not one of {known} (or 'module:attr')", "mode", "sweep"
         )
-    if exp.spec.direction is not Direction.HIGHER:
-        raise InputError(
-            f'[sweep] mode = "multiarm" scans a higher-is-better primary metric, '
-            f"not {exp.spec.metric!r} (direction = lower)",
-            where=str(exp.path),
-        )
-
-
-def _check_exhaustive(exp: Experiment) -> None:
-    """An exhaustive sweep over :data:`EXHAUSTIVE_LIMIT`
-    configurations is refused here, by ``check`` and ``sweep`` alike, before anything is
-    recorded (the strategy repeats the check for experiments built in code)."""
-    if exp.mode is not SweepMode.EXHAUSTIVE:
-        return
-    size = math.prod(len(exp.space[k]) for k in exp.service.knobs)
-    if size > EXHAUSTIVE_LIMIT:
-        raise InputError(
-            f"exhaustive sweep of {exp.name} would compare {size:,} configurations "
-            f'(limit {EXHAUSTIVE_LIMIT}): narrow [platform.settings] or use mode = "search"',
-            where=str(exp.path),
-        )
+    try:
+        return STRATEGIES.get(mode)
+    except InputError as exc:
+        raise src.error(exc.message, "mode", "sweep") from None
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -435,20 +407,24 @@ def load_experiment(path: str | Path) -> Experiment:
         seed=st.seed,
     )
 
+    strategy = _sweep_strategy(src, f.sweep.mode)
+
     # hosts
     backend = f.hosts.backend
-    if backend not in BACKENDS and ":" not in backend:
-        raise src.error(
-            f"[hosts] unknown backend {backend!r} (known: {', '.join(BACKENDS)})",
-            "backend",
-            "hosts",
-        )
+    plugin = _host_backend(src, backend)
     hosts_tbl = data.get("hosts", {})
     hosts = HostsSpec(
         backend=backend, options={k: v for k, v in hosts_tbl.items() if k != "backend"}
     )
-    threading = _threading(src, f.threading, service.name, backend, hosts.options.get("hosts"))
-    _check_host_options(src, backend, hosts.options)
+    threading = _threading(
+        src,
+        f.threading,
+        service.name,
+        backend,
+        hosts.options.get("hosts"),
+        real_hosts=bool(plugin.real_hosts),
+    )
+    _check_host_options(src, plugin, hosts.options)
 
     reboot_knobs = platform.reboot_knobs if service.tolerates_reboot else frozenset()
     spec = ComparisonSpec(
@@ -476,8 +452,7 @@ def load_experiment(path: str | Path) -> Experiment:
         scan=f.sweep.scan,
         threading=threading,
     )
-    _check_exhaustive(experiment)
-    _check_multiarm(experiment)
+    strategy.check(experiment)  # what the mode cannot run (exhaustive's size, multiarm's pool)
     return experiment
 
 

@@ -14,8 +14,8 @@ from musku.design.advice import mode_advice
 from musku.domain import ComparisonResult, SoftSku, TimeBreakdown, Value
 from musku.errors import InputError
 from musku.experiment import Experiment, load_experiment
+from musku.hosts.backend import backend_of
 from musku.knobs.spec import sort_key
-from musku.sim.model import SimModel
 from musku.storage.protocols import SkuStore
 
 
@@ -25,7 +25,7 @@ def experiment_summary(exp: Experiment) -> dict[str, Any]:
         "experiment": exp.name,
         "service": exp.service.name,
         "platform": exp.platform.name,
-        "mode": exp.mode.value,
+        "mode": str(exp.mode),
         "baseline": exp.baseline,
         "knobs": {k: list(v) for k, v in exp.space.items()},
         "stock": exp.stock.as_dict(),
@@ -54,25 +54,11 @@ def experiment_summary(exp: Experiment) -> dict[str, Any]:
 
 def noise_guess(exp: Experiment) -> tuple[float, str] | None:
     """(sd of one window's log-ratio B vs A, where it comes from) as far as is known before
-    anything runs: the simulator's model (both hosts' AR(1) noise), the local backend's
-    documented guess for this VM; None for agent hosts (nothing known)."""
-    if exp.hosts.backend == "sim":
-        opt = exp.hosts.options.get("model")
-        if not isinstance(opt, str):
-            return None
-        try:
-            model = SimModel.load(exp.resolve(opt), space=exp.space)
-        except InputError:
-            return None
-        n = model.noise
-        scale = float(exp.hosts.options.get("noise_scale", 1.0) or 1.0)
-        sd = math.sqrt(2.0) * n.ar_sigma * scale * math.sqrt((1 + n.ar_phi) / (1 - n.ar_phi))
-        return sd, "the simulator model's noise"
-    if exp.hosts.backend == "local":
-        from musku.hosts.local import NOISE_SD_GUESS  # lazy: the backend's process helpers
-
-        return NOISE_SD_GUESS, "the local backend's guess (measured on a busy 2-vCPU VM)"
-    return None
+    anything runs, from the backend (``Backend.prior``): the simulator's model (both hosts'
+    AR(1) noise), the local backend's documented guess for this VM; None for agent hosts
+    (nothing known)."""
+    prior = backend_of(exp).prior(exp)
+    return None if prior is None else (prior.noise_sd, prior.noise_source)
 
 
 def decidable(exp: Experiment) -> dict[str, Any]:
@@ -98,29 +84,12 @@ def check_structure(exp: Experiment) -> None:
 
 def check_host_files(exp: Experiment) -> None:
     """What the backend's factory reads before it opens a host, read and checked the same
-    way, without opening one: for ``sim``, the model file against the experiment. ``musku
-    check``, ``sweep`` and ``pair calibrate`` call this, so that check refuses what the sweep
-    would (nothing is simulated or written). Here, above the experiment model, because it
-    reads the simulator's model (which reads platform catalogs through the experiment's
-    loader). Also refuses a sample cap too small for any decision (:func:`check_structure`)."""
+    way, without opening one (``Backend.check_files``: for ``sim``, the model file against
+    the experiment). ``musku check``, ``sweep`` and ``pair calibrate`` call this, so that
+    check refuses what the sweep would (nothing is simulated or written). Also refuses a
+    sample cap too small for any decision (:func:`check_structure`)."""
     check_structure(exp)
-    if exp.hosts.backend != "sim":
-        return
-    where = str(exp.path)
-    model = SimModel.load(exp.resolve(str(exp.hosts.options["model"])), space=exp.space)
-    for cfg in (exp.stock, exp.production):
-        for knob, value in cfg.settings:
-            if model.knobs.get(knob) and value not in model.knobs[knob].throughput:
-                raise InputError(
-                    f"model {model.source} does not model the experiment's {knob}={value!r}",
-                    where=where,
-                )
-    if exp.cotune is not None and model.threading is None:
-        raise InputError(
-            f"[threading] cotune = true, but the sim model {model.source} has no [threading] "
-            "section (which threading serves each configuration best)",
-            where=where,
-        )
+    backend_of(exp).check_files(exp)
 
 
 def check_experiment(path: str | Path) -> tuple[Experiment, dict[str, Any]]:

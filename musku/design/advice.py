@@ -8,13 +8,14 @@ pairwise one, because a group holds K + 1 hosts for at least two design cycles w
 discard at every switch (and a reboot per switch for reboot knobs), whatever the effect sizes.
 A lone scan of a knob with many settings and no reboot is where multi-arm can be sooner on the
 clock (shp, 7 settings: 0.71x the pairwise time, still 2.5x the host-hours), so such knobs are
-named. Light: no numpy, no host is opened."""
+named. No host is opened."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from musku.experiment import Experiment
+from musku.hosts.backend import backend_of
 
 # docs/design.md, bench/fleet.py --seeds 10 (2026-11-26): hosts -> (pairwise host-clock h,
 # pairwise host-hours, multiarm host-clock h, multiarm host-hours), medians
@@ -27,16 +28,10 @@ MANY_SETTINGS = 6  # candidate settings from which a lone multi-arm scan was mea
 
 
 def pool_hosts(exp: Experiment) -> int:
-    """The hosts a sweep of ``exp`` gets: ``[hosts] fleet`` (sim), the agent hosts listed, else
-    one pair."""
-    opts = exp.hosts.options
-    if exp.hosts.backend == "sim" and opts.get("fleet") is not None:
-        return int(opts["fleet"])
-    if exp.hosts.backend == "agent":
-        hosts = opts.get("hosts")
-        if isinstance(hosts, list | tuple):
-            return len(hosts)
-    return 2
+    """The hosts a sweep of ``exp`` gets: its backend's pool (``Backend.pool_names``: a sim
+    ``fleet``, the agent hosts listed), else one pair."""
+    names = backend_of(exp).pool_names(exp)
+    return 2 if names is None else len(names)
 
 
 def mode_advice(exp: Experiment) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""Host backends: the sweep drives any of them through :class:`musku.hosts.base.HostPair`."""
+"""Host backends: the sweep drives any of them through :class:`musku.hosts.base.HostPair`;
+each backend is one registered :class:`musku.hosts.backend.Backend`."""
 
-from musku.hosts.base import BACKENDS, Host, HostPair
+from musku.hosts.base import Host, HostPair
 
-__all__ = ["BACKENDS", "Host", "HostPair"]
+__all__ = ["Host", "HostPair"]

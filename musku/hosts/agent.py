@@ -1128,7 +1128,7 @@ class HostOpt:
     midtier: Mapping[str, str] = field(default_factory=dict)
 
 
-def _host_options(opts: Mapping[str, Any]) -> list[HostOpt]:
+def host_options(opts: Mapping[str, Any]) -> list[HostOpt]:
     """The two hosts of ``[hosts]``, validated by
     :class:`~musku.schema.hosts.AgentOptions` (as ``musku check`` does)."""
     return hosts_of(parse_options(AgentOptions, opts))

@@ -6,11 +6,10 @@ hosts are measured over the same interval of host time, so the live-load signal 
 both cancels in their ratio. Host time is virtual for simulated hosts (hours run in seconds)
 and wall time for real ones; ``now()`` tells it either way.
 
-Backends (registry ``BACKENDS``, chosen by the experiment's ``[hosts] backend``):
-
-- ``sim``: simulated pair (``musku.sim``), response from a documented model file;
-- ``agent``: two real hosts, each running ``musku agent`` reached over SSH or a Unix socket;
-- ``local``: one real host, A and B alternated in randomized windows (switchback).
+Backends are registered objects (:mod:`musku.hosts.backend`, registry
+:data:`musku.registry.BACKENDS`, chosen by the experiment's ``[hosts] backend``): ``sim``
+(simulated pairs), ``qsim`` (the queueing simulator), ``agent`` (real hosts running ``musku
+agent``), ``local`` (one real host, switchback), or an out-of-tree ``module:attr``.
 """
 
 from __future__ import annotations
@@ -102,14 +101,3 @@ class HostPair(ABC):
     def describe(self) -> Mapping[str, Any]:
         """Facts about the hosts for the results DB (names, backend, platform, kernel...)."""
         return {"hosts": [h.name for h in self.hosts]}
-
-
-BACKENDS: dict[str, str] = {
-    "sim": "musku.sim.pair:open_pair",
-    "agent": "musku.hosts.agent:open_pair",
-    "local": "musku.hosts.local:open_pair",
-    "qsim": "musku.qsim.hosts:open_pair",
-}
-"""Backend name -> ``module:factory``. A factory is called as
-``factory(experiment, seed=...) -> HostPair`` where ``experiment`` is a
-:class:`musku.experiment.Experiment`."""

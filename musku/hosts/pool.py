@@ -14,7 +14,6 @@ the pool goes on (docs/fleet.md).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import threading
@@ -23,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from musku.domain import Configuration
 from musku.errors import HostError, InputError, MuskuError
-from musku.hosts.base import BACKENDS, Host, HostPair
+from musku.hosts.base import Host, HostPair
+from musku.registry import BACKENDS
 from musku.storage.protocols import TableStore
 
 if TYPE_CHECKING:
@@ -174,76 +174,20 @@ class Locked:
         return call
 
 
-FLEETS: dict[str, str] = {"sim": "musku.sim.fleet:open_fleet"}
-"""Backends that open a ``fleet = N`` of their own hosts: name -> ``module:factory``, called
-as ``factory(experiment, seed) -> HostPool``."""
-
-
-def agent_entries(experiment: Experiment) -> list[Any]:
-    hosts = experiment.hosts.options.get("hosts")
-    return list(hosts) if isinstance(hosts, list) else []
-
-
-def entry_name(entry: Any) -> str:
-    if isinstance(entry, Mapping):
-        return str(entry.get("name") or entry.get("host") or entry.get("socket") or "")
-    return str(entry)
-
-
 def open_pool(
     experiment: Experiment,
     *,
     seed: int,
     open_pair: Callable[[Experiment, int], HostPair] | None = None,
 ) -> HostPool:
-    """The experiment's pool: a sim ``fleet``, or an agent backend's N hosts as pairs, or
-    (any other backend, two agent hosts) its one pair. Pair ``p`` of an agent pool is opened
-    by the backend's own factory on ``hosts = [its two]`` with a seed derived from ``seed``
-    and ``p``; a pair that cannot be reached is marked failed and the others are used (all
-    unreachable: the first error is raised)."""
-    from musku.registry import load
-
-    backend = experiment.hosts.backend
-    if experiment.hosts.options.get("fleet") is not None and backend in FLEETS:
-        open_fleet: Callable[..., HostPool] = load(backend, FLEETS, kind="fleet backend")
-        return open_fleet(experiment, seed)
-    factory: Callable[..., HostPair] = load(backend, BACKENDS, kind="host backend")
-    entries = agent_entries(experiment) if backend == "agent" else []
-    if len(entries) <= 2:
-        pair = factory(experiment, seed=seed) if open_pair is None else open_pair(experiment, seed)
-        names = [h.name for h in pair.hosts]
-        return HostPool([pair], [(0, 1)], names)
-    names = [entry_name(e) for e in entries]
-    groups, _idle = form_pairs(names)
-    pairs: list[HostPair] = []
-    failed: dict[int, str] = {}
-    first_error: HostError | None = None
-    try:
-        for p, (i, j) in enumerate(groups):
-            sub = dataclasses.replace(
-                experiment,
-                hosts=dataclasses.replace(
-                    experiment.hosts,
-                    options={**experiment.hosts.options, "hosts": [entries[i], entries[j]]},
-                ),
-            )
-            s = derive_seed(seed, "pair", p)
-            try:
-                pairs.append(factory(sub, seed=s) if open_pair is None else open_pair(sub, s))
-            except HostError as exc:
-                first_error = first_error or exc
-                failed[p] = exc.one_line()
-                pairs.append(_Unreachable(names[i], names[j]))
-    except BaseException:
-        for pair in pairs:
-            pair.close()
-        raise
-    if len(failed) == len(groups):
-        for pair in pairs:
-            pair.close()
-        assert first_error is not None
-        raise first_error
-    return HostPool(pairs, groups, names, failed=failed)
+    """The experiment's pool, as its backend opens it
+    (:meth:`musku.hosts.backend.Backend.open_pool`): a fleet of simulated hosts, an agent
+    backend's N hosts as pairs, or any other backend's one pair. ``open_pair(experiment,
+    seed)`` replaces the backend's own pair factory."""
+    pool: HostPool = BACKENDS.get(experiment.hosts.backend).open_pool(
+        experiment, seed=seed, open_pair=open_pair
+    )
+    return pool
 
 
 class _Named(Host):
@@ -254,7 +198,7 @@ class _Named(Host):
         return Configuration()
 
 
-class _Unreachable(HostPair):
+class Unreachable(HostPair):
     """A pair that could not be opened: marked failed in its pool, never driven."""
 
     def __init__(self, a: str, b: str) -> None:

@@ -121,13 +121,11 @@ class ServiceTable(Strict):
 
 
 class SweepTable(Strict):
-    mode: Annotated[
-        str,
-        one_of(
-            ("independent", "exhaustive", "search", "multiarm"),
-            "[sweep] mode {value} is not one of independent, exhaustive, search, multiarm",
-        ),
-    ] = "independent"
+    mode: Annotated[str, label(MAX_LABEL_CHARS)] = Field(
+        default="independent",
+        description="a registered sweep strategy (independent, exhaustive, search, multiarm, "
+        "or one an entry point adds) or 'module:attr' (the loader checks it)",
+    )
     baseline: Annotated[
         str, one_of(("production", "stock"), "[sweep] baseline must be 'production' or 'stock'")
     ] = "production"

@@ -1,12 +1,11 @@
 """Each built-in host backend's ``[hosts]`` options, declared as a model.
 
-``musku check`` validates an experiment's ``[hosts]`` table against its backend's model
-(:data:`HOST_MODELS`) without opening a connection, so it refuses what ``musku sweep`` would;
-``musku schema hosts-<backend>`` prints the model as a JSON Schema. The backends' factories
-(``musku.sim.pair``, ``musku.hosts.agent``, ``musku.hosts.local``, ``musku.qsim.hosts``) read
-the same options when they open the hosts. The models live here, not in the backends' own
-modules, because those import the experiment module, which checks the options: declaring the
-models here keeps that import one-way. A ``module:factory`` backend checks its own options.
+Each backend names its model as ``Backend.options`` (:mod:`musku.hosts.backend`); ``musku
+check`` validates an experiment's ``[hosts]`` table against it without opening a connection,
+so it refuses what ``musku sweep`` would; ``musku schema hosts-<backend>`` prints the model as
+a JSON Schema. The backends' factories read the same options when they open the hosts. The
+built-in models live here, below the experiment module that checks them; an out-of-tree
+backend declares its own :class:`HostOptions` subclass beside its code.
 """
 
 from __future__ import annotations
@@ -413,20 +412,6 @@ class QsimOptions(HostOptions):
     @classmethod
     def _needs_model(cls, data: Any) -> Any:
         return _model_named(data, '[hosts] backend "qsim" needs model = "path/to/model.toml"')
-
-
-HOST_MODELS: dict[str, type[HostOptions]] = {
-    "sim": SimOptions,
-    "agent": AgentOptions,
-    "local": LocalOptions,
-    "qsim": QsimOptions,
-}
-"""Backend name -> the model of its ``[hosts]`` options."""
-
-
-def option_names(backend: str) -> set[str]:
-    """The ``[hosts]`` options ``backend`` takes besides ``backend`` itself."""
-    return {k for k in HOST_MODELS[backend].key_names() if k != "backend"}
 
 
 OptionsT = TypeVar("OptionsT", bound=HostOptions)

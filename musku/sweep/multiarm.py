@@ -37,16 +37,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
 from musku.design.fleet import Period, group_size, scan_knob
-from musku.design.group import HostGroup, ScanResult, SimGroup
+from musku.design.group import HostGroup, ScanResult
 from musku.domain import ComparisonResult, Configuration, Decision, format_value
 from musku.errors import InputError
-from musku.experiment import check_multiarm
-from musku.hosts.pool import derive_seed
+from musku.hosts.backend import backend_of
+from musku.sweep.limits import check_multiarm
 from musku.sweep.runner import KnobOutcome, Runner
 
 PURPOSE = "multiarm:{knob}"
@@ -60,50 +59,13 @@ def _opener(runner: Runner) -> tuple[list[str], Callable[[list[int], str, int], 
     n = len(runner.pair.hosts) if pool is None else len(pool.names)
     check_multiarm(exp, n)
     assert pool is not None  # one pair is two hosts: refused above
-    seed = runner.seed
-    if exp.hosts.backend == "sim":
-        from musku.sim.model import SimModel
-
-        model = SimModel.load(exp.resolve(exp.hosts.options["model"]), space=exp.space)
-        names = list(pool.names)
-        biases = pool.biases
-
-        def sim(hosts: list[int], knob: str, scan: int) -> HostGroup:
-            g = SimGroup(
-                model,
-                len(hosts),
-                seed=derive_seed(seed, "multiarm", knob, scan),
-                initial=exp.baseline_config,
-                reboot_knobs=exp.spec.reboot_knobs,
-            )
-            if biases is not None:  # the fleet's own hosts
-                g.bias = np.asarray([biases[h] for h in hosts], dtype=float)
-            g.names = [names[h] for h in hosts]
-            return g
-
-        return names, sim
-    from musku.hosts.agent import AgentGroup, AgentPair
-
-    live = [p for p in pool.live() if isinstance(pool.pairs[p], AgentPair)]
-    if not live:
+    backend = backend_of(exp)
+    if not backend.groups:
         raise InputError(
-            f'[sweep] mode = "multiarm" needs sim or agent hosts, not {exp.hosts.backend!r}',
+            f'[sweep] mode = "multiarm" needs hosts that form groups, not {backend.name!r}',
             where=str(exp.path),
         )
-    agents: list[Any] = [h for p in live for h in pool.pairs[p].hosts]
-    lease = float(getattr(pool.pairs[live[0]], "lease_s", 30.0))
-
-    def agent(hosts: list[int], knob: str, scan: int) -> HostGroup:
-        return AgentGroup(
-            [agents[h] for h in hosts],
-            metric=exp.spec.metric,
-            lease_s=lease,
-            name=exp.name,
-            tick_s=exp.stats.sample_interval_s,
-            guard_metrics=[g.metric for g in exp.spec.guardrails],
-        )
-
-    return [h.name for h in agents], agent
+    return backend.open_group(exp, pool, runner.seed)
 
 
 def _waves(sizes: dict[str, int], capacity: int) -> list[list[tuple[str, int]]]:
@@ -237,7 +199,7 @@ def multiarm(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
     exp = runner.experiment
     base = exp.baseline_config
     names, open_group = _opener(runner)
-    metric = "mips" if exp.hosts.backend == "sim" else exp.spec.metric
+    metric = backend_of(exp).group_metric(exp)
     knobs = [k for k in exp.service.knobs if any(v != base[k] for v in exp.space[k])]
     outcomes = {
         k: KnobOutcome(knob=k, baseline_value=base[k], best_value=base[k])

@@ -2,7 +2,7 @@
 
 One model serves the scheduler (:meth:`musku.sweep.runner.Runner.map`: longest expected task
 first, the first free pair takes the next) and the dry-run's estimate
-(:mod:`musku.report.dryrun`: the same tasks list-scheduled on the pool's pairs), so the
+(:mod:`musku.sweep.plan`: the same tasks list-scheduled on the pool's pairs), so the
 estimate printed beside the measured host-clock after a sweep is the one the pairs were
 scheduled by (issue 31 item 2).
 
@@ -32,9 +32,8 @@ from typing import Any
 from musku.abtest import structure
 from musku.abtest.driver import SWAP_OVERHEAD
 from musku.domain import Configuration
-from musku.errors import MuskuError
+from musku.hosts.backend import Prior, backend_of
 from musku.knobs.spec import spec_of
-from musku.sim.model import SimModel
 
 UNIMODAL_EXPECTED = 3
 """Comparisons a walk of an ordered knob is expected to take under ``scan = "unimodal"``."""
@@ -61,13 +60,10 @@ class CostModel:
         st = experiment.stats
         sd, apply_s, reboot_s = DEFAULT_SD, 2.0, 180.0
         source = "the statistics settings and default noise and timing"
-        model = _sim_model(experiment)
+        model = _modelled(experiment)
         if model is not None:
-            noise = model.noise
-            scale = float(experiment.hosts.options.get("noise_scale", 1.0) or 1.0)
-            sd = math.sqrt(2.0) * noise.ar_sigma * scale
-            sd *= math.sqrt((1 + noise.ar_phi) / (1 - noise.ar_phi))
-            apply_s, reboot_s = float(model.timing.apply_s), float(model.timing.reboot_s)
+            assert model.apply_s is not None and model.reboot_s is not None  # _modelled
+            sd, apply_s, reboot_s = model.noise_sd, model.apply_s, model.reboot_s
             source = (
                 "the statistics settings and the simulator model's noise and timing, for "
                 "effects of twice min_effect"
@@ -196,7 +192,7 @@ def estimate_clock(experiment: Any, pairs: int) -> float | None:
     on a pool). None for modes whose later phases depend on results (search, multiarm)."""
     model = CostModel.of(experiment)
     base = experiment.baseline_config
-    mode = experiment.mode.value
+    mode = experiment.mode
     validations = 1 if experiment.stock == experiment.production else 2
     validate = model.comparison_s(())
     if pairs <= 1:
@@ -241,12 +237,10 @@ def exhaustive_candidates(experiment: Any) -> list[Configuration]:
     return out
 
 
-def _sim_model(experiment: Any) -> SimModel | None:
-    """The simulator model a ``sim`` experiment names (None: not simulated, or unreadable)."""
-    opt = experiment.hosts.options.get("model")
-    if experiment.hosts.backend != "sim" or not isinstance(opt, str):
+def _modelled(experiment: Any) -> Prior | None:
+    """What the experiment's backend models of its hosts' noise and timing (a
+    :class:`musku.hosts.backend.Prior` with both; None: not modelled, or unreadable)."""
+    prior = backend_of(experiment).prior(experiment)
+    if prior is None or prior.apply_s is None or prior.reboot_s is None:
         return None
-    try:
-        return SimModel.load(experiment.resolve(opt), space=experiment.space)
-    except MuskuError:
-        return None
+    return prior

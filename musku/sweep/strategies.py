@@ -6,9 +6,9 @@
 - ``multiarm``: the independent sweep with each knob's scan as one multi-arm crossover on a
   group of the pool's hosts (:mod:`musku.sweep.multiarm`).
 
-All of them prune settings that break a guardrail (Decision.GUARDRAIL). Registry
-``STRATEGIES`` maps names to ``module:function``; a strategy is called as
-``strategy(runner) -> (best Configuration, list[KnobOutcome])``.
+All of them prune settings that break a guardrail (Decision.GUARDRAIL). Each is a registered
+object (:mod:`musku.sweep.modes`, registry :data:`musku.registry.STRATEGIES`) whose ``run``
+calls the function here: ``strategy(runner) -> (best Configuration, list[KnobOutcome])``.
 """
 
 from __future__ import annotations
@@ -17,17 +17,10 @@ import math
 
 from musku.domain import ComparisonResult, Configuration, Decision
 from musku.errors import InputError
-from musku.experiment import EXHAUSTIVE_LIMIT  # the model refuses the same
 from musku.knobs.spec import spec_of
+from musku.sweep.limits import EXHAUSTIVE_LIMIT  # the loader refuses the same
 from musku.sweep.runner import KnobOutcome, Runner
 from musku.sweep.schedule import CostModel, exhaustive_candidates, independent_plan, scan_order
-
-STRATEGIES: dict[str, str] = {
-    "independent": "musku.sweep.strategies:independent",
-    "exhaustive": "musku.sweep.strategies:exhaustive",
-    "search": "musku.sweep.strategies:search",
-    "multiarm": "musku.sweep.multiarm:multiarm",
-}
 
 
 def _ordered(knob: str) -> bool:

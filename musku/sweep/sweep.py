@@ -22,16 +22,16 @@ from musku.domain import (
 )
 from musku.errors import HostError, InputError, Interrupted, MuskuError
 from musku.experiment import Experiment
-from musku.hosts.base import BACKENDS, HostPair
+from musku.hosts.backend import backend_of
+from musku.hosts.base import HostPair
 from musku.hosts.pool import Locked, open_pool
 from musku.owner import controller_id
-from musku.registry import load
 from musku.storage.protocols import ClaimStore, ResultStore, RunStore
 from musku.storage.records import InvalidTransition
+from musku.sweep.modes import strategy_of
 from musku.sweep.queue import Aborted, shared_runner
 from musku.sweep.runner import Progress, Runner, SweepReport
 from musku.sweep.schedule import estimate_clock
-from musku.sweep.strategies import STRATEGIES
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def resumable(store: RunStore, experiment: Experiment, mode: str | None) -> Any:
     there is none. Refused (one line, exit 3; nothing written) when that run is finished,
     failed or aborted: resuming it would measure nothing, and a new run is what a fresh
     ``musku sweep FILE`` starts."""
-    kind = run_kind(mode or experiment.mode.value)
+    kind = run_kind(mode or experiment.mode)
     runs = [r for r in store.runs_named(experiment.name) if run_kind(r[1]) == kind]
     if not runs:
         return None
@@ -96,9 +96,9 @@ def resumable(store: RunStore, experiment: Experiment, mode: str | None) -> Any:
 
 def open_pair(experiment: Experiment, *, seed: int | None = None) -> HostPair:
     """Open the experiment's host pair through the backend registry."""
-    factory = load(experiment.hosts.backend, BACKENDS, kind="host backend")
-    pair: HostPair = factory(experiment, seed=experiment.stats.seed if seed is None else seed)
-    return pair
+    return backend_of(experiment).open_pair(
+        experiment, seed=experiment.stats.seed if seed is None else seed
+    )
 
 
 @contextlib.contextmanager
@@ -240,7 +240,7 @@ def run_sweep(
     experiment is marked interrupted and :class:`Interrupted` is raised; what was measured
     stays in the database.
     """
-    strategy = load(experiment.mode.value, STRATEGIES, kind="sweep mode")
+    strategy = strategy_of(experiment).run
     with experiment_run(
         experiment,
         store=store,
@@ -259,7 +259,7 @@ def run_sweep(
     time, missing = TimeBreakdown.total(r for _, r in runner.results)
     return SweepReport(
         experiment=experiment.name,
-        mode=experiment.mode.value,
+        mode=experiment.mode,
         baseline=experiment.baseline_config,
         best=best,
         knobs=outcomes,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from musku.domain import Configuration, Direction, SweepMode
+from musku.domain import Configuration, Direction
 from musku.errors import InputError
 from musku.experiment import load_experiment
 
@@ -79,7 +79,7 @@ def test_good_file(tmp_path: Path) -> None:
     assert exp.space["cdp"][0] == "off" and len(exp.space["cdp"]) == 11
     assert exp.production == exp.stock.with_("thp", "madvise").with_("shp", 200)
     assert exp.baseline_config == exp.production
-    assert exp.mode is SweepMode.SEARCH
+    assert exp.mode == "search"
     assert exp.spec.direction is Direction.LOWER  # inferred from a latency metric
     assert exp.spec.guardrails[0].holds(0.005) and not exp.spec.guardrails[0].holds(0.02)
     assert exp.stats.confidence == 0.9 and exp.stats.sample_cap == 1000

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from musku.cli import main
 from musku.errors import InputError
-from musku.schema import KINDS, json_schema, model_of
+from musku.registry import BACKENDS
+from musku.schema import json_schema, kinds, model_of
 from musku.schema.document import Document
-from musku.schema.hosts import HOST_MODELS
 from musku.schema.tomlpos import Positions
 from tests.experiment.generators import BASES, draw
 from tests.fixtures.toy import EXPERIMENT, MODEL
@@ -64,7 +64,7 @@ SHIPPED = [
 @pytest.fixture(scope="module")
 def schemas() -> dict[str, dict[str, Any]]:
     out = {}
-    for kind in KINDS:
+    for kind in kinds():
         code, stdout, stderr = run("schema", kind)
         assert code == 0 and not stderr, (kind, stderr)
         out[kind] = json.loads(stdout)
@@ -73,7 +73,7 @@ def schemas() -> dict[str, dict[str, Any]]:
 
 def test_every_kind_prints_a_valid_json_schema(schemas: dict[str, dict[str, Any]]) -> None:
     assert {"experiment", "catalog", "sim-model", "agent-config", "qsim-model"} <= set(schemas)
-    assert {f"hosts-{b}" for b in HOST_MODELS} <= set(schemas)
+    assert {f"hosts-{b}" for b in BACKENDS.names()} <= set(schemas)
     for kind, schema in schemas.items():
         jsonschema.Draft202012Validator.check_schema(schema)
         assert schema["$schema"].endswith("2020-12/schema"), kind
@@ -259,7 +259,7 @@ def test_generated_documents_validate_or_give_one_clean_error(tmp_path: Path, ki
 
 
 def test_json_schema_of_every_kind_is_json() -> None:
-    for kind in KINDS:
+    for kind in kinds():
         assert json.loads(json.dumps(json_schema(kind))) == json_schema(kind)
 
 

@@ -192,10 +192,10 @@ class TestLocalPair(_RealAgents):
 
 def test_every_registered_backend_runs_the_contract() -> None:
     """A backend added to BACKENDS gets a contract class here (docs/architecture.md)."""
-    from musku.hosts.base import BACKENDS
+    from musku.registry import BACKENDS
 
     def classes(cls: type) -> list[type]:
         return [cls, *(c for sub in cls.__subclasses__() for c in classes(sub))]
 
     here = [c for c in classes(HostPairContract) if c.__module__ == __name__]
-    assert set(BACKENDS) <= {c.backend for c in here if c.__name__.startswith("Test")}
+    assert set(BACKENDS.names()) <= {c.backend for c in here if c.__name__.startswith("Test")}

@@ -9,8 +9,9 @@ import pytest
 from musku.domain import Configuration
 from musku.errors import InputError
 from musku.experiment import load_experiment
-from musku.hosts.base import BACKENDS
+from musku.qsim.backend import QsimBackend
 from musku.qsim.hosts import open_pair
+from musku.registry import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXP = ROOT / "experiments" / "qsim" / "2tier-freq.toml"
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.services
 
 
 def test_registered() -> None:
-    assert BACKENDS["qsim"] == "musku.qsim.hosts:open_pair"
+    assert isinstance(BACKENDS.get("qsim"), QsimBackend)
 
 
 def test_knobs_move_the_model(engine: str) -> None:

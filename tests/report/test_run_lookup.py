@@ -13,8 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from musku.domain import RUN_KINDS, Configuration, ExperimentStatus, SweepMode, run_kind
+from musku.domain import RUN_KINDS, Configuration, ExperimentStatus, run_kind
 from musku.experiment import load_experiment
+from musku.registry import STRATEGIES
 from musku.storage import open_store
 from musku.storage.lookup import choose
 from musku.sweep import run_abtest
@@ -113,7 +114,7 @@ def test_a_number_that_is_an_id_and_a_name_is_ambiguous(
     assert "'1' is both run 1's id and the name of run(s) 1, 2" in one_error_line(proc)
 
 
-MODES = [m.value for m in SweepMode] + [k for k in RUN_KINDS if k != "sweep"]
+MODES = list(STRATEGIES.names()) + [k for k in RUN_KINDS if k != "sweep"]
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])

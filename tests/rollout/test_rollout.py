@@ -18,7 +18,8 @@ from musku.errors import HostError, InputError, RolledBack
 from musku.experiment import Experiment, load_experiment
 from musku.rollout import deploy_sku, watch_round
 from musku.rollout.deploy import fleet_state
-from musku.rollout.fleet import SimFleet, open_fleet
+from musku.rollout.fleet import open_fleet
+from musku.sim.backend import SimFleet
 from musku.storage import convert, open_store
 from musku.storage.models import ExperimentRow
 from musku.storage.store import Store

@@ -1,4 +1,4 @@
-"""The rollout's agent side (musku/rollout/fleet.py ``AgentFleet``) on real agent daemons over
+"""The rollout's agent side (musku/hosts/agent_backend.py ``AgentFleet``) on real agent daemons over
 Unix sockets on fake hosts: the canary pair applies under the deployment's lease, a kept soft
 SKU becomes the agent's deployed one (kept across a restart), waves deploy and read back,
 undeploy puts the pre-musku state back."""
@@ -13,7 +13,8 @@ import pytest
 
 from musku.domain import Configuration
 from musku.experiment import load_experiment
-from musku.rollout.fleet import AgentFleet, open_fleet
+from musku.hosts.agent_backend import AgentFleet
+from musku.rollout.fleet import open_fleet
 from tests.agent.helpers import SHP, THP, config, fake_host, spawn_daemon
 from tests.fixtures.toy import EXPERIMENT
 

@@ -18,7 +18,7 @@ from musku.errors import HostError, InputError
 from musku.experiment import Experiment
 from musku.rollout import deploy_sku, retire_deployment, rollback_deployment, watch_round
 from musku.rollout.deploy import fleet_state
-from musku.rollout.fleet import SimFleet
+from musku.sim.backend import SimFleet
 from musku.storage import convert, open_store
 from musku.storage.migrate import alembic_config
 from musku.storage.models import ExperimentRow

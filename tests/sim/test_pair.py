@@ -15,9 +15,10 @@ from statsmodels.tsa.stattools import acf
 from musku.domain import Configuration, Sample
 from musku.errors import InputError, UnsupportedError
 from musku.experiment import load_experiment
-from musku.hosts.base import BACKENDS, HostPair
-from musku.registry import load as registry_load
+from musku.hosts.base import HostPair
+from musku.registry import BACKENDS
 from musku.sim import SimModel, SimPair, open_pair
+from musku.sim.backend import SimBackend
 
 ROOT = Path(__file__).resolve().parents[2]
 WEB_SKYLAKE = ROOT / "experiments" / "web-skylake.toml"
@@ -52,8 +53,8 @@ QUIET_LOAD = {"diurnal_amplitude": 0.0, "jitter_sigma": 0.0, "burst_rate_per_h":
 
 
 def test_registered_backend_and_interface() -> None:
-    factory = registry_load("sim", BACKENDS, kind="host backend")
-    assert factory is open_pair
+    backend = BACKENDS.get("sim")
+    assert isinstance(backend, SimBackend) and backend.options is not None
     pair = open_pair(load_experiment(WEB_SKYLAKE), seed=0)
     base: object = pair
     assert isinstance(base, HostPair)

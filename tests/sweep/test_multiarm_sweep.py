@@ -144,7 +144,7 @@ def test_a_single_pair_is_refused(tmp_path: Path) -> None:
 
     from musku.domain import SweepMode
 
-    exp = dataclasses.replace(load_experiment(WEB), mode=SweepMode.MULTIARM)
+    exp = dataclasses.replace(load_experiment(WEB), mode=SweepMode("multiarm"))
     with pytest.raises(InputError, match="this pool has 2"):
         run_sweep(exp)
 

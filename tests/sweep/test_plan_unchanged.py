@@ -1,0 +1,30 @@
+"""``musku sweep --dry-run`` prints what it printed before the planner moved from
+musku/report/dryrun.py to musku/sweep/plan.py and each backend and strategy contributed its
+own part (issue 33): the JSON of every shipped experiment, as captured at 60e89d1 in
+tests/sweep/dryrun_before/, is reproduced exactly (the local backend's host probe is this
+machine's, so its ``hosts`` are compared by shape only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from musku.experiment import load_experiment
+from musku.sweep.plan import dry_run
+
+ROOT = Path(__file__).resolve().parents[2]
+BEFORE = Path(__file__).with_name("dryrun_before")
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in BEFORE.glob("*.json")))
+def test_dry_run_output_is_unchanged(name: str) -> None:
+    before = json.loads((BEFORE / f"{name}.json").read_text())
+    after = json.loads(json.dumps(dry_run(load_experiment(ROOT / "experiments" / f"{name}.toml"))))
+    if after["hosts"]["backend"] == "local":
+        assert [h["name"] for h in after["hosts"]["hosts"]] == ["local"]
+        assert set(after["hosts"]["hosts"][0]["knobs"]) == set(before["hosts"]["hosts"][0]["knobs"])
+        before.pop("hosts")
+        after.pop("hosts")
+    assert after == before

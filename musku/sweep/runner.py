@@ -44,7 +44,7 @@ from musku.experiment import Experiment
 from musku.hosts.base import HostPair
 from musku.hosts.pool import HostPool, derive_seed
 from musku.sweep.report import result_dict, sku_dict
-from musku.sweep.schedule import chains
+from musku.sweep.schedule import CostModel, allocate, chains
 from musku.text import change_text
 
 
@@ -177,14 +177,16 @@ class _Schedule:
         priority: Mapping[int, float],
         deps: Mapping[int, Sequence[int]],
         stop: threading.Event,
+        cost_at: Callable[[int, int], float] | None = None,
     ) -> None:
-        self.pool, self.stop = pool, stop
+        self.pool, self.stop, self.cost_at = pool, stop, cost_at
         self.todo = set(tasks)  # not taken yet
         self.priority = priority
         self.deps = {i: [d for d in deps.get(i, ()) if d in self.todo] for i in tasks}
         self.finish: dict[int, float] = {}  # task -> host time it finished at
         self.done: dict[int, float] = {p: 0.0 for p in pairs}  # when each pair is free
         self.start: dict[int, float] = {}  # busy pair -> its task's start
+        self.group: dict[int, list[int]] = {}  # a leading pair -> the pairs of its task
         self.lane: dict[int, Runner | None] = {p: None for p in pairs}
         self.gone: set[int] = set()  # pairs out of the round (nothing left for them, failed)
         self.ran: dict[int, list[int]] = {p: [] for p in pairs}
@@ -199,8 +201,11 @@ class _Schedule:
             at = max(at, self.finish[d])
         return at
 
-    def _next(self) -> tuple[int, int, float] | None:
-        """(pair, task, start) of the next assignment when it is decided now, else None."""
+    def _next(self) -> tuple[int, int, float, list[int]] | None:
+        """(pair, task, start, the task's pairs) of the next assignment when it is decided
+        now, else None. The pairs free by ``start`` are shared among the ready tasks by
+        :func:`musku.sweep.schedule.allocate`: the task gets the first pair and as many
+        more of them (the earliest free first) as it is given."""
         free = [p for p, lane in self.lane.items() if lane is None and p not in self.gone]
         free = [p for p in free if p not in self.pool.failed]
         if not free:
@@ -216,8 +221,13 @@ class _Schedule:
             now = self.start[q] + lane.progress_s()
             if now < start or (now == start and q < p):
                 return None
-        i = min((i for i, r in ready.items() if r <= start), key=lambda j: (-self.priority[j], j))
-        return p, i, start
+        now_ready = [j for j, r in ready.items() if r <= start]
+        i = min(now_ready, key=lambda j: (-self.priority[j], j))
+        free_by = sorted(
+            (q for q in free if self.done[q] <= start), key=lambda q: (self.done[q], q)
+        )
+        k = allocate(len(free_by), now_ready, self.priority, self.cost_at)[i]
+        return p, i, start, free_by[:k]
 
     def _stuck(self) -> bool:
         """No pair is running a task and none left is ready (they depend on a task that
@@ -228,11 +238,11 @@ class _Schedule:
         )
         return not busy and all(self._released(i) is None for i in self.todo)
 
-    def take(self, p: int, make: Callable[[int], Runner]) -> tuple[int, Runner] | None:
-        """Pair ``p``'s next task and its lane (``make(i)``) once the schedule gives ``p`` one;
+    def take(self, p: int, make: Callable[[int, list[int]], Runner]) -> tuple[int, Runner] | None:
+        """Pair ``p``'s next task and its lane (``make(i, pairs)``) once the schedule gives
+        ``p`` one to lead (the other pairs of the task wait in here meanwhile, busy with it);
         None when no task is left, the sweep is stopping, or ``p`` failed."""
         with self.cond:
-            self.lane[p] = None
             self.cond.notify_all()
             while True:
                 if not self.todo or self.stop.is_set() or p in self.pool.failed:
@@ -245,11 +255,13 @@ class _Schedule:
                     self.cond.notify_all()
                     return None
                 if got is not None and got[0] == p:
-                    _, i, start = got
+                    _, i, start, group = got
                     self.todo.discard(i)
-                    lane = make(i)
-                    self.lane[p] = lane
-                    self.start[p] = start
+                    lane = make(i, group)
+                    for q in group:
+                        self.lane[q] = lane
+                        self.start[q] = start
+                    self.group[p] = group
                     self.ran[p].append(i)
                     return i, lane
                 self.cond.wait(SCHEDULE_POLL_S)
@@ -259,11 +271,13 @@ class _Schedule:
         did not finish (``ok`` false: its pair failed, it runs again in the next round)
         releases nothing."""
         with self.cond:
-            end = self.start.pop(p) + lane.clock_s
+            end = self.start[p] + lane.clock_s
             if ok:
                 self.finish[i] = end
-            self.done[p] = end
-            self.lane[p] = None
+            for q in self.group.pop(p, [p]):  # every pair of the task is free at its end
+                self.start.pop(q, None)
+                self.done[q] = end
+                self.lane[q] = None
             self.cond.notify_all()
 
 
@@ -311,6 +325,7 @@ class Runner:
         self._pair_t0: float | None = None  # a lane's pair.now() when its task started
         self.host_seconds = 0.0  # time x hosts: see SweepReport.host_hours
         self._hosts: tuple[int, int] | None = None  # the pair's host indices in the pool
+        self._group: tuple[int, ...] | None = None  # a pooled lane's pool pairs (map)
         self._host_names: tuple[str, str] | None = None
         # the pair's calibration and remembered warm-up transients (issue 19)
         self.memory = memory_for(pair, store if experiment_id is not None else None)
@@ -331,7 +346,14 @@ class Runner:
     def compare(
         self, purpose: str, baseline: Configuration, candidate: Configuration
     ) -> ComparisonResult:
-        """One A/B comparison (or its stored answer on resume). Raises Interrupted on Ctrl-C."""
+        """One A/B comparison (or its stored answer on resume). Raises Interrupted on Ctrl-C.
+        A lane holding several pairs (:meth:`map`) pools it over those still live."""
+        if self._group is not None:
+            left = self.pairs_left()
+            if not left:
+                raise HostError(f"{purpose}: every pair of its task failed")
+            if len(left) > 1:
+                return self.compare_pooled(purpose, baseline, candidate)
         key, cached = self._begin(purpose, baseline, candidate)
         if cached is not None:
             return cached
@@ -395,7 +417,12 @@ class Runner:
         samples are stored under each host's index in the pool. Raises Interrupted on
         Ctrl-C; a pair that fails is marked failed in the pool and its stratum kept."""
         pool = self.pool
-        live = pool.live() if pool is not None else []
+        if self._group is not None:
+            live = self.pairs_left()  # a pooled lane: its own pairs
+            if len(live) <= 1:
+                return self.compare(purpose, baseline, candidate)
+        else:
+            live = pool.live() if pool is not None else []
         if pool is None or len(live) <= 1:
             return self.compare(purpose, baseline, candidate)
         key, cached = self._begin(purpose, baseline, candidate)
@@ -433,6 +460,7 @@ class Runner:
                     pool.pairs[p], self.store if self.experiment_id is not None else None
                 )
             memories.append(self._memories[p])
+        self._live = (self.clock_s, self.pair.now())
         try:
             result = run_pooled_comparison(
                 [pool.pairs[p] for p in live],
@@ -631,6 +659,7 @@ class Runner:
         tag: str = "",
         cost: Sequence[float] | None = None,
         deps: Mapping[int, Sequence[int]] | None = None,
+        cost_at: Callable[[int, int], float] | None = None,
     ) -> list[R]:
         """``[fn(runner, item) for item in items]``, at once on the pool's live pairs.
 
@@ -644,11 +673,20 @@ class Runner:
         ``i``. Results, the comparisons' record and the host-clock (the longest pair's) join
         this runner's in task order. Ctrl-C / an error stops the other lanes at their next
         window and is re-raised; a HostError marks its pair failed and the task runs again on
-        a live pair."""
+        a live pair.
+
+        With ``cost_at(i, k)`` (task ``i``'s expected host seconds on ``k`` pairs), pairs free
+        at the same host time that outnumber the ready tasks are shared among them
+        (:func:`musku.sweep.schedule.allocate`): a task given ``k`` pairs runs on a lane
+        holding all of them, whose comparisons are pooled over them
+        (:meth:`compare_pooled`, each pair a stratum); its pairs are free again when it
+        ends. Where a free pair finds a ready task of its own, every task gets one pair, as
+        without ``cost_at``."""
         pool = self.pool
         if deps and any(d >= i for i, ds in deps.items() for d in ds):
             raise ValueError("map: a task depends on earlier tasks only")
-        if pool is None or len(pool.live()) <= 1 or len(items) <= 1:
+        pooled = cost_at is not None and self.poolable()
+        if pool is None or len(pool.live()) <= 1 or len(items) < (1 if pooled else 2):
             return [fn(self, item) for item in items]
         if cost is not None and len(cost) != len(items):
             raise ValueError("map: one expected cost per item")
@@ -667,7 +705,15 @@ class Runner:
                         f"{'+'.join(pool.host_names(p))}: {w}" for p, w in pool.failed.items()
                     )
                 )
-            sched = _Schedule(pool, live, todo, chain, deps or {}, self.stop)
+            sched = _Schedule(
+                pool,
+                live,
+                todo,
+                chain,
+                deps or {},
+                self.stop,
+                cost_at if self.poolable() else None,
+            )
             rnd = _Round()
             threads = [
                 threading.Thread(
@@ -700,6 +746,34 @@ class Runner:
         self._live = (self.clock_s, None)
         return [out[i] for i in range(len(items))]
 
+    def poolable(self) -> bool:
+        """Whether this runner's comparisons may be pooled over several pairs (a runner
+        whose comparisons go through the DB queue measures each on one pair)."""
+        return True
+
+    def pairs_left(self) -> list[int]:
+        """A lane's pool pairs still live (pooled lanes: its group; else its own pair;
+        [] without a pool). A pooled lane left with one live pair moves onto it, so its
+        next comparisons are that pair's own tests."""
+        pool = self.pool
+        if pool is None or self._hosts is None:
+            return []
+        if self._group is None:
+            p = pool.groups.index(self._hosts)
+            return [] if p in pool.failed else [p]
+        live = [q for q in self._group if q not in pool.failed]
+        if len(live) == 1 and pool.pairs[live[0]] is not self.pair:
+            q = live[0]
+            progress = self.progress_s()
+            self.pair = pool.pairs[q]
+            self._hosts = pool.groups[q]
+            self._host_names = pool.host_names(q)
+            self.memory = self._memories.get(q) or memory_for(
+                self.pair, self.store if self.experiment_id is not None else None
+            )
+            self._pair_t0 = self.pair.now() - progress
+        return live
+
     def _stopped(self, text: str) -> MuskuError:
         """The error a stop raises (a shared runner's says whether it was ``musku abort``)."""
         return Interrupted(text)
@@ -718,8 +792,8 @@ class Runner:
         """One pair's thread in a :meth:`map` round: the tasks the schedule gives it."""
         assert self.pool is not None
 
-        def make(i: int) -> Runner:
-            lane = self._lane(p, f"{tag}#{i}")
+        def make(i: int, group: list[int]) -> Runner:
+            lane = self._lane(p, f"{tag}#{i}", group)
             lanes[i] = lane
             return lane
 
@@ -730,7 +804,8 @@ class Runner:
                 out[i] = fn(lane, items[i])
                 ok = True
             except HostError as exc:
-                self.pool.fail(p, exc.one_line())
+                for q in lane.pairs_left() or [p]:  # the task's pairs still live: all failed
+                    self.pool.fail(q, exc.one_line())
                 with rnd.lock:
                     rnd.retry.append(i)
             except BaseException as exc:  # re-raised by map
@@ -740,10 +815,12 @@ class Runner:
             finally:
                 sched.finished(p, i, lane, ok)
 
-    def _lane(self, p: int, name: str) -> Runner:
-        """A runner bound to pool pair ``p``, sharing this one's store, cache and stop flag."""
+    def _lane(self, p: int, name: str, group: Sequence[int] = ()) -> Runner:
+        """A runner bound to pool pair ``p`` (and with ``group``, to those pairs: its
+        comparisons pooled over them), sharing this one's store, cache and stop flag."""
         assert self.pool is not None
         lane = copy.copy(self)
+        lane._group = tuple(group) if len(group) > 1 else None
         lane.pair = self.pool.pairs[p]
         lane.seed = derive_seed(self.seed, name)
         lane.results = []
@@ -780,9 +857,15 @@ class Runner:
         against = [("production", exp.production)]
         if exp.stock != exp.production:
             against.append(("stock", exp.stock))
-        # independent of each other: on a pool, on two pairs at once
+        # independent of each other: on a pool, at once, each pooled over its share of the
+        # pairs (as soon as the composed configuration is known: the strategy's last task)
+        model = CostModel.of(exp)
         results = self.map(
-            lambda r, b: r.compare(f"validate:{b[0]}", b[1], sku_config), against, tag="validate"
+            lambda r, b: r.compare(f"validate:{b[0]}", b[1], sku_config),
+            against,
+            tag="validate",
+            cost=[model.between(b, sku_config) for _, b in against],
+            cost_at=lambda i, k: model.comparison_s(against[i][1].diff(sku_config), k),
         )
         vs_prod, vs_stock = results[0], results[-1]
         return SoftSku(

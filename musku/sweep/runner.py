@@ -44,7 +44,7 @@ from musku.experiment import Experiment
 from musku.hosts.base import HostPair
 from musku.hosts.pool import HostPool, derive_seed
 from musku.sweep.report import result_dict, sku_dict
-from musku.sweep.schedule import CostModel, allocate, chains
+from musku.sweep.schedule import MAX_WIDTH, POOL_GAIN, CostModel, allocate, chains
 from musku.text import change_text
 
 
@@ -266,6 +266,60 @@ class _Schedule:
                     return i, lane
                 self.cond.wait(SCHEDULE_POLL_S)
 
+    def grow(self, p: int, lane: Runner, cost_k: Callable[[int], float]) -> None:
+        """Lane ``lane`` (led by pair ``p``) is about to start a comparison expected to take
+        ``cost_k(k)`` on ``k`` pairs: pairs idle at its host time ``T`` (free by ``T`` with
+        no task ready for them by then, or out of tasks altogether) join it when enough of
+        them cut that comparison's expected time (:func:`musku.sweep.schedule.allocate`'s
+        rule), instead of idling while the sweep's chain waits on it. Decided, like
+        :meth:`_next`, once every other busy pair's clock has passed ``T`` (ties: the lower
+        pair first), so the result is a function of the seed."""
+        with self.cond:
+            at = self.start[p] + lane.clock_s
+            while not self.stop.is_set():
+                behind = False
+                for q, other in self.lane.items():
+                    if other is None or other is lane or q in self.pool.failed:
+                        continue
+                    now = self.start[q] + other.progress_s()
+                    if now < at or (now == at and q < p):
+                        behind = True
+                        break
+                if not behind:
+                    break
+                self.cond.wait(SCHEDULE_POLL_S)
+            if self.stop.is_set():
+                return
+            if any((r := self._released(i)) is not None and r <= at for i in self.todo):
+                return  # free pairs have tasks of their own
+            idle = sorted(
+                (
+                    q
+                    for q, other in self.lane.items()
+                    if other is None and q not in self.pool.failed and self.done[q] <= at
+                ),
+                key=lambda q: (self.done[q], q),
+            )
+            group = self.group.setdefault(p, [p])
+            k = len([q for q in group if q not in self.pool.failed])
+            now_s = cost_k(k)
+            more = next(
+                (
+                    m
+                    for m in range(k + 1, min(MAX_WIDTH, k + len(idle)) + 1)
+                    if cost_k(m) <= POOL_GAIN * now_s
+                ),
+                None,
+            )
+            if more is None:
+                return
+            for q in idle[: more - k]:
+                self.lane[q] = lane
+                self.start[q] = self.start[p]
+                group.append(q)
+            lane._group = tuple(group)
+            self.cond.notify_all()
+
     def finished(self, p: int, i: int, lane: Runner, ok: bool) -> None:
         """Pair ``p``'s lane ended task ``i``: the pair is free at the task's end. A task that
         did not finish (``ok`` false: its pair failed, it runs again in the next round)
@@ -326,6 +380,9 @@ class Runner:
         self.host_seconds = 0.0  # time x hosts: see SweepReport.host_hours
         self._hosts: tuple[int, int] | None = None  # the pair's host indices in the pool
         self._group: tuple[int, ...] | None = None  # a pooled lane's pool pairs (map)
+        # a lane's schedule and its leading pair, when idle pairs may join its comparisons
+        self._sched: tuple[_Schedule, int] | None = None
+        self._model: CostModel | None = None
         self._host_names: tuple[str, str] | None = None
         # the pair's calibration and remembered warm-up transients (issue 19)
         self.memory = memory_for(pair, store if experiment_id is not None else None)
@@ -347,7 +404,9 @@ class Runner:
         self, purpose: str, baseline: Configuration, candidate: Configuration
     ) -> ComparisonResult:
         """One A/B comparison (or its stored answer on resume). Raises Interrupted on Ctrl-C.
-        A lane holding several pairs (:meth:`map`) pools it over those still live."""
+        A lane holding several pairs (:meth:`map`) pools it over those still live; idle
+        pairs of the pool may join a lane before a comparison (:meth:`_Schedule.grow`)."""
+        self._join_idle(purpose, baseline, candidate)
         if self._group is not None:
             left = self.pairs_left()
             if not left:
@@ -746,6 +805,18 @@ class Runner:
         self._live = (self.clock_s, None)
         return [out[i] for i in range(len(items))]
 
+    def _join_idle(self, purpose: str, baseline: Configuration, candidate: Configuration) -> None:
+        """Before a lane's comparison that is to be measured: let idle pairs join it."""
+        if self._sched is None or self.stop.is_set():
+            return
+        if (purpose, baseline.key(), candidate.key()) in self._cache:
+            return
+        if self._model is None:
+            self._model = CostModel.of(self.experiment)
+        sched, p = self._sched
+        changed, model = baseline.diff(candidate), self._model
+        sched.grow(p, self, lambda k: model.comparison_s(changed, k))
+
     def poolable(self) -> bool:
         """Whether this runner's comparisons may be pooled over several pairs (a runner
         whose comparisons go through the DB queue measures each on one pair)."""
@@ -794,6 +865,8 @@ class Runner:
 
         def make(i: int, group: list[int]) -> Runner:
             lane = self._lane(p, f"{tag}#{i}", group)
+            if sched.cost_at is not None:
+                lane._sched = (sched, p)
             lanes[i] = lane
             return lane
 
@@ -821,6 +894,7 @@ class Runner:
         assert self.pool is not None
         lane = copy.copy(self)
         lane._group = tuple(group) if len(group) > 1 else None
+        lane._sched = None
         lane.pair = self.pool.pairs[p]
         lane.seed = derive_seed(self.seed, name)
         lane.results = []

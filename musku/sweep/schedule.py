@@ -23,13 +23,14 @@ comparison that changes every knob the soft SKU changes.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from musku.abtest import structure
+from musku.abtest import stats, structure
 from musku.abtest.driver import SWAP_OVERHEAD
 from musku.domain import Configuration
 from musku.errors import MuskuError
@@ -42,9 +43,24 @@ MIN_PERIODS = 2  # a crossover needs both role orders
 DEFAULT_SD = 0.03  # per-window log-ratio spread when nothing better is known
 
 
+@functools.lru_cache(maxsize=64)
+def pool_penalty(pairs: int) -> float:
+    """How many more windows a comparison pooled over ``pairs`` pairs needs than one pair's
+    test for the same precision: where heterogeneity of the effect is seen, the pooled
+    interval is a Student-t one on ``pairs - 1`` degrees of freedom (Knapp-Hartung,
+    docs/abtest.md), so a 2- or 3-pair pool is slower than one pair for small effects, and
+    it pays from about four pairs. 1 for one pair."""
+    if pairs <= 1:
+        return 1.0
+    z = stats.t_quantile(0.975, math.inf)
+    return (stats.t_quantile(0.975, pairs - 1) / z) ** 2
+
+
 @dataclass(frozen=True)
 class CostModel:
-    """Expected host seconds of the comparisons of one experiment (see the module)."""
+    """Expected host seconds of the comparisons of one experiment (see the module).
+    On ``k`` pairs (:meth:`comparison_s`), the steady windows are shared among the pairs and
+    widened by :func:`pool_penalty` (the pooled interval's few degrees of freedom)."""
 
     windows: int  # steady windows an effect of twice min_effect needs
     interval_s: float
@@ -95,7 +111,8 @@ class CostModel:
         swap = self.apply_s + self.warmup_s + (self.reboot_s if reboot else 0.0)
         period = max(SWAP_OVERHEAD * swap, self.interval_s)
         # both role orders: the half first period and a full one at least
-        measuring = max(self.windows * self.interval_s / max(1, pairs), 1.5 * period)
+        windows = self.windows * (pool_penalty(pairs) / max(1, pairs))
+        measuring = max(windows * self.interval_s, 1.5 * period)
         periods = max(MIN_PERIODS, math.ceil(measuring / period + 0.5))
         return measuring + periods * swap
 
@@ -151,8 +168,9 @@ def allocate(
     many as there are pairs (ties: the lower task). Pairs left over go, one at a time, to the
     task whose chain is then the longest (its own time on the pairs it has, ``cost_at(task,
     k)``, plus what waits on it), while one more pair cuts that task's expected time by at
-    least ``1 - POOL_GAIN`` and it has fewer than :data:`MAX_WIDTH`; a pair nothing gains from
-    stays free for the next task released. Without ``cost_at`` every task gets one pair (the
+    least ``1 - POOL_GAIN`` (the fewest more pairs that do: a pool pays from about four
+    pairs, :func:`pool_penalty`), up to :data:`MAX_WIDTH`; a pair nothing gains from stays
+    free for the next task released. Without ``cost_at`` every task gets one pair (the
     list schedule of whole comparisons on single pairs)."""
     order = sorted(ready, key=lambda j: (-priority[j], j))[: max(0, free)]
     width = dict.fromkeys(order, 1)
@@ -160,19 +178,28 @@ def allocate(
     if cost_at is None:
         return width
     while extra > 0:
-        best: tuple[float, int] | None = None
+        best: tuple[float, int, int] | None = None
         for j in order:
             k = width[j]
             now = cost_at(j, k)
-            if k >= MAX_WIDTH or cost_at(j, k + 1) > POOL_GAIN * now:
+            # the fewest more pairs that pay (a 2-pair pool may not, a 4-pair one may)
+            more = next(
+                (
+                    m
+                    for m in range(k + 1, min(MAX_WIDTH, k + extra) + 1)
+                    if cost_at(j, m) <= POOL_GAIN * now
+                ),
+                None,
+            )
+            if more is None:
                 continue
             length = priority[j] - cost_at(j, 1) + now
             if best is None or length > best[0]:
-                best = (length, j)
+                best = (length, j, more)
         if best is None:
             break
-        width[best[1]] += 1
-        extra -= 1
+        extra -= best[2] - width[best[1]]
+        width[best[1]] = best[2]
     return width
 
 

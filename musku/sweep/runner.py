@@ -266,6 +266,19 @@ class _Schedule:
                     return i, lane
                 self.cond.wait(SCHEDULE_POLL_S)
 
+    def join(self, p: int, lane: Runner, t: float, cost_k: Callable[[int], float]) -> list[int]:
+        """Pairs that join lane ``lane``'s comparison (led by pair ``p``), ``t`` host
+        seconds into it: once it has run past its expected time on the pairs it has
+        (``cost_k(k)``: a long, noise-bound comparison the sweep's chain waits on), the pairs
+        idle at its host time join it, up to :data:`MAX_WIDTH` and only where the pool then
+        has :data:`MIN_POOL` pairs or more (a smaller pool pays no faster, :func:`~musku.
+        sweep.schedule.pool_penalty`). Decided on the host clocks as :meth:`grow`."""
+        with self.cond:
+            k = len([q for q in self.group.get(p, [p]) if q not in self.pool.failed])
+        if t < cost_k(k) or k >= MAX_WIDTH:
+            return []  # not yet a long comparison (no need to wait for the other clocks)
+        return self._add_idle(p, lane, lambda k, idle: _join_width(t, k, idle, cost_k))
+
     def grow(self, p: int, lane: Runner, cost_k: Callable[[int], float]) -> None:
         """Lane ``lane`` (led by pair ``p``) is about to start a comparison expected to take
         ``cost_k(k)`` on ``k`` pairs: pairs idle at its host time ``T`` (free by ``T`` with
@@ -274,8 +287,13 @@ class _Schedule:
         rule), instead of idling while the sweep's chain waits on it. Decided, like
         :meth:`_next`, once every other busy pair's clock has passed ``T`` (ties: the lower
         pair first), so the result is a function of the seed."""
+        self._add_idle(p, lane, lambda k, idle: _grow_width(k, idle, cost_k))
+
+    def _add_idle(self, p: int, lane: Runner, width: Callable[[int, int], int | None]) -> list[int]:
+        """Pairs idle at ``lane``'s host time added to its group (``width(k, idle)``: how
+        many pairs it should have, None: as it is); see :meth:`grow`."""
         with self.cond:
-            at = self.start[p] + lane.clock_s
+            at = self.start[p] + lane.progress_s()
             while not self.stop.is_set():
                 behind = False
                 for q, other in self.lane.items():
@@ -289,9 +307,9 @@ class _Schedule:
                     break
                 self.cond.wait(SCHEDULE_POLL_S)
             if self.stop.is_set():
-                return
+                return []
             if any((r := self._released(i)) is not None and r <= at for i in self.todo):
-                return  # free pairs have tasks of their own
+                return []  # free pairs have tasks of their own
             idle = sorted(
                 (
                     q
@@ -302,23 +320,17 @@ class _Schedule:
             )
             group = self.group.setdefault(p, [p])
             k = len([q for q in group if q not in self.pool.failed])
-            now_s = cost_k(k)
-            more = next(
-                (
-                    m
-                    for m in range(k + 1, min(MAX_WIDTH, k + len(idle)) + 1)
-                    if cost_k(m) <= POOL_GAIN * now_s
-                ),
-                None,
-            )
-            if more is None:
-                return
-            for q in idle[: more - k]:
+            more = width(k, len(idle))
+            if more is None or more <= k:
+                return []
+            added = idle[: more - k]
+            for q in added:
                 self.lane[q] = lane
                 self.start[q] = self.start[p]
                 group.append(q)
             lane._group = tuple(group)
             self.cond.notify_all()
+            return added
 
     def finished(self, p: int, i: int, lane: Runner, ok: bool) -> None:
         """Pair ``p``'s lane ended task ``i``: the pair is free at the task's end. A task that
@@ -333,6 +345,28 @@ class _Schedule:
                 self.done[q] = end
                 self.lane[q] = None
             self.cond.notify_all()
+
+
+MIN_POOL = 4  # pairs joining a running comparison make a pool of at least this many
+
+
+def _grow_width(k: int, idle: int, cost_k: Callable[[int], float]) -> int | None:
+    """Before a comparison: the fewest pairs, from ``k`` and ``idle`` idle ones, that cut its
+    expected time by ``1 - POOL_GAIN`` (None: none do)."""
+    now = cost_k(k)
+    return next(
+        (m for m in range(k + 1, min(MAX_WIDTH, k + idle) + 1) if cost_k(m) <= POOL_GAIN * now),
+        None,
+    )
+
+
+def _join_width(t: float, k: int, idle: int, cost_k: Callable[[int], float]) -> int | None:
+    """During a comparison ``t`` seconds in: every idle pair (up to MAX_WIDTH) once it has
+    run past its expected time on ``k`` pairs, when the pool then has MIN_POOL or more."""
+    if t < cost_k(k):
+        return None
+    m = min(MAX_WIDTH, k + idle)
+    return m if m >= MIN_POOL else None
 
 
 @dataclass
@@ -407,12 +441,11 @@ class Runner:
         A lane holding several pairs (:meth:`map`) pools it over those still live; idle
         pairs of the pool may join a lane before a comparison (:meth:`_Schedule.grow`)."""
         self._join_idle(purpose, baseline, candidate)
-        if self._group is not None:
+        if self._sched is not None:  # a lane of a pooled map: pairs may join it meanwhile
             left = self.pairs_left()
             if not left:
                 raise HostError(f"{purpose}: every pair of its task failed")
-            if len(left) > 1:
-                return self.compare_pooled(purpose, baseline, candidate)
+            return self._pooled(purpose, baseline, candidate, left)
         key, cached = self._begin(purpose, baseline, candidate)
         if cached is not None:
             return cached
@@ -476,14 +509,21 @@ class Runner:
         samples are stored under each host's index in the pool. Raises Interrupted on
         Ctrl-C; a pair that fails is marked failed in the pool and its stratum kept."""
         pool = self.pool
-        if self._group is not None:
-            live = self.pairs_left()  # a pooled lane: its own pairs
-            if len(live) <= 1:
-                return self.compare(purpose, baseline, candidate)
-        else:
-            live = pool.live() if pool is not None else []
+        if self._sched is not None:
+            return self.compare(purpose, baseline, candidate)  # a lane: its own pairs
+        live = pool.live() if pool is not None else []
         if pool is None or len(live) <= 1:
             return self.compare(purpose, baseline, candidate)
+        return self._pooled(purpose, baseline, candidate, live)
+
+    def _pooled(
+        self, purpose: str, baseline: Configuration, candidate: Configuration, live: list[int]
+    ) -> ComparisonResult:
+        """:meth:`compare_pooled` on the pool's pairs ``live``; on a lane of a pooled
+        :meth:`map`, idle pairs may join it while it runs (:meth:`_Schedule.join`)."""
+        pool = self.pool
+        assert pool is not None
+        live = list(live)
         key, cached = self._begin(purpose, baseline, candidate)
         if cached is not None:
             return cached
@@ -494,9 +534,15 @@ class Runner:
         on_warmup: Callable[[int, list[int]], None] | None = None
         if self.store is not None and self.experiment_id is not None:
             store = self.store
-            cmp_id = store.start_comparison(self.experiment_id, purpose, baseline, candidate)
-            groups = [pool.groups[p] for p in live]
-
+            cmp_id = store.start_comparison(
+                self.experiment_id,
+                purpose,
+                baseline,
+                candidate,
+                hosts=self.host_names() if len(live) == 1 and self._sched is not None else None,
+            )
+        groups = [pool.groups[p] for p in live]
+        if cmp_id is not None:
             # each pair's windows under its hosts' indices in the pool (seq numbers are per
             # pair; a sample's key is comparison, seq and host)
             def on_window(i: int, rows: list[dict[str, Any]]) -> None:
@@ -519,6 +565,32 @@ class Runner:
                     pool.pairs[p], self.store if self.experiment_id is not None else None
                 )
             memories.append(self._memories[p])
+        joined: list[float] = []  # the comparison's clock when each joining pair joined
+        join: Callable[[float], list[tuple[HostPair, Any]]] | None = None
+        if self._sched is not None:
+            sched, lead = self._sched
+            if self._model is None:
+                self._model = CostModel.of(self.experiment)
+            model, changed = self._model, baseline.diff(candidate)
+
+            def join(t: float) -> list[tuple[HostPair, Any]]:
+                out = []
+                for q in sched.join(lead, self, t, lambda k: model.comparison_s(changed, k)):
+                    if q not in self._memories:
+                        self._memories[q] = memory_for(
+                            pool.pairs[q], self.store if self.experiment_id is not None else None
+                        )
+                    groups.append(pool.groups[q])
+                    live.append(q)
+                    joined.append(t)
+                    out.append((pool.pairs[q], self._memories[q]))
+                if out:
+                    self.progress.message(
+                        f"{purpose}: {len(out)} idle pair(s) joined at {t / 60:.0f} min "
+                        f"(now on {len(live)})"
+                    )
+                return out
+
         self._live = (self.clock_s, self.pair.now())
         try:
             result = run_pooled_comparison(
@@ -532,6 +604,7 @@ class Runner:
                 should_stop=self.stop.is_set,
                 seed=self.seed * 100_003 + self._counter,
                 memories=memories,
+                join=join,
             )
         except HostError:
             if self.store is not None and cmp_id is not None and self.experiment_id is not None:
@@ -541,7 +614,11 @@ class Runner:
             name = "+".join(pool.host_names(p))
             if f"{name} failed (" in result.reason:
                 pool.fail(p, f"failed during {purpose}")
-        return self._finish(purpose, key, cmp_id, result, hosts=2 * len(live))
+        start = len(live) - len(joined)
+        held = 2 * (start * result.host_time_s + sum(result.host_time_s - t for t in joined))
+        return self._finish(
+            purpose, key, cmp_id, result, hosts=2 * len(live), host_seconds=max(0.0, held)
+        )
 
     def _recover(
         self,
@@ -605,6 +682,7 @@ class Runner:
         result: ComparisonResult,
         *,
         hosts: int,
+        host_seconds: float | None = None,
     ) -> ComparisonResult:
         """A measured comparison stored and recorded as this run's (``hosts`` measured it for
         its host time); Interrupted when it was stopped."""
@@ -615,7 +693,7 @@ class Runner:
         self.measured += 1
         self.clock_s += result.host_time_s
         self._live = (self.clock_s, None)
-        self.host_seconds += hosts * result.host_time_s
+        self.host_seconds += hosts * result.host_time_s if host_seconds is None else host_seconds
         self.results.append((purpose, result))
         self._cache[key] = result
         self.progress.comparison_finished(purpose, result, False)

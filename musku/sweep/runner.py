@@ -300,7 +300,10 @@ class _Schedule:
                     if other is None or other is lane or q in self.pool.failed:
                         continue
                     now = self.start[q] + other.progress_s()
-                    if now < at or (now == at and q < p):
+                    # ties: the lane led by the lower pair first (its leader, not any of its
+                    # pairs: two lanes at one host time must not wait for each other)
+                    lead = other._sched[1] if other._sched is not None else q
+                    if now < at or (now == at and lead < p):
                         behind = True
                         break
                 if not behind:
@@ -441,11 +444,13 @@ class Runner:
         A lane holding several pairs (:meth:`map`) pools it over those still live; idle
         pairs of the pool may join a lane before a comparison (:meth:`_Schedule.grow`)."""
         self._join_idle(purpose, baseline, candidate)
-        if self._sched is not None:  # a lane of a pooled map: pairs may join it meanwhile
+        if self._sched is not None or self._group is not None:
+            # a lane of a pooled map (pairs may join it meanwhile), or a share of one
             left = self.pairs_left()
             if not left:
                 raise HostError(f"{purpose}: every pair of its task failed")
-            return self._pooled(purpose, baseline, candidate, left)
+            if self._sched is not None or len(left) > 1:
+                return self._pooled(purpose, baseline, candidate, left)
         key, cached = self._begin(purpose, baseline, candidate)
         if cached is not None:
             return cached
@@ -509,7 +514,7 @@ class Runner:
         samples are stored under each host's index in the pool. Raises Interrupted on
         Ctrl-C; a pair that fails is marked failed in the pool and its stratum kept."""
         pool = self.pool
-        if self._sched is not None:
+        if self._sched is not None or self._group is not None:
             return self.compare(purpose, baseline, candidate)  # a lane: its own pairs
         live = pool.live() if pool is not None else []
         if pool is None or len(live) <= 1:
@@ -733,6 +738,9 @@ class Runner:
             return incumbent
         better.sort(key=lambda r: r.estimate, reverse=True)
         champion = better[0]
+        merged = self._runoff_and_confirm(purpose, incumbent, better)
+        if merged is not None:
+            return merged
         for challenger in better[1:4]:
             if challenger.ci_high < champion.ci_low:
                 break  # clearly behind: so is everyone after it
@@ -747,6 +755,101 @@ class Runner:
             )
             return incumbent
         return champion.candidate
+
+    def _runoff_and_confirm(
+        self, purpose: str, incumbent: Configuration, better: list[ComparisonResult]
+    ) -> Configuration | None:
+        """:meth:`choose`'s run-off and confirmation merged, on a lane of a pooled map that
+        holds several pairs (after idle pairs joined it): the leader's duels with its close
+        challengers and its confirmation against the incumbent run at once, each pooled over
+        its share of the lane's pairs. When no challenger beats the leader (the usual case)
+        the confirmation is already there: one round instead of a chain of them; otherwise
+        the best challenger that beat it is confirmed next. None where this does not apply
+        (one pair, no challenger within reach): :meth:`choose` goes on as on one pair."""
+        if self._sched is None:
+            return None
+        champion = better[0]
+        close = [c for c in better[1:4] if c.ci_high >= champion.ci_low]
+        if not close:
+            return None
+        jobs = [(f"{purpose}:runoff", champion.candidate, c.candidate) for c in close]
+        jobs.append((f"{purpose}:confirm", incumbent, champion.candidate))
+        self._join_idle(*jobs[0])
+        left = self.pairs_left()
+        if len(left) < len(jobs):
+            return None
+        done = self._at_once(jobs, left)
+        beat = [c for c, d in zip(close, done, strict=False) if d.decision is Decision.BETTER]
+        confirm = done[-1]
+        if beat:
+            champion = max(beat, key=lambda r: r.estimate)
+            confirm = self.compare(f"{purpose}:confirm", incumbent, champion.candidate)
+        if confirm.decision is not Decision.BETTER:
+            self.progress.message(
+                f"{purpose}: {change_text(incumbent, champion.candidate)} not confirmed "
+                f"({confirm.decision.value}): kept as it was"
+            )
+            return incumbent
+        return champion.candidate
+
+    def _at_once(
+        self, jobs: list[tuple[str, Configuration, Configuration]], pairs: list[int]
+    ) -> list[ComparisonResult]:
+        """The comparisons ``jobs`` at the same time on shares of this lane's ``pairs`` (the
+        first jobs get the extra pairs), each share a sub-lane pooling its pairs; results,
+        host time and the clock (the longest share's) join this lane's in job order."""
+        assert self.pool is not None
+        pool, n = self.pool, len(jobs)
+        # one pair each; the spare pairs to the first jobs (the close duels) in pools that
+        # pay (MIN_POOL or more: a 2- or 3-pair pool is slower than one pair)
+        sizes, extra = [1] * n, len(pairs) - n
+        for j in range(n):
+            if extra >= MIN_POOL - 1:
+                sizes[j] += min(extra, MAX_WIDTH - 1)
+                extra -= sizes[j] - 1
+        at = [sum(sizes[:j]) for j in range(n)]
+        shares = [pairs[at[j] : at[j] + sizes[j]] for j in range(n)]
+        subs: list[Runner] = []
+        for j, share in enumerate(shares):
+            sub = copy.copy(self)
+            sub._sched, sub._group = None, tuple(share) if len(share) > 1 else None
+            sub.pair = pool.pairs[share[0]]
+            sub._hosts, sub._host_names = pool.groups[share[0]], pool.host_names(share[0])
+            sub.memory = self._memories.get(share[0]) or memory_for(
+                sub.pair, self.store if self.experiment_id is not None else None
+            )
+            sub.seed = derive_seed(self.seed, f"{jobs[j][0]}#{self._counter}#{j}")
+            sub.results, sub.measured, sub._counter = [], 0, 0
+            sub.clock_s, sub.host_seconds, sub._live = 0.0, 0.0, (0.0, None)
+            subs.append(sub)
+        out: dict[int, ComparisonResult] = {}
+        errors: dict[int, BaseException] = {}
+
+        def run(j: int) -> None:
+            try:
+                out[j] = subs[j].compare(*jobs[j])
+            except BaseException as exc:  # re-raised below, the first in job order
+                errors[j] = exc
+                if not isinstance(exc, HostError):  # Ctrl-C, a crash: the others stop too
+                    self.stop.set()
+
+        threads = [
+            threading.Thread(target=run, args=(j,), name=f"musku-share-{j}") for j in range(n)
+        ]
+        self._counter += n
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for sub in subs:
+            self.results.extend(sub.results)
+            self.measured += sub.measured
+            self.host_seconds += sub.host_seconds
+        self.clock_s += max(sub.clock_s for sub in subs)
+        self._live = (self.clock_s, None)
+        if errors:
+            raise errors[min(errors)]
+        return [out[j] for j in range(n)]
 
     def host_names(self) -> tuple[str, str]:
         """The names of the two hosts this runner's pair runs on (``host_a`` first)."""

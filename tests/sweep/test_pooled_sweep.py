@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from musku.domain import Configuration, ExperimentStatus
 from musku.experiment import load_experiment
@@ -104,3 +105,40 @@ def test_free_pairs_go_to_the_longest_chain_and_only_where_they_pay() -> None:
     plain = list_schedule(costs, 8, deps)[0]
     pooled = list_schedule(costs, 8, deps, cost_at=cost)[0]
     assert pooled < plain
+
+
+def test_a_pair_failing_mid_comparison_leaves_the_others_to_finish_it(tmp_path: Path) -> None:
+    """A task given the pool's 4 pairs: one pair's link goes down for good mid-comparison;
+    the comparison finishes on the other three (the failed pair's stratum kept to its last
+    look, named in the reason) and the pair is out of the pool for what follows."""
+    from musku.errors import HostError
+    from tests.sweep.test_schedule import _pool_runner
+
+    runner, pool = _pool_runner(tmp_path, 8)
+    try:
+        base = runner.experiment.baseline_config
+        pair = pool.pairs[2]
+        real = pair.windows
+        left = [400]
+
+        def windows(seconds: float, count: int) -> Any:  # the link dies after 400 windows
+            if left[0] < count:
+                raise HostError(f"{pair.hosts[0].name}: link down")
+            left[0] -= count
+            return real(seconds, count)
+
+        pair.windows = windows  # type: ignore[method-assign]
+        [r] = runner.map(
+            lambda lane, c: lane.compare("t", base, c),
+            [base.with_("thp", "always")],
+            tag="t",
+            cost=[100.0],
+            cost_at=lambda i, k: 100.0 / k,
+        )
+        name = "+".join(pool.host_names(2))
+        assert "pooled over 4 pairs" in r.method
+        assert f"{name} failed (" in r.reason and "kept to its last look" in r.reason
+        assert r.decision.value == "better", r.reason
+        assert 2 in pool.failed and pool.live() == [0, 1, 3]
+    finally:
+        pool.close()

@@ -532,7 +532,12 @@ class Runner:
         key, cached = self._begin(purpose, baseline, candidate)
         if cached is not None:
             return cached
-        label = f"{purpose} pooled over {len(live)} pairs"
+        on = ", ".join("+".join(pool.host_names(q)) for q in live)
+        label = (
+            f"{purpose} on {on}"
+            if len(live) == 1
+            else (f"{purpose} pooled over {len(live)} pairs on {on}")
+        )
         self.progress.comparison_started(label, baseline, candidate)
         cmp_id = None
         on_window: Callable[[int, list[dict[str, Any]]], None] | None = None

@@ -62,6 +62,7 @@ from musku.errors import HostError, InputError
 from musku.hosts.base import HostPair
 
 Outcome = tuple[Decision, str]
+JOIN_THREADS = 16  # threads kept for pairs that may join a comparison (``join``)
 
 
 @dataclass
@@ -77,6 +78,7 @@ class _Stratum:
     n_opt: float = 0.0
     mature: bool = False
     result: ComparisonResult | None = field(default=None)
+    offset: float = 0.0  # the common clock when the pair joined (0: from the start)
 
     @property
     def name(self) -> str:
@@ -113,6 +115,7 @@ def run_pooled_comparison(
     rule_options: Mapping[str, Any] | None = None,
     memories: Sequence[PairMemory] | None = None,
     on_warmup: Callable[[int, list[int]], None] | None = None,
+    join: Callable[[float], Sequence[tuple[HostPair, PairMemory]]] | None = None,
 ) -> ComparisonResult:
     """Run one comparison of ``candidate`` (role B) against ``baseline`` (role A) on every
     pair of ``pairs`` at once and return the pooled result (module doc).
@@ -121,7 +124,13 @@ def run_pooled_comparison(
     retro-trimmed warm-up windows, from that pair's thread (a store given them must be safe
     to share). ``samples`` in the result is the sum over the pairs, ``host_time_s`` the
     longest pair's (the clock the comparison took); the reason names each pair's stratum.
-    Raises :class:`InputError` for an invalid spec, no pairs, or a rule that cannot pool."""
+    Raises :class:`InputError` for an invalid spec, no pairs, or a rule that cannot pool.
+
+    ``join(t)``, asked before every step with the comparison's host clock ``t``, returns pairs
+    that join it there (numbered on after ``pairs``): each starts its own crossover (its own
+    warm-up and both role orders) on the common clock from ``t`` and enters the decision
+    once mature, like the others. With ``join``, even one pair runs as a pool (crossovers
+    only), so pairs may join it."""
     validate_spec(spec)
     pairs = list(pairs)
     if not pairs:
@@ -136,7 +145,7 @@ def run_pooled_comparison(
     if memories is not None and len(memories) != len(pairs):
         raise InputError(f"{len(memories)} pair memories for {len(pairs)} pairs")
     base_seed = spec.stats.seed if seed is None else seed
-    if len(pairs) == 1:
+    if len(pairs) == 1 and join is None:
         result = run_comparison(
             pairs[0],
             baseline,
@@ -152,10 +161,14 @@ def run_pooled_comparison(
             on_warmup=(lambda seqs: on_warmup(0, seqs)) if on_warmup else None,
         )
         return _with_method(result, f"{result.method}; pooled over 1 pair: one pair's test")
-    seeds = np.random.SeedSequence([int(base_seed or 0), 0x9001]).generate_state(len(pairs))
-    strata: list[_Stratum] = []
-    for i, pair in enumerate(pairs):
-        r = make_rule(rule, seed=int(seeds[i]), **dict(rule_options or {}))
+
+    def make(i: int, pair: HostPair, memory: PairMemory) -> _Stratum:
+        seed_i = np.random.SeedSequence([int(base_seed or 0), 0x9001, i]).generate_state(1)
+        r = make_rule(
+            rule,
+            seed=int(seeds[i]) if i < len(seeds) else int(seed_i[0]),
+            **dict(rule_options or {}),
+        )
         if isinstance(r, ConfidenceSequenceRule):
             r.early = False  # a pool decides on crossovers only
         if not isinstance(r, ConfidenceSequenceRule) or not r.crossover:
@@ -163,7 +176,6 @@ def run_pooled_comparison(
                 f"rule {rule!r} cannot pool pairs: a pooled comparison needs the crossover "
                 "confidence-sequence rule ('cs')"
             )
-        memory = memories[i] if memories is not None else PairMemory()
         cmp = _Comparison(
             pair,
             baseline,
@@ -177,8 +189,17 @@ def run_pooled_comparison(
             partial(on_warmup, i) if on_warmup else None,
         )
         cmp.sign = r.first_order()
-        strata.append(_Stratum(i, cmp))
-    return _Pool(strata, spec, on_progress).run(baseline, candidate)
+        return _Stratum(i, cmp)
+
+    seeds = np.random.SeedSequence([int(base_seed or 0), 0x9001]).generate_state(len(pairs))
+    strata = [
+        make(i, pair, memories[i] if memories is not None else PairMemory())
+        for i, pair in enumerate(pairs)
+    ]
+    pool = _Pool(strata, spec, on_progress)
+    if join is not None:
+        pool.join, pool.make = join, make
+    return pool.run(baseline, candidate)
 
 
 class _Pool:
@@ -196,6 +217,8 @@ class _Pool:
         self.look = PooledLook(None, math.nan, -math.inf, math.inf, None, 0)
         self.t0 = [s.cmp.t0 for s in strata]
         self.clock_t: float | None = None  # the common host clock the pairs measure up to
+        self.join: Callable[[float], Sequence[tuple[HostPair, PairMemory]]] | None = None
+        self.make: Callable[[int, HostPair, PairMemory], _Stratum] | None = None
 
     # ------------------------------------------------------------------ one step
 
@@ -220,7 +243,21 @@ class _Pool:
             self._advance(s, None)
 
     def _own_clock(self, s: _Stratum) -> float:
-        return s.cmp.pair.now() - s.cmp.t0
+        return s.cmp.pair.now() - s.cmp.t0 + s.offset
+
+    def _joined(self) -> None:
+        """Pairs that join now (``join``): new strata starting at the common clock."""
+        if self.join is None or self.make is None or self.clock_t is None:
+            return
+        live = [s for s in self.strata if not s.done]
+        if not live:
+            return
+        now = min(self._own_clock(s) for s in live)
+        for pair, memory in self.join(now):
+            s = self.make(len(self.strata), pair, memory)
+            s.offset = now
+            self.strata.append(s)
+            self.t0.append(s.cmp.t0)
 
     def _step(self, ex: ThreadPoolExecutor, outcome: Outcome | None) -> None:
         """The pairs measure side by side: every active pair behind the common clock ``T``
@@ -231,13 +268,21 @@ class _Pool:
         if self.clock_t is None:  # the first step: every pair to its first look
             futures = [ex.submit(self._advance, s, outcome) for s in active]
         else:
-            behind = [s for s in active if s.kind != "cap" and self._own_clock(s) < self.clock_t]
+            behind = [
+                s
+                for s in active
+                if s.steps is not None and s.kind != "cap" and self._own_clock(s) < self.clock_t
+            ]
             if not behind:  # every pair ahead (long warm-ups): the clock jumps to the first
                 self.clock_t = min(self._own_clock(s) for s in active) + self.quantum()
                 behind = [
-                    s for s in active if s.kind != "cap" and self._own_clock(s) < self.clock_t
+                    s
+                    for s in active
+                    if s.steps is not None and s.kind != "cap" and self._own_clock(s) < self.clock_t
                 ]
             futures = [ex.submit(self._until, s, self.clock_t) for s in behind]
+            # pairs that joined: to their first look (their warm-up runs them ahead)
+            futures += [ex.submit(self._advance, s, None) for s in active if s.steps is None]
         for f in futures:
             f.result()  # _Stop (a stop request) and anything unexpected propagate
         live = [s for s in self.strata if not s.done]
@@ -346,13 +391,14 @@ class _Pool:
         )
 
     def _clock(self) -> float:
-        return max(s.cmp.pair.now() - t0 for s, t0 in zip(self.strata, self.t0, strict=True))
+        return max(self._own_clock(s) for s in self.strata)
 
     # ------------------------------------------------------------------ the whole run
 
     def run(self, baseline: Configuration, candidate: Configuration) -> ComparisonResult:
         outcome: Outcome | None = None
-        with ThreadPoolExecutor(len(self.strata), thread_name_prefix="musku-stratum") as ex:
+        workers = len(self.strata) + (JOIN_THREADS if self.join is not None else 0)
+        with ThreadPoolExecutor(workers, thread_name_prefix="musku-stratum") as ex:
             try:
                 self._step(ex, None)
                 while True:
@@ -370,6 +416,7 @@ class _Pool:
                     for s in self.strata:
                         if not s.done and s.kind == "cap":
                             self._advance(s, (Decision.INCONCLUSIVE, "this pair's sample cap"))
+                    self._joined()
                     self._step(ex, None)
             except _Stop:
                 outcome = self.strata[0].cmp.stopped()
@@ -377,7 +424,7 @@ class _Pool:
                 outcome = (outcome[0], f"stopped on request after {n:,} samples")
             else:
                 for s in self.strata:  # the decision ends every pair still measuring
-                    if not s.done:
+                    if not s.done and s.steps is not None:
                         self._advance(s, outcome)
         assert outcome is not None
         self._progress(outcome[0])

@@ -45,7 +45,7 @@ from musku.hosts.base import HostPair
 from musku.hosts.pool import HostPool, derive_seed
 from musku.storage.protocols import ResultStore
 from musku.sweep.report import result_dict, sku_dict
-from musku.sweep.schedule import chains
+from musku.sweep.schedule import MAX_WIDTH, POOL_GAIN, CostModel, allocate, chains
 from musku.text import change_text
 
 
@@ -178,14 +178,16 @@ class _Schedule:
         priority: Mapping[int, float],
         deps: Mapping[int, Sequence[int]],
         stop: threading.Event,
+        cost_at: Callable[[int, int], float] | None = None,
     ) -> None:
-        self.pool, self.stop = pool, stop
+        self.pool, self.stop, self.cost_at = pool, stop, cost_at
         self.todo = set(tasks)  # not taken yet
         self.priority = priority
         self.deps = {i: [d for d in deps.get(i, ()) if d in self.todo] for i in tasks}
         self.finish: dict[int, float] = {}  # task -> host time it finished at
         self.done: dict[int, float] = {p: 0.0 for p in pairs}  # when each pair is free
         self.start: dict[int, float] = {}  # busy pair -> its task's start
+        self.group: dict[int, list[int]] = {}  # a leading pair -> the pairs of its task
         self.lane: dict[int, Runner | None] = {p: None for p in pairs}
         self.gone: set[int] = set()  # pairs out of the round (nothing left for them, failed)
         self.ran: dict[int, list[int]] = {p: [] for p in pairs}
@@ -200,8 +202,11 @@ class _Schedule:
             at = max(at, self.finish[d])
         return at
 
-    def _next(self) -> tuple[int, int, float] | None:
-        """(pair, task, start) of the next assignment when it is decided now, else None."""
+    def _next(self) -> tuple[int, int, float, list[int]] | None:
+        """(pair, task, start, the task's pairs) of the next assignment when it is decided
+        now, else None. The pairs free by ``start`` are shared among the ready tasks by
+        :func:`musku.sweep.schedule.allocate`: the task gets the first pair and as many
+        more of them (the earliest free first) as it is given."""
         free = [p for p, lane in self.lane.items() if lane is None and p not in self.gone]
         free = [p for p in free if p not in self.pool.failed]
         if not free:
@@ -217,8 +222,13 @@ class _Schedule:
             now = self.start[q] + lane.progress_s()
             if now < start or (now == start and q < p):
                 return None
-        i = min((i for i, r in ready.items() if r <= start), key=lambda j: (-self.priority[j], j))
-        return p, i, start
+        now_ready = [j for j, r in ready.items() if r <= start]
+        i = min(now_ready, key=lambda j: (-self.priority[j], j))
+        free_by = sorted(
+            (q for q in free if self.done[q] <= start), key=lambda q: (self.done[q], q)
+        )
+        k = allocate(len(free_by), now_ready, self.priority, self.cost_at)[i]
+        return p, i, start, free_by[:k]
 
     def _stuck(self) -> bool:
         """No pair is running a task and none left is ready (they depend on a task that
@@ -229,11 +239,11 @@ class _Schedule:
         )
         return not busy and all(self._released(i) is None for i in self.todo)
 
-    def take(self, p: int, make: Callable[[int], Runner]) -> tuple[int, Runner] | None:
-        """Pair ``p``'s next task and its lane (``make(i)``) once the schedule gives ``p`` one;
+    def take(self, p: int, make: Callable[[int, list[int]], Runner]) -> tuple[int, Runner] | None:
+        """Pair ``p``'s next task and its lane (``make(i, pairs)``) once the schedule gives
+        ``p`` one to lead (the other pairs of the task wait in here meanwhile, busy with it);
         None when no task is left, the sweep is stopping, or ``p`` failed."""
         with self.cond:
-            self.lane[p] = None
             self.cond.notify_all()
             while True:
                 if not self.todo or self.stop.is_set() or p in self.pool.failed:
@@ -246,26 +256,121 @@ class _Schedule:
                     self.cond.notify_all()
                     return None
                 if got is not None and got[0] == p:
-                    _, i, start = got
+                    _, i, start, group = got
                     self.todo.discard(i)
-                    lane = make(i)
-                    self.lane[p] = lane
-                    self.start[p] = start
+                    lane = make(i, group)
+                    for q in group:
+                        self.lane[q] = lane
+                        self.start[q] = start
+                    self.group[p] = group
                     self.ran[p].append(i)
                     return i, lane
                 self.cond.wait(SCHEDULE_POLL_S)
+
+    def join(self, p: int, lane: Runner, t: float, cost_k: Callable[[int], float]) -> list[int]:
+        """Pairs that join lane ``lane``'s comparison (led by pair ``p``), ``t`` host
+        seconds into it: once it has run past its expected time on the pairs it has
+        (``cost_k(k)``: a long, noise-bound comparison the sweep's chain waits on), the pairs
+        idle at its host time join it, up to :data:`MAX_WIDTH` and only where the pool then
+        has :data:`MIN_POOL` pairs or more (a smaller pool pays no faster, :func:`~musku.
+        sweep.schedule.pool_penalty`). Decided on the host clocks as :meth:`grow`."""
+        with self.cond:
+            k = len([q for q in self.group.get(p, [p]) if q not in self.pool.failed])
+        if t < cost_k(k) or k >= MAX_WIDTH:
+            return []  # not yet a long comparison (no need to wait for the other clocks)
+        return self._add_idle(p, lane, lambda k, idle: _join_width(t, k, idle, cost_k))
+
+    def grow(self, p: int, lane: Runner, cost_k: Callable[[int], float]) -> None:
+        """Lane ``lane`` (led by pair ``p``) is about to start a comparison expected to take
+        ``cost_k(k)`` on ``k`` pairs: pairs idle at its host time ``T`` (free by ``T`` with
+        no task ready for them by then, or out of tasks altogether) join it when enough of
+        them cut that comparison's expected time (:func:`musku.sweep.schedule.allocate`'s
+        rule), instead of idling while the sweep's chain waits on it. Decided, like
+        :meth:`_next`, once every other busy pair's clock has passed ``T`` (ties: the lower
+        pair first), so the result is a function of the seed."""
+        self._add_idle(p, lane, lambda k, idle: _grow_width(k, idle, cost_k))
+
+    def _add_idle(self, p: int, lane: Runner, width: Callable[[int, int], int | None]) -> list[int]:
+        """Pairs idle at ``lane``'s host time added to its group (``width(k, idle)``: how
+        many pairs it should have, None: as it is); see :meth:`grow`."""
+        with self.cond:
+            at = self.start[p] + lane.progress_s()
+            while not self.stop.is_set():
+                behind = False
+                for q, other in self.lane.items():
+                    if other is None or other is lane or q in self.pool.failed:
+                        continue
+                    now = self.start[q] + other.progress_s()
+                    # ties: the lane led by the lower pair first (its leader, not any of its
+                    # pairs: two lanes at one host time must not wait for each other)
+                    lead = other._sched[1] if other._sched is not None else q
+                    if now < at or (now == at and lead < p):
+                        behind = True
+                        break
+                if not behind:
+                    break
+                self.cond.wait(SCHEDULE_POLL_S)
+            if self.stop.is_set():
+                return []
+            if any((r := self._released(i)) is not None and r <= at for i in self.todo):
+                return []  # free pairs have tasks of their own
+            idle = sorted(
+                (
+                    q
+                    for q, other in self.lane.items()
+                    if other is None and q not in self.pool.failed and self.done[q] <= at
+                ),
+                key=lambda q: (self.done[q], q),
+            )
+            group = self.group.setdefault(p, [p])
+            k = len([q for q in group if q not in self.pool.failed])
+            more = width(k, len(idle))
+            if more is None or more <= k:
+                return []
+            added = idle[: more - k]
+            for q in added:
+                self.lane[q] = lane
+                self.start[q] = self.start[p]
+                group.append(q)
+            lane._group = tuple(group)
+            self.cond.notify_all()
+            return added
 
     def finished(self, p: int, i: int, lane: Runner, ok: bool) -> None:
         """Pair ``p``'s lane ended task ``i``: the pair is free at the task's end. A task that
         did not finish (``ok`` false: its pair failed, it runs again in the next round)
         releases nothing."""
         with self.cond:
-            end = self.start.pop(p) + lane.clock_s
+            end = self.start[p] + lane.clock_s
             if ok:
                 self.finish[i] = end
-            self.done[p] = end
-            self.lane[p] = None
+            for q in self.group.pop(p, [p]):  # every pair of the task is free at its end
+                self.start.pop(q, None)
+                self.done[q] = end
+                self.lane[q] = None
             self.cond.notify_all()
+
+
+MIN_POOL = 4  # pairs joining a running comparison make a pool of at least this many
+
+
+def _grow_width(k: int, idle: int, cost_k: Callable[[int], float]) -> int | None:
+    """Before a comparison: the fewest pairs, from ``k`` and ``idle`` idle ones, that cut its
+    expected time by ``1 - POOL_GAIN`` (None: none do)."""
+    now = cost_k(k)
+    return next(
+        (m for m in range(k + 1, min(MAX_WIDTH, k + idle) + 1) if cost_k(m) <= POOL_GAIN * now),
+        None,
+    )
+
+
+def _join_width(t: float, k: int, idle: int, cost_k: Callable[[int], float]) -> int | None:
+    """During a comparison ``t`` seconds in: every idle pair (up to MAX_WIDTH) once it has
+    run past its expected time on ``k`` pairs, when the pool then has MIN_POOL or more."""
+    if t < cost_k(k):
+        return None
+    m = min(MAX_WIDTH, k + idle)
+    return m if m >= MIN_POOL else None
 
 
 @dataclass
@@ -312,6 +417,10 @@ class Runner:
         self._pair_t0: float | None = None  # a lane's pair.now() when its task started
         self.host_seconds = 0.0  # time x hosts: see SweepReport.host_hours
         self._hosts: tuple[int, int] | None = None  # the pair's host indices in the pool
+        self._group: tuple[int, ...] | None = None  # a pooled lane's pool pairs (map)
+        # a lane's schedule and its leading pair, when idle pairs may join its comparisons
+        self._sched: tuple[_Schedule, int] | None = None
+        self._model: CostModel | None = None
         self._host_names: tuple[str, str] | None = None
         # the pair's calibration and remembered warm-up transients (issue 19)
         self.memory = memory_for(pair, store if experiment_id is not None else None)
@@ -332,7 +441,17 @@ class Runner:
     def compare(
         self, purpose: str, baseline: Configuration, candidate: Configuration
     ) -> ComparisonResult:
-        """One A/B comparison (or its stored answer on resume). Raises Interrupted on Ctrl-C."""
+        """One A/B comparison (or its stored answer on resume). Raises Interrupted on Ctrl-C.
+        A lane holding several pairs (:meth:`map`) pools it over those still live; idle
+        pairs of the pool may join a lane before a comparison (:meth:`_Schedule.grow`)."""
+        self._join_idle(purpose, baseline, candidate)
+        if self._sched is not None or self._group is not None:
+            # a lane of a pooled map (pairs may join it meanwhile), or a share of one
+            left = self.pairs_left()
+            if not left:
+                raise HostError(f"{purpose}: every pair of its task failed")
+            if self._sched is not None or len(left) > 1:
+                return self._pooled(purpose, baseline, candidate, left)
         key, cached = self._begin(purpose, baseline, candidate)
         if cached is not None:
             return cached
@@ -396,22 +515,45 @@ class Runner:
         samples are stored under each host's index in the pool. Raises Interrupted on
         Ctrl-C; a pair that fails is marked failed in the pool and its stratum kept."""
         pool = self.pool
+        if self._sched is not None or self._group is not None:
+            return self.compare(purpose, baseline, candidate)  # a lane: its own pairs
         live = pool.live() if pool is not None else []
         if pool is None or len(live) <= 1:
             return self.compare(purpose, baseline, candidate)
+        return self._pooled(purpose, baseline, candidate, live)
+
+    def _pooled(
+        self, purpose: str, baseline: Configuration, candidate: Configuration, live: list[int]
+    ) -> ComparisonResult:
+        """:meth:`compare_pooled` on the pool's pairs ``live``; on a lane of a pooled
+        :meth:`map`, idle pairs may join it while it runs (:meth:`_Schedule.join`)."""
+        pool = self.pool
+        assert pool is not None
+        live = list(live)
         key, cached = self._begin(purpose, baseline, candidate)
         if cached is not None:
             return cached
-        label = f"{purpose} pooled over {len(live)} pairs"
+        on = ", ".join("+".join(pool.host_names(q)) for q in live)
+        label = (
+            f"{purpose} on {on}"
+            if len(live) == 1
+            else (f"{purpose} pooled over {len(live)} pairs on {on}")
+        )
         self.progress.comparison_started(label, baseline, candidate)
         cmp_id = None
         on_window: Callable[[int, list[dict[str, Any]]], None] | None = None
         on_warmup: Callable[[int, list[int]], None] | None = None
         if self.store is not None and self.experiment_id is not None:
             store = self.store
-            cmp_id = store.start_comparison(self.experiment_id, purpose, baseline, candidate)
-            groups = [pool.groups[p] for p in live]
-
+            cmp_id = store.start_comparison(
+                self.experiment_id,
+                purpose,
+                baseline,
+                candidate,
+                hosts=self.host_names() if len(live) == 1 and self._sched is not None else None,
+            )
+        groups = [pool.groups[p] for p in live]
+        if cmp_id is not None:
             # each pair's windows under its hosts' indices in the pool (seq numbers are per
             # pair; a sample's key is comparison, seq and host)
             def on_window(i: int, rows: list[dict[str, Any]]) -> None:
@@ -434,6 +576,33 @@ class Runner:
                     pool.pairs[p], self.store if self.experiment_id is not None else None
                 )
             memories.append(self._memories[p])
+        joined: list[float] = []  # the comparison's clock when each joining pair joined
+        join: Callable[[float], list[tuple[HostPair, Any]]] | None = None
+        if self._sched is not None:
+            sched, lead = self._sched
+            if self._model is None:
+                self._model = CostModel.of(self.experiment)
+            model, changed = self._model, baseline.diff(candidate)
+
+            def join(t: float) -> list[tuple[HostPair, Any]]:
+                out = []
+                for q in sched.join(lead, self, t, lambda k: model.comparison_s(changed, k)):
+                    if q not in self._memories:
+                        self._memories[q] = memory_for(
+                            pool.pairs[q], self.store if self.experiment_id is not None else None
+                        )
+                    groups.append(pool.groups[q])
+                    live.append(q)
+                    joined.append(t)
+                    out.append((pool.pairs[q], self._memories[q]))
+                if out:
+                    self.progress.message(
+                        f"{purpose}: {len(out)} idle pair(s) joined at {t / 60:.0f} min "
+                        f"(now on {len(live)})"
+                    )
+                return out
+
+        self._live = (self.clock_s, self.pair.now())
         try:
             result = run_pooled_comparison(
                 [pool.pairs[p] for p in live],
@@ -446,6 +615,7 @@ class Runner:
                 should_stop=self.stop.is_set,
                 seed=self.seed * 100_003 + self._counter,
                 memories=memories,
+                join=join,
             )
         except HostError:
             if self.store is not None and cmp_id is not None and self.experiment_id is not None:
@@ -455,7 +625,11 @@ class Runner:
             name = "+".join(pool.host_names(p))
             if f"{name} failed (" in result.reason:
                 pool.fail(p, f"failed during {purpose}")
-        return self._finish(purpose, key, cmp_id, result, hosts=2 * len(live))
+        start = len(live) - len(joined)
+        held = 2 * (start * result.host_time_s + sum(result.host_time_s - t for t in joined))
+        return self._finish(
+            purpose, key, cmp_id, result, hosts=2 * len(live), host_seconds=max(0.0, held)
+        )
 
     def _recover(
         self,
@@ -519,6 +693,7 @@ class Runner:
         result: ComparisonResult,
         *,
         hosts: int,
+        host_seconds: float | None = None,
     ) -> ComparisonResult:
         """A measured comparison stored and recorded as this run's (``hosts`` measured it for
         its host time); Interrupted when it was stopped."""
@@ -529,7 +704,7 @@ class Runner:
         self.measured += 1
         self.clock_s += result.host_time_s
         self._live = (self.clock_s, None)
-        self.host_seconds += hosts * result.host_time_s
+        self.host_seconds += hosts * result.host_time_s if host_seconds is None else host_seconds
         self.results.append((purpose, result))
         self._cache[key] = result
         self.progress.comparison_finished(purpose, result, False)
@@ -569,6 +744,9 @@ class Runner:
             return incumbent
         better.sort(key=lambda r: r.estimate, reverse=True)
         champion = better[0]
+        merged = self._runoff_and_confirm(purpose, incumbent, better)
+        if merged is not None:
+            return merged
         for challenger in better[1:4]:
             if challenger.ci_high < champion.ci_low:
                 break  # clearly behind: so is everyone after it
@@ -583,6 +761,101 @@ class Runner:
             )
             return incumbent
         return champion.candidate
+
+    def _runoff_and_confirm(
+        self, purpose: str, incumbent: Configuration, better: list[ComparisonResult]
+    ) -> Configuration | None:
+        """:meth:`choose`'s run-off and confirmation merged, on a lane of a pooled map that
+        holds several pairs (after idle pairs joined it): the leader's duels with its close
+        challengers and its confirmation against the incumbent run at once, each pooled over
+        its share of the lane's pairs. When no challenger beats the leader (the usual case)
+        the confirmation is already there: one round instead of a chain of them; otherwise
+        the best challenger that beat it is confirmed next. None where this does not apply
+        (one pair, no challenger within reach): :meth:`choose` goes on as on one pair."""
+        if self._sched is None:
+            return None
+        champion = better[0]
+        close = [c for c in better[1:4] if c.ci_high >= champion.ci_low]
+        if not close:
+            return None
+        jobs = [(f"{purpose}:runoff", champion.candidate, c.candidate) for c in close]
+        jobs.append((f"{purpose}:confirm", incumbent, champion.candidate))
+        self._join_idle(*jobs[0])
+        left = self.pairs_left()
+        if len(left) < len(jobs):
+            return None
+        done = self._at_once(jobs, left)
+        beat = [c for c, d in zip(close, done, strict=False) if d.decision is Decision.BETTER]
+        confirm = done[-1]
+        if beat:
+            champion = max(beat, key=lambda r: r.estimate)
+            confirm = self.compare(f"{purpose}:confirm", incumbent, champion.candidate)
+        if confirm.decision is not Decision.BETTER:
+            self.progress.message(
+                f"{purpose}: {change_text(incumbent, champion.candidate)} not confirmed "
+                f"({confirm.decision.value}): kept as it was"
+            )
+            return incumbent
+        return champion.candidate
+
+    def _at_once(
+        self, jobs: list[tuple[str, Configuration, Configuration]], pairs: list[int]
+    ) -> list[ComparisonResult]:
+        """The comparisons ``jobs`` at the same time on shares of this lane's ``pairs`` (the
+        first jobs get the extra pairs), each share a sub-lane pooling its pairs; results,
+        host time and the clock (the longest share's) join this lane's in job order."""
+        assert self.pool is not None
+        pool, n = self.pool, len(jobs)
+        # one pair each; the spare pairs to the first jobs (the close duels) in pools that
+        # pay (MIN_POOL or more: a 2- or 3-pair pool is slower than one pair)
+        sizes, extra = [1] * n, len(pairs) - n
+        for j in range(n):
+            if extra >= MIN_POOL - 1:
+                sizes[j] += min(extra, MAX_WIDTH - 1)
+                extra -= sizes[j] - 1
+        at = [sum(sizes[:j]) for j in range(n)]
+        shares = [pairs[at[j] : at[j] + sizes[j]] for j in range(n)]
+        subs: list[Runner] = []
+        for j, share in enumerate(shares):
+            sub = copy.copy(self)
+            sub._sched, sub._group = None, tuple(share) if len(share) > 1 else None
+            sub.pair = pool.pairs[share[0]]
+            sub._hosts, sub._host_names = pool.groups[share[0]], pool.host_names(share[0])
+            sub.memory = self._memories.get(share[0]) or memory_for(
+                sub.pair, self.store if self.experiment_id is not None else None
+            )
+            sub.seed = derive_seed(self.seed, f"{jobs[j][0]}#{self._counter}#{j}")
+            sub.results, sub.measured, sub._counter = [], 0, 0
+            sub.clock_s, sub.host_seconds, sub._live = 0.0, 0.0, (0.0, None)
+            subs.append(sub)
+        out: dict[int, ComparisonResult] = {}
+        errors: dict[int, BaseException] = {}
+
+        def run(j: int) -> None:
+            try:
+                out[j] = subs[j].compare(*jobs[j])
+            except BaseException as exc:  # re-raised below, the first in job order
+                errors[j] = exc
+                if not isinstance(exc, HostError):  # Ctrl-C, a crash: the others stop too
+                    self.stop.set()
+
+        threads = [
+            threading.Thread(target=run, args=(j,), name=f"musku-share-{j}") for j in range(n)
+        ]
+        self._counter += n
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for sub in subs:
+            self.results.extend(sub.results)
+            self.measured += sub.measured
+            self.host_seconds += sub.host_seconds
+        self.clock_s += max(sub.clock_s for sub in subs)
+        self._live = (self.clock_s, None)
+        if errors:
+            raise errors[min(errors)]
+        return [out[j] for j in range(n)]
 
     def host_names(self) -> tuple[str, str]:
         """The names of the two hosts this runner's pair runs on (``host_a`` first)."""
@@ -632,6 +905,7 @@ class Runner:
         tag: str = "",
         cost: Sequence[float] | None = None,
         deps: Mapping[int, Sequence[int]] | None = None,
+        cost_at: Callable[[int, int], float] | None = None,
     ) -> list[R]:
         """``[fn(runner, item) for item in items]``, at once on the pool's live pairs.
 
@@ -645,11 +919,20 @@ class Runner:
         ``i``. Results, the comparisons' record and the host-clock (the longest pair's) join
         this runner's in task order. Ctrl-C / an error stops the other lanes at their next
         window and is re-raised; a HostError marks its pair failed and the task runs again on
-        a live pair."""
+        a live pair.
+
+        With ``cost_at(i, k)`` (task ``i``'s expected host seconds on ``k`` pairs), pairs free
+        at the same host time that outnumber the ready tasks are shared among them
+        (:func:`musku.sweep.schedule.allocate`): a task given ``k`` pairs runs on a lane
+        holding all of them, whose comparisons are pooled over them
+        (:meth:`compare_pooled`, each pair a stratum); its pairs are free again when it
+        ends. Where a free pair finds a ready task of its own, every task gets one pair, as
+        without ``cost_at``."""
         pool = self.pool
         if deps and any(d >= i for i, ds in deps.items() for d in ds):
             raise ValueError("map: a task depends on earlier tasks only")
-        if pool is None or len(pool.live()) <= 1 or len(items) <= 1:
+        pooled = cost_at is not None and self.poolable()
+        if pool is None or len(pool.live()) <= 1 or len(items) < (1 if pooled else 2):
             return [fn(self, item) for item in items]
         if cost is not None and len(cost) != len(items):
             raise ValueError("map: one expected cost per item")
@@ -668,7 +951,15 @@ class Runner:
                         f"{'+'.join(pool.host_names(p))}: {w}" for p, w in pool.failed.items()
                     )
                 )
-            sched = _Schedule(pool, live, todo, chain, deps or {}, self.stop)
+            sched = _Schedule(
+                pool,
+                live,
+                todo,
+                chain,
+                deps or {},
+                self.stop,
+                cost_at if self.poolable() else None,
+            )
             rnd = _Round()
             threads = [
                 threading.Thread(
@@ -701,6 +992,46 @@ class Runner:
         self._live = (self.clock_s, None)
         return [out[i] for i in range(len(items))]
 
+    def _join_idle(self, purpose: str, baseline: Configuration, candidate: Configuration) -> None:
+        """Before a lane's comparison that is to be measured: let idle pairs join it."""
+        if self._sched is None or self.stop.is_set():
+            return
+        if (purpose, baseline.key(), candidate.key()) in self._cache:
+            return
+        if self._model is None:
+            self._model = CostModel.of(self.experiment)
+        sched, p = self._sched
+        changed, model = baseline.diff(candidate), self._model
+        sched.grow(p, self, lambda k: model.comparison_s(changed, k))
+
+    def poolable(self) -> bool:
+        """Whether this runner's comparisons may be pooled over several pairs (a runner
+        whose comparisons go through the DB queue measures each on one pair)."""
+        return True
+
+    def pairs_left(self) -> list[int]:
+        """A lane's pool pairs still live (pooled lanes: its group; else its own pair;
+        [] without a pool). A pooled lane left with one live pair moves onto it, so its
+        next comparisons are that pair's own tests."""
+        pool = self.pool
+        if pool is None or self._hosts is None:
+            return []
+        if self._group is None:
+            p = pool.groups.index(self._hosts)
+            return [] if p in pool.failed else [p]
+        live = [q for q in self._group if q not in pool.failed]
+        if len(live) == 1 and pool.pairs[live[0]] is not self.pair:
+            q = live[0]
+            progress = self.progress_s()
+            self.pair = pool.pairs[q]
+            self._hosts = pool.groups[q]
+            self._host_names = pool.host_names(q)
+            self.memory = self._memories.get(q) or memory_for(
+                self.pair, self.store if self.experiment_id is not None else None
+            )
+            self._pair_t0 = self.pair.now() - progress
+        return live
+
     def _stopped(self, text: str) -> MuskuError:
         """The error a stop raises (a shared runner's says whether it was ``musku abort``)."""
         return Interrupted(text)
@@ -719,8 +1050,10 @@ class Runner:
         """One pair's thread in a :meth:`map` round: the tasks the schedule gives it."""
         assert self.pool is not None
 
-        def make(i: int) -> Runner:
-            lane = self._lane(p, f"{tag}#{i}")
+        def make(i: int, group: list[int]) -> Runner:
+            lane = self._lane(p, f"{tag}#{i}", group)
+            if sched.cost_at is not None:
+                lane._sched = (sched, p)
             lanes[i] = lane
             return lane
 
@@ -731,7 +1064,8 @@ class Runner:
                 out[i] = fn(lane, items[i])
                 ok = True
             except HostError as exc:
-                self.pool.fail(p, exc.one_line())
+                for q in lane.pairs_left() or [p]:  # the task's pairs still live: all failed
+                    self.pool.fail(q, exc.one_line())
                 with rnd.lock:
                     rnd.retry.append(i)
             except BaseException as exc:  # re-raised by map
@@ -741,10 +1075,13 @@ class Runner:
             finally:
                 sched.finished(p, i, lane, ok)
 
-    def _lane(self, p: int, name: str) -> Runner:
-        """A runner bound to pool pair ``p``, sharing this one's store, cache and stop flag."""
+    def _lane(self, p: int, name: str, group: Sequence[int] = ()) -> Runner:
+        """A runner bound to pool pair ``p`` (and with ``group``, to those pairs: its
+        comparisons pooled over them), sharing this one's store, cache and stop flag."""
         assert self.pool is not None
         lane = copy.copy(self)
+        lane._group = tuple(group) if len(group) > 1 else None
+        lane._sched = None
         lane.pair = self.pool.pairs[p]
         lane.seed = derive_seed(self.seed, name)
         lane.results = []
@@ -781,9 +1118,15 @@ class Runner:
         against = [("production", exp.production)]
         if exp.stock != exp.production:
             against.append(("stock", exp.stock))
-        # independent of each other: on a pool, on two pairs at once
+        # independent of each other: on a pool, at once, each pooled over its share of the
+        # pairs (as soon as the composed configuration is known: the strategy's last task)
+        model = CostModel.of(exp)
         results = self.map(
-            lambda r, b: r.compare(f"validate:{b[0]}", b[1], sku_config), against, tag="validate"
+            lambda r, b: r.compare(f"validate:{b[0]}", b[1], sku_config),
+            against,
+            tag="validate",
+            cost=[model.between(b, sku_config) for _, b in against],
+            cost_at=lambda i, k: model.comparison_s(against[i][1].diff(sku_config), k),
         )
         vs_prod, vs_stock = results[0], results[-1]
         return SoftSku(

@@ -23,13 +23,14 @@ comparison that changes every knob the soft SKU changes.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from musku.abtest import structure
+from musku.abtest import stats, structure
 from musku.abtest.driver import SWAP_OVERHEAD
 from musku.domain import Configuration
 from musku.hosts.backend import Prior, backend_of
@@ -41,9 +42,24 @@ MIN_PERIODS = 2  # a crossover needs both role orders
 DEFAULT_SD = 0.03  # per-window log-ratio spread when nothing better is known
 
 
+@functools.lru_cache(maxsize=64)
+def pool_penalty(pairs: int) -> float:
+    """How many more windows a comparison pooled over ``pairs`` pairs needs than one pair's
+    test for the same precision: where heterogeneity of the effect is seen, the pooled
+    interval is a Student-t one on ``pairs - 1`` degrees of freedom (Knapp-Hartung,
+    docs/abtest.md), so a 2- or 3-pair pool is slower than one pair for small effects, and
+    it pays from about four pairs. 1 for one pair."""
+    if pairs <= 1:
+        return 1.0
+    z = stats.t_quantile(0.975, math.inf)
+    return (stats.t_quantile(0.975, pairs - 1) / z) ** 2
+
+
 @dataclass(frozen=True)
 class CostModel:
-    """Expected host seconds of the comparisons of one experiment (see the module)."""
+    """Expected host seconds of the comparisons of one experiment (see the module).
+    On ``k`` pairs (:meth:`comparison_s`), the steady windows are shared among the pairs and
+    widened by :func:`pool_penalty` (the pooled interval's few degrees of freedom)."""
 
     windows: int  # steady windows an effect of twice min_effect needs
     interval_s: float
@@ -82,13 +98,17 @@ class CostModel:
             source=source,
         )
 
-    def comparison_s(self, changed: Iterable[str]) -> float:
-        """Expected host seconds of one comparison that changes the knobs ``changed``."""
+    def comparison_s(self, changed: Iterable[str], pairs: int = 1) -> float:
+        """Expected host seconds of one comparison that changes the knobs ``changed``, on
+        ``pairs`` pairs at once (pooled, :mod:`musku.abtest.pooled`: the steady windows
+        shared among the pairs, each pair still measuring both role orders after its own
+        warm-ups)."""
         reboot = bool(set(changed) & self.reboot_knobs)
         swap = self.apply_s + self.warmup_s + (self.reboot_s if reboot else 0.0)
         period = max(SWAP_OVERHEAD * swap, self.interval_s)
         # both role orders: the half first period and a full one at least
-        measuring = max(self.windows * self.interval_s, 1.5 * period)
+        windows = self.windows * (pool_penalty(pairs) / max(1, pairs))
+        measuring = max(windows * self.interval_s, 1.5 * period)
         periods = max(MIN_PERIODS, math.ceil(measuring / period + 0.5))
         return measuring + periods * swap
 
@@ -124,17 +144,75 @@ def chains(costs: Sequence[float], deps: Mapping[int, Sequence[int]]) -> dict[in
     return chain
 
 
+POOL_GAIN = 0.95
+"""A free pair joins a comparison when the cost model expects it to cut that comparison's
+time by 5 % or more (:func:`allocate`)."""
+MAX_WIDTH = 8
+"""At most this many pairs on one comparison: the pooled interval covers as it should from
+about eight pairs (docs/abtest.md), and a comparison at its structural floor gains little."""
+
+
+def allocate(
+    free: int,
+    ready: Sequence[int],
+    priority: Mapping[int, float],
+    cost_at: Callable[[int, int], float] | None,
+) -> dict[int, int]:
+    """How many of ``free`` pairs, free at the same host time, each ready task gets.
+
+    The ready tasks with the longest expected chains (``priority``) get one pair each, as
+    many as there are pairs (ties: the lower task). Pairs left over go, one at a time, to the
+    task whose chain is then the longest (its own time on the pairs it has, ``cost_at(task,
+    k)``, plus what waits on it), while one more pair cuts that task's expected time by at
+    least ``1 - POOL_GAIN`` (the fewest more pairs that do: a pool pays from about four
+    pairs, :func:`pool_penalty`), up to :data:`MAX_WIDTH`; a pair nothing gains from stays
+    free for the next task released. Without ``cost_at`` every task gets one pair (the
+    list schedule of whole comparisons on single pairs)."""
+    order = sorted(ready, key=lambda j: (-priority[j], j))[: max(0, free)]
+    width = dict.fromkeys(order, 1)
+    extra = free - len(order)
+    if cost_at is None:
+        return width
+    while extra > 0:
+        best: tuple[float, int, int] | None = None
+        for j in order:
+            k = width[j]
+            now = cost_at(j, k)
+            # the fewest more pairs that pay (a 2-pair pool may not, a 4-pair one may)
+            more = next(
+                (
+                    m
+                    for m in range(k + 1, min(MAX_WIDTH, k + extra) + 1)
+                    if cost_at(j, m) <= POOL_GAIN * now
+                ),
+                None,
+            )
+            if more is None:
+                continue
+            length = priority[j] - cost_at(j, 1) + now
+            if best is None or length > best[0]:
+                best = (length, j, more)
+        if best is None:
+            break
+        extra -= best[2] - width[best[1]]
+        width[best[1]] = best[2]
+    return width
+
+
 def list_schedule(
     costs: Sequence[float],
     pairs: int,
     deps: Mapping[int, Sequence[int]] | None = None,
     durations: Sequence[float] | None = None,
+    cost_at: Callable[[int, int], float] | None = None,
 ) -> tuple[float, list[int]]:
     """Host-clock of ``costs`` on ``pairs`` pairs as :meth:`Runner.map` schedules them: the
     first free pair (the earliest, then the lowest) takes the ready task with the longest
-    expected chain, waiting for one to be released when none is; each task takes its
-    expected time, or its ``durations`` entry (what it took: the schedule a sweep ran).
-    Returns the makespan and the pair each task went to."""
+    expected chain, waiting for one to be released when none is, with as many of the pairs
+    free by then as :func:`allocate` gives it (one without ``cost_at``); each task takes its
+    expected time on its pairs (``cost_at(task, k)``, else ``costs``), or its ``durations``
+    entry (what it took: the schedule a sweep ran). Returns the makespan and the (first)
+    pair each task went to."""
     if pairs < 1:
         raise ValueError("list_schedule needs at least one pair")
     deps = deps or {}
@@ -151,10 +229,20 @@ def list_schedule(
         }
         p = min(range(pairs), key=lambda q: (done[q], q))
         start = max(done[p], min(ready.values()))
-        i = min((j for j, r in ready.items() if r <= start), key=lambda j: (-chain[j], j))
+        now = [j for j, r in ready.items() if r <= start]
+        i = min(now, key=lambda j: (-chain[j], j))
+        free = sorted((q for q in range(pairs) if done[q] <= start), key=lambda q: (done[q], q))
+        k = allocate(len(free), now, chain, cost_at)[i]
         todo.discard(i)
         where[i] = p
-        done[p] = finish[i] = start + (costs if durations is None else durations)[i]
+        took = (
+            durations[i]
+            if durations is not None
+            else (cost_at(i, k) if cost_at is not None else costs[i])
+        )
+        finish[i] = start + took
+        for q in free[:k]:
+            done[q] = finish[i]
     return max(done), where
 
 
@@ -166,24 +254,63 @@ class Plan:
     knobs: list[str]  # one choice task per knob, after the walks
     costs: list[float]  # walks' then choices' expected host seconds
     deps: dict[int, list[int]]  # choice task -> its knob's walk tasks
+    model: CostModel | None = None
+
+    def cost_at(self, i: int, pairs: int) -> float:
+        """Task ``i``'s expected host seconds on ``pairs`` pairs (its comparisons pooled)."""
+        if self.model is None:
+            return self.costs[i]
+        n = len(self.walks)
+        if i >= n:
+            return self.model.comparison_s((self.knobs[i - n],), pairs)
+        knob, walk, unimodal = self.walks[i]
+        count = min(len(walk), UNIMODAL_EXPECTED) if unimodal else len(walk)
+        return count * self.model.comparison_s((knob,), pairs)
 
 
-def independent_plan(experiment: Any, base: Configuration, model: CostModel) -> Plan:
-    """The independent sweep's tasks on a pool: every walk of a knob's scan (a walk without
-    a unimodal stop split into single comparisons), then each knob's choice, which waits for
-    that knob's walks only (:func:`musku.sweep.strategies.independent`)."""
+def independent_plan(
+    experiment: Any, base: Configuration, model: CostModel, pairs: int = 1
+) -> Plan:
+    """The independent sweep's tasks on a pool of ``pairs`` pairs: every walk of a knob's
+    scan (a walk without a unimodal stop split into single comparisons), then each knob's
+    choice, which waits for that knob's walks only (:func:`musku.sweep.strategies.independent`).
+
+    Side by side (issue 31 item 3): an ordered knob walked under ``scan = "unimodal"`` has
+    its settings scanned as one comparison each instead, at once on pairs of their own, when
+    the cost model expects the sweep to end sooner that way on ``pairs`` pairs (its chain of
+    walk comparisons is then one comparison long, at the price of the settings past the
+    walk's stop); knobs are tried longest walk first, each kept only if it helps. On one
+    pair nothing changes."""
     knobs = list(experiment.service.knobs)
-    walks: list[tuple[str, list[object], bool]] = []
-    for knob in knobs:
-        scan = scan_order(experiment, knob, base[knob])
-        unimodal = len(scan) == 2
-        for w in scan:
-            if w:
-                walks += [(knob, list(w), True)] if unimodal else [(knob, [v], False) for v in w]
-    n = len(walks)
-    costs = [model.walk_s(*t) for t in walks] + [model.choose_s(k) for k in knobs]
-    deps = {n + k: [i for i, t in enumerate(walks) if t[0] == knob] for k, knob in enumerate(knobs)}
-    return Plan(walks, knobs, costs, deps)
+    scans = {k: scan_order(experiment, k, base[k]) for k in knobs}
+    walked = {k for k in knobs if len(scans[k]) == 2}  # unimodal: walks with a stop
+
+    def build(side: set[str]) -> Plan:
+        walks: list[tuple[str, list[object], bool]] = []
+        for knob in knobs:
+            unimodal = knob in walked and knob not in side
+            for w in scans[knob]:
+                if w:
+                    walks += (
+                        [(knob, list(w), True)] if unimodal else [(knob, [v], False) for v in w]
+                    )
+        n = len(walks)
+        plan = Plan(walks, knobs, [], {}, model)
+        costs = [plan.cost_at(i, 1) for i in range(n + len(knobs))]
+        deps = {n + k: [i for i, t in enumerate(walks) if t[0] == kn] for k, kn in enumerate(knobs)}
+        return Plan(walks, knobs, costs, deps, model)
+
+    plan = build(set())
+    if pairs <= 1 or not walked:
+        return plan
+    side: set[str] = set()
+    best = list_schedule(plan.costs, pairs, plan.deps, cost_at=plan.cost_at)[0]
+    for knob in sorted(walked, key=lambda k: (-sum(len(w) for w in scans[k]), knobs.index(k))):
+        trial = build(side | {knob})
+        clock = list_schedule(trial.costs, pairs, trial.deps, cost_at=trial.cost_at)[0]
+        if clock < best:
+            side, best, plan = side | {knob}, clock, trial
+    return plan
 
 
 def estimate_clock(experiment: Any, pairs: int) -> float | None:
@@ -194,20 +321,36 @@ def estimate_clock(experiment: Any, pairs: int) -> float | None:
     base = experiment.baseline_config
     mode = experiment.mode
     validations = 1 if experiment.stock == experiment.production else 2
-    validate = model.comparison_s(())
-    if pairs <= 1:
-        validate *= validations
+    validate = model.comparison_s(()) * validations
+    if pairs > 1:  # at once, pooled over the pairs (Runner.generate_softsku)
+        validate = list_schedule(
+            [model.comparison_s(())] * validations,
+            pairs,
+            cost_at=lambda _, k: model.comparison_s((), k),
+        )[0]
     if mode == "independent":
         if pairs <= 1:  # knob by knob on the one pair
             knobs = experiment.service.knobs
             return (
                 sum(model.scan_s(scan_order(experiment, k, base[k]), k) for k in knobs) + validate
             )
-        plan = independent_plan(experiment, base, model)
-        return list_schedule(plan.costs, pairs, plan.deps)[0] + validate
+        plan = independent_plan(experiment, base, model, pairs)
+        clock = list_schedule(plan.costs, pairs, plan.deps, cost_at=plan.cost_at)[0]
+        return clock + validate
     if mode == "exhaustive":
-        costs = [model.between(base, c) for c in exhaustive_candidates(experiment)]
-        return list_schedule(costs, max(1, pairs))[0] + validate + model.comparison_s(())
+        candidates = exhaustive_candidates(experiment)
+        costs = [model.between(base, c) for c in candidates]
+        return (
+            list_schedule(
+                costs,
+                max(1, pairs),
+                cost_at=lambda i, k: (
+                    costs[i] if k == 1 else model.comparison_s(base.diff(candidates[i]), k)
+                ),
+            )[0]
+            + validate
+            + model.comparison_s(())
+        )
     return None
 
 

@@ -105,7 +105,8 @@ def _scans_on_pool(runner: Runner, base: Configuration, knobs: list[str]) -> lis
     as soon as that knob's walks are done. The pairs take the ready task with the longest
     expected chain first. The same comparisons as :func:`_scan_knob` knob by knob, in less
     host-clock time."""
-    plan = independent_plan(runner.experiment, base, CostModel.of(runner.experiment))
+    pairs = len(runner.pool.live()) if runner.pool is not None else 1
+    plan = independent_plan(runner.experiment, base, CostModel.of(runner.experiment), pairs)
     walks, n = plan.walks, len(plan.walks)
     parts: dict[int, KnobOutcome] = {}  # walk task -> what it found (filled as walks end)
 
@@ -132,6 +133,7 @@ def _scans_on_pool(runner: Runner, base: Configuration, knobs: list[str]) -> lis
         tag="independent-scans",
         cost=plan.costs,
         deps=plan.deps,
+        cost_at=plan.cost_at,
     )
     return done[n:]
 
@@ -155,6 +157,7 @@ def exhaustive(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
         candidates,
         tag="exhaustive",
         cost=[model.between(base, c) for c in candidates],
+        cost_at=lambda i, k: model.comparison_s(base.diff(candidates[i]), k),
     )
     best = runner.choose("exhaustive", base, results)
     outcomes = []

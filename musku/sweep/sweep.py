@@ -196,6 +196,13 @@ def _run_claimed(
             progress.message(f"pool of {len(pool.names)} hosts: {len(pool)} pairs{idle}{failed}")
         shared = len(pool) > 1  # the pool's threads share the store and the display
         live = pool.live()
+        if progress is not None and len(pool.names) > 2 and len(live) == 1:
+            # a pool asked for, one pair to run it on: said once, then today's sweep
+            progress.message(
+                f"pool of {len(pool.names)} hosts has one usable pair "
+                f"({'+'.join(pool.host_names(live[0]))}): pooling degenerates to that pair's "
+                "own tests, one comparison at a time"
+            )
         # --- queue hook (issue 20): the DB comparison queue and `musku abort` (sweep/queue.py)
         with shared_runner(
             experiment,

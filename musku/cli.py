@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from musku import __version__
-from musku.errors import HostError, InputError, Interrupted, MuskuError, UsageError
+from musku.errors import HostError, InputError, Interrupted, MuskuError, UsageError, guarded
 from musku.knobs.spec import coerce_setting
 from musku.report.strict_json import finite
 from musku.text import hours, interval, pct
@@ -1190,8 +1190,6 @@ def main(argv: list[str] | None = None) -> None:
 
     Usage errors are click's own (exit 2); musku's errors are one line with their status.
     """
-    from musku.entry import guarded
-
     args = sys.argv[1:] if argv is None else argv
     if args[:2] == ["agent", "rpc"]:  # the controller's SSH hot path: skip typer's start-up
         from musku.agent.rpc import main as rpc_main  # lazy: this path loads nothing else
@@ -1202,7 +1200,3 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, prog_name="musku")  # standalone: exits through SystemExit
 
     guarded(_app)
-
-
-def _err(text: str) -> None:
-    sys.stderr.write(f"musku: error: {' '.join(str(text).split())}\n")

@@ -4,43 +4,17 @@ the typer app (:mod:`musku.cli`).
 - ``musku agent rpc``: the controller's SSH hot path (:mod:`musku.agent.rpc`);
 - ``musku qsim run`` in its scripted form (:mod:`musku.qsim.quick`).
 
-Every path maps errors the same way (:func:`guarded`): musku's errors are one line with their
+Every path maps errors the same way (:func:`musku.errors.guarded`): musku's errors are one line with their
 exit status (docs/cli.md), an interrupt is 130, anything else is an internal error (exit 1)
 with how to get its traceback.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Callable
 from typing import NoReturn
 
-
-def _err(text: str) -> None:
-    sys.stderr.write(f"musku: error: {' '.join(str(text).split())}\n")
-
-
-def guarded(fn: Callable[[], int | None]) -> NoReturn:
-    """Run ``fn`` and exit with its status (0 for None), mapping errors to exit codes."""
-    from musku.errors import ExitStatus, MuskuError
-
-    try:
-        code = fn()
-    except MuskuError as exc:
-        _err(exc.one_line())
-        sys.exit(int(exc.status))
-    except KeyboardInterrupt:
-        _err("interrupted")
-        sys.exit(int(ExitStatus.INTERRUPTED))
-    except BrokenPipeError:
-        sys.exit(int(ExitStatus.OK))
-    except Exception as exc:  # a bug: one line, and how to get the traceback
-        if os.environ.get("MUSKU_DEBUG"):
-            raise
-        _err(f"internal error: {type(exc).__name__}: {exc} (set MUSKU_DEBUG=1 for a traceback)")
-        sys.exit(int(ExitStatus.ERROR))
-    sys.exit(int(code or 0))
+from musku.errors import guarded
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

@@ -8,6 +8,10 @@ with that status; it never shows a traceback for these.
 from __future__ import annotations
 
 import enum
+import os
+import sys
+from collections.abc import Callable
+from typing import NoReturn
 
 
 class ExitStatus(enum.IntEnum):
@@ -96,3 +100,27 @@ class AdvantageGone(MuskuError):
 
 class Interrupted(MuskuError):
     status = ExitStatus.INTERRUPTED
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(f"musku: error: {' '.join(str(text).split())}\n")
+
+
+def guarded(fn: Callable[[], int | None]) -> NoReturn:
+    """Run ``fn`` and exit with its status (0 for None), mapping errors to exit codes."""
+    try:
+        code = fn()
+    except MuskuError as exc:
+        _err(exc.one_line())
+        sys.exit(int(exc.status))
+    except KeyboardInterrupt:
+        _err("interrupted")
+        sys.exit(int(ExitStatus.INTERRUPTED))
+    except BrokenPipeError:
+        sys.exit(int(ExitStatus.OK))
+    except Exception as exc:  # a bug: one line, and how to get the traceback
+        if os.environ.get("MUSKU_DEBUG"):
+            raise
+        _err(f"internal error: {type(exc).__name__}: {exc} (set MUSKU_DEBUG=1 for a traceback)")
+        sys.exit(int(ExitStatus.ERROR))
+    sys.exit(int(code or 0))

@@ -14,7 +14,6 @@ import errno
 import os
 import re
 import stat
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +50,8 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
     ``file:line`` where tomllib gives it), nesting deeper than :data:`MAX_NESTING` (which
     would otherwise end in a RecursionError), a list over :data:`MAX_LIST_ITEMS` items, or a
     number too large to convert."""
+    import tomllib  # lazy: a cached qsim run (musku/qsim/quick.py) reads no TOML
+
     _check_key_depth(text, where)
     try:
         data = tomllib.loads(text)

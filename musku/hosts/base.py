@@ -20,6 +20,7 @@ from typing import Any
 
 from musku.domain import Configuration, Sample
 from musku.errors import HostError
+from musku.storage.protocols import TableStore
 
 
 class Host(ABC):
@@ -77,14 +78,10 @@ class HostPair(ABC):
         the table being the one trained for the configuration the host is at."""
         return ("", "")
 
-    def use_store(self, store: Any) -> None:  # Any: see below
+    def use_store(self, store: TableStore) -> None:
         """The controller's results store, for backends that co-tune threading: they look
         threading tables up there (``TableStore.threading_table``) before training one, and save
-        the ones they train. Default: not needed.
-
-        The backends' overrides take a :class:`musku.storage.protocols.TableStore`; this one
-        says ``Any`` because ``musku.experiment`` imports this module (``BACKENDS``) and the
-        protocols import ``musku.experiment``, which would be an import cycle."""
+        the ones they train. Default: not needed."""
 
     def restore(self) -> None:
         """Put both hosts back at their baseline (end of experiment or abort)."""

@@ -302,7 +302,7 @@ def abtest(
     from musku.display import LiveProgress  # lazy: see sweep()
     from musku.experiment import load_experiment
     from musku.sweep import run_abtest
-    from musku.sweep.report import result_dict
+    from musku.sweep.jsonforms import result_dict
 
     experiment = load_experiment(file)
     _check_seed(seed)

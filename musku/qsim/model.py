@@ -29,7 +29,7 @@ from musku.errors import InputError
 from musku.inputfiles import MAX_LABEL_CHARS, MAX_PATH_CHARS, parse_toml, read_text
 from musku.qsim.overrides import MAX_COUNT, MAX_DURATION_S, MAX_QPS
 from musku.qsim.overrides import with_overrides as with_overrides  # re-exported
-from musku.schema.document import Document, Refusal, Strict
+from musku.schema.document import TYPE_NAMES, Document, Refusal, Strict
 from musku.schema.tomlpos import Positions
 
 # The engine's limits (services/qsim/src/model.cc, ``Int(..., hi)``): a model over one of them
@@ -239,6 +239,12 @@ def _fmt_loc(loc: tuple[str | int, ...]) -> str:
     return out
 
 
+def _shown(value: Any) -> str:
+    """A wrong value as an error shows it: its repr, cut short (a file may hold 1 MiB)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def read_model(path: Path) -> str:
     """The model file's text, read within the input limits (a regular file of at most 1 MiB)."""
     try:
@@ -259,10 +265,18 @@ def parse(text: str, path: Path) -> tuple[QsimModel, Positions]:
         loc = tuple(p for p in err["loc"] if isinstance(p, str | int))
         at = _fmt_loc(loc) or "model"
         cause = (err.get("ctx") or {}).get("error")
+        kind = err["type"]
         if isinstance(cause, Refusal):
             if cause.key is not None:
                 loc = (*loc, cause.key)
             msg = cause.message.replace("{at}", at).replace("{table}", at)
+        elif kind in TYPE_NAMES:  # the shared layer's wording: no coercion, say what was there
+            msg = f"{at}: must be {TYPE_NAMES[kind]}, not {_shown(err['input'])}"
+        elif kind in ("dict_type", "model_type", "model_attributes_type"):
+            msg = f"{at}: must be a table"
+        elif kind == "missing" and loc:
+            loc, key = loc[:-1], loc[-1]
+            msg = f"{_fmt_loc(loc) or 'model'}: needs '{key}'"
         else:
             # union/literal errors append the type tried: keep the part that is in the document
             msg = f"{at}: " + err["msg"].removeprefix("Value error, ")

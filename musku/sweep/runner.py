@@ -44,7 +44,7 @@ from musku.experiment import Experiment
 from musku.hosts.base import HostPair
 from musku.hosts.pool import HostPool, derive_seed
 from musku.storage.protocols import ResultStore
-from musku.sweep.report import result_dict, sku_dict
+from musku.sweep.jsonforms import result_dict, sku_dict
 from musku.sweep.schedule import MAX_WIDTH, POOL_GAIN, CostModel, allocate, chains
 from musku.text import change_text
 

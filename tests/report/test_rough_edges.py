@@ -90,7 +90,7 @@ def test_abtest_json_with_a_guardrail_is_strict(toy_db: tuple[str, Path], tmp_pa
 
 def test_abtest_json_of_an_unbounded_interval(capsys: pytest.CaptureFixture[str]) -> None:
     from musku.cli import _print_json
-    from musku.sweep.report import result_dict
+    from musku.sweep.jsonforms import result_dict
 
     _print_json(result_dict(_result(decision=Decision.GUARDRAIL, ci_low=-math.inf)))
     data = loads_strict(capsys.readouterr().out)

@@ -1,4 +1,5 @@
-"""Plain (JSON-able) forms of results, shared by the CLI's --json output and the report."""
+"""Plain (JSON-able) forms of results and soft SKUs, shared by the CLI's ``--json`` output and
+the sweep runner (a JSON helper, not a report: it was ``musku/sweep/report.py``)."""
 
 from __future__ import annotations
 

@@ -24,7 +24,8 @@ VOLATILE = ("cpu_s", "wall_s", "peak_rss_kib")
 
 
 def _env(cache: Path, **more: str) -> dict[str, str]:
-    e = {k: v for k, v in os.environ.items() if not k.startswith("MUSKU_")}
+    keep = ("MUSKU_SERVICES_BUILD",)  # where the engine is built (a worktree may use another's)
+    e = {k: v for k, v in os.environ.items() if not k.startswith("MUSKU_") or k in keep}
     e["MUSKU_CACHE_DIR"] = str(cache)
     e.update(more)
     return e

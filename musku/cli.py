@@ -21,8 +21,8 @@ import typer
 
 from musku import __version__
 from musku.errors import HostError, InputError, Interrupted, MuskuError, UsageError, guarded
-from musku.knobs.spec import coerce_setting
-from musku.report.strict_json import finite
+from musku.knob_spec import coerce_setting
+from musku.strict_json import finite
 from musku.text import hours, interval, pct
 
 if TYPE_CHECKING:

@@ -982,7 +982,7 @@ class AgentPair(HostPair):
 
 class AgentGroup:
     """``n`` agent hosts driven as one multi-arm group (the
-    :class:`musku.design.group.HostGroup` interface; ``[sweep] mode = "multiarm"``).
+    :class:`musku.hosts.group.HostGroup` interface; ``[sweep] mode = "multiarm"``).
 
     ``apply`` sends every host its configuration at once (each under the experiment's lease,
     renewed by a :class:`LeaseKeeper`); when any host refuses or fails, every host of the group

@@ -32,8 +32,8 @@ from musku.registry import BACKENDS
 from musku.schema.hosts import HostOptions
 
 if TYPE_CHECKING:
-    from musku.design.group import HostGroup
     from musku.experiment import Experiment
+    from musku.hosts.group import HostGroup
 
 GroupOpener = Callable[[list[int], str, int], "HostGroup"]
 """``open(host indices, knob, scan) -> HostGroup`` on a pool's hosts (mode = "multiarm")."""

@@ -21,7 +21,7 @@ from musku import outputs
 from musku.domain import Configuration, format_value
 from musku.report import figures as F
 from musku.report.data import PAPER_HOST_HOURS, ReportData, host_bias
-from musku.report.strict_json import dumps
+from musku.strict_json import dumps
 from musku.text import change_text, interval
 
 FORMATS = ("html", "png", "svg")

@@ -27,6 +27,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import musku
+from musku.errors import InputError
 from musku.inputfiles import read_text
 
 MAX_ENTRIES = 256
@@ -50,8 +52,6 @@ def cache_dir() -> Path | None:
 
 def _code_stamp() -> str:
     """Name, size and mtime of every module the document depends on."""
-    import musku
-
     pkg = Path(musku.__file__).parent
     parts: list[str] = []
     for folder in (pkg / "qsim", pkg / "schema"):
@@ -150,8 +150,6 @@ def engine_document(path: Path | str) -> dict[str, Any]:
         from musku.qsim.model import load
 
         return load(path).engine
-    from musku.errors import InputError
-
     try:
         text = read_text(path)  # the full load's size and type checks (its wording below)
     except InputError:

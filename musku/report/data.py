@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from musku.abtest.calibration import calibrations_used
 from musku.domain import Configuration, Decision
 from musku.errors import InputError
 from musku.storage.lookup import FoundRun, find_run
@@ -142,8 +143,6 @@ def load(store: ResultStore, ref: str, *, kind: str = "sweep", series: bool = Tr
         )
     skus = [s for s in store.softskus() if s.experiment_id == rec.id]
     data = ReportData(rec, store.experiment_meta(rec.id), comps, skus, run_note=found.note)
-    from musku.abtest.calibration import calibrations_used
-
     data.calibrations = calibrations_used(store, rec, comps)
     if series:
         data.series = load_series(store, rec.id, [c.id for c in comps if c.result is not None])

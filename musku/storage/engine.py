@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
+import time
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from musku.errors import BadDatabaseURL, DatabaseError
 
@@ -87,9 +90,6 @@ def _switch_to_wal(cur: Any, timeout_s: float = 30.0) -> None:
     wins). Switching needs the file to itself, and SQLite reports "database is locked" at once,
     without its busy timeout, while another connection of a brand-new file is in a transaction
     (several sweeps opening one new database together): retry until the mode is WAL."""
-    import sqlite3
-    import time
-
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -109,9 +109,6 @@ def _read_only_sqlite(path: str) -> Any:
     created or written, not even the file. A WAL database whose ``-shm`` cannot be created
     (a read-only directory, or a file the user may not write) is opened ``immutable=1`` when
     it has no write-ahead log pending; with one, it cannot be read consistently: refused."""
-    import sqlite3
-    from urllib.parse import quote
-
     uri = "file:" + quote(os.path.abspath(path))
     if not os.path.exists(path):
         raise sqlite3.OperationalError(f"no such file: {path}")

@@ -11,7 +11,9 @@ can create and upgrade its database without an alembic.ini. Developers add a rev
 from __future__ import annotations
 
 import argparse
+import fcntl
 import functools
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -19,7 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from musku import __version__
 from musku.errors import DatabaseError, SchemaOutOfDate
+from musku.storage.engine import connect_error, display, make_engine
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -78,8 +82,6 @@ def upgrade_hint(url_text: str | None) -> str:
 
 
 def newer_message(rev: str, head: str) -> str:
-    from musku import __version__
-
     return (
         f"database at revision {rev}, which this musku ({__version__}, schema {head}) does not "
         "know: it was written by a newer musku; upgrade musku to use it"
@@ -101,9 +103,6 @@ def migration_lock(engine: Engine) -> Iterator[None]:
         if engine.dialect.name != "sqlite" or database in (None, "", ":memory:"):
             yield
             return
-        import fcntl
-        import os
-
         # lock the database's directory: no lock file left behind, and never an fd on the
         # database file itself (closing one would drop SQLite's own POSIX locks)
         fd = os.open(Path(database).resolve().parent, os.O_RDONLY)
@@ -164,8 +163,6 @@ def upgrade_connection(connection: Connection, target: str = "head") -> tuple[st
 def upgrade_engine(engine: Engine, target: str = "head") -> tuple[str | None, str]:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from musku.storage.engine import connect_error, display
-
     try:
         with migration_lock(engine), engine.begin() as conn:
             return upgrade_connection(conn, target)
@@ -176,8 +173,6 @@ def upgrade_engine(engine: Engine, target: str = "head") -> tuple[str | None, st
 
 
 def _main(argv: list[str] | None = None) -> int:
-    from musku.storage.engine import make_engine
-
     parser = argparse.ArgumentParser(prog="python -m musku.storage.migrate")
     sub = parser.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("upgrade")

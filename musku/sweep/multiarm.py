@@ -42,6 +42,7 @@ import numpy as np
 
 from musku.design.fleet import Period, group_size, scan_knob
 from musku.design.group import ScanResult
+from musku.design.williams import williams
 from musku.domain import ComparisonResult, Configuration, Decision, format_value
 from musku.errors import InputError
 from musku.hosts.backend import backend_of
@@ -91,8 +92,6 @@ def arm_results(
 ) -> list[tuple[ComparisonResult, str, str]]:
     """One comparison per candidate arm against the baseline: (result, the host that started on
     the baseline, the host that started on the candidate)."""
-    from musku.design.williams import williams
-
     first = williams(len(result.arms))[0]
     out = []
     o = result.outcome

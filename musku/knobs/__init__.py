@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from musku.errors import InputError, MuskuError
 from musku.knob_spec import BUILTIN, class_of, knob_names, register_knob, resolve, spec_of
+from musku.registry import load
 
 if TYPE_CHECKING:
     from musku.hostfs import HostFS
@@ -24,7 +25,6 @@ every registered knob, out-of-tree ones included."""
 
 def knob_class(name: str) -> type[Knob]:
     from musku.knobs.base import Knob
-    from musku.registry import load
 
     cls: object
     try:

@@ -10,7 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from musku.abtest import stats
 from musku.abtest.calibration import calibrations_used
+from musku.abtest.rules import WANDER_SD, WANDER_TAU_S, to_relative
 from musku.domain import Configuration, Decision
 from musku.errors import InputError
 from musku.storage.lookup import FoundRun, find_run
@@ -198,11 +200,6 @@ def running_interval(
     stored windows with the tester's estimator (crossover batch means, host bias removed once
     both role orders are seen) and boundary: (t, estimate, low, high), relative. The live
     tester chose its batch size from a pilot, so its looks need not line up exactly."""
-    # lazy: the tester's statistics (scipy) only for the figures; `musku results --format`
-    # imports this module for find()
-    from musku.abtest import stats
-    from musku.abtest.rules import WANDER_SD, WANDER_TAU_S, to_relative
-
     if not s.pair:  # a multi-arm scan's per-period means: no pairwise crossover to recompute
         return None
     keep = s.valid & ~s.warmup & np.all(np.isfinite(s.value), axis=0) & np.all(s.value > 0, axis=0)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from musku.hosts.pool import HostPool, derive_seed, form_pairs
+from musku.sim.group import SimGroup
 from musku.sim.pair import SimPair, pair_setup
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ def host_names(n: int) -> list[str]:
 
 def fleet_biases(model: object, n: int, seed: int, bias_sd: float | None) -> list[float]:
     """Each host's relative bias: the multi-arm group's draw (one distribution for both)."""
-    from musku.sim.group import SimGroup  # its bias draw, not a copy of it
-
     group = SimGroup(model, n, seed=seed, bias_sd=bias_sd)  # type: ignore[arg-type]
     return [float(b) for b in group.bias]
 

@@ -10,6 +10,11 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.pool import StaticPool
+
 from musku.errors import BadDatabaseURL, DatabaseError
 
 if TYPE_CHECKING:
@@ -27,9 +32,6 @@ def redact(text: str) -> str:
 
 def parse_url(url: str) -> URL:
     """Parse and check a database URL; ``postgresql://`` means psycopg 3."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
@@ -137,10 +139,6 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
     :func:`_read_only_sqlite`), so a read-only file or directory serves them and a missing
     file is not created; it never switches the journal mode. Every transaction begins
     deferred."""
-    from sqlalchemy import create_engine, event
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-    from sqlalchemy.pool import StaticPool
-
     parsed = parse_url(url)
     kwargs: dict[str, Any] = {}
     if parsed.get_backend_name() == "sqlite":

@@ -21,6 +21,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect, text
+from sqlalchemy.exc import SQLAlchemyError
+
 from musku import __version__
 from musku.errors import DatabaseError, SchemaOutOfDate
 from musku.storage.engine import connect_error, display, make_engine
@@ -34,8 +41,6 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
 def alembic_config(connection: Connection | None = None, url: str | None = None) -> Config:
-    from alembic.config import Config
-
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.set_main_option("path_separator", "os")
@@ -47,8 +52,6 @@ def alembic_config(connection: Connection | None = None, url: str | None = None)
 
 
 def script_directory() -> ScriptDirectory:
-    from alembic.script import ScriptDirectory
-
     return ScriptDirectory.from_config(alembic_config())
 
 
@@ -66,14 +69,10 @@ def known_revisions() -> frozenset[str]:
 
 def revision_of(connection: Connection) -> str | None:
     """The revision a database is stamped at (None for a database without musku's schema)."""
-    from alembic.runtime.migration import MigrationContext
-
     return MigrationContext.configure(connection).get_current_revision()
 
 
 def user_tables(connection: Connection) -> list[str]:
-    from sqlalchemy import inspect
-
     return [t for t in inspect(connection).get_table_names() if t != "alembic_version"]
 
 
@@ -118,8 +117,6 @@ def lock_schema(connection: Connection) -> None:
     the transaction ends). Two sweeps opening a brand-new database at once must not both
     create the tables."""
     if connection.dialect.name == "postgresql":
-        from sqlalchemy import text
-
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
 
 
@@ -146,8 +143,6 @@ def check(connection: Connection, url_text: str | None) -> str | None:
 
 def upgrade_connection(connection: Connection, target: str = "head") -> tuple[str | None, str]:
     """Upgrade the database behind ``connection`` (committed by the caller)."""
-    from alembic import command
-
     lock_schema(connection)
     before = revision_of(connection)
     if before is not None and before not in known_revisions():
@@ -161,8 +156,6 @@ def upgrade_connection(connection: Connection, target: str = "head") -> tuple[st
 
 
 def upgrade_engine(engine: Engine, target: str = "head") -> tuple[str | None, str]:
-    from sqlalchemy.exc import SQLAlchemyError
-
     try:
         with migration_lock(engine), engine.begin() as conn:
             return upgrade_connection(conn, target)
@@ -188,8 +181,6 @@ def _main(argv: list[str] | None = None) -> int:
             before, after = upgrade_engine(engine, args.target)
             print(f"{before or '(empty)'} -> {after}")
         else:
-            from alembic import command
-
             with engine.begin() as conn:
                 command.revision(alembic_config(conn), message=args.message, autogenerate=True)
     except DatabaseError as exc:

@@ -24,6 +24,7 @@ every registered knob, out-of-tree ones included."""
 
 
 def knob_class(name: str) -> type[Knob]:
+    # lazy: `import musku.knobs` loads no knob code (the base pulls in hostfs)
     from musku.knobs.base import Knob
 
     cls: object
@@ -51,7 +52,7 @@ def probe_all(
 
     Never raises for an unsupported knob: a failing probe becomes ``Support(False, reason)``.
     """
-    from musku.knobs.base import Support
+    from musku.knobs.base import Support  # lazy: as in knob_class
 
     out: dict[str, Support] = {}
     for name in names or knob_names():

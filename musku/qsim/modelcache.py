@@ -92,9 +92,9 @@ def _file_names(node: Any) -> list[str]:
 def _deps(path: Path, text: str) -> list[list[str]] | None:
     """(real path, SHA-256) of each histogram file the model names; None if one cannot be read
     (the full load then reports it, and nothing is cached)."""
-    import tomllib
+    import tomllib  # lazy: a cache hit parses no TOML
 
-    from musku.qsim.model import histogram_path
+    from musku.qsim.model import histogram_path  # lazy: pydantic (the model) only on a miss
 
     try:
         names = _file_names(tomllib.loads(text))
@@ -147,13 +147,13 @@ def engine_document(path: Path | str) -> dict[str, Any]:
     path = Path(path)
     folder = cache_dir()
     if folder is None:
-        from musku.qsim.model import load
+        from musku.qsim.model import load  # lazy: pydantic (the model) only on a miss
 
         return load(path).engine
     try:
         text = read_text(path)  # the full load's size and type checks (its wording below)
     except InputError:
-        from musku.qsim.model import load
+        from musku.qsim.model import load  # lazy: pydantic (the model) only on a miss
 
         return load(path).engine  # raises the error as the full load words it
     key = _key(path, text)
@@ -164,7 +164,7 @@ def engine_document(path: Path | str) -> dict[str, Any]:
         doc = None
     if doc is not None:
         return doc
-    from musku.qsim.model import load
+    from musku.qsim.model import load  # lazy: pydantic (the model) only on a miss
 
     engine = load(path).engine
     deps = _deps(path, text)

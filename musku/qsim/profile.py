@@ -541,7 +541,7 @@ def _render(p: Profile, f: Fit, out: Path) -> str:
 
 def write_model(p: Profile, out: Path, *, sim_seconds: float = 20.0) -> Fit:
     """Write the model (and its histogram files next to it); returns the fitted figures."""
-    from musku.qsim.model import load
+    from musku.qsim.model import load  # lazy: the model (pydantic) only when one is written
 
     mid = p.midtier
     lb, _, lcpu = _pooled(p.leaves, "handler")

@@ -184,6 +184,7 @@ def sweep(
     # needs them, so `musku --help` stays instant
     from musku.display import LiveProgress
     from musku.experiment import load_experiment
+    from musku.hosts.backend import backend_of
     from musku.summary import check_host_files
     from musku.sweep import run_sweep
 
@@ -199,9 +200,7 @@ def sweep(
         with _StopFlag() as stop, LiveProgress(enabled=not quiet and not json_out) as progress:
             try:
                 if take_over_agents:
-                    from musku import owner  # lazy: see above
-
-                    owner.take_over_agents = True
+                    experiment = backend_of(experiment).taking_over(experiment)
                 report = run_sweep(
                     experiment,
                     store=store,

@@ -58,6 +58,9 @@ class AgentBackend(Backend):
     def open_pair(self, experiment: Experiment, *, seed: int = 0) -> AgentPair:
         return open_pair(experiment, seed=seed)
 
+    def taking_over(self, experiment: Experiment) -> Experiment:
+        return narrowed(experiment, take_over=True)
+
     def pool_names(self, experiment: Experiment) -> list[str] | None:
         listed = entries(experiment)
         return [entry_name(e) for e in listed] if len(listed) > 2 else None

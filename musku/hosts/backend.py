@@ -112,6 +112,11 @@ class Backend(ABC):
     def open_pair(self, experiment: Experiment, *, seed: int = 0) -> HostPair:
         """The experiment's pair, at its baseline. HostError: hosts unreachable."""
 
+    def taking_over(self, experiment: Experiment) -> Experiment:
+        """``experiment`` set to take its hosts over from another owner's lease (``musku sweep
+        --take-over-agents``). A backend without leases has nothing to take over: unchanged."""
+        return experiment
+
     def pool_names(self, experiment: Experiment) -> list[str] | None:
         """The pool's host names in pool order, when ``[hosts]`` names more than one pair
         (None: one pair)."""

@@ -42,7 +42,8 @@ def _setup() -> tuple[Any, Any]:
 def aa_run(args: tuple[int, int]) -> tuple[bool, float, str]:
     """One A/A scan: (claimed a difference, host-clock hours, decision)."""
     seed, arms = args
-    from musku.design.group import SimGroup, run_scan
+    from musku.design.group import run_scan
+    from musku.sim.group import SimGroup
 
     exp, model = _setup()
     base = exp.baseline_config
@@ -54,8 +55,9 @@ def aa_run(args: tuple[int, int]) -> tuple[bool, float, str]:
 
 def multiarm_run(args: tuple[int, str]) -> dict[str, Any]:
     seed, knob = args
-    from musku.design.group import SimGroup, run_scan
+    from musku.design.group import run_scan
     from musku.domain import format_value
+    from musku.sim.group import SimGroup
 
     exp, model = _setup()
     base = exp.baseline_config

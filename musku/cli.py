@@ -21,8 +21,8 @@ import typer
 
 from musku import __version__
 from musku.errors import HostError, InputError, Interrupted, MuskuError, UsageError, guarded
-from musku.knobs.spec import coerce_setting
-from musku.report.strict_json import finite
+from musku.knob_spec import coerce_setting
+from musku.strict_json import finite
 from musku.text import hours, interval, pct
 
 if TYPE_CHECKING:
@@ -184,6 +184,7 @@ def sweep(
     # needs them, so `musku --help` stays instant
     from musku.display import LiveProgress
     from musku.experiment import load_experiment
+    from musku.hosts.backend import backend_of
     from musku.summary import check_host_files
     from musku.sweep import run_sweep
 
@@ -199,9 +200,7 @@ def sweep(
         with _StopFlag() as stop, LiveProgress(enabled=not quiet and not json_out) as progress:
             try:
                 if take_over_agents:
-                    from musku import owner  # lazy: see above
-
-                    owner.take_over_agents = True
+                    experiment = backend_of(experiment).taking_over(experiment)
                 report = run_sweep(
                     experiment,
                     store=store,

@@ -27,17 +27,17 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from musku.knobs.spec import BUILTIN, Value, resolve, sort_key, spec_of
+from musku.knob_spec import BUILTIN, Value, resolve, sort_key, spec_of
 
 KNOBS: tuple[str, ...] = tuple(BUILTIN)
 """The seven built-in knobs, in the order sweeps visit them. Out-of-tree knobs registered at
-run time are not in it: :func:`musku.knobs.spec.knob_names` lists every knob, and
-:func:`musku.knobs.spec.spec_of` describes one."""
+run time are not in it: :func:`musku.knob_spec.knob_names` lists every knob, and
+:func:`musku.knob_spec.spec_of` describes one."""
 
 
 def canonical_value(knob: str, value: object) -> Value:
     """Normalise a knob value to its canonical primitive (raises ValueError/TypeError, and
-    KeyError for an unknown knob). The knob's spec decides (:mod:`musku.knobs.spec`)."""
+    KeyError for an unknown knob). The knob's spec decides (:mod:`musku.knob_spec`)."""
     return spec_of(knob).canonical(value)
 
 

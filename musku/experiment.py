@@ -25,7 +25,7 @@ from musku.domain import (
 )
 from musku.errors import InputError
 from musku.inputfiles import safe_exists
-from musku.knobs.spec import (
+from musku.knob_spec import (
     LineError,
     configure_knob,
     is_knob,
@@ -137,7 +137,7 @@ MAX_GHZ = 10.0
 
 def _canonical(knob: str, value: object, *, cores: int, ways: int) -> Value:
     """A setting in canonical form, refusing what a host cannot take (the knob's spec
-    decides: :meth:`musku.knobs.spec.KnobSpec.check`; e.g. a frequency that is not a finite
+    decides: :meth:`musku.knob_spec.KnobSpec.check`; e.g. a frequency that is not a finite
     number of GHz in (0, 10], a core count outside 1..cores, a CDP split with non-ASCII digits
     or that does not add up to the LLC's ways, a negative huge page count).
     Raises ValueError/TypeError like :func:`canonical_value`."""

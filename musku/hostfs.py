@@ -43,7 +43,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from musku.errors import HostError, InputError, UnsupportedError
-from musku.knobs.spec import knob_names, spec_of
+from musku.knob_spec import knob_names, spec_of
 from musku.outputs import file_kind
 
 # --- kernel paths: the only place they are spelled -------------------------------------------
@@ -118,7 +118,7 @@ class MsrRule:
 
 def default_msr_allow() -> dict[int, MsrRule]:
     """The MSR allow-list: every register a registered knob declares in its spec
-    (:attr:`musku.knobs.spec.KnobSpec.msrs`; the registers and masks live with the knobs)."""
+    (:attr:`musku.knob_spec.KnobSpec.msrs`; the registers and masks live with the knobs)."""
     out: dict[int, MsrRule] = {}
     for name in knob_names():
         for msr in spec_of(name).msrs:

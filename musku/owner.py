@@ -15,10 +15,6 @@ import uuid
 
 _NONCE = uuid.uuid4().hex[:8]
 
-# ``musku sweep --take-over-agents``: the operator's override of another owner's agent lease
-# (read when a host pair is opened).
-take_over_agents = False
-
 
 def _user() -> str:
     try:

@@ -15,7 +15,7 @@ from musku.domain import ComparisonResult, SoftSku, TimeBreakdown, Value
 from musku.errors import InputError
 from musku.experiment import Experiment, load_experiment
 from musku.hosts.backend import backend_of
-from musku.knobs.spec import sort_key
+from musku.knob_spec import sort_key
 from musku.storage.protocols import SkuStore
 
 

@@ -4,6 +4,11 @@
   function or under ``TYPE_CHECKING`` (a cycle that only a lazy import hides is still a cycle
   in the design).
 - Display code (rich) only in the CLI layer: the library reports progress through callbacks.
+- Few function-local imports outside the CLI modules, each with its reason: at most
+  :data:`LOCAL_IMPORT_LIMIT` of musku's own modules, and a comment on every one.
+
+The layers themselves are import-linter's contracts (``[tool.importlinter]`` in pyproject.toml,
+``lint-imports`` in scripts/test).
 """
 
 from __future__ import annotations
@@ -28,6 +33,13 @@ DISPLAY_MODULES = {
     "musku.tune.cli",
 }
 DISPLAY_LIBRARIES = ("rich",)
+
+# the CLI modules load the library per command (``musku --help`` stays fast): their
+# function-local imports are the rule, not counted
+CLI_MODULES = DISPLAY_MODULES | {"musku.entry", "musku.__main__"}
+# function-local imports of musku's own modules outside the CLI modules (docs/architecture.md,
+# "Layers"): each one hides an edge of the import graph from a reader of the module's top
+LOCAL_IMPORT_LIMIT = 30
 
 
 def module_name(path: Path) -> str:
@@ -198,3 +210,69 @@ def test_lazy_and_type_checking_imports_count(tmp_path: Path) -> None:
     assert found["musku.storage.store"] == 3
     assert found["musku.sweep.sweep"] == 5
     assert found["musku.sim.model"] == 6
+
+
+def local_imports(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """(line, imported module, has a reason comment) for every import inside a function; the
+    reason is a comment in its block of consecutive imports, or on the line above the block."""
+    text = path.read_text()
+    lines = text.splitlines()
+    seen: set[int] = set()
+    for fn in ast.walk(ast.parse(text, str(path))):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Import | ast.ImportFrom) or node.lineno in seen:
+                continue
+            seen.add(node.lineno)  # a nested function's import is walked twice
+            if isinstance(node, ast.Import):
+                target = node.names[0].name
+            else:
+                target = "musku." if node.level else node.module or ""
+            above = node.lineno - 2  # the line above the block of imports this one ends
+            while above >= 0 and lines[above].strip().startswith(("import ", "from ")):
+                above -= 1
+            block = lines[above + 1 : node.end_lineno or node.lineno]
+            reason = any("#" in line for line in block) or lines[above].strip().startswith("#")
+            yield node.lineno, target, reason
+
+
+def test_the_local_import_finder(tmp_path: Path) -> None:
+    path = tmp_path / "mod.py"
+    path.write_text(
+        "import os\n"
+        "def f():\n"
+        "    import json  # lazy: a reason\n"
+        "    def g():\n"
+        "        # lazy: the reason for the next line\n"
+        "        from musku.storage import store\n"
+        "        import musku.sim.model\n"
+        "    x = 1\n"
+        "    from . import sibling\n"
+        "    return g\n"
+    )
+    assert sorted(local_imports(path)) == [
+        (3, "json", True),
+        (6, "musku.storage", True),
+        (7, "musku.sim.model", True),
+        (9, "musku.", False),
+    ]
+
+
+def test_function_local_imports_are_few_and_explained() -> None:
+    found = [
+        (f"{name}:{line}", target, reason)
+        for name, path in modules().items()
+        if name not in CLI_MODULES and not name.endswith(".cli")
+        for line, target, reason in local_imports(path)
+    ]
+    assert len(found) > 10  # the finder sees them (an empty list would pass anything)
+    own = [where for where, target, _ in found if target == "musku" or target.startswith("musku.")]
+    assert len(own) <= LOCAL_IMPORT_LIMIT, (
+        f"{len(own)} function-local imports of musku modules outside the CLI (limit "
+        f"{LOCAL_IMPORT_LIMIT}): import at module level\n" + "\n".join(own)
+    )
+    unexplained = [f"{where} imports {target}" for where, target, reason in found if not reason]
+    assert not unexplained, "function-local imports without a reason comment:\n" + "\n".join(
+        unexplained
+    )

@@ -19,12 +19,14 @@ runs through the driver, is in :mod:`musku.abtest.calibrate`. :func:`musku.abtes
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from musku.domain import DEFAULT_MAX_AGE_S, PairCalibration
+from musku.errors import InputError
 from musku.storage.protocols import CalibrationStore
 
 UNCALIBRATED_BOUND = 0.01
@@ -75,8 +77,6 @@ class PairMemory:
         """A comparison's bias estimate breached the bound: no early decisions on this pair
         until it is calibrated again (and the store is told, through ``on_breach``)."""
         if self.calibration is not None and not self.calibration.needs_recalibration:
-            from dataclasses import replace
-
             self.calibration = replace(self.calibration, needs_recalibration=True, note=note)
         if self.on_breach is not None:
             self.on_breach(note)
@@ -94,15 +94,11 @@ def memory_for(
     transients from ``store`` (a breach marks the calibration there), or an in-memory one
     shared by the comparisons of one run without a store. ``max_age_s`` defaults to
     ``$MUSKU_CALIBRATION_MAX_AGE_H`` hours, else :data:`DEFAULT_MAX_AGE_S`."""
-    import os
-
     if max_age_s is None:
         env = os.environ.get("MUSKU_CALIBRATION_MAX_AGE_H", "")
         try:
             max_age_s = float(env) * 3600.0 if env else DEFAULT_MAX_AGE_S
         except ValueError:
-            from musku.errors import InputError
-
             raise InputError(
                 f"MUSKU_CALIBRATION_MAX_AGE_H = {env!r} must be a number of hours"
             ) from None

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -487,6 +487,4 @@ class _Pool:
 
 
 def _with_method(result: ComparisonResult, method: str) -> ComparisonResult:
-    from dataclasses import replace
-
     return replace(result, method=method)

@@ -36,6 +36,7 @@ from numpy.typing import NDArray
 from musku.abtest import stats
 from musku.domain import Decision
 from musku.errors import InputError
+from musku.registry import load
 
 FloatArray = NDArray[np.float64]
 
@@ -605,8 +606,6 @@ def make_rule(rule: str | DecisionRule, *, seed: int | None = None, **options: A
     """A fresh rule object from a registry name / ``module:Class``, or ``rule`` itself."""
     if isinstance(rule, DecisionRule):
         return rule
-    from musku.registry import load
-
     cls = load(rule, RULES, kind="decision rule")
     if not (isinstance(cls, type) and issubclass(cls, DecisionRule)):
         raise InputError(f"decision rule {rule!r} is not a DecisionRule subclass")

@@ -29,7 +29,7 @@ and with which cap it would.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from musku.domain import StatsSettings
 
@@ -209,6 +209,4 @@ def feasibility(stats: StatsSettings, noise_sd: float | None = None) -> Feasibil
 
 
 def _with_cap(stats: StatsSettings, cap: int) -> StatsSettings:
-    from dataclasses import replace
-
     return replace(stats, sample_cap=cap)

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from musku.errors import HostError, MuskuError
-from musku.report.strict_json import finite
+from musku.strict_json import finite
 
 app = typer.Typer(help="The musku agent: runs on every host under test.", no_args_is_help=True)
 

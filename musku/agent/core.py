@@ -45,9 +45,9 @@ from musku.cotune_spec import CotuneSpec
 from musku.domain import Configuration, Value
 from musku.errors import HostError, InputError, MuskuError, UnsupportedError
 from musku.hostfs import HostFS
+from musku.knob_spec import is_knob, knob_names, known_list, sort_key
 from musku.knobs import load_knob
 from musku.knobs.base import InvalidSetting, Knob, Snapshot, Support
-from musku.knobs.spec import is_knob, knob_names, known_list, sort_key
 from musku.metrics import load_sampler
 from musku.metrics.base import Sampler
 from musku.tune.cotune import CoTuner, Endpoint, TableCache, ThreadingState, Trainer, restore

@@ -28,17 +28,22 @@ line), and ``status`` reports ``reboot.state = "failed"`` with one line that say
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import shlex
 import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from musku.agent.journal import TxKind
 from musku.errors import HostError, MuskuError
 from musku.hostfs import GRUB_DEFAULT, PROC_CMDLINE, HostFS
 from musku.knobs.base import Knob
+from musku.knobs.core_count import parse_grub_cmdline
 
 if TYPE_CHECKING:
     from musku.agent.config import AgentConfig
@@ -90,8 +95,6 @@ def needs_reboot(knob: Knob) -> bool:
 def expected_cmdline(agent: Agent) -> str:
     """The kernel command line the boot configuration now asks for (``GRUB_CMDLINE_LINUX``
     of the host root's ``/etc/default/grub``)."""
-    from musku.knobs.core_count import parse_grub_cmdline
-
     _, _, value = parse_grub_cmdline(agent.fs.read_text(GRUB_DEFAULT))
     return value
 
@@ -175,8 +178,6 @@ def resume(agent: Agent) -> tuple[str, dict[str, Value]]:
     """At start (caller holds the lock): settle a journaled pending reboot. Returns a line for
     the recovery log ("" when no reboot was pending) and, when the boot is verified, the
     values the experiment holds (the caller keeps the experiment instead of rolling it back)."""
-    from musku.agent.journal import TxKind
-
     if agent.journal.open_tx() is not TxKind.EXPERIMENT:
         return "", {}
     info = agent.journal.tx_info()
@@ -276,9 +277,6 @@ def status_of(agent: Agent) -> dict[str, Any]:
 
 def load_status(state_dir: Any) -> dict[str, Any]:
     """The last reboot's outcome, kept in the state directory across restarts."""
-    import json
-    from pathlib import Path
-
     path = Path(state_dir) / STATUS_FILE
     try:
         data = json.loads(path.read_text())
@@ -290,9 +288,6 @@ def load_status(state_dir: Any) -> dict[str, Any]:
 def save_status(agent: Agent, status: dict[str, Any]) -> None:
     """Record the reboot's state (atomically: temporary file + rename) and show it in
     ``status``."""
-    import json
-    import os
-
     agent.reboot_status = dict(status)
     path = agent.config.state_dir / STATUS_FILE
     tmp = path.with_name(path.name + ".tmp")

@@ -26,11 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from musku.abtest import run_comparison
-from musku.design.group import HostGroup, PeriodSink, ScanResult, SimGroup, run_scan
+from musku.design.group import PeriodSink, ScanResult, run_scan
 from musku.domain import ComparisonResult, Configuration, Decision
 from musku.errors import InputError
 from musku.experiment import Experiment
+from musku.hosts.group import HostGroup
 from musku.hosts.pool import derive_seed
+from musku.sim.group import SimGroup
 from musku.sim.model import SimModel
 from musku.sim.pair import open_pair
 

@@ -49,7 +49,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from musku import owner
 from musku.agent.client import AgentClient
 from musku.agent.protocol import MAX_REPLY, AgentBusy, raise_for
 from musku.agent.spool import Row
@@ -741,6 +740,7 @@ class AgentPair(HostPair):
         cotune: ControllerTables | None = None,
         reboot_timeout_s: float = DEFAULT_TIMEOUT_S,
         reconnect_timeout_s: float = DEFAULT_RECONNECT_S,
+        take_over: bool = False,
     ) -> None:
         self.hosts = hosts
         self.lease_s = lease_s
@@ -751,7 +751,9 @@ class AgentPair(HostPair):
         self._held: list[tuple[Sample, Sample]] = []  # measured, not returned (see windows)
         self.cotune = cotune
         self.experiment = name or f"musku-{int(time.time())}"
-        self.override = owner.take_over_agents  # --take-over-agents: the first apply takes over
+        self.override = (
+            take_over  # [hosts] take_over (--take-over-agents): the first apply takes over
+        )
         self._t0 = time.monotonic()
         self._keeper = LeaseKeeper(hosts, lease_s)
         self._keeper.experiment = self.experiment
@@ -982,7 +984,7 @@ class AgentPair(HostPair):
 
 class AgentGroup:
     """``n`` agent hosts driven as one multi-arm group (the
-    :class:`musku.design.group.HostGroup` interface; ``[sweep] mode = "multiarm"``).
+    :class:`musku.hosts.group.HostGroup` interface; ``[sweep] mode = "multiarm"``).
 
     ``apply`` sends every host its configuration at once (each under the experiment's lease,
     renewed by a :class:`LeaseKeeper`); when any host refuses or fails, every host of the group
@@ -1205,6 +1207,7 @@ def open_pair(experiment: Experiment, seed: int = 0) -> AgentPair:
             cotune=tables,
             reboot_timeout_s=float(options.reboot_timeout_s),
             reconnect_timeout_s=float(options.reconnect_timeout_s),
+            take_over=options.take_over,
         )
     except BaseException:
         for link in links:

@@ -10,7 +10,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from musku.design.group import HostGroup
 from musku.domain import Configuration
 from musku.errors import InputError, MuskuError
 from musku.experiment import Experiment
@@ -25,6 +24,7 @@ from musku.hosts.agent import (
 )
 from musku.hosts.backend import Backend, Fleet, GroupOpener, narrowed
 from musku.hosts.base import HostPair
+from musku.hosts.group import HostGroup
 from musku.hosts.pool import HostPool
 from musku.schema.hosts import AgentOptions, host_name, parse_options
 
@@ -57,6 +57,9 @@ class AgentBackend(Backend):
 
     def open_pair(self, experiment: Experiment, *, seed: int = 0) -> AgentPair:
         return open_pair(experiment, seed=seed)
+
+    def taking_over(self, experiment: Experiment) -> Experiment:
+        return narrowed(experiment, take_over=True)
 
     def pool_names(self, experiment: Experiment) -> list[str] | None:
         listed = entries(experiment)

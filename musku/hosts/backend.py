@@ -32,8 +32,8 @@ from musku.registry import BACKENDS
 from musku.schema.hosts import HostOptions
 
 if TYPE_CHECKING:
-    from musku.design.group import HostGroup
     from musku.experiment import Experiment
+    from musku.hosts.group import HostGroup
 
 GroupOpener = Callable[[list[int], str, int], "HostGroup"]
 """``open(host indices, knob, scan) -> HostGroup`` on a pool's hosts (mode = "multiarm")."""
@@ -111,6 +111,11 @@ class Backend(ABC):
     @abstractmethod
     def open_pair(self, experiment: Experiment, *, seed: int = 0) -> HostPair:
         """The experiment's pair, at its baseline. HostError: hosts unreachable."""
+
+    def taking_over(self, experiment: Experiment) -> Experiment:
+        """``experiment`` set to take its hosts over from another owner's lease (``musku sweep
+        --take-over-agents``). A backend without leases has nothing to take over: unchanged."""
+        return experiment
 
     def pool_names(self, experiment: Experiment) -> list[str] | None:
         """The pool's host names in pool order, when ``[hosts]`` names more than one pair

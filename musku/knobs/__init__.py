@@ -3,7 +3,7 @@
 ``from musku.knobs import load_knob, probe_all`` imports no plugin module; each is imported when
 first loaded. A user may name any ``"package.module:Class"`` implementing
 :class:`musku.knobs.base.Knob` instead of a built-in alias. The registry and each knob's
-self-description live in :mod:`musku.knobs.spec`.
+self-description live in :mod:`musku.knob_spec`.
 """
 
 from __future__ import annotations
@@ -11,20 +11,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from musku.errors import InputError, MuskuError
-from musku.knobs.spec import BUILTIN, class_of, knob_names, register_knob, resolve, spec_of
+from musku.knob_spec import BUILTIN, class_of, knob_names, register_knob, resolve, spec_of
+from musku.registry import load
 
 if TYPE_CHECKING:
     from musku.hostfs import HostFS
     from musku.knobs.base import Knob, Support
 
 REGISTRY: dict[str, str] = BUILTIN
-"""The built-in knobs (alias -> ``module:Class``); :func:`musku.knobs.spec.knob_names` lists
+"""The built-in knobs (alias -> ``module:Class``); :func:`musku.knob_spec.knob_names` lists
 every registered knob, out-of-tree ones included."""
 
 
 def knob_class(name: str) -> type[Knob]:
+    # lazy: `import musku.knobs` loads no knob code (the base pulls in hostfs)
     from musku.knobs.base import Knob
-    from musku.registry import load
 
     cls: object
     try:
@@ -51,7 +52,7 @@ def probe_all(
 
     Never raises for an unsupported knob: a failing probe becomes ``Support(False, reason)``.
     """
-    from musku.knobs.base import Support
+    from musku.knobs.base import Support  # lazy: as in knob_class
 
     out: dict[str, Support] = {}
     for name in names or knob_names():

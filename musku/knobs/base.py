@@ -22,7 +22,7 @@ from musku.hostfs import MSR_DEV_DIR, HostFSError
 
 if TYPE_CHECKING:
     from musku.hostfs import HostFS
-    from musku.knobs.spec import KnobSpec
+    from musku.knob_spec import KnobSpec
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class Shortfall(KnobError):
 
 
 class Knob(ABC):
-    """One knob on one host. Subclasses set ``spec`` to their :class:`~musku.knobs.spec.KnobSpec`
+    """One knob on one host. Subclasses set ``spec`` to their :class:`~musku.knob_spec.KnobSpec`
     (declared in the knob's module) and ``name`` to ``spec.name``."""
 
     name: ClassVar[str]

@@ -23,9 +23,9 @@ import re
 from musku.domain import Value
 from musku.errors import InputError
 from musku.hostfs import RESCTRL, HostFSError
+from musku.knob_spec import Kind, KnobSpec
 from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
 from musku.knobs.helpers import opt_bool, opt_str
-from musku.knobs.spec import Kind, KnobSpec
 
 INFO = RESCTRL + "/info"
 _RESERVED = {

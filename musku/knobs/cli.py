@@ -77,7 +77,7 @@ def probe(
             "details": support.details,
         }
     if as_json:
-        from musku.report.strict_json import finite  # NaN/inf -> null
+        from musku.strict_json import finite  # NaN/inf -> null
 
         out = finite({"root": str(fs.root), "knobs": rows})
         typer.echo(json.dumps(out, indent=2, allow_nan=False))

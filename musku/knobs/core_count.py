@@ -41,9 +41,9 @@ from musku.hostfs import (
     format_cpulist,
     parse_cpulist,
 )
+from musku.knob_spec import Kind, KnobSpec
 from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
 from musku.knobs.helpers import opt_argv, opt_bool, opt_str
-from musku.knobs.spec import Kind, KnobSpec
 
 _CMDLINE_KEY = "GRUB_CMDLINE_LINUX"
 

@@ -23,6 +23,7 @@ from musku.hostfs import (
     HostFSError,
     msr_path,
 )
+from musku.knob_spec import Column, Kind, KnobSpec, Msr
 from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
 from musku.knobs.helpers import (
     as_ghz,
@@ -33,7 +34,6 @@ from musku.knobs.helpers import (
     ordered_min_max,
     restore_min_max,
 )
-from musku.knobs.spec import Column, Kind, KnobSpec, Msr
 
 NO_TURBO = INTEL_PSTATE + "/no_turbo"
 BOOST = CPUFREQ + "/boost"

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from musku.domain import Value
 from musku.hostfs import msr_path
+from musku.knob_spec import Kind, KnobSpec, Msr
 from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
 from musku.knobs.helpers import msr_write
-from musku.knobs.spec import Kind, KnobSpec, Msr
 
 L2_HW, L2_ADJ, DCU, DCU_IP = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 L1_STREAM, L1_STRIDE, L1_REGION, L2_STREAM, L2_UPDOWN = 1, 2, 4, 8, 32

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from musku.domain import Value
 from musku.hostfs import HUGEPAGES_DIR
+from musku.knob_spec import Kind, KnobSpec
 from musku.knobs.base import InvalidSetting, KnobBase, Shortfall, Snapshot, Support, Write
 from musku.knobs.helpers import opt_str
-from musku.knobs.spec import Kind, KnobSpec
 
 PAGE_SIZES_KB = {"2M": 2048, "1G": 1048576}
 

@@ -16,7 +16,7 @@ settings: all integers (a ``COUNT``-like number, ordered, any sign) or all words
 :class:`~musku.knobs.base.KnobError` with nothing left changed.
 
 Registered under the catalog's name with the target ``sysfs:{"name": ..., "path": ...,
-"type": "int"|"str"}`` (see :data:`musku.knobs.spec.CONFIGURED`), which any process can turn
+"type": "int"|"str"}`` (see :data:`musku.knob_spec.CONFIGURED`), which any process can turn
 back into the knob: the results database's ``knobs`` table stores it.
 """
 
@@ -30,9 +30,7 @@ from typing import ClassVar
 
 from musku.domain import Value
 from musku.errors import InputError
-from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
-from musku.knobs.helpers import bracketed
-from musku.knobs.spec import (
+from musku.knob_spec import (
     BUILTIN,
     Kind,
     KnobSpec,
@@ -41,6 +39,8 @@ from musku.knobs.spec import (
     register_knob,
     target_of,
 )
+from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
+from musku.knobs.helpers import bracketed
 
 ROOTS = ("/proc/sys/", "/sys/")
 """A sysfs knob's attribute lives under one of these."""
@@ -160,7 +160,7 @@ def target(name: str, path: str, vtype: str) -> str:
 
 def define(definition: str) -> type[SysfsKnob]:
     """The knob class a ``sysfs:`` target's JSON defines; :class:`InputError` if it is not a
-    valid definition (the registry calls this, see :data:`musku.knobs.spec.CONFIGURED`)."""
+    valid definition (the registry calls this, see :data:`musku.knob_spec.CONFIGURED`)."""
     try:
         d = json.loads(definition)
     except ValueError:

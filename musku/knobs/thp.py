@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from musku.domain import Value
 from musku.hostfs import THP_DIR
+from musku.knob_spec import Kind, KnobSpec
 from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
 from musku.knobs.helpers import bracketed, opt_str
-from musku.knobs.spec import Kind, KnobSpec
 
 MODES = ("always", "madvise", "never")
 ENABLED = THP_DIR + "/enabled"

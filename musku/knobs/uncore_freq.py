@@ -22,6 +22,7 @@ from musku.hostfs import (
     cpu_dir,
     msr_path,
 )
+from musku.knob_spec import Column, Kind, KnobSpec, Msr
 from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
 from musku.knobs.helpers import (
     as_ghz,
@@ -31,7 +32,6 @@ from musku.knobs.helpers import (
     ordered_min_max,
     restore_min_max,
 )
-from musku.knobs.spec import Column, Kind, KnobSpec, Msr
 
 MSR_UNCORE_RATIO_LIMIT = 0x620
 UNCORE_RATIO_MASK = 0x7F7F  # bits 6:0 max ratio, 14:8 min ratio

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from musku.errors import InputError, MuskuError, UnsupportedError
+from musku.services.binaries import binary as services_binary
 
 BINARY = "qsim/musku_qsim"
 
@@ -152,8 +153,6 @@ def binary() -> Path:
             raise UnsupportedError(f"MUSKU_QSIM={env} is not an executable file")
         return p
     # musku.services.binaries, not .runtime: runtime pulls numpy and psutil (~0.3 CPU-s a call)
-    from musku.services.binaries import binary as services_binary
-
     return services_binary(BINARY)
 
 

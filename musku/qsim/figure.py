@@ -43,7 +43,7 @@ def _busiest(points: list[dict[str, Any]]) -> list[str]:
 
 def curve_figure(res: dict[str, Any]) -> Any:
     """The curve as a matplotlib Figure (two panels, saturation marked)."""
-    from matplotlib import rcParams
+    from matplotlib import rcParams  # lazy: matplotlib only when a figure is drawn
     from matplotlib.figure import Figure
 
     rcParams["svg.fonttype"] = "none"  # text as text: small SVG files

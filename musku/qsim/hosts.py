@@ -32,7 +32,7 @@ from typing import Any
 from musku.domain import Configuration, Sample
 from musku.errors import InputError
 from musku.hosts.base import Host, HostPair
-from musku.knobs.spec import by_resource, knob_names, spec_of
+from musku.knob_spec import by_resource, knob_names, spec_of
 from musku.qsim.engine import simulate
 from musku.qsim.model import QsimModel, normalise, parse, read_model
 from musku.qsim.overrides import with_overrides

@@ -27,6 +27,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import musku
+from musku.errors import InputError
 from musku.inputfiles import read_text
 
 MAX_ENTRIES = 256
@@ -50,8 +52,6 @@ def cache_dir() -> Path | None:
 
 def _code_stamp() -> str:
     """Name, size and mtime of every module the document depends on."""
-    import musku
-
     pkg = Path(musku.__file__).parent
     parts: list[str] = []
     for folder in (pkg / "qsim", pkg / "schema"):
@@ -92,9 +92,9 @@ def _file_names(node: Any) -> list[str]:
 def _deps(path: Path, text: str) -> list[list[str]] | None:
     """(real path, SHA-256) of each histogram file the model names; None if one cannot be read
     (the full load then reports it, and nothing is cached)."""
-    import tomllib
+    import tomllib  # lazy: a cache hit parses no TOML
 
-    from musku.qsim.model import histogram_path
+    from musku.qsim.model import histogram_path  # lazy: pydantic (the model) only on a miss
 
     try:
         names = _file_names(tomllib.loads(text))
@@ -147,15 +147,13 @@ def engine_document(path: Path | str) -> dict[str, Any]:
     path = Path(path)
     folder = cache_dir()
     if folder is None:
-        from musku.qsim.model import load
+        from musku.qsim.model import load  # lazy: pydantic (the model) only on a miss
 
         return load(path).engine
-    from musku.errors import InputError
-
     try:
         text = read_text(path)  # the full load's size and type checks (its wording below)
     except InputError:
-        from musku.qsim.model import load
+        from musku.qsim.model import load  # lazy: pydantic (the model) only on a miss
 
         return load(path).engine  # raises the error as the full load words it
     key = _key(path, text)
@@ -166,7 +164,7 @@ def engine_document(path: Path | str) -> dict[str, Any]:
         doc = None
     if doc is not None:
         return doc
-    from musku.qsim.model import load
+    from musku.qsim.model import load  # lazy: pydantic (the model) only on a miss
 
     engine = load(path).engine
     deps = _deps(path, text)

@@ -6,6 +6,8 @@ full command prints without loading either.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from typing import Any
 
@@ -26,9 +28,6 @@ def check_format(fmt: str, json_out: bool) -> str:
 
 def to_csv(header: list[str], rows: list[list[Any]]) -> str:
     """RFC 4180 CSV with a header line (numbers as Python prints them: full precision)."""
-    import csv
-    import io
-
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(header)

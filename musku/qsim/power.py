@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from musku.errors import MuskuError
+from musku.qsim.engine import Limits, binary, encode
 
 
 @dataclass(frozen=True)
@@ -173,8 +174,6 @@ def run_controlled(
     """Run a normalised model through ``musku_qsim --control``: ``on_window`` gets each
     window's report (engine.h, ``Controller``) and returns the answer (``{}``, ``{"freq_ratio":
     [...]}`` or ``{"stop": true}``). Returns the engine's result document."""
-    from musku.qsim.engine import Limits, binary, encode
-
     if not window_s > 0:
         raise MuskuError(f"the control window must be positive, not {window_s}")
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as tf:

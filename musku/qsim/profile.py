@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,7 +37,10 @@ from typing import Any
 
 import psutil
 
-from musku.errors import InputError, UnsupportedError
+from musku.errors import HostError, InputError, UnsupportedError
+from musku.qsim.engine import simulate
+from musku.qsim.overrides import with_overrides
+from musku.services import runtime
 
 # Services whose mid-tier sends every request to every leaf (the model's fan-out to all shards).
 PROFILED = ("setalgebra", "hdsearch", "recommend")
@@ -121,9 +126,6 @@ print((time.process_time() - c0) / (time.monotonic() - w0))
 def cpu_share(cpus: Sequence[int], *, nice: int = 0, seconds: float = 0.5) -> float:
     """The share of one of ``cpus`` a busy thread gets now (a spinning probe pinned there at
     ``nice``): what the other processes on a shared machine leave to the servers."""
-    import subprocess
-    import sys
-
     cp = subprocess.run(
         [sys.executable, "-c", _SPIN, ",".join(map(str, cpus)), str(nice), str(seconds)],
         capture_output=True,
@@ -183,8 +185,6 @@ def measure(
     nice: int = 0,
 ) -> Profile:
     """Deploy ``service``, measure it at ``qps`` (and ``qps_high``) and return the figures."""
-    from musku.services import runtime
-
     if service not in PROFILED:
         raise UnsupportedError(
             f"musku qsim profile models services whose mid-tier calls every leaf "
@@ -228,8 +228,6 @@ def measure(
 def renice(dep: Any, nice: int) -> None:
     """Set every thread of the deployment's servers to ``nice`` (a thread's nice value is its own:
     the threads already exist). Negative values need root; HostError if refused."""
-    from musku.errors import HostError
-
     for proc in [dep.midtier, *dep.leaves]:
         for thread in psutil.Process(proc.pid).threads():
             try:
@@ -248,8 +246,6 @@ def _window(
     loadgen_cpus: Sequence[int] | None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], float | None]:
     """Stats (reset) before, the load, stats after; also the CPUs' busy seconds not ours."""
-    from musku.services import runtime
-
     tiers = [dep.midtier, *dep.leaves]
     before = [runtime.admin(p.address, "stats", "--reset") for p in tiers]
     busy0 = _cpu_busy(cpus) if cpus else None
@@ -284,8 +280,6 @@ def measure_deployment(
     nice: int = 0,
 ) -> Profile:
     """Measure a running deployment (``runtime.deploy``'s) at ``qps``: warm-up, idle CPU, load."""
-    from musku.services import runtime
-
     service = dep.service
     pollers, workers, responders = pools
     dispatch = "-dispatch-" in threading
@@ -547,9 +541,7 @@ def _render(p: Profile, f: Fit, out: Path) -> str:
 
 def write_model(p: Profile, out: Path, *, sim_seconds: float = 20.0) -> Fit:
     """Write the model (and its histogram files next to it); returns the fitted figures."""
-    from musku.qsim.engine import simulate
-    from musku.qsim.model import load
-    from musku.qsim.overrides import with_overrides
+    from musku.qsim.model import load  # lazy: the model (pydantic) only when one is written
 
     mid = p.midtier
     lb, _, lcpu = _pooled(p.leaves, "handler")

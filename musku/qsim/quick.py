@@ -19,6 +19,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from musku.errors import InputError
+from musku.qsim.engine import Limits, simulate
+from musku.qsim.modelcache import engine_document
+from musku.qsim.output import RUN_TABLES, run_table, table_json, to_csv, without_detail
+from musku.qsim.overrides import with_overrides
+from musku.qsim.progress import Progress, after_s_from_env
+
 VALUED = {"--qps": "qps", "--duration": "duration", "--seed": "seed", "--format": "fmt",
           "--table": "table"}  # fmt: skip
 FLAGS = {"--json": "json", "-q": "quiet", "--quiet": "quiet"}
@@ -70,13 +77,6 @@ def run(args: list[str]) -> int | None:
     opts = parse(args)
     if opts is None:
         return None
-    from musku.errors import InputError
-    from musku.qsim.engine import Limits, simulate
-    from musku.qsim.modelcache import engine_document
-    from musku.qsim.output import RUN_TABLES, run_table, table_json, to_csv, without_detail
-    from musku.qsim.overrides import with_overrides
-    from musku.qsim.progress import Progress, after_s_from_env
-
     table = opts.get("table")
     if table is not None and table not in RUN_TABLES:
         raise InputError(f"--table takes {', '.join(RUN_TABLES)}, not {table!r}")

@@ -38,9 +38,12 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 from musku.errors import InputError, UnsupportedError
+from musku.inputfiles import check_shape, read_text
+from musku.qsim.model import MAX_GHZ
 
 # μqSim's built-in rules (src/stage.cc), as data.
 SOCKET_BYTES_PER_JOB = 7
@@ -89,8 +92,6 @@ def _no_constant(name: str) -> Any:
 def _read(path: Path) -> Any:
     """A μqSim JSON file, read within the input limits (a regular file of at most 64 MiB,
     nesting, list and number limits of :mod:`musku.inputfiles`; no NaN or Infinity)."""
-    from musku.inputfiles import check_shape, read_text
-
     text = read_text(path, limit=MAX_UQSIM_FILE_BYTES)
     try:
         data = json.loads(text, parse_constant=_no_constant)
@@ -175,7 +176,6 @@ def _q(s: str) -> str:
 
 def _erlang_quantiles(n: int, rows: int) -> list[float]:
     """Quantiles (at (i + 1/2) / rows) of the sum of n exponentials of mean 1."""
-    from statistics import NormalDist
 
     def cdf(x: float) -> float:
         term, acc = 1.0, 1.0
@@ -275,8 +275,6 @@ def _freq_ratio(mdl: dict[str, Any], where: Path) -> float:
     """base_freq / cur_freq of a μqSim model (units as written: MHz or GHz)."""
     base = _num(mdl, "base_freq", where, 2600, lo=0)
     cur = _num(mdl, "cur_freq", where, base, lo=0)
-    from musku.qsim.model import MAX_GHZ
-
     if base <= 0 or cur <= 0:
         raise InputError("base_freq and cur_freq must be > 0", where=str(where))
     if BASE_GHZ * cur / base > MAX_GHZ:

@@ -10,6 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from musku.abtest import stats
+from musku.abtest.calibration import calibrations_used
+from musku.abtest.rules import WANDER_SD, WANDER_TAU_S, to_relative
 from musku.domain import Configuration, Decision
 from musku.errors import InputError
 from musku.storage.lookup import FoundRun, find_run
@@ -142,8 +145,6 @@ def load(store: ResultStore, ref: str, *, kind: str = "sweep", series: bool = Tr
         )
     skus = [s for s in store.softskus() if s.experiment_id == rec.id]
     data = ReportData(rec, store.experiment_meta(rec.id), comps, skus, run_note=found.note)
-    from musku.abtest.calibration import calibrations_used
-
     data.calibrations = calibrations_used(store, rec, comps)
     if series:
         data.series = load_series(store, rec.id, [c.id for c in comps if c.result is not None])
@@ -199,11 +200,6 @@ def running_interval(
     stored windows with the tester's estimator (crossover batch means, host bias removed once
     both role orders are seen) and boundary: (t, estimate, low, high), relative. The live
     tester chose its batch size from a pilot, so its looks need not line up exactly."""
-    # lazy: the tester's statistics (scipy) only for the figures; `musku results --format`
-    # imports this module for find()
-    from musku.abtest import stats
-    from musku.abtest.rules import WANDER_SD, WANDER_TAU_S, to_relative
-
     if not s.pair:  # a multi-arm scan's per-period means: no pairwise crossover to recompute
         return None
     keep = s.valid & ~s.warmup & np.all(np.isfinite(s.value), axis=0) & np.all(s.value > 0, axis=0)

@@ -25,8 +25,8 @@ from typing import IO, Any, Protocol
 from musku import outputs
 from musku.domain import format_value
 from musku.errors import InputError
-from musku.report.strict_json import finite
 from musku.storage.protocols import ComparisonStore, SampleStore
+from musku.strict_json import finite
 
 FORMATS = ("csv", "parquet", "json")
 TABLES = ("comparisons", "decisions", "samples")

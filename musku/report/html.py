@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 
 from musku import outputs
+from musku.abtest.calibration import CalibrationEffect, describe
 from musku.domain import Configuration, format_value
 from musku.report import figures as F
 from musku.report.data import PAPER_HOST_HOURS, ReportData, host_bias
-from musku.report.strict_json import dumps
+from musku.strict_json import dumps
 from musku.text import change_text, interval
 
 FORMATS = ("html", "png", "svg")
@@ -433,8 +434,6 @@ def _reproduce(sides: Sequence[ReportData], version: str) -> str:
 def _calibration(d: ReportData) -> str:
     """What a pair calibration did to the run (docs/abtest.md "What a calibration changes"):
     which one, and its early decisions against the crossover ones; "" when none decided."""
-    from musku.abtest.calibration import CalibrationEffect, describe
-
     effect = CalibrationEffect.of([c.result for c in d.comparisons if c.result is not None])
     if not effect.early:
         return ""

@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from musku.inputfiles import MAX_LABEL_CHARS, MAX_NAME_CHARS
-from musku.knobs.spec import CONFIGURED, LineError, check_line, is_knob, known_list
+from musku.knob_spec import CONFIGURED, LineError, check_line, is_knob, known_list
 from musku.schema.document import Check, Refusal, Strict, bounds
 
 MAX_CORES = 4096

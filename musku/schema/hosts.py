@@ -298,6 +298,12 @@ class AgentOptions(HostOptions):
         description="how long a request other than apply/deploy/rollback may go unanswered "
         "before the link counts as lost",
     )
+    take_over: bool = Field(
+        default=False,
+        description="the operator's override: take the agents over even if another experiment "
+        "or controller holds their lease (its experiment is rolled back); "
+        "`musku sweep --take-over-agents` sets it",
+    )
     reconnect_timeout_s: Annotated[float, _number(0.0, 86400.0)] = Field(
         default=600.0,
         description="a lost link: how long a comparison waits for it to come back (the "

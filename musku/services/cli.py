@@ -24,7 +24,7 @@ from typing import Annotated, Any
 import typer
 
 from musku.errors import HostError, InputError, MuskuError
-from musku.report.strict_json import finite  # NaN/inf -> null
+from musku.strict_json import finite  # NaN/inf -> null
 
 app = typer.Typer(help="The μSuite services: build, run, bench.", no_args_is_help=True)
 

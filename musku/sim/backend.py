@@ -1,6 +1,6 @@
 """The ``sim`` host backend (``[hosts] backend = "sim"``): simulated pairs on a virtual clock
 (:mod:`musku.sim.pair`), a ``fleet = N`` pool of them (:mod:`musku.sim.fleet`), multi-arm
-groups (:class:`musku.design.group.SimGroup`) and a deployment fleet whose hosts' state is
+groups (:class:`musku.sim.group.SimGroup`) and a deployment fleet whose hosts' state is
 what the results DB says they run (:class:`SimFleet`). docs/sim.md, docs/fleet.md."""
 
 from __future__ import annotations
@@ -12,15 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from musku.design.group import HostGroup, SimGroup
 from musku.domain import Configuration
 from musku.errors import InputError, MuskuError
 from musku.experiment import Experiment
 from musku.hosts.backend import Backend, Fleet, GroupOpener, Prior
 from musku.hosts.base import HostPair
+from musku.hosts.group import HostGroup
 from musku.hosts.pool import HostPool, derive_seed
 from musku.schema.hosts import SimOptions, parse_options
 from musku.sim.fleet import fleet_biases, host_names, open_fleet
+from musku.sim.group import SimGroup
 from musku.sim.model import SimModel
 from musku.sim.pair import SimPair, open_pair, pair_setup
 

@@ -1,7 +1,7 @@
 """A simulated fleet: ``[hosts] fleet = N`` hosts of one model, paired (docs/fleet.md).
 
 Each host ``h`` has a fixed bias ``b_h`` drawn from the seed exactly as a multi-arm group draws
-its hosts' biases (:class:`musku.design.group.SimGroup`: ``Normal(0, bias_sd)`` clipped to
+its hosts' biases (:class:`musku.sim.group.SimGroup`: ``Normal(0, bias_sd)`` clipped to
 +-5 %, ``bias_sd`` defaulting to the model's ``|host_bias|``), so a pool and a group of the same
 seed and size have the same hosts. Hosts ``2p`` and ``2p + 1`` form pair ``p`` (an odd
 fleet's last host idles). Pair ``p`` is a :class:`musku.sim.pair.SimPair` whose relative bias
@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from musku.hosts.pool import HostPool, derive_seed, form_pairs
+from musku.sim.group import SimGroup
 from musku.sim.pair import SimPair, pair_setup
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ def host_names(n: int) -> list[str]:
 
 def fleet_biases(model: object, n: int, seed: int, bias_sd: float | None) -> list[float]:
     """Each host's relative bias: the multi-arm group's draw (one distribution for both)."""
-    from musku.design.group import SimGroup  # its bias draw, not a copy of it
-
     group = SimGroup(model, n, seed=seed, bias_sd=bias_sd)  # type: ignore[arg-type]
     return [float(b) for b in group.bias]
 

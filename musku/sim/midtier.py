@@ -26,7 +26,7 @@ from musku.cotune_spec import MODELS, Candidate, CotuneSpec
 from musku.domain import Configuration
 from musku.errors import InputError
 from musku.experiment import load_platform
-from musku.knobs.spec import by_resource
+from musku.knob_spec import by_resource
 from musku.sim.model import SimModel
 from musku.tune.cotune import Endpoint, ThreadingState
 from musku.tune.table import check_table

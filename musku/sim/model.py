@@ -25,7 +25,7 @@ from musku.cotune_spec import MODELS
 from musku.domain import Configuration, Direction, Value, canonical_value, format_value
 from musku.errors import InputError, UnsupportedError
 from musku.experiment import load_platform
-from musku.knobs.spec import Kind, is_knob, known_list, spec_of
+from musku.knob_spec import Kind, is_knob, known_list, spec_of
 from musku.schema.document import Document, line_of
 from musku.schema.simmodel import KnobTable, SimModelFile, WarmupEntry
 from musku.schema.simmodel import Noise as NoiseTable

@@ -56,6 +56,7 @@ __all__ = [
 
 def open_store(url: str | None = None, *, create: bool = True, read_only: bool = False) -> Store:
     """Open the results DB (see :func:`musku.storage.store.open_store`)."""
+    # lazy: SQLAlchemy; importing musku.storage stays cheap
     from musku.storage.store import open_store as _open
 
     return _open(url, create=create, read_only=read_only)
@@ -63,6 +64,7 @@ def open_store(url: str | None = None, *, create: bool = True, read_only: bool =
 
 def upgrade(url: str | None = None) -> tuple[str | None, str]:
     """Create or upgrade the DB at ``url`` to this musku's schema: ``(from_rev, to_rev)``."""
+    # lazy: SQLAlchemy; importing musku.storage stays cheap
     from musku.storage.store import upgrade as _upgrade
 
     return _upgrade(url)
@@ -70,6 +72,7 @@ def upgrade(url: str | None = None) -> tuple[str | None, str]:
 
 def current_revision(url: str | None = None) -> str | None:
     """The DB's schema revision (None when it has no musku schema yet)."""
+    # lazy: SQLAlchemy; importing musku.storage stays cheap
     from musku.storage.store import current_revision as _current
 
     return _current(url)
@@ -77,6 +80,7 @@ def current_revision(url: str | None = None) -> str | None:
 
 def head_revision() -> str:
     """The schema revision this musku needs."""
+    # lazy: SQLAlchemy; importing musku.storage stays cheap
     from musku.storage.migrate import head_revision as _head
 
     return _head()
@@ -84,6 +88,7 @@ def head_revision() -> str:
 
 def __getattr__(name: str) -> object:
     if name == "Store":
+        # lazy: SQLAlchemy; importing musku.storage stays cheap
         from musku.storage.store import Store
 
         return Store

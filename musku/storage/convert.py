@@ -15,7 +15,7 @@ from musku.domain import (
     TimeBreakdown,
 )
 from musku.errors import DatabaseError
-from musku.knobs.spec import KnobSpec
+from musku.knob_spec import KnobSpec
 from musku.storage.models import (
     SAMPLE_METRIC_COLUMNS,
     ConfigurationRow,

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from musku.domain import Configuration, ExperimentStatus
 from musku.errors import DatabaseError, InputError
-from musku.knobs.spec import BUILTIN, is_knob, register_knob, spec_of, target_of
+from musku.knob_spec import BUILTIN, is_knob, register_knob, spec_of, target_of
 from musku.storage import convert, views
 from musku.storage.engine import display, first_line, reader
 from musku.storage.models import (

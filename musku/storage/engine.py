@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
+import time
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.pool import StaticPool
 
 from musku.errors import BadDatabaseURL, DatabaseError
 
@@ -24,9 +32,6 @@ def redact(text: str) -> str:
 
 def parse_url(url: str) -> URL:
     """Parse and check a database URL; ``postgresql://`` means psycopg 3."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
@@ -87,9 +92,6 @@ def _switch_to_wal(cur: Any, timeout_s: float = 30.0) -> None:
     wins). Switching needs the file to itself, and SQLite reports "database is locked" at once,
     without its busy timeout, while another connection of a brand-new file is in a transaction
     (several sweeps opening one new database together): retry until the mode is WAL."""
-    import sqlite3
-    import time
-
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -109,9 +111,6 @@ def _read_only_sqlite(path: str) -> Any:
     created or written, not even the file. A WAL database whose ``-shm`` cannot be created
     (a read-only directory, or a file the user may not write) is opened ``immutable=1`` when
     it has no write-ahead log pending; with one, it cannot be read consistently: refused."""
-    import sqlite3
-    from urllib.parse import quote
-
     uri = "file:" + quote(os.path.abspath(path))
     if not os.path.exists(path):
         raise sqlite3.OperationalError(f"no such file: {path}")
@@ -140,10 +139,6 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
     :func:`_read_only_sqlite`), so a read-only file or directory serves them and a missing
     file is not created; it never switches the journal mode. Every transaction begins
     deferred."""
-    from sqlalchemy import create_engine, event
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-    from sqlalchemy.pool import StaticPool
-
     parsed = parse_url(url)
     kwargs: dict[str, Any] = {}
     if parsed.get_backend_name() == "sqlite":

@@ -11,7 +11,9 @@ can create and upgrade its database without an alembic.ini. Developers add a rev
 from __future__ import annotations
 
 import argparse
+import fcntl
 import functools
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -19,7 +21,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from musku import __version__
 from musku.errors import DatabaseError, SchemaOutOfDate
+from musku.storage.engine import connect_error, display, make_engine
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -30,8 +41,6 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
 def alembic_config(connection: Connection | None = None, url: str | None = None) -> Config:
-    from alembic.config import Config
-
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.set_main_option("path_separator", "os")
@@ -43,8 +52,6 @@ def alembic_config(connection: Connection | None = None, url: str | None = None)
 
 
 def script_directory() -> ScriptDirectory:
-    from alembic.script import ScriptDirectory
-
     return ScriptDirectory.from_config(alembic_config())
 
 
@@ -62,14 +69,10 @@ def known_revisions() -> frozenset[str]:
 
 def revision_of(connection: Connection) -> str | None:
     """The revision a database is stamped at (None for a database without musku's schema)."""
-    from alembic.runtime.migration import MigrationContext
-
     return MigrationContext.configure(connection).get_current_revision()
 
 
 def user_tables(connection: Connection) -> list[str]:
-    from sqlalchemy import inspect
-
     return [t for t in inspect(connection).get_table_names() if t != "alembic_version"]
 
 
@@ -78,8 +81,6 @@ def upgrade_hint(url_text: str | None) -> str:
 
 
 def newer_message(rev: str, head: str) -> str:
-    from musku import __version__
-
     return (
         f"database at revision {rev}, which this musku ({__version__}, schema {head}) does not "
         "know: it was written by a newer musku; upgrade musku to use it"
@@ -101,9 +102,6 @@ def migration_lock(engine: Engine) -> Iterator[None]:
         if engine.dialect.name != "sqlite" or database in (None, "", ":memory:"):
             yield
             return
-        import fcntl
-        import os
-
         # lock the database's directory: no lock file left behind, and never an fd on the
         # database file itself (closing one would drop SQLite's own POSIX locks)
         fd = os.open(Path(database).resolve().parent, os.O_RDONLY)
@@ -119,8 +117,6 @@ def lock_schema(connection: Connection) -> None:
     the transaction ends). Two sweeps opening a brand-new database at once must not both
     create the tables."""
     if connection.dialect.name == "postgresql":
-        from sqlalchemy import text
-
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
 
 
@@ -147,8 +143,6 @@ def check(connection: Connection, url_text: str | None) -> str | None:
 
 def upgrade_connection(connection: Connection, target: str = "head") -> tuple[str | None, str]:
     """Upgrade the database behind ``connection`` (committed by the caller)."""
-    from alembic import command
-
     lock_schema(connection)
     before = revision_of(connection)
     if before is not None and before not in known_revisions():
@@ -162,10 +156,6 @@ def upgrade_connection(connection: Connection, target: str = "head") -> tuple[st
 
 
 def upgrade_engine(engine: Engine, target: str = "head") -> tuple[str | None, str]:
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from musku.storage.engine import connect_error, display
-
     try:
         with migration_lock(engine), engine.begin() as conn:
             return upgrade_connection(conn, target)
@@ -176,8 +166,6 @@ def upgrade_engine(engine: Engine, target: str = "head") -> tuple[str | None, st
 
 
 def _main(argv: list[str] | None = None) -> int:
-    from musku.storage.engine import make_engine
-
     parser = argparse.ArgumentParser(prog="python -m musku.storage.migrate")
     sub = parser.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("upgrade")
@@ -193,8 +181,6 @@ def _main(argv: list[str] | None = None) -> int:
             before, after = upgrade_engine(engine, args.target)
             print(f"{before or '(empty)'} -> {after}")
         else:
-            from alembic import command
-
             with engine.begin() as conn:
                 command.revision(alembic_config(conn), message=args.message, autogenerate=True)
     except DatabaseError as exc:

@@ -69,13 +69,13 @@ class Samples(Repository):
         cols = ", ".join(convert.SAMPLE_COLUMNS)
         with self.engine.begin() as conn:
             if self.dialect == "postgresql":
-                from psycopg.types.json import Jsonb
+                import psycopg.types.json  # lazy: the [postgres] extra, PostgreSQL only
 
-                tuples = convert.sample_tuples(cmp_id, metric, rows, hosts, Jsonb)
+                tuples = convert.sample_tuples(
+                    cmp_id, metric, rows, hosts, psycopg.types.json.Jsonb
+                )
                 raw = conn.connection.driver_connection
                 assert raw is not None
-                import psycopg
-
                 try:
                     with (
                         raw.cursor() as cur,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -33,7 +34,7 @@ from musku.storage.claims import ClaimHeld, Claims
 from musku.storage.comparisons import Comparisons
 from musku.storage.core import MAX_ID, Core, Repository
 from musku.storage.deployments import DeploymentConflict, Deployments
-from musku.storage.engine import connect_error, display, make_engine, reader
+from musku.storage.engine import connect_error, display, make_engine, parse_url, reader
 from musku.storage.migrate import (
     check,
     head_revision,
@@ -41,6 +42,7 @@ from musku.storage.migrate import (
     migration_lock,
     revision_of,
     upgrade_connection,
+    upgrade_engine,
 )
 from musku.storage.queue import Queue
 from musku.storage.records import (
@@ -440,8 +442,6 @@ class Store(Repository):
 
 def upgrade(url: str | None = None) -> tuple[str | None, str]:
     """Create or upgrade the database at ``url`` to the newest schema: (from, to)."""
-    from musku.storage.migrate import upgrade_engine
-
     engine = make_engine(url if url is not None else default_url())
     try:
         return upgrade_engine(engine)
@@ -451,11 +451,6 @@ def upgrade(url: str | None = None) -> tuple[str | None, str]:
 
 def current_revision(url: str | None = None) -> str | None:
     """The schema revision of the database at ``url`` (None: no musku schema there)."""
-    from pathlib import Path
-
-    from musku.storage.engine import parse_url
-    from musku.storage.migrate import revision_of
-
     url = url if url is not None else default_url()
     parsed = parse_url(url)
     database = parsed.database

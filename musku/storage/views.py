@@ -3,7 +3,7 @@
 Configurations are stored as generic rows (``configuration_keys`` + ``configuration_settings``,
 one row per knob). Analysts' SQL reads the view ``configurations``: one row per configuration,
 ``id``, ``key`` and the columns each knob's spec declares
-(:attr:`musku.knobs.spec.KnobSpec.view_columns`: ``core_freq``, ``core_turbo``, ...,
+(:attr:`musku.knob_spec.KnobSpec.view_columns`: ``core_freq``, ``core_turbo``, ...,
 ``cdp_data_ways``...), exactly the columns the table had before revision 0004, so queries
 written against it keep working. An out-of-tree knob adds its own columns: the Store
 regenerates the view when it first stores a configuration with a knob the view lacks.
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from musku.knobs.spec import BUILTIN, Column, Kind, KnobSpec, is_knob, sort_key, spec_of
+from musku.knob_spec import BUILTIN, Column, Kind, KnobSpec, is_knob, sort_key, spec_of
 
 log = logging.getLogger(__name__)
 

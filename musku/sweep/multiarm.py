@@ -3,7 +3,7 @@ crossover experiment on a group of the pool's hosts (issue 20, item 2; docs/flee
 
 Each knob's scan (the baseline and its K other settings) runs as Williams scans
 (:func:`musku.design.fleet.scan_knob`, :func:`musku.design.group.run_scan`) on a group of
-``min(pool hosts, K + 1)`` hosts: a :class:`~musku.design.group.SimGroup` for a simulated
+``min(pool hosts, K + 1)`` hosts: a :class:`~musku.sim.group.SimGroup` for a simulated
 ``fleet = N`` (its hosts' biases those of the fleet's hosts), an
 :class:`~musku.hosts.agent.AgentGroup` for agent hosts. Knobs are packed, largest group first,
 into *waves* of disjoint groups that fit the pool (first fit): a wave's knobs run at once, one
@@ -41,10 +41,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from musku.design.fleet import Period, group_size, scan_knob
-from musku.design.group import HostGroup, ScanResult
+from musku.design.group import ScanResult
+from musku.design.williams import williams
 from musku.domain import ComparisonResult, Configuration, Decision, format_value
 from musku.errors import InputError
 from musku.hosts.backend import backend_of
+from musku.hosts.group import HostGroup
 from musku.sweep.limits import check_multiarm
 from musku.sweep.runner import KnobOutcome, Runner
 
@@ -90,8 +92,6 @@ def arm_results(
 ) -> list[tuple[ComparisonResult, str, str]]:
     """One comparison per candidate arm against the baseline: (result, the host that started on
     the baseline, the host that started on the candidate)."""
-    from musku.design.williams import williams
-
     first = williams(len(result.arms))[0]
     out = []
     o = result.outcome

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from musku.abtest import run_comparison
-from musku.abtest.calibration import memory_for
+from musku.abtest.calibration import announce, memory_for
 from musku.abtest.pooled import run_pooled_comparison
 from musku.domain import (
     ComparisonResult,
@@ -1106,8 +1106,6 @@ class Runner:
         cal = memory.calibration
         if cal is None or cal.id in self._announced:
             return
-        from musku.abtest.calibration import announce
-
         self._announced.add(cal.id)
         self.progress.message(announce(cal, memory))
 

@@ -34,7 +34,7 @@ from musku.abtest import stats, structure
 from musku.abtest.driver import SWAP_OVERHEAD
 from musku.domain import Configuration
 from musku.hosts.backend import Prior, backend_of
-from musku.knobs.spec import spec_of
+from musku.knob_spec import spec_of
 
 UNIMODAL_EXPECTED = 3
 """Comparisons a walk of an ordered knob is expected to take under ``scan = "unimodal"``."""

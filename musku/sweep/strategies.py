@@ -17,7 +17,7 @@ import math
 
 from musku.domain import ComparisonResult, Configuration, Decision
 from musku.errors import InputError
-from musku.knobs.spec import spec_of
+from musku.knob_spec import spec_of
 from musku.sweep.limits import EXHAUSTIVE_LIMIT  # the loader refuses the same
 from musku.sweep.runner import KnobOutcome, Runner
 from musku.sweep.schedule import CostModel, exhaustive_candidates, independent_plan, scan_order

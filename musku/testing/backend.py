@@ -51,6 +51,7 @@ from musku.hosts.backend import REQUIRED, Backend, Fleet, Prior, backend_of
 from musku.hosts.base import HostPair
 from musku.hosts.pool import HostPool, Unreachable
 from musku.registry import BACKENDS, CAPABILITIES
+from musku.schema import json_schema
 from musku.schema.hosts import HostOptions, parse_options
 
 
@@ -87,8 +88,6 @@ class BackendContract:
             assert isinstance(getattr(backend, cap), bool), cap
 
     def test_options_model(self, backend: Backend, experiment: Any) -> None:
-        from musku.schema import json_schema
-
         model = backend.options
         if model is None:
             return

@@ -61,7 +61,7 @@ from musku.hostfs import (
     msr_path,
     parse_cpulist,
 )
-from musku.knobs.spec import knob_names, spec_of
+from musku.knob_spec import knob_names, spec_of
 from musku.registry import load
 
 FIXTURES = Path(__file__).parent / "fixtures"

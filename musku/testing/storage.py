@@ -31,10 +31,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from musku.abtest.calibration import PairCalibration
 from musku.domain import (
     ComparisonResult,
     Configuration,
@@ -376,9 +378,6 @@ class StorageContract:
     def test_pair_calibrations(self, store: CalibrationStore) -> None:
         """Issue 19: a pair's calibration is stored with its interval, hardware and time; the
         newest one is in force; a breach marks it for recalibration."""
-        from datetime import UTC, datetime
-
-        from musku.abtest.calibration import PairCalibration
 
         assert store.calibration("sim-a+sim-b") is None
         assert store.mark_recalibration("sim-a+sim-b", "breach") is False

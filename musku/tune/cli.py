@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from musku.errors import MuskuError
-from musku.report.strict_json import finite
+from musku.strict_json import finite
 
 app = typer.Typer(help="Threading auto-tuner: train decision tables.", no_args_is_help=True)
 

@@ -66,7 +66,7 @@ def check_table(
     # start (through the co-tuner) but checks a table only when it co-tunes
     from pydantic import ValidationError
 
-    from musku.schema.threadingtable import ThreadingTableDoc
+    from musku.schema.threadingtable import ThreadingTableDoc  # lazy: with pydantic, above
 
     try:
         ThreadingTableDoc.model_validate(data)

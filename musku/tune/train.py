@@ -22,6 +22,7 @@ from musku.cotune_spec import Candidate as Candidate  # re-exported: tr.Candidat
 from musku.errors import InputError
 from musku.services import runtime
 from musku.services.latency import Latencies
+from musku.storage import open_store
 from musku.tune.table import TABLE_FORMAT
 from musku.tune.table import check_table as check_table  # re-exported: tr.check_table, ...
 from musku.tune.table import service_name as service_name
@@ -407,8 +408,6 @@ def train_service(
     write_table(table, path)
     stored = None
     if store:
-        from musku.storage import open_store  # lazy: SQLAlchemy, only when storing
-
         with open_store(db) as st:
             stored = st.save_threading_table(
                 run.service, table["host"], run.platform, run.config_key, table

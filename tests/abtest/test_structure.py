@@ -17,8 +17,8 @@ from musku.abtest import Progress, run_comparison, validate_spec
 from musku.abtest.structure import PROBE_FLOOR, PROBE_MAX, derive, feasibility, halfwidth
 from musku.domain import ComparisonSpec, Decision, StatsSettings
 from musku.errors import InputError
-from musku.report.strict_json import dumps, loads_strict
 from musku.storage.records import result_to_dict
+from musku.strict_json import dumps, loads_strict
 from musku.text import interval, interval_note, windows_needed
 from tests.abtest.fakes import A, B, FakePair, freq_level
 

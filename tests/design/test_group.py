@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from musku.design.group import SimGroup, run_scan
+from musku.design.group import run_scan
 from musku.domain import Decision
 from musku.errors import InputError
 from musku.experiment import load_experiment
+from musku.sim.group import SimGroup
 from musku.sim.model import SimModel
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from musku.errors import InputError
 from musku.hostfs import HostFSError
+from musku.knob_spec import BUILTIN, Kind, KnobSpec, register_knob, spec_of, unregister_knob
 from musku.knobs import load_knob
-from musku.knobs.spec import BUILTIN, Kind, KnobSpec, register_knob, spec_of, unregister_knob
 from musku.testing.fakehost import FakeHost, FakeKernelFS, KernelRule, einval, kernel_rules
 from tests.knobs.toyknob import TARGET
 

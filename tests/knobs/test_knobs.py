@@ -32,10 +32,10 @@ def test_registry_and_loading(tmp_path: Path) -> None:
 
 
 def test_light_import() -> None:
-    # the registry of specs (musku.knobs.spec) is loaded, no plugin module is
+    # the registry of specs (musku.knob_spec) is loaded, no plugin module is
     code = (
         "import sys, musku.knobs; "
-        "print(any(m.startswith('musku.knobs.') and m != 'musku.knobs.spec' for m in sys.modules))"
+        "print(any(m.startswith('musku.knobs.') and m != 'musku.knob_spec' for m in sys.modules))"
     )
     import subprocess
 
@@ -501,7 +501,7 @@ def test_msr_allow_list_is_the_knobs_registers() -> None:
     """The HostFS allow-list is gathered from the knob specs: every register a knob declares,
     writable in exactly the bits it declares, and nothing else."""
     from musku.hostfs import HostFS, default_msr_allow
-    from musku.knobs.spec import knob_names, spec_of
+    from musku.knob_spec import knob_names, spec_of
 
     allow = default_msr_allow()
     declared = {m.register: m for k in knob_names() for m in spec_of(k).msrs}

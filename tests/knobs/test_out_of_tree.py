@@ -19,8 +19,8 @@ from sqlalchemy import text
 from musku.domain import Configuration, canonical_value, format_value
 from musku.errors import InputError
 from musku.experiment import load_experiment
+from musku.knob_spec import is_knob, knob_names, spec_of, unregister_knob
 from musku.knobs import load_knob
-from musku.knobs.spec import is_knob, knob_names, spec_of, unregister_knob
 from musku.storage import open_store
 from musku.sweep.strategies import _ordered
 from musku.testing.fakehost import FakeHost

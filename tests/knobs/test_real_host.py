@@ -171,7 +171,7 @@ def test_real_swappiness_from_the_vm_catalog(real_fs: HostFS) -> None:
     """vm.swappiness through the generic sysfs knob knobs/firecracker-vm.toml defines: set,
     read back by the kernel, rolled back; the original restored directly as well."""
     from musku.experiment import load_platform
-    from musku.knobs.spec import unregister_knob
+    from musku.knob_spec import unregister_knob
 
     path = "/proc/sys/vm/swappiness"
     _need(path)

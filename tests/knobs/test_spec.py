@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import musku.knobs.spec as spec_mod
+import musku.knob_spec as spec_mod
 from musku.domain import KNOBS, Configuration
 from musku.errors import InputError
-from musku.knobs import knob_class
-from musku.knobs.spec import (
+from musku.knob_spec import (
     BUILTIN,
     Kind,
     KnobSpec,
@@ -26,6 +25,7 @@ from musku.knobs.spec import (
     spec_of,
     unregister_knob,
 )
+from musku.knobs import knob_class
 from tests.knobs.toyknob import TARGET
 
 

@@ -17,9 +17,7 @@ from hypothesis import strategies as st
 
 from musku.errors import InputError
 from musku.experiment import load_platform
-from musku.knobs import load_knob
-from musku.knobs.base import KnobError
-from musku.knobs.spec import (
+from musku.knob_spec import (
     LineError,
     check_line,
     configure_knob,
@@ -28,6 +26,8 @@ from musku.knobs.spec import (
     target_of,
     unregister_knob,
 )
+from musku.knobs import load_knob
+from musku.knobs.base import KnobError
 from musku.knobs.sysfs import ROOTS, check_path
 from musku.testing.fakehost import FakeHost, vm_host
 from musku.testing.knobs import KnobCase, KnobContract
@@ -235,7 +235,7 @@ def test_another_process_loads_it_from_its_target() -> None:
     unregister_knob("swappiness")
     assert not is_knob("swappiness")
     code = (
-        "import sys\nfrom musku.knobs.spec import register_knob, class_of\n"
+        "import sys\nfrom musku.knob_spec import register_knob, class_of\n"
         "spec = register_knob(sys.argv[1])\n"
         "print(spec.name, spec.kind.value, class_of(spec.name).path)"
     )

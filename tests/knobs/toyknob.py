@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 
 from musku.domain import Value
+from musku.knob_spec import Kind, KnobSpec
 from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
 from musku.knobs.helpers import opt_str
-from musku.knobs.spec import Kind, KnobSpec
 from musku.testing.fakehost import FakeKernelFS, KernelRule, einval
 
 TARGET = "tests.knobs.toyknob:ReadaheadKnob"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from musku.report.strict_json import loads_strict
 from musku.storage import open_store
+from musku.strict_json import loads_strict
 from tests.cli.test_exit_codes import ROOT, musku, one_error_line
 
 

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from musku.cli import app
 from musku.report import export
-from musku.report.strict_json import loads_strict
 from musku.storage import open_store
+from musku.strict_json import loads_strict
 from tests.cli.test_exit_codes import musku, one_error_line
 
 runner = CliRunner()

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from musku.cli import app
 from musku.domain import ComparisonResult, Decision
-from musku.report.strict_json import dumps, loads_strict
 from musku.storage import open_store
+from musku.strict_json import dumps, loads_strict
 from tests.cli.test_exit_codes import musku
 
 runner = CliRunner()

@@ -15,7 +15,7 @@ from sqlalchemy import inspect, text
 
 from musku.domain import Configuration
 from musku.experiment import Experiment
-from musku.knobs.spec import BUILTIN, is_knob, spec_of, unregister_knob
+from musku.knob_spec import BUILTIN, is_knob, spec_of, unregister_knob
 from musku.storage import head_revision, open_store, upgrade
 from musku.storage.engine import make_engine
 from musku.storage.migrate import alembic_config

@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from musku.design.group import SimGroup, run_scan
+from musku.design.group import run_scan
 from musku.domain import Decision, ExperimentStatus
 from musku.errors import InputError, Interrupted
 from musku.experiment import load_experiment
+from musku.sim.group import SimGroup
 from musku.sim.model import SimModel
 from musku.storage import open_store
 from musku.sweep import run_sweep

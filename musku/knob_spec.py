@@ -7,8 +7,8 @@ ordered (unimodal scans walk them), its per-knob limits, its default for "needs 
 the columns it shows in the analysts' ``configurations`` view. The rest of musku looks the spec
 up (:func:`spec_of`) instead of testing knob names.
 
-This module imports nothing from musku but :mod:`musku.errors`, so ``musku.domain`` can use it
-at import time. A spec is loaded on first use by importing its knob module; the built-in knob
+This module imports nothing from musku but :mod:`musku.errors`: it is in the base layer
+(docs/architecture.md, "Layers"), below the model that uses it at import time. A spec is loaded on first use by importing its knob module; the built-in knob
 modules import only the standard library and musku's own light modules.
 
 The registry: the built-in knobs by alias (:data:`BUILTIN`), plus out-of-tree knobs given as
@@ -320,7 +320,7 @@ def _import_class(target: str) -> type:
 def _spec_of_class(target: str, cls: type) -> KnobSpec:
     spec = getattr(cls, "spec", None)
     if not isinstance(spec, KnobSpec):
-        raise InputError(f"knob {target!r} has no 'spec' (a musku.knobs.spec.KnobSpec)")
+        raise InputError(f"knob {target!r} has no 'spec' (a musku.knob_spec.KnobSpec)")
     return spec
 
 

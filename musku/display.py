@@ -39,12 +39,13 @@ PIPED_WIDTH = 160
 
 def make_console(*, stderr: bool = False) -> Any:
     """A rich console for the read commands: a terminal's own width, else ``COLUMNS``, else
-    :data:`PIPED_WIDTH` when the output is piped."""
+    :data:`PIPED_WIDTH` when the output is piped. No emoji codes: a name like ``:o:`` is text
+    (escape() leaves it alone; Hypothesis found it)."""
     stream = sys.stderr if stderr else sys.stdout
     columns = os.environ.get("COLUMNS", "")
     tty = stream.isatty()
     width = None if tty or (columns.isdigit() and int(columns) > 0) else PIPED_WIDTH
-    return Console(stderr=stderr, highlight=False, width=width)
+    return Console(stderr=stderr, highlight=False, emoji=False, width=width)
 
 
 _KEEP = "\ue000"  # stands for a space that must not break a line (private use, not whitespace)
@@ -142,7 +143,7 @@ class LiveProgress:
     def __enter__(self) -> LiveProgress:
         if self.enabled:
             if self.console is None:
-                self.console = Console(stderr=True, highlight=False)
+                self.console = Console(stderr=True, highlight=False, emoji=False)
             self._progress = Progress(
                 SpinnerColumn(),
                 TextColumn("{task.description}"),

@@ -104,7 +104,7 @@ def probe(
             table.add_row(name, "yes", str(r["backend"]), str(r["current"]), extra)
         else:
             table.add_row(name, "no", "", "", str(r["reason"]))
-    Console().print(table)
+    Console(emoji=False).print(table)
 
 
 if __name__ == "__main__":

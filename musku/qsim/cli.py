@@ -141,7 +141,7 @@ class _Bar:
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
-            console=Console(file=stream, highlight=False),
+            console=Console(file=stream, highlight=False, emoji=False),
             transient=True,
         )
         self._p.start()
@@ -178,7 +178,7 @@ def _e(text: Any) -> str:
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    return Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
 
 
 def _us(x: float) -> str:

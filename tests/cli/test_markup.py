@@ -48,7 +48,8 @@ MARKUP = st.text(alphabet=st.sampled_from("[]/bold red:link=x@#"), min_size=1, m
 
 def _console() -> tuple[Console, io.StringIO]:
     buf = io.StringIO()
-    return Console(file=buf, width=400, highlight=False, color_system=None), buf
+    # as musku.display.make_console: no emoji codes (":o:" is a name, not a circle)
+    return Console(file=buf, width=400, highlight=False, emoji=False, color_system=None), buf
 
 
 def test_check_prints_a_markup_service_name(tmp_path: Path) -> None:
@@ -58,6 +59,15 @@ def test_check_prints_a_markup_service_name(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "t[bold]: setalgebra" in proc.stdout
     assert "co-tuned per configuration: [/bold] mid-tier" in proc.stdout
+
+
+def test_check_prints_an_emoji_code_name_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "exp.toml"
+    path.write_text(EXP.format(name=":o:", service=":smile:"))
+    proc = musku("check", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert ":o:: setalgebra" in proc.stdout
+    assert "co-tuned per configuration: :smile: mid-tier" in proc.stdout
 
 
 @settings(max_examples=60, deadline=None)

@@ -11,6 +11,22 @@ from tests.timing import slowdown
 pytest_plugins = ["tests.fixtures.toy", "tests.fixtures.sshd"]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``MUSKU_TEST_WORKERS=2 scripts/test``: ``-n 2 --dist loadgroup``) a
+    test module runs on one worker, so its module fixtures are built once; every test that
+    changes this
+    machine's real kernel state (the ``root`` marker: THP, static huge pages, CPU hotplug,
+    cpusets) runs on one worker, one at a time, as in a serial run."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if item.get_closest_marker("root") is not None:
+            group = "real-kernel"
+        else:
+            group = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     """pytest-timeout's limit (``timeout`` in pyproject.toml, or a test's own

@@ -505,6 +505,10 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
+    # Ctrl-C stops the run even when this process was started with SIGINT ignored (a
+    # background job of a non-interactive shell, such as a CI script, inherits SIG_IGN, and
+    # Python then installs no handler of its own: the interrupt was silently lost)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.disable(logging.ERROR)  # the pairs that fail are printed below, one line each
     k = slowdown()
     tmp = Path(tempfile.mkdtemp(prefix="musku-agent-fleet-"))

@@ -27,6 +27,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+@pytest.fixture(autouse=True)
+def _knob_registry_per_test() -> Iterator[None]:
+    """Each test starts from the knob registry as the test before it found it: loading a
+    catalog registers the knobs its lines define (``swappiness`` in firecracker-vm.toml) for
+    the rest of the process, as it should in musku, but a later test listing every known knob
+    must not depend on which tests ran first (CI's order found three)."""
+    from musku import knob_spec
+
+    with knob_spec._lock:
+        saved = (dict(knob_spec._targets), dict(knob_spec._specs), dict(knob_spec._classes))
+    yield
+    with knob_spec._lock:
+        for live, kept in zip(
+            (knob_spec._targets, knob_spec._specs, knob_spec._classes), saved, strict=True
+        ):
+            live.clear()
+            live.update(kept)
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     """pytest-timeout's limit (``timeout`` in pyproject.toml, or a test's own

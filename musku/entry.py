@@ -25,12 +25,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
 
         sys.exit(rpc_main(args[2:]))
     if args[:2] == ["qsim", "run"]:
-        from musku.qsim.quick import parse
+        from musku.qsim.quick import parse, run
 
-        if parse(args[2:]) is not None:
-            from musku.qsim.quick import run
-
-            guarded(lambda: run(args[2:]))
+        opts = parse(args[2:])
+        if opts is not None:
+            guarded(lambda: run(opts))
     from musku.cli import main as cli_main
 
     cli_main(argv)

@@ -48,6 +48,8 @@ from musku.outputs import file_kind
 
 # --- kernel paths: the only place they are spelled -------------------------------------------
 
+SYSFS = "/sys"
+PROC_SYS = "/proc/sys"  # sysctl's tree (a catalog's sysfs knob lives under one of these two)
 SYS_CPU = "/sys/devices/system/cpu"
 CPUFREQ = SYS_CPU + "/cpufreq"
 INTEL_PSTATE = SYS_CPU + "/intel_pstate"

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 from musku.domain import Value
 from musku.errors import InputError
+from musku.hostfs import PROC_SYS, SYSFS
 from musku.knob_spec import (
     BUILTIN,
     Kind,
@@ -42,7 +43,7 @@ from musku.knob_spec import (
 from musku.knobs.base import InvalidSetting, KnobBase, KnobError, Snapshot, Support, Write
 from musku.knobs.helpers import bracketed
 
-ROOTS = ("/proc/sys/", "/sys/")
+ROOTS = (PROC_SYS + "/", SYSFS + "/")
 """A sysfs knob's attribute lives under one of these."""
 MAX_PATH = 255
 """Longest attribute path a catalog may give."""

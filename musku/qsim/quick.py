@@ -72,11 +72,8 @@ def parse(args: list[str]) -> dict[str, Any] | None:
     return opts
 
 
-def run(args: list[str]) -> int | None:
-    """Run ``musku qsim run ARGS`` if it is the scripted form; its exit status, or None."""
-    opts = parse(args)
-    if opts is None:
-        return None
+def run(opts: dict[str, Any]) -> int:
+    """Run ``musku qsim run`` with the options :func:`parse` gave; its exit status."""
     table = opts.get("table")
     if table is not None and table not in RUN_TABLES:
         raise InputError(f"--table takes {', '.join(RUN_TABLES)}, not {table!r}")

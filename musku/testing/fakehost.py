@@ -53,8 +53,10 @@ from musku.hostfs import (
     PROC_MEMINFO,
     PROC_MOUNTS,
     PROC_NR_HUGEPAGES,
+    PROC_SYS,
     RESCTRL,
     SYS_CPU,
+    SYSFS,
     THP_DIR,
     HostFS,
     format_cpulist,
@@ -502,7 +504,7 @@ class FakeKernelFS(HostFS):
             if m:
                 rule.write(self, path, text, m)
                 return True
-        if path.startswith(("/sys", "/proc/sys")):
+        if path.startswith((SYSFS, PROC_SYS)):
             self.store(path, text + "\n")  # an attribute's show() prints the value and a newline
             return True
         return False

@@ -157,6 +157,13 @@ class Registry:
     def _check(self, target: str, found: Any) -> Any:
         if not self.instantiate:
             return self.check(target, found)
+        if isinstance(found, type) and self.base is not None and not issubclass(found, self.base):
+            return self.check(target, found)  # "is not a <base>", before calling it
+        abstract = set(getattr(found, "__abstractmethods__", ())) if isinstance(found, type) else ()
+        if abstract:  # named before instantiating: "lacks draw", not "can't instantiate"
+            raise PluginError(
+                f"{self.kind} {target!r} lacks required method(s): {', '.join(sorted(abstract))}"
+            )
         if isinstance(found, type) or (callable(found) and not hasattr(found, "name")):
             try:
                 found = found()

@@ -49,7 +49,8 @@ class Registry:
     everywhere. ``verify(target, obj)`` checks the rest of a plug-in's shape (raises
     :class:`PluginError`).
 
-    ``base``: the class every plug-in must derive from (checked first: "is not a ..."). With
+    ``base``: the class every plug-in must derive from (checked first: "is not a ..."; a
+    class that leaves methods abstract is named as lacking them, not called). With
     ``instantiate=False`` the plug-in is the class itself (a metric sampler: the agent builds
     one per host with its options), checked as a class: a subclass of ``base`` with no
     abstract method left.
@@ -159,8 +160,12 @@ class Registry:
             return self.check(target, found)
         if isinstance(found, type) and self.base is not None and not issubclass(found, self.base):
             return self.check(target, found)  # "is not a <base>", before calling it
-        abstract = set(getattr(found, "__abstractmethods__", ())) if isinstance(found, type) else ()
-        if abstract:  # named before instantiating: "lacks draw", not "can't instantiate"
+        abstract = (
+            set(getattr(found, "__abstractmethods__", ()))
+            if isinstance(found, type) and self.base is not None
+            else ()
+        )
+        if abstract:  # with a base: named before calling it ("lacks draw", not a TypeError)
             raise PluginError(
                 f"{self.kind} {target!r} lacks required method(s): {', '.join(sorted(abstract))}"
             )

@@ -11,7 +11,7 @@ none abstract, its name not taken by another (:class:`~musku.registry.PluginErro
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from musku.errors import MuskuError
@@ -47,11 +47,17 @@ def sampler_class(name: str) -> type[Sampler]:
     return cls
 
 
-def check_samplers(names: Iterable[str]) -> None:
+def check_samplers(
+    samplers: Iterable[str] | Mapping[str, Mapping[str, object]], fs: HostFS | None = None
+) -> None:
     """Resolve and check every sampler an agent configuration names, before the agent runs
-    (a plug-in that cannot load is one line naming it, exit 3, not a sampler missing later)."""
-    for name in names:
+    (a plug-in that cannot load is one line naming it, exit 3, not a sampler missing later).
+    With ``fs`` and a mapping of options, each is also built with its options (a
+    constructor refuses bad ones; it must not touch the host), then dropped."""
+    for name in samplers:
         sampler_class(name)
+        if fs is not None and isinstance(samplers, Mapping):
+            load_sampler(name, fs, **samplers[name]).close()
 
 
 def load_sampler(name: str, fs: HostFS, **options: object) -> Sampler:

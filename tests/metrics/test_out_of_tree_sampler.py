@@ -171,18 +171,26 @@ def test_bad_options_are_one_line(
 
 
 @pytest.mark.parametrize(
-    ("name", "message"), [BAD[3], BAD[4], BAD[5]], ids=["not-a-sampler", "twice", "no-sample"]
+    ("name", "message", "options"),
+    [
+        (*BAD[3], ""),
+        (*BAD[4], ""),
+        (*BAD[5], ""),
+        (TARGET, "unknown option 'colour'", "colour = 1\n"),
+        ("service", "needs stats_file", ""),
+    ],
+    ids=["not-a-sampler", "twice", "no-sample", "bad-option", "service-without-file"],
 )
 def test_musku_agent_run_refuses_a_bad_plugin_at_load(
-    tmp_path: Path, name: str, message: str
+    tmp_path: Path, name: str, message: str, options: str
 ) -> None:
-    """The real command: exit 3 and one line naming the plug-in, before the agent locks its
-    state or touches the host (no state directory made, no socket)."""
+    """The real command: exit 3 and one line naming the plug-in (or the option it refused),
+    before the agent locks its state or touches the host (no state directory, no socket)."""
     root = host(tmp_path, 1)
     cfg = tmp_path / "agent.toml"
     cfg.write_text(
         f'[agent]\nroot = "{root}"\nstate_dir = "{tmp_path / "state"}"\n'
-        f'socket = "{tmp_path / "agent.sock"}"\n[samplers."{name}"]\n'
+        f'socket = "{tmp_path / "agent.sock"}"\n[samplers."{name}"]\n{options}'
     )
     env = dict(os.environ)
     env.pop("MUSKU_DEBUG", None)
@@ -197,7 +205,9 @@ def test_musku_agent_run_refuses_a_bad_plugin_at_load(
     )
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 3 and len(lines) == 1, proc.stderr
-    assert message in lines[0] and name in lines[0] and "Traceback" not in proc.stderr
+    assert message in lines[0] and "Traceback" not in proc.stderr
+    if not options and ":" in name:  # a refused plug-in is named; an option, by its sampler
+        assert name in lines[0], lines[0]
     assert not (tmp_path / "state").exists() and not (tmp_path / "agent.sock").exists()
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from musku.abtest import stats
+from musku.abtest.rules import MAX_HOST_BIAS
 from musku.design.sequential import MultiArmProcedure, ScanOutcome
 from musku.design.williams import williams
 from musku.domain import Configuration, Decision, Guardrail, StatsSettings
@@ -50,6 +51,16 @@ class ScanResult:
         return self.arms[self.outcome.best]
 
 
+PROBE_WINDOWS = 60
+"""Steady windows of the guarded probe that opens a scan (``run_scan(probe_windows=...)``): the
+first part of the first period, checked before any arm runs longer on its host."""
+
+PROBE_MAX_LOSS = 0.10
+"""The primary metric's floor in the probe: a candidate whose interval of the ratio to the
+baseline's host over the same windows (widened by the pair tester's host-bias bound,
+:data:`musku.abtest.rules.MAX_HOST_BIAS`, on both sides) lies wholly below ``1 - PROBE_MAX_LOSS``
+is stopped there."""
+
 PeriodSink = Callable[[int, NDArray[np.int64], float, FloatArray], None]
 """``on_period(period, row, t, means)``: host ``h`` ran arm ``row[h]``; ``means[h]`` is the mean
 primary metric of host ``h``'s steady windows of the period, which ended at clock ``t``;
@@ -67,6 +78,8 @@ def run_scan(
     on_period: PeriodSink | None = None,
     should_stop: Callable[[], bool] | None = None,
     guardrails: Sequence[Guardrail] = (),
+    probe_windows: int = PROBE_WINDOWS,
+    max_loss: float = PROBE_MAX_LOSS,
 ) -> ScanResult:
     """Run the ``len(arms)``-arm scan (``arms[0]`` the baseline) on ``group`` (one host per
     arm) with the Williams rotation until the procedure stops or the sample cap (per host,
@@ -86,7 +99,20 @@ def run_scan(
     test's, :meth:`musku.abtest.driver.Comparison._guardrails`); one wholly beyond the limit
     eliminates the arm at once (:meth:`MultiArmProcedure.remove`), the host running it goes
     back to the baseline there and then, and every later period runs the baseline in its
-    place (``on_period`` hears ``-a`` for a host scheduled on a broken arm ``a``). The arm is in ``ScanResult.guardrail``."""
+    place (``on_period`` hears ``-a`` for a host scheduled on a broken arm ``a``). The arm is in ``ScanResult.guardrail``.
+
+    **The guarded probe** (issue 31 item 6): before any arm runs its first full period, the
+    first ``min(probe_windows, pilot_windows)`` steady windows after the warm-up are checked on
+    their own, every candidate against the same guardrails (same rule, same limits) and against
+    the primary metric's floor: its log-ratio to the baseline's host over the same windows (the
+    live load cancels), in batches (:func:`musku.abtest.stats.batch_size_for`), gives a
+    confidence sequence at level ``1 - confidence``; widened by the pair tester's host-bias
+    bound, wholly below ``log(1 - max_loss)`` stops the arm. A breach in the probe puts the
+    arm's host back on the baseline at once (the rest of the first period then measures the
+    baseline there), the arm is eliminated and never runs again in the scan (``on_period``
+    hears ``-a`` from period 0). When every candidate breaks in the probe the scan ends there
+    (decision ``guardrail``, the baseline kept). A scan where nothing breaks measures the same
+    windows as without the probe (the first period is measured in two pieces)."""
     st = settings or StatsSettings()
     n = len(arms)
     if n != group.n:
@@ -121,9 +147,30 @@ def run_scan(
             group.measure(warm)
         # host h runs arm row[h]: column a of `by_arm` is the host running arm a
         host_of = np.argsort(row)
+        guard_now: dict[str, FloatArray] = {}
         if proc is None:
-            steady = np.log(group.measure(pilot_windows))[:, host_of]
-            b, _ = stats.batch_size_for(steady[:, 1] - steady[:, 0], maximum=pilot_windows // 4)
+            probe = max(1, min(probe_windows, pilot_windows))
+            steady = np.log(group.measure(probe))[:, host_of]
+            guard_now = dict(getattr(group, "guard", None) or {})
+            newly = _probe(guard_now, guardrails, row, steady, 1.0 - st.confidence, max_loss)
+            for a, why in newly.items():
+                broken[a] = why
+            if newly:  # the hosts on a broken arm go back to the baseline at once
+                group.apply([arms[run(int(a))] for a in row])
+            if len(broken) < n - 1 and pilot_windows > probe:
+                more = np.log(group.measure(pilot_windows - probe))[:, host_of]
+                steady = np.vstack([steady, more])
+                guard_more: dict[str, FloatArray] = getattr(group, "guard", None) or {}
+                guard_now = {
+                    k: np.vstack([v, guard_more[k]])
+                    for k, v in guard_now.items()
+                    if k in guard_more
+                }
+            # the batch size from a contrast of two arms still running (any, when none is)
+            live = [a for a in range(1, n) if a not in broken] or [1]
+            b, _ = stats.batch_size_for(
+                steady[:, live[0]] - steady[:, 0], maximum=max(1, steady.shape[0] // 4)
+            )
             period_len = max(4 * b, min_period_windows, math.ceil(3 * (cost + warm)))
             period_len = b * math.ceil(period_len / b)
             cap_periods = max(1, math.ceil(st.sample_cap / period_len))
@@ -137,6 +184,7 @@ def run_scan(
             )
         else:
             steady = np.log(group.measure(period_len))[:, host_of]
+            guard_now = getattr(group, "guard", None) or {}
         # one observation per period: the mean of its steady windows. The period-to-period
         # variation (slow per-host drift) is then in the residuals once every stratum has two
         # periods; with batches inside one period it would hide in the stratum means.
@@ -146,7 +194,7 @@ def run_scan(
         # (it ran the baseline)
         ran = np.asarray([-int(a) if int(a) in broken else int(a) for a in row], dtype=np.int64)
         newly = _check_guardrails(
-            group, guardrails, row, ran, use, b, 1.0 - st.confidence, guard_batches
+            guard_now, guardrails, row, ran, use, b, 1.0 - st.confidence, guard_batches
         )
         if on_period is not None:  # per host (undo the by-arm order), on the metric's scale
             on_period(p, ran, group.t, np.exp(steady[:use].mean(axis=0))[row])
@@ -156,7 +204,11 @@ def run_scan(
             proc.remove(a, why)
         if newly:  # the hosts on a broken arm go back to the baseline at once
             group.apply([arms[run(int(a))] for a in row])
+        for a, why in broken.items():
+            proc.remove(a, why)  # (again for the probe's: the procedure exists from here)
         out = proc.look()
+        if len(broken) == n - 1:  # every candidate broke a guardrail: nothing left to scan
+            out = proc._outcome(True, Decision.GUARDRAIL, 0, "every candidate broke a guardrail")
         if out.stop:
             outcome = out
         p += 1
@@ -181,8 +233,52 @@ def run_scan(
     )
 
 
+def _probe(
+    guard: dict[str, FloatArray],
+    guardrails: Sequence[Guardrail],
+    row: NDArray[np.int64],
+    steady: FloatArray,
+    alpha: float,
+    max_loss: float,
+) -> dict[int, str]:
+    """The guarded probe: the candidates (arm -> why) that break a guardrail or the primary
+    metric's floor over the probe's windows (``steady``: log primary metric by arm, ``guard``:
+    the guardrail metrics by host)."""
+    m = steady.shape[0]
+    out: dict[int, str] = {}
+    if m < 8:
+        return out
+    b, _ = stats.batch_size_for(steady[:, 1] - steady[:, 0], maximum=m // 4)
+    if guardrails:
+        ran = np.asarray(row, dtype=np.int64)
+        for a, why in _check_guardrails(guard, guardrails, row, ran, m, b, alpha, {}).items():
+            out[a] = f"{why} (in the probe)"
+    widen = math.log1p(MAX_HOST_BIAS)
+    floor = math.log1p(-max_loss) if 0.0 < max_loss < 1.0 else -math.inf
+    for a in range(1, steady.shape[1]):
+        if a in out:
+            continue
+        d = steady[:, a] - steady[:, 0]
+        d = d[np.isfinite(d)]
+        means = d[: b * (d.size // b)].reshape(-1, b).mean(axis=1)
+        if means.size < 4:
+            continue
+        mean = float(means.mean())
+        se = float(means.std(ddof=1)) / math.sqrt(means.size)
+        hw = stats.cs_halfwidth(se, float(means.size), alpha, 32.0, df=means.size - 1)
+        if mean + hw + widen < floor:
+            lo, hi = math.expm1(mean - hw - widen), math.expm1(mean + hw + widen)
+            out[a] = (
+                f"guardrail primary metric >= -{max_loss:.0%} of the baseline broken in the probe: "
+                f"candidate {math.expm1(mean):+.1%} against the baseline's host over the same "
+                f"windows, its interval [{lo:+.1%}, {hi:+.1%}] (host-bias bound "
+                f"±{MAX_HOST_BIAS:.0%} included) lies below -{max_loss:.0%} after {d.size:,} samples"
+            )
+    return out
+
+
 def _check_guardrails(
-    group: HostGroup,
+    guard: dict[str, FloatArray],
     guardrails: Sequence[Guardrail],
     row: NDArray[np.int64],
     ran: NDArray[np.int64],
@@ -193,8 +289,8 @@ def _check_guardrails(
 ) -> dict[int, str]:
     """Add this period's guardrail windows (the last ``use`` of ``group.guard``) per arm, in
     batches of ``b``, and return the candidate arms (still running) whose guardrail's
-    confidence sequence now lies wholly beyond its limit: arm -> why."""
-    guard: dict[str, FloatArray] = getattr(group, "guard", None) or {}
+    confidence sequence now lies wholly beyond its limit: arm -> why. ``guard``: the
+    guardrail metrics of the windows measured, by host."""
     out: dict[int, str] = {}
     for h, a in enumerate(int(x) for x in row):
         if a == 0 or int(ran[h]) != a:

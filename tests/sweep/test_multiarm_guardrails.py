@@ -315,3 +315,28 @@ def test_an_agent_group_prunes_an_arm_whose_hosts_report_a_broken_guardrail(
         for h in hosts:
             h.link.close()
         _stop(daemons)
+
+
+def test_a_knob_whose_probe_stops_arms_is_scanned_again_on_more_squares() -> None:
+    """core_count on Web/Skylake (9 settings, 9 hosts): the probe stops the settings that break
+    a guardrail or the MIPS floor; the arms left are scanned at once without them, as many
+    Williams squares as the 9 hosts hold, and the knob stays at 18 cores."""
+    from musku.design.fleet import scan_knob
+
+    exp, model = _setup()
+    results: list[Any] = []
+    ks = scan_knob(
+        exp, model, "core_count", 9, 1, on_scan=lambda r, g, periods: results.append((r, g.n))
+    )
+    first, n_first = results[0]
+    assert first.restarted and n_first == 9 and first.periods == 0
+    stopped = {first.arms[k]["core_count"] for k in first.guardrail}
+    assert {2, 4, 6, 8, 10, 12} <= stopped
+    assert all("in the probe" in why for why in first.guardrail.values())
+    second, n_second = results[1]
+    assert not second.restarted
+    left = [a["core_count"] for a in second.arms]
+    assert left[0] == 18 and not set(left) & stopped
+    assert second.replicas == min(4, 9 // len(left)) and n_second == second.replicas * len(left)
+    assert ks.chosen == 18 and ks.hosts == 9 and ks.scans == len(results)
+    assert ks.time_s == pytest.approx(sum(r.host_time_s for r, _ in results))

@@ -38,7 +38,13 @@ def scan_gains(experiment: Any) -> Mapping[str, Mapping[Any, float]]:
 
 def ordered(experiment: Any, knob: str, walks: list[list[object]]) -> list[list[object]]:
     """``walks`` (:func:`musku.sweep.schedule.scan_order`) in the predicted order."""
-    gain = scan_gains(experiment).get(knob, {})
+    return by_gain(walks, scan_gains(experiment).get(knob, {}))
+
+
+def by_gain(walks: list[list[object]], gain: Mapping[Any, float]) -> list[list[object]]:
+    """One walk: its settings by ``gain``, best first, those without one after in their
+    order. Two walks (``scan = "unimodal"``): each kept as it is, the one holding the best
+    gain first (a tie keeps their order)."""
     if not gain:
         return walks
     if len(walks) == 1:
@@ -49,4 +55,4 @@ def ordered(experiment: Any, knob: str, walks: list[list[object]]) -> list[list[
     def best(walk: list[object]) -> float:
         return max((gain[v] for v in walk if v in gain), default=float("-inf"))
 
-    return sorted(walks, key=lambda w: -best(w))  # stable: a tie keeps down, then up
+    return sorted(walks, key=lambda w: -best(w))

@@ -750,31 +750,28 @@ def _print_prediction(pred: Any) -> None:
         "against the baseline, 95 % intervals over the seeds"
     )
     t = Table(title=title)
-    for col in ("knob", "setting", "capacity req/s", "Δ capacity", "p50", "Δ p50", "p99",
-                "Δ p99", f"gain in {pred.metric}", "measured", "agrees"):  # fmt: skip
+    for col in ("knob", "setting", "capacity req/s", "p50", "p99", f"gain in {pred.metric}",
+                "measured", "agrees"):  # fmt: skip
         t.add_column(col, justify="left" if col in ("knob", "agrees") else "right")
     for r in pred.rows:
+        got = _e(_measured(r.measured))
         if not r.means:
-            t.add_row(_e(r.knob), _e(r.setting), _e(status(r)), *[""] * 8)
+            t.add_row(_e(r.knob), _e(r.setting), _e(status(r)), "", "", "", got, "")
             continue
-        m = r.measured
-        got = (
-            ""
-            if m is None
-            else f"{_pct(m.estimate)} [{_pct(m.ci_low)}, {_pct(m.ci_high)}] {m.decision}"
-        )
+
+        def cell(figure: str, text: str, r: Any = r) -> str:
+            e = r.effects.get(figure)
+            return text if e is None else f"{text}\n{_eff(e)}"
+
         sat = r.saturated
         t.add_row(
             _e(r.knob),
-            _e(r.setting) + (" (baseline)" if r.baseline else ""),
-            f"{r.means['capacity_qps']:,.0f}",
-            _eff(r.effects.get("capacity_qps")),
-            "SATURATED" if sat else _us(r.means["p50_us"]),
-            _eff(r.effects.get("p50_us")),
-            "SATURATED" if sat else _us(r.means["p99_us"]),
-            _eff(r.effects.get("p99_us")),
+            _e(r.setting) + ("\n(baseline)" if r.baseline else ""),
+            cell("capacity_qps", f"{r.means['capacity_qps']:,.0f}"),
+            cell("p50_us", "SATURATED" if sat else _us(r.means["p50_us"])),
+            cell("p99_us", "SATURATED" if sat else _us(r.means["p99_us"])),
             _eff(r.gain),
-            _e(got),
+            got,
             _e(r.agreement),
         )
     con = _console()

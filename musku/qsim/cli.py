@@ -707,7 +707,9 @@ def predict_cmd(
         finally:
             store.close()
     if fmt == "json":
-        sys.stdout.write(json.dumps(pred.to_dict(), indent=2, allow_nan=False, default=str) + "\n")
+        from musku.strict_json import dumps  # non-finite (a saturated gain) as null
+
+        sys.stdout.write(dumps(pred.to_dict(), indent=2) + "\n")
     elif fmt == "csv":
         sys.stdout.write(to_csv(CSV_HEADER, csv_rows(pred)))
     else:
@@ -727,15 +729,19 @@ def _pct(x: float) -> str:
 
 
 def _eff(e: Any) -> str:
-    return "" if e is None else f"{_pct(e.value)} [{_pct(e.lo)}, {_pct(e.hi)}] %"
+    if e is None:
+        return ""
+    if not math.isfinite(e.value):
+        return "unbounded (saturated)"
+    return f"{_pct(e.value)} [{_pct(e.lo)}, {_pct(e.hi)}] %"
 
 
 def _measured(m: Any) -> str:
-    return (
-        ""
-        if m is None
-        else f"{_pct(m.estimate)} [{_pct(m.ci_low)}, {_pct(m.ci_high)}] % {m.decision}"
-    )
+    if m is None:
+        return ""
+    if not (math.isfinite(m.ci_low) and math.isfinite(m.ci_high)):
+        return f"{m.decision} (no interval)"
+    return f"{_pct(m.estimate)} [{_pct(m.ci_low)}, {_pct(m.ci_high)}] % {m.decision}"
 
 
 def _print_prediction(pred: Any) -> None:

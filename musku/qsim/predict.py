@@ -457,9 +457,11 @@ def _row(
 
 def agreement(gain: Effect, measured: Measured, min_effect: float) -> str:
     """Whether a predicted gain agrees with a measured one: ``sign and size`` (the same sign,
-    significant or not alike, and the two intervals overlap), ``sign`` (the same sign, the
-    sizes apart), ``no``. A sign is +, - or 0: 0 when the interval holds zero or the whole
-    interval is within ``min_effect`` of it."""
+    and the two intervals overlap), ``sign`` (the same sign, the sizes apart, or one of them
+    unbounded), ``no``. A sign is +, - or 0: 0 when the interval holds zero or lies within
+    ``min_effect`` of it. A measurement without a bounded interval (a guardrail decision
+    taken early) has its decision's sign: ``better`` +, ``worse`` and ``guardrail`` -, else 0;
+    a saturated prediction's gain is -inf."""
 
     def sign(lo: float, hi: float) -> int:
         if lo > 0 and hi >= min_effect:
@@ -469,9 +471,15 @@ def agreement(gain: Effect, measured: Measured, min_effect: float) -> str:
         return 0
 
     p = sign(gain.lo, gain.hi)
-    q = sign(measured.ci_low, measured.ci_high)
+    bounded = math.isfinite(measured.ci_low) and math.isfinite(measured.ci_high)
+    if bounded:
+        q = sign(measured.ci_low, measured.ci_high)
+    else:
+        q = {"better": 1, "worse": -1, "guardrail": -1}.get(measured.decision, 0)
     if p != q:
         return "no"
+    if not (bounded and math.isfinite(gain.lo) and math.isfinite(gain.hi)):
+        return "sign"
     overlap = gain.lo <= measured.ci_high and measured.ci_low <= gain.hi
     return "sign and size" if overlap else "sign"
 
@@ -567,6 +575,11 @@ def status(r: Row) -> str:
     return "baseline" if r.baseline else (r.note or "predicted")
 
 
+def _cell(x: Any) -> Any:
+    """A CSV cell: a number that is not finite is left empty (as strict JSON's null)."""
+    return "" if isinstance(x, float) and not math.isfinite(x) else x
+
+
 def csv_rows(pred: Prediction) -> list[list[Any]]:
     out: list[list[Any]] = []
     for r in pred.rows:
@@ -580,5 +593,5 @@ def csv_rows(pred: Prediction) -> list[list[Any]]:
         m = r.measured
         row += [m.estimate, m.ci_low, m.ci_high, m.decision] if m is not None else ["", "", "", ""]
         row.append(r.agreement)
-        out.append(row)
+        out.append([_cell(x) for x in row])
     return out

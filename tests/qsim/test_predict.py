@@ -22,6 +22,7 @@ from musku.errors import InputError
 from musku.experiment import load_experiment
 from musku.qsim.predict import NOT_EXPRESSIBLE, Effect, Measured, agreement, predict
 from musku.storage import open_store
+from musku.strict_json import loads_strict
 from musku.sweep.predicted import by_gain
 from musku.sweep.schedule import scan_order
 from musku.sweep.sweep import run_sweep
@@ -297,6 +298,13 @@ def test_saturated_baseline_and_setting(tmp_path: Path, engine: str) -> None:
     assert rows["1.6"]["status"] == "saturated" and rows["1.6"]["p99_effect"] == ""
     assert rows["2.2"]["status"] == "baseline"
     assert "saturate the model at" in out.stderr and "core_freq=1.6" in out.stderr
+    # JSON stays strict: the saturated setting's unbounded gain is null, not -Infinity
+    out = run_cli(str(f), "-q", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = loads_strict(out.stdout)
+    (sat,) = [r for r in doc["rows"] if r["setting"] == 1.6]
+    assert sat["saturated"] and sat["gain"]["value"] is None and "p99_us" not in sat["effects"]
+    assert sat["effects"]["capacity_qps"]["value"] < -0.2
 
 
 # --------------------------------------------------------------------------- beside a sweep
@@ -413,6 +421,11 @@ def test_agreement() -> None:
     assert agreement(Effect(-0.30, -0.32, -0.28), m, 0.01) == "sign"
     assert agreement(Effect(0.05, 0.03, 0.07), m, 0.01) == "no"
     assert agreement(Effect(0.0, -0.01, 0.01), m, 0.01) == "no"  # predicted no effect
+    # a saturated prediction against a guardrail decision taken without a bounded interval
+    inf = math.inf
+    pruned = Measured(1, 2, "p99_ms", -5.0, -inf, inf, "guardrail")
+    assert agreement(Effect(-inf, -inf, -inf), pruned, 0.01) == "sign"
+    assert agreement(Effect(0.01, 0.005, 0.02), pruned, 0.01) == "no"
 
 
 def test_t_quantile_against_scipy() -> None:

@@ -682,7 +682,7 @@ def predict_cmd(
     beside what its sweep measured (docs/qsim.md "Predicting a sweep")."""
     from musku.errors import DatabaseError
     from musku.experiment import load_experiment
-    from musku.qsim.predict import CSV_HEADER, beside, csv_rows, predict
+    from musku.qsim.predict import CSV_HEADER, NOT_EXPRESSIBLE, beside, csv_rows, predict
 
     fmt = check_format(fmt, json_out)
     limits = _limits(cpu_limit, memory_limit)
@@ -714,6 +714,9 @@ def predict_cmd(
         sys.stdout.write(to_csv(CSV_HEADER, csv_rows(pred)))
     else:
         _print_prediction(pred)
+    mute = sorted({r.knob for r in pred.rows if r.note == NOT_EXPRESSIBLE})
+    if mute and fmt != "table":  # the table says it on each row
+        typer.echo(f"qsim predict: not expressible in the model: {', '.join(mute)}", err=True)
     sat = pred.saturated
     if sat:
         names = ", ".join(f"{r.knob}={r.setting}" for r in sat)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from musku.domain import Configuration, Value
-from musku.errors import InputError
+from musku.errors import InputError, UnsupportedError
 from musku.knob_spec import by_resource, spec_of
 from musku.qsim.engine import Limits, simulate
 from musku.qsim.hosts import knob_document
@@ -342,7 +342,8 @@ def predict(
     on_progress: ProgressFn | None = None,
 ) -> Prediction:
     """Every setting of every knob the experiment sweeps (or ``knobs``), predicted against the
-    experiment's baseline configuration. The baseline saturated: InputError (exit 3)."""
+    experiment's baseline configuration. The baseline saturated: InputError (exit 3); no knob
+    the model can express: UnsupportedError (exit 4)."""
     s = setup(experiment, model)
     m = Model(s)
     base_cfg: Configuration = experiment.baseline_config
@@ -350,6 +351,12 @@ def predict(
     direction = 1 if experiment.spec.direction.value == "higher" else -1
     figure = METRIC_FIGURE.get(metric)
     names = list(experiment.service.knobs) if knobs is None else list(knobs)
+    if not any(expressible(k, s) for k in names):
+        raise UnsupportedError(
+            f"the model can express none of the knobs {', '.join(names)} sweeps (core_freq and "
+            "core_count always, uncore_freq with [predict] uncore_scale): nothing to predict",
+            where=str(experiment.path),
+        )
     todo = [
         (k, v) for k in names if expressible(k, s) for v in experiment.space[k] if v != base_cfg[k]
     ]

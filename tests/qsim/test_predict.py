@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from musku.domain import Configuration, Decision
-from musku.errors import InputError
+from musku.errors import InputError, UnsupportedError
 from musku.experiment import load_experiment
 from musku.qsim.predict import NOT_EXPRESSIBLE, Effect, Measured, agreement, predict
 from musku.storage import open_store
@@ -253,7 +253,14 @@ def test_not_expressible_and_no_model(tmp_path: Path, engine: str) -> None:
     got = row(predict(load_experiment(f)), "uncore_freq", 1.4)
     assert got.note == "" and got.effects["capacity_qps"].value < -0.1  # type: ignore[attr-defined]
     # no model anywhere: one line naming both ways to give one
-    f.write_text(on_sim(f).replace("uncore_scale = 0.7\n", ""))
+    sim = on_sim(f).replace("uncore_scale = 0.7\n", "")
+    # a model that can express none of the swept knobs: exit 4's typed refusal
+    mute = sim.replace("[predict]\n", '[predict]\nmodel = "model.toml"\n')
+    mute = mute.replace('["core_freq", "uncore_freq"]', '["prefetch", "thp"]')
+    f.write_text(mute.replace("core_freq = [2.0, 2.2]\nuncore_freq = [1.4, 1.8]", ""))
+    with pytest.raises(UnsupportedError, match="can express none of the knobs prefetch, thp"):
+        predict(load_experiment(f))
+    f.write_text(sim)
     with pytest.raises(
         InputError, match=r"names no queueing model.*--model M.toml or \[predict\] model"
     ):

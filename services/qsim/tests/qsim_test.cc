@@ -209,6 +209,44 @@ TEST(Queues, EpollAndSocketBatch) {
   }
 }
 
+// handoff = "uqsim" (μqSim's Thread::enqueue on a batch's jobs, which finish at one instant):
+// the batch's first request keeps its place when the next queue was empty, the others enter
+// it in reverse. Three closed-loop users, no think time, one thread: an epoll stage (1 us) then
+// a processing stage (10 us each). In batch order every cycle serves the users in arrival
+// order and each waits 1 + 3 x 10 = 31 us. In μqSim's order the batch [a, b, c] is served
+// a, c, b; the next cycle's batch arrives in that order and is served a, b, c: a user served
+// second and then third waits 41 us, one served third and then second 21 us; the mean is
+// unchanged (the same work in the same cycles). A node is a reply visit (put first) when an
+// ancestor node runs on the same service.
+TEST(Queues, UqsimHandoffOrder) {
+  json m = OneStage(Stage("const", 1, {{"queue", "epoll"}}), 0, 0.02);
+  m["services"][0]["stages"].push_back(Stage("const", 10));
+  m["services"][0]["connections"] = 3;
+  m["paths"][0]["nodes"][0]["stages"] = {0, 1};
+  m["client"] = {{"kind", "closed"}, {"users", 3}, {"think_us", 0}, {"connections", 3}};
+  const json in_order = Sim(m)["latency"];
+  EXPECT_NEAR(in_order["mean_us"].get<double>(), 31, 0.1);
+  EXPECT_NEAR(in_order["max_us"].get<double>(), 31, 0.1);
+  m["services"][0]["stages"][0]["handoff"] = "uqsim";
+  const json uq = Sim(m)["latency"];
+  EXPECT_NEAR(uq["mean_us"].get<double>(), 31, 0.1);
+  EXPECT_NEAR(uq["max_us"].get<double>(), 41, 0.1);
+  EXPECT_NEAR(uq["p90_us"].get<double>(), 41, 0.1);  // a third of the requests
+  m["services"][0]["stages"][0]["handoff"] = "first";
+  EXPECT_THROW(q::ParseModel(m), q::ModelError);
+
+  json two = OneStage(Stage("exp", 10), 1000, 0.1);
+  two["services"].push_back(two["services"][0]);
+  two["paths"][0]["nodes"] = {{{"service", 0}, {"stages", {0}}, {"children", {1}}},
+                              {{"service", 1}, {"stages", {0}}, {"children", {2}}},
+                              {{"service", 0}, {"stages", {0}}}};
+  const q::Model pm = q::ParseModel(two);
+  const auto& nodes = pm.paths[0].nodes;
+  EXPECT_FALSE(nodes[0].reply);
+  EXPECT_FALSE(nodes[1].reply);
+  EXPECT_TRUE(nodes[2].reply);
+}
+
 // DVFS: t (1 - s + s f_base / f); s = 0.5 at half frequency (ratio 2) -> x1.5.
 TEST(Execution, DvfsFactor) {
   json m = OneStage(Stage("const", 10, {{"dvfs_scale", 0.5}}), 100, 5.0);

@@ -16,10 +16,12 @@ from musku.qsim.model import load
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Three closed-loop users, no think time, one thread: an epoll stage (1 us) then a processing
-# stage (10 us). In batch order each cycle serves the users in arrival order: every request
-# waits 1 + 3 x 10 = 31 us. In μqSim's order a batch [a, b, c] is served a, c, b and the next
-# one a, b, c: a third of the requests wait 41 us, a third 21 us; the mean stays 31 us.
+# Four closed-loop users, no think time, one thread: an epoll stage (1 us) then a processing
+# stage (10 us). A thread drains its later stage first, so a user whose request finishes the
+# last of a batch comes back just as the next batch is taken: each cycle (31 us) serves the
+# three others, and the mean is 4 x 31 / 3 us (Little). In batch order they are served in
+# arrival order: the one that waited a whole cycle 42 us, the others 41 us. In μqSim's order a
+# batch [a, b, c] is served a, c, b: 42, 31 and 51 us (worked through in qsim_test.cc).
 MODEL = """\
 [run]
 duration_s = 0.02
@@ -32,7 +34,7 @@ cores = 1
 [[services]]
 name = "web"
 execution = "simple"
-connections = 3
+connections = 4
 
   [[services.stages]]
   name = "poll"
@@ -51,16 +53,16 @@ connections = 3
 
 [client]
 kind = "closed"
-users = 3
+users = 4
 think_us = 0
-connections = 3
+connections = 4
 """
 
 
 @pytest.mark.services
 @pytest.mark.parametrize(
     ("line", "worst_us", "p90_us"),
-    [("", 31.0, 31.0), ('handoff = "in_order"', 31.0, 31.0), ('handoff = "uqsim"', 41.0, 41.0)],
+    [("", 42.0, 42.0), ('handoff = "in_order"', 42.0, 42.0), ('handoff = "uqsim"', 51.0, 51.0)],
 )
 def test_handoff_order_sets_the_tail_not_the_mean(
     engine: str, tmp_path: Path, line: str, worst_us: float, p90_us: float
@@ -68,7 +70,7 @@ def test_handoff_order_sets_the_tail_not_the_mean(
     path = tmp_path / "m.toml"
     path.write_text(MODEL.format(handoff=line))
     lat = simulate(load(path).engine)["latency"]
-    assert lat["mean_us"] == pytest.approx(31.0, abs=0.1)
+    assert lat["mean_us"] == pytest.approx(4 * 31 / 3, abs=0.1)
     assert lat["max_us"] == pytest.approx(worst_us, abs=0.1)
     assert lat["p90_us"] == pytest.approx(p90_us, abs=0.1)
 

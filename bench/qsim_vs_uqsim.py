@@ -61,8 +61,21 @@ def extract(mirror: str, path: str, dest: Path) -> Path:
     return dest / path
 
 
-def build(mirror: str, tmp: Path) -> str:
+# μqSim's Thread::enqueue walks a request back past every queued request whose time is not
+# earlier than its own, so a batch's requests (all of one time) enter the next stage newest first
+# (docs/qsim.md "Near saturation"); with <= they keep their order.
+TIE = "(*itr)->waitReq() && (*itr)->time < j->time) ) {"
+TIE_FIFO = "(*itr)->waitReq() && (*itr)->time <= j->time) ) {"
+
+
+def build(mirror: str, tmp: Path, fifo_ties: bool = False) -> str:
     src = extract(mirror, "src", tmp / "uqsim")
+    if fifo_ties:
+        thread = src / "thread.cc"
+        text = thread.read_bytes().decode()
+        if text.count(TIE) != 1:
+            raise RuntimeError("μqSim's thread.cc: the insertion test to patch is not there")
+        thread.write_bytes(text.replace(TIE, TIE_FIFO).encode())
     extract(mirror, "jsoncpp", tmp / "uqsim")
     exe = tmp / "microsim"
     cc = sorted(str(p) for p in src.glob("*.cc"))
@@ -135,6 +148,11 @@ def main() -> None:
     )
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument(
+        "--uqsim-fifo-ties",
+        action="store_true",
+        help="when building μqSim: a batch's requests first come, first served (<= in Thread::enqueue)",
+    )
+    ap.add_argument(
         "--in-order",
         action="store_true",
         help="qsim hands a finished batch on in batch order, not in μqSim's (handoff)",
@@ -148,7 +166,7 @@ def main() -> None:
     archs = a.arch or list(RATES)
     with tempfile.TemporaryDirectory(prefix="qsim-vs-uqsim-") as t:
         tmp = Path(t)
-        exe = a.uqsim or build(a.mirror, tmp)
+        exe = a.uqsim or build(a.mirror, tmp, a.uqsim_fifo_ties)
         print(f"μqSim: {exe}; runs of {a.duration:g} simulated s or {a.min_requests:g} requests "
               f"(the longer), {a.rounds} alternating rounds, medians")  # fmt: skip
         print(f"{'architecture':<40} {'qps':>7} {'μqSim mean':>10} {'qsim mean':>9} {'err':>7}"

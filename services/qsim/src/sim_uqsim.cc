@@ -1,7 +1,6 @@
 // μqSim's queue order, for imported μqSim models (docs/qsim.md "Queue kinds", `handoff`).
 // Kept apart from the event loop (sim_events.cc calls it once per finished batch of a stage
 // whose handoff is "uqsim").
-#include <algorithm>
 #include <vector>
 
 #include "sim.h"
@@ -29,24 +28,37 @@ namespace musku::qsim::internal {
 // queue behind). A one-thread instance drains its later stages first, so its next stage's
 // queue is empty whenever a batch finishes.
 void Sim::UqsimHandoff(std::vector<Job*>& batch) {
+  // No allocation per batch: an insertion sort (batches are a few tens of jobs) and one
+  // scratch vector reused across calls.
+  static thread_local std::vector<Job*> requests;
   bool first_stage = true;
   for (const Job* j : batch) first_stage = first_stage && j->pos == 0;
-  if (first_stage) {
-    std::stable_sort(batch.begin(), batch.end(),
-                     [](const Job* a, const Job* b) { return a->node_arrival < b->node_arrival; });
+  if (first_stage) {  // stable: equal arrival times keep the order the stage took them in
+    for (size_t i = 1; i < batch.size(); ++i) {
+      Job* j = batch[i];
+      size_t k = i;
+      for (; k > 0 && batch[k - 1]->node_arrival > j->node_arrival; --k) batch[k] = batch[k - 1];
+      batch[k] = j;
+    }
   }
-  const auto requests =
-      std::stable_partition(batch.begin(), batch.end(), [](const Job* j) { return j->spec->reply; });
-  if (requests == batch.end()) return;
+  requests.clear();
+  size_t replies = 0;
+  for (Job* j : batch) {
+    if (j->spec->reply) batch[replies++] = j;
+    else requests.push_back(j);
+  }
+  if (requests.empty()) return;
   bool keep_first = false;
-  if (requests == batch.begin()) {
-    const Job* j = *requests;
+  if (replies == 0) {
+    const Job* j = requests.front();
     const NodeSpec& n = *j->spec;
     const auto next = static_cast<size_t>(j->pos) + 1;
     keep_first = next >= n.stages.size() ||
                  inst_[static_cast<size_t>(j->inst)].queues[static_cast<size_t>(n.stages[next])].len == 0;
   }
-  std::reverse(keep_first ? requests + 1 : requests, batch.end());
+  size_t out = replies;
+  if (keep_first) batch[out++] = requests.front();
+  for (size_t i = requests.size(); i > (keep_first ? 1U : 0U); --i) batch[out++] = requests[i - 1];
 }
 
 }  // namespace musku::qsim::internal

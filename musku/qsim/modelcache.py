@@ -24,12 +24,14 @@ import contextlib
 import hashlib
 import json
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import musku
 from musku.errors import InputError
-from musku.inputfiles import read_text
+from musku.inputfiles import parse_toml, read_text
 
 MAX_ENTRIES = 256
 """Most cached documents; writing one more removes the least recently written."""
@@ -89,15 +91,13 @@ def _file_names(node: Any) -> list[str]:
     return out
 
 
-def _deps(path: Path, text: str) -> list[list[str]] | None:
+def _deps(
+    path: Path, text: str, histogram_path: Callable[[Path, str], Path]
+) -> list[list[str]] | None:
     """(real path, SHA-256) of each histogram file the model names; None if one cannot be read
     (the full load then reports it, and nothing is cached)."""
-    import tomllib  # lazy: a cache hit parses no TOML
-
-    from musku.qsim.model import histogram_path  # lazy: pydantic (the model) only on a miss
-
     try:
-        names = _file_names(tomllib.loads(text))
+        names = _file_names(parse_toml(text, str(path)))
         out = []
         for name in names:
             real = histogram_path(path, name)
@@ -119,11 +119,11 @@ def _hit(entry: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _store(folder: Path, key: str, entry: dict[str, Any]) -> None:
-    import tempfile  # lazy: only a miss writes
-
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+        # a name of this process's own (O_EXCL: never another's file), renamed into place
+        tmp = folder / f".tmp-{os.getpid()}-{threading.get_ident()}-{key}.json"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(entry, f, separators=(",", ":"))
@@ -146,28 +146,29 @@ def engine_document(path: Path | str) -> dict[str, Any]:
     Bad input raises the same InputError the full load raises."""
     path = Path(path)
     folder = cache_dir()
-    if folder is None:
-        from musku.qsim.model import load  # lazy: pydantic (the model) only on a miss
-
-        return load(path).engine
-    try:
-        text = read_text(path)  # the full load's size and type checks (its wording below)
-    except InputError:
-        from musku.qsim.model import load  # lazy: pydantic (the model) only on a miss
-
-        return load(path).engine  # raises the error as the full load words it
-    key = _key(path, text)
-    try:
-        entry = json.loads((folder / f"{key}.json").read_text())
-        doc = _hit(entry) if isinstance(entry, dict) else None
-    except (OSError, ValueError):
-        doc = None
-    if doc is not None:
-        return doc
-    from musku.qsim.model import load  # lazy: pydantic (the model) only on a miss
+    text: str | None = None
+    key: str | None = None
+    if folder is not None:
+        try:
+            text = read_text(path)  # the full load's size and type checks (its wording below)
+        except InputError:
+            folder = None  # the full load raises the error as it words it
+    if folder is not None and text is not None:
+        key = _key(path, text)
+        try:
+            entry = json.loads((folder / f"{key}.json").read_text())
+            doc = _hit(entry) if isinstance(entry, dict) else None
+        except (OSError, ValueError):
+            doc = None
+        if doc is not None:
+            return doc
+    # lazy: pydantic (the model, ~0.3 CPU-s) only on a miss: a cache hit loads neither pydantic
+    # nor typer (tests/qsim/test_quick.py)
+    from musku.qsim.model import histogram_path, load
 
     engine = load(path).engine
-    deps = _deps(path, text)
-    if deps is not None:
-        _store(folder, key, {"model": os.path.realpath(path), "deps": deps, "engine": engine})
+    if folder is not None and text is not None and key is not None:
+        deps = _deps(path, text, histogram_path)
+        if deps is not None:
+            _store(folder, key, {"model": os.path.realpath(path), "deps": deps, "engine": engine})
     return engine

@@ -35,6 +35,7 @@ from musku.qsim.hosts import knob_document
 from musku.qsim.model import QsimModel, normalise, parse, read_model
 from musku.qsim.overrides import with_overrides
 from musku.schema.tomlpos import Positions
+from musku.storage.lookup import find_run
 
 NOT_EXPRESSIBLE = "not expressible in the model"
 
@@ -497,8 +498,6 @@ def beside(
     """``pred`` with each row's measured effect from the latest sweep of the experiment in
     ``store`` (a comparison of the baseline against the baseline with that one setting
     changed), and whether the two agree."""
-    from musku.storage.lookup import find_run  # lazy: SQLAlchemy only when a DB is read
-
     try:
         found = find_run(store, experiment.name, "sweep")
     except InputError as exc:

@@ -230,19 +230,30 @@ def ratios(a: argparse.Namespace, tmp: Path) -> list[str]:
                             (f"{a.leaves}-leaf fan-out (imported)", ff, archf)):  # fmt: skip
         vs_u: list[float] = []
         vs_b: list[float] = []
+        base_u: list[float] = []  # the baseline engine over μqSim, the same round
         for _ in range(a.rounds):
             out, cpu, _ = run_timed([str(binary()), str(doc)])
             ours_rate = json.loads(out)["completed"] / cpu
+            u_rate = 0.0
             if a.uqsim:
                 u = uqsim(a.uqsim, arch, tmp)
-                vs_u.append(ours_rate / (u["requests"] / u["proc_cpu_s"]))
+                u_rate = u["requests"] / u["proc_cpu_s"]
+                vs_u.append(ours_rate / u_rate)
             if a.baseline_engine:
                 out, cpu, _ = run_timed([a.baseline_engine, str(doc)])
-                vs_b.append(ours_rate / (json.loads(out)["completed"] / cpu))
-        for what, v in (("μqSim", vs_u), (a.baseline_engine, vs_b)):
+                b_rate = json.loads(out)["completed"] / cpu
+                vs_b.append(ours_rate / b_rate)
+                if u_rate:
+                    base_u.append(b_rate / u_rate)
+        for what, v in (
+            ("μqSim", vs_u),
+            (a.baseline_engine, vs_b),
+            (f"μqSim, for {a.baseline_engine}", base_u),
+        ):
             if v:
                 v.sort()
-                lines.append(f"{name}: this engine / {what}, requests per CPU-s, "
+                who = "the baseline" if what.startswith("μqSim, for") else "this engine"
+                lines.append(f"{name}: {who} / {what}, requests per CPU-s, "
                              f"{a.rounds} rounds: median {v[len(v) // 2]:.2f}x "
                              f"(range {v[0]:.2f}-{v[-1]:.2f}; {', '.join(f'{x:.2f}' for x in v)})")  # fmt: skip
     return lines

@@ -18,7 +18,7 @@ against an engine built without it. The CLI's own overhead is ``musku qsim run``
 100-request model minus the engine alone on the same document (docs/qsim.md "Speed").
 
     PYTHONPATH=. python bench/qsim_speed.py [--uqsim /work/peers/uqsim/microsim] [--quick]
-        [--rounds N] [--baseline-engine PATH] [--only cli|progress|ratio]
+        [--rounds N] [--baseline-engine PATH] [--only cli|progress|ratio] [--baseline-tree PATH]
 
 ``--only ratio`` prints the per-round ratios of requests per CPU-second, this engine over μqSim
 (``--uqsim``) and over a baseline engine binary (``--baseline-engine``), on the imported 2-tier
@@ -159,26 +159,50 @@ qps = 1000
 """
 
 
-def cli_overhead(tmp: Path, rounds: int) -> tuple[float, float, float]:
+CONSOLE_SCRIPT = "import sys; from musku.entry import main; sys.argv[0] = 'musku'; main()"
+"""What pip's ``musku`` console script runs (``python -m musku`` adds runpy's imports)."""
+
+
+def cli_overhead(
+    tmp: Path, rounds: int, baseline_tree: str | None = None
+) -> tuple[tuple[float, float, float], tuple[float, float, float] | None]:
     """The ``musku qsim run`` CLI's own CPU time on a tiny model (100 requests): the whole
     command (Python and the engine, wait4) minus the engine alone on the same document, in
-    alternating rounds; (median overhead, lowest, highest) CPU-s."""
+    alternating rounds; (median overhead, lowest, highest) CPU-s, for this tree and, when
+    ``baseline_tree`` (a checkout of an earlier commit) is given, for that one in the same
+    rounds."""
     model = tmp / "tiny.toml"
     model.write_text(TINY)
     (tmp / "tiny.json").write_text(json.dumps(load(model).engine))
-    cli = [sys.executable, "-m", "musku", "qsim", "run", str(model), "--format", "json", "-q"]
+    cli = [
+        sys.executable,
+        "-c",
+        CONSOLE_SCRIPT,
+        "qsim",
+        "run",
+        str(model),
+        "--format",
+        "json",
+        "-q",
+    ]
     # as installed: compiled bytecode cached (here under tmp), so no round compiles musku's
     # sources (PYTHONDONTWRITEBYTECODE=1 would make every call pay for that)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
-    run_timed(cli, env=env)  # warms the bytecode cache
-    diffs = []
+    env["MUSKU_CACHE_DIR"] = str(tmp / "cache")
+    trees = {"this": dict(env, PYTHONPATH=str(Path(__file__).resolve().parents[1]))}
+    if baseline_tree:
+        trees["baseline"] = dict(env, PYTHONPATH=baseline_tree)
+    for e in trees.values():
+        run_timed(cli, cwd=tmp, env=e)  # warms the bytecode and model caches (cwd: not a tree)
+    diffs: dict[str, list[float]] = {k: [] for k in trees}
     for _ in range(rounds):
-        _, whole, _ = run_timed(cli, env=env)
         _, alone, _ = run_timed([str(binary()), str(tmp / "tiny.json")])
-        diffs.append(whole - alone)
-    diffs.sort()
-    return diffs[len(diffs) // 2], diffs[0], diffs[-1]
+        for k, e in trees.items():
+            _, whole, _ = run_timed(cli, cwd=tmp, env=e)
+            diffs[k].append(whole - alone)
+    out = {k: (sorted(v)[len(v) // 2], min(v), max(v)) for k, v in diffs.items()}
+    return out["this"], out.get("baseline")
 
 
 def progress_cost(doc: dict[str, Any], tmp: Path, rounds: int, baseline: str | None) -> str:
@@ -274,6 +298,10 @@ def main() -> int:
         help="an engine binary to compare with (the progress check's cost; --only ratio)",
     )
     ap.add_argument(
+        "--baseline-tree",
+        help="a checkout of an earlier commit: its CLI overhead measured in the same rounds",
+    )
+    ap.add_argument(
         "--only",
         choices=("cli", "progress", "ratio"),
         help="only the CLI overhead line, the progress cost line, or the per-round speed ratios "
@@ -289,9 +317,13 @@ def main() -> int:
                 for line in ratios(a, tmp):
                     print(line)
             elif a.only == "cli":
-                med, lo, hi = cli_overhead(tmp, a.rounds)
+                (med, lo, hi), base = cli_overhead(tmp, a.rounds, a.baseline_tree)
                 print(f"CLI overhead of musku qsim run (tiny model): {med:.3f} CPU-s median of "
                       f"{a.rounds} rounds (range {lo:.3f}-{hi:.3f}; goal <= 0.1)")  # fmt: skip
+                if base is not None:
+                    print(f"  baseline {a.baseline_tree}, same rounds: {base[0]:.3f} CPU-s "
+                          f"(range {base[1]:.3f}-{base[2]:.3f}); this / baseline "
+                          f"{med / base[0]:.2f}")  # fmt: skip
             else:
                 arch = write_example(
                     tmp / "2tier", "2tier", qps=a.qps, duration_s=a.requests / a.qps
@@ -362,7 +394,7 @@ def main() -> int:
                      f"{rp['completed'] / rp['proc_cpu_s']:,.0f}", f"{rp['events'] / rp['proc_cpu_s']:,.0f}",
                      f"{rp['latency']['mean_us']:.0f} / {rp['latency']['p99_us']:.0f}"))  # fmt: skip
         progress_line = progress_cost(doc, tmp, a.rounds, a.baseline_engine)
-        cli_line = cli_overhead(tmp, a.rounds)
+        cli_line, _ = cli_overhead(tmp, a.rounds)
     w = [34, 6, 9, 16, 14, 20]
     head = ("model", "engine", "requests", "requests/CPU-s", "events/CPU-s", "mean / p99 (us)")
     print("  ".join(h.ljust(x) for h, x in zip(head, w, strict=True)))

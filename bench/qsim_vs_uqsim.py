@@ -61,8 +61,21 @@ def extract(mirror: str, path: str, dest: Path) -> Path:
     return dest / path
 
 
-def build(mirror: str, tmp: Path) -> str:
+# μqSim's Thread::enqueue walks a request back past every queued request whose time is not
+# earlier than its own, so a batch's requests (all of one time) enter the next stage newest first
+# (docs/qsim.md "Near saturation"); with <= they keep their order.
+TIE = "(*itr)->waitReq() && (*itr)->time < j->time) ) {"
+TIE_FIFO = "(*itr)->waitReq() && (*itr)->time <= j->time) ) {"
+
+
+def build(mirror: str, tmp: Path, fifo_ties: bool = False) -> str:
     src = extract(mirror, "src", tmp / "uqsim")
+    if fifo_ties:
+        thread = src / "thread.cc"
+        text = thread.read_bytes().decode()
+        if text.count(TIE) != 1:
+            raise RuntimeError("μqSim's thread.cc: the insertion test to patch is not there")
+        thread.write_bytes(text.replace(TIE, TIE_FIFO).encode())
     extract(mirror, "jsoncpp", tmp / "uqsim")
     exe = tmp / "microsim"
     cc = sorted(str(p) for p in src.glob("*.cc"))
@@ -97,8 +110,14 @@ def uqsim(exe: str, arch: Path, work: Path, qps: float, duration: float) -> dict
     return vals
 
 
-def qsim(model: Path, qps: float, duration: float, seed: int) -> dict[str, Any]:
+def qsim(
+    model: Path, qps: float, duration: float, seed: int, in_order: bool = False
+) -> dict[str, Any]:
     doc = with_overrides(load(model).engine, qps=qps, duration_s=duration, seed=seed)
+    if in_order:  # the engine's plain order, not μqSim's (docs/qsim.md "Near saturation")
+        for svc in doc["services"]:
+            for st in svc["stages"]:
+                st.pop("handoff", None)
     r = simulate(doc)
     lat = r["latency"]
     return {"mean_us": lat["mean_us"], "p50_us": lat["p50_us"], "p99_us": lat["p99_us"],
@@ -129,6 +148,16 @@ def main() -> None:
     )
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument(
+        "--uqsim-fifo-ties",
+        action="store_true",
+        help="when building μqSim: a batch's requests first come, first served (<= in Thread::enqueue)",
+    )
+    ap.add_argument(
+        "--in-order",
+        action="store_true",
+        help="qsim hands a finished batch on in batch order, not in μqSim's (handoff)",
+    )
+    ap.add_argument(
         "--written-weights",
         action="store_true",
         help="qsim with the written path weights, not the shares μqSim's draw gives",
@@ -137,7 +166,7 @@ def main() -> None:
     archs = a.arch or list(RATES)
     with tempfile.TemporaryDirectory(prefix="qsim-vs-uqsim-") as t:
         tmp = Path(t)
-        exe = a.uqsim or build(a.mirror, tmp)
+        exe = a.uqsim or build(a.mirror, tmp, a.uqsim_fifo_ties)
         print(f"μqSim: {exe}; runs of {a.duration:g} simulated s or {a.min_requests:g} requests "
               f"(the longer), {a.rounds} alternating rounds, medians")  # fmt: skip
         print(f"{'architecture':<40} {'qps':>7} {'μqSim mean':>10} {'qsim mean':>9} {'err':>7}"
@@ -164,7 +193,7 @@ def main() -> None:
                         if first == "uqsim":
                             u.append(uqsim(exe, d, tmp, q, dur))
                         else:
-                            s.append(qsim(model, q, dur, rnd + 1))
+                            s.append(qsim(model, q, dur, rnd + 1, a.in_order))
                 row = {k: statistics.median(x[k] for x in u) for k in ("mean_us", "p99_us")}
                 qrow = {
                     k: statistics.median(x[k] for x in s) for k in ("mean_us", "p50_us", "p99_us")
@@ -173,9 +202,12 @@ def main() -> None:
                 qm.append(qrow["mean_us"])
                 err_m = qrow["mean_us"] / row["mean_us"] - 1
                 err_p = qrow["p99_us"] / row["p99_us"] - 1
+                up = sorted(x["p99_us"] for x in u)
+                sp = sorted(x["p99_us"] for x in s)
                 print(f"{arch.removeprefix('architecture/'):<40} {q:>7g} {row['mean_us']:>10.1f}"
                       f" {qrow['mean_us']:>9.1f} {err_m:>+7.1%} {qrow['p50_us']:>8.1f}"
-                      f" {row['p99_us']:>9.1f} {qrow['p99_us']:>8.1f} {err_p:>+7.1%}",
+                      f" {row['p99_us']:>9.1f} {qrow['p99_us']:>8.1f} {err_p:>+7.1%}"
+                      f"  μqSim p99 {up[0]:.0f}-{up[-1]:.0f}, qsim {sp[0]:.0f}-{sp[-1]:.0f}",
                       flush=True)  # fmt: skip
             table.append((arch, saturation(rates, um), saturation(rates, qm)))
         print("\nsaturation (mean > 5x the lowest rate's):")

@@ -961,9 +961,19 @@ def report(
     ] = None,
     db: DbOption = None,
     kind: KindOption = "sweep",
+    figure: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--figure",
+            metavar="NAME",
+            help="Also draw this registered figure or 'package.module:Class' "
+            "(repeatable; docs/architecture.md 'How to add a report figure').",
+        ),
+    ] = None,
 ) -> None:
     """The paper's figures of an experiment as one HTML file (no network needed to view it)."""
     from musku.report import data as report_data  # lazy: matplotlib, numpy
+    from musku.report.figure import select
     from musku.report.html import FORMATS, check_output, write_figures, write_report
 
     if fmt not in FORMATS:
@@ -973,6 +983,7 @@ def report(
     refs = list(compare) if compare is not None else [experiment] if experiment else []
     if not refs:
         raise InputError("which experiment? `musku report EXPERIMENT` (`musku results` lists them)")
+    figures = select(figure or ())  # plug-ins loaded and checked before the DB is read
     if fmt == "html":
         out = output if output is not None else Path("report.html")
         check_output(out)
@@ -983,7 +994,7 @@ def report(
         store.close()
     started = time.monotonic()
     if fmt == "html":
-        write_report(sides, out, version=__version__)
+        write_report(sides, out, version=__version__, figures=figures)
         for side in sides:
             typer.echo(side.run_note, err=True)
         if str(out) == "-":  # standard output: the report is the output
@@ -994,7 +1005,7 @@ def report(
         return
     name = "-vs-".join(d.experiment.name for d in sides)
     out_dir = output if output is not None else Path(f"{name}-figures")
-    paths = write_figures(sides, out_dir, fmt)
+    paths = write_figures(sides, out_dir, fmt, figures)
     for side in sides:
         typer.echo(side.run_note, err=True)
     typer.echo(f"wrote {len(paths)} {fmt} figures to {out_dir}/")

@@ -502,6 +502,8 @@ def _print_advice(con: Any, advice: Mapping[str, Any] | None, mode: str) -> None
     hint = ""
     if groups and advice["faster"] == "pairwise":
         hint = f' (this file runs {mode}: mode = "independent" runs pairwise)'
+    elif not groups and advice["faster"] == "multiarm":
+        hint = f' (this file runs {mode}: mode = "multiarm" runs multi-arm groups)'
     print_wrapped(con, f"  mode: {advice['text']}{hint}")
 
 

@@ -12,9 +12,12 @@ with how to get its traceback.
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
 
 from musku.errors import guarded
+
+TYPE_CHECKING = False  # not typing's: the qsim quick path never imports typing
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

@@ -11,7 +11,10 @@ import enum
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+
+TYPE_CHECKING = False  # not typing's: the qsim quick path never imports typing
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 
 class ExitStatus(enum.IntEnum):

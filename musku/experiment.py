@@ -43,6 +43,7 @@ from musku.schema.experiment import (
     CatalogFile,
     ExperimentFile,
     GuardrailEntry,
+    PredictTable,
     ServiceTable,
     ThreadingTable,
 )
@@ -87,6 +88,19 @@ class ThreadingSection:
 
 
 @dataclass(frozen=True)
+class PredictSection:
+    """The optional ``[predict]`` table: the queueing model that predicts each setting's
+    effect (``musku qsim predict``; docs/qsim.md "Predicting a sweep"). Unset keys fall back
+    to the ``qsim`` backend's options, then to the model's own (:mod:`musku.qsim.predict`)."""
+
+    model: str | None = None  # relative to the experiment file
+    qps: float | None = None
+    seeds: int = 3
+    duration_s: float = 1.0
+    uncore_scale: float | None = None
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     description: str
@@ -104,6 +118,8 @@ class Experiment:
     search_rounds: int = 2
     scan: str = "unimodal"  # "unimodal": stop scanning an ordered knob past two worsening losses
     threading: ThreadingSection | None = None  # the [threading] table, if the file has one
+    predict: PredictSection | None = None  # the [predict] table, if the file has one
+    order_by: str = "none"  # "prediction": each knob's settings by predicted gain (scan_order)
 
     @property
     def cotune(self) -> CotuneSpec | None:
@@ -451,9 +467,17 @@ def load_experiment(path: str | Path) -> Experiment:
         search_rounds=f.sweep.search_rounds,
         scan=f.sweep.scan,
         threading=threading,
+        predict=_predict(f.predict),
+        order_by=f.sweep.order_by,
     )
     strategy.check(experiment)  # what the mode cannot run (exhaustive's size, multiarm's pool)
     return experiment
+
+
+def _predict(t: PredictTable | None) -> PredictSection | None:
+    if t is None:
+        return None
+    return PredictSection(t.model, t.qps, t.seeds, t.duration_s, t.uncore_scale)
 
 
 def _limit(g: GuardrailEntry) -> float:

@@ -15,9 +15,12 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
 
 from musku.errors import InputError
+
+TYPE_CHECKING = False  # not typing's: the qsim quick path never imports typing
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_FILE_BYTES = 1 << 20
 """Largest input file musku reads (1 MiB: the shipped files are under 20 KiB)."""

@@ -37,7 +37,8 @@ class PluginError(InputError):
 
 
 class Registry:
-    """Names -> plug-in objects of one kind (host backends, sweep strategies).
+    """Names -> plug-in objects of one kind (host backends, sweep strategies, metric samplers,
+    report figures).
 
     A plug-in is one object with a ``name`` and the methods its kind requires. Built-ins are
     aliases (``name -> "module:attr"``); an out-of-tree plug-in is given as
@@ -47,6 +48,12 @@ class Registry:
     plug-in imports its module once and checks it (:meth:`check`); its short name then works
     everywhere. ``verify(target, obj)`` checks the rest of a plug-in's shape (raises
     :class:`PluginError`).
+
+    ``base``: the class every plug-in must derive from (checked first: "is not a ..."; a
+    class that leaves methods abstract is named as lacking them, not called). With
+    ``instantiate=False`` the plug-in is the class itself (a metric sampler: the agent builds
+    one per host with its options), checked as a class: a subclass of ``base`` with no
+    abstract method left.
     """
 
     def __init__(
@@ -57,11 +64,15 @@ class Registry:
         group: str,
         required: tuple[str, ...] = (),
         verify: Callable[[str, Any], None] | None = None,
+        base: type | None = None,
+        instantiate: bool = True,
     ) -> None:
         self.kind = kind
         self.group = group
         self.required = required
         self.verify = verify
+        self.base = base
+        self.instantiate = instantiate
         self._builtin = dict(builtins)
         self._targets: dict[str, str] = dict(builtins)  # name -> "module:attr"
         self._objects: dict[str, Any] = {}  # name or "module:attr" -> checked object
@@ -119,12 +130,17 @@ class Registry:
                 del self._objects[key]
 
     def check(self, target: str, obj: Any) -> Any:
-        """``obj`` has a string ``name`` and every required method; else one line naming
-        ``target`` (:class:`PluginError`)."""
+        """``obj`` is a ``base`` (an instance; the class itself when not ``instantiate``), has
+        a string ``name`` and every required method (none of them abstract); else one line
+        naming ``target`` (:class:`PluginError`)."""
+        if self.base is not None and not self._is_base(obj):
+            base = f"{self.base.__module__}.{self.base.__qualname__}"
+            raise PluginError(f"{self.kind} {target!r} is not a {base}")
         name = getattr(obj, "name", None)
         if not isinstance(name, str) or not name or ":" in name:
             raise PluginError(f"{self.kind} {target!r} has no name (a 'name' string without ':')")
-        missing = [m for m in self.required if not callable(getattr(obj, m, None))]
+        abstract: frozenset[str] = getattr(obj, "__abstractmethods__", frozenset())
+        missing = [m for m in self.required if not callable(getattr(obj, m, None)) or m in abstract]
         if missing:
             raise PluginError(
                 f"{self.kind} {target!r} ({name}) lacks required method(s): {', '.join(missing)}"
@@ -133,7 +149,26 @@ class Registry:
             self.verify(target, obj)
         return obj
 
+    def _is_base(self, obj: Any) -> bool:
+        assert self.base is not None
+        if self.instantiate:
+            return isinstance(obj, self.base)
+        return isinstance(obj, type) and issubclass(obj, self.base)
+
     def _check(self, target: str, found: Any) -> Any:
+        if not self.instantiate:
+            return self.check(target, found)
+        if isinstance(found, type) and self.base is not None and not issubclass(found, self.base):
+            return self.check(target, found)  # "is not a <base>", before calling it
+        abstract = (
+            set(getattr(found, "__abstractmethods__", ()))
+            if isinstance(found, type) and self.base is not None
+            else ()
+        )
+        if abstract:  # with a base: named before calling it ("lacks draw", not a TypeError)
+            raise PluginError(
+                f"{self.kind} {target!r} lacks required method(s): {', '.join(sorted(abstract))}"
+            )
         if isinstance(found, type) or (callable(found) and not hasattr(found, "name")):
             try:
                 found = found()

@@ -5,10 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests.timing import slowdown
 
 pytest_plugins = ["tests.fixtures.toy", "tests.fixtures.sshd"]
+
+# Hypothesis' per-example deadline (200 ms by default) is a wall-clock bound: on this 2-core
+# machine beside other work one example of a pure function took 504 ms in a test run (load 24).
+# Examples are bounded by the suite's hang guard instead; a test that needs a deadline sets one.
+settings.register_profile("musku", deadline=None)
+settings.load_profile("musku")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -22,6 +22,7 @@ from musku.agent.core import Agent
 from musku.agent.server import Listeners
 from musku.errors import HostError
 from musku.hostfs import HostFS
+from musku.metrics import check_samplers
 
 if TYPE_CHECKING:
     from musku.agent.config import AgentConfig
@@ -149,7 +150,13 @@ def serve(agent: Agent, flags: _Flags) -> None:
 
 
 def run(config: AgentConfig, *, fs: HostFS | None = None) -> int:
-    """Run until SIGTERM/SIGINT. ``fs``: the host (default ``HostFS(config.root)``)."""
+    """Run until SIGTERM/SIGINT. ``fs``: the host (default ``HostFS(config.root)``).
+
+    Every configured sampler is resolved and built with its options first: a plug-in that
+    cannot load (a name registered twice, a missing method, not a ``Sampler``) or refuses its
+    options is one line, exit 3, before anything runs."""
+    fs = fs if fs is not None else HostFS(config.root)
+    check_samplers(config.samplers, fs)
     setup_logging(config.log_level)
     flags = _Flags()
 

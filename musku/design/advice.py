@@ -1,13 +1,14 @@
 """Which sweep mode is expected to reach the soft SKU sooner on a pool: ``pairwise``
-(``mode = "independent"`` on the pool's pairs) or ``multiarm`` (issue 32 item 4).
+(``mode = "independent"`` on the pool's pairs) or ``multiarm`` (issue 32 item 4, issue 31
+item 6).
 
 ``musku check`` and ``musku sweep --dry-run`` print it. The answer rests on the figures measured
-on the Web/Skylake model (docs/design.md "Figures"): on 8, 16 and 32 simulated hosts the
-multi-arm sweep took longer to the soft SKU (host-clock) and 2.6-3.5x the host-hours of the
-pairwise one, because a group holds K + 1 hosts for at least two design cycles with a warm-up
-discard at every switch (and a reboot per switch for reboot knobs), whatever the effect sizes.
-A lone scan of a knob with many settings and no reboot is where multi-arm can be sooner on the
-clock (shp, 7 settings: 0.71x the pairwise time, still 2.5x the host-hours), so such knobs are
+on the Web/Skylake model (docs/design.md "When to choose multiarm", ``bench/fleet.py``, both
+modes in the same run): on 16 simulated hosts pairwise reached the soft SKU sooner and with
+fewer host-hours; on 64, multiarm did, on both counts (the guarded probe ends core_count's scan
+in minutes, and the free hosts run replicated squares that decide after one design cycle). The
+nearest measured pool size decides. A lone scan of a knob with many settings and no reboot is
+where multi-arm can be sooner on the clock at any size (shp, 7 settings), so such knobs are
 named. No host is opened."""
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from typing import Any
 from musku.experiment import Experiment
 from musku.hosts.backend import backend_of
 
-# docs/design.md, bench/fleet.py --seeds 10 (2026-11-26): hosts -> (pairwise host-clock h,
-# pairwise host-hours, multiarm host-clock h, multiarm host-hours), medians
+# docs/design.md, bench/fleet.py --sizes 16,64 --seeds 5 --jobs 1 (2026-11-28, both modes in
+# the same run): hosts -> (pairwise host-clock h, pairwise host-hours, multiarm host-clock h,
+# multiarm host-hours), medians
 MEASURED: dict[int, tuple[float, float, float, float]] = {
-    8: (10.64, 46.1, 16.88, 122.5),
-    16: (6.59, 41.2, 15.48, 167.5),
-    32: (6.59, 41.2, 12.37, 167.5),
+    16: (4.82, 64.4, 7.42, 85.0),
+    64: (4.63, 143.2, 3.40, 85.8),
 }
 MANY_SETTINGS = 6  # candidate settings from which a lone multi-arm scan was measured sooner
 
@@ -55,14 +56,15 @@ def mode_advice(exp: Experiment) -> dict[str, Any]:
         }
     near = min(MEASURED, key=lambda h: (abs(h - n), h))
     pc, ph, mc, mh = MEASURED[near]
+    faster = "multiarm" if mc < pc else "pairwise"
     text = (
-        f"pairwise expected faster on {n} hosts: measured at {near} hosts (Web/Skylake, "
-        f"docs/design.md) {pc:.1f} h host-clock and {ph:.0f} host-hours against multiarm's "
-        f"{mc:.1f} h and {mh:.0f}; multiarm holds K+1 hosts per knob for >= 2 design cycles"
+        f"{faster} expected faster on {n} hosts: measured at {near} hosts (Web/Skylake, "
+        f"docs/design.md) pairwise {pc:.1f} h host-clock and {ph:.0f} host-hours, multiarm "
+        f"{mc:.1f} h and {mh:.0f}"
     )
-    if many:
+    if many and faster == "pairwise":
         text += (
             f"; multiarm may finish a lone scan of {', '.join(many)} sooner "
             f"(>= {MANY_SETTINGS} settings, no reboot) at more host-hours"
         )
-    return {"hosts": n, "faster": "pairwise", "knobs": many, "text": text}
+    return {"hosts": n, "faster": faster, "knobs": many, "text": text}

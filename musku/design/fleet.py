@@ -58,6 +58,11 @@ class MultiArmSweep:
     host_hours: float = 0.0
 
 
+MAX_REPLICAS = 4
+"""At most this many Williams squares of one scan side by side (replicas beyond decide little
+sooner: the first look needs one full cycle whatever the replication)."""
+
+
 def _chunks(values: Sequence[object], size: int) -> list[list[object]]:
     return [list(values[i : i + size]) for i in range(0, len(values), size)]
 
@@ -89,12 +94,18 @@ def scan_knob(
     open_group: Callable[[int, int], HostGroup] | None = None,
     on_scan: Callable[[ScanResult, HostGroup, list[Period]], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    hosts: int | None = None,
 ) -> KnobScan:
     """Scan ``knob`` from the experiment's baseline on groups of at most ``n_hosts`` hosts.
 
     ``open_group(size, scan)`` gives the group scan number ``scan`` runs on (default: a
     :class:`SimGroup` of ``model`` seeded from ``seed``, ``knob`` and ``scan``); ``on_scan``
-    hears of every finished scan with its group and its periods (the sweep records them)."""
+    hears of every finished scan with its group and its periods (the sweep records them).
+    ``hosts``: the hosts the knob holds (default: its group, :func:`group_size`); a scan runs
+    ``min(MAX_REPLICAS, hosts // arms)`` Williams squares side by side on them. A scan whose
+    probe stops some arms (:func:`musku.design.group.run_scan`, ``restart_after_probe``) is
+    followed at once by a scan of the arms left, with as many squares as the hosts held
+    allow (core_count on Web/Skylake: 2-14 cores stopped, 16 and 18 on four squares)."""
     if n_hosts < 3:
         raise InputError(f"a multi-arm scan needs a group of >= 3 hosts, not {n_hosts}")
     base = experiment.baseline_config
@@ -113,34 +124,44 @@ def scan_knob(
         )
 
     make = open_group or sim_group
+    held = group if hosts is None else max(group, min(n_hosts, hosts))
     while True:
         winners: list[object] = []
         for chunk in _chunks(values, group - 1):
             arms = [base, *(base.with_(knob, v) for v in chunk)]
-            g = make(len(arms), scans)
-            periods: list[Period] = []
-            cap = experiment.stats.sample_cap  # a small cap (a quick run) shortens the pilot
-            r = run_scan(
-                g,
-                arms,
-                experiment.stats,
-                pilot_windows=min(240, max(8, cap // 8)),
-                min_period_windows=min(120, max(4, cap // 16)),
-                on_period=_keep(periods),
-                should_stop=should_stop,
-                guardrails=experiment.spec.guardrails,
-            )
-            if on_scan is not None:
-                on_scan(r, g, periods)
-            scans += 1
-            time_s += r.host_time_s
+            while True:
+                # the hosts held run as many squares of the arms as fit, side by side
+                reps = max(1, min(MAX_REPLICAS, held // len(arms)))
+                g = make(reps * len(arms), scans)
+                periods: list[Period] = []
+                cap = experiment.stats.sample_cap  # a small cap (a quick run) shortens the pilot
+                r = run_scan(
+                    g,
+                    arms,
+                    experiment.stats,
+                    pilot_windows=min(240, max(8, cap // 8)),
+                    min_period_windows=min(120, max(4, cap // 16)),
+                    on_period=_keep(periods),
+                    should_stop=should_stop,
+                    guardrails=experiment.spec.guardrails,
+                    restart_after_probe=True,
+                )
+                if on_scan is not None:
+                    on_scan(r, g, periods)
+                scans += 1
+                time_s += r.host_time_s
+                if not r.restarted:
+                    break
+                # some arms broke in the probe: the rest are scanned again without them, on
+                # more squares where the hosts held allow
+                arms = [a for k, a in enumerate(arms) if k not in r.guardrail]
             if r.outcome.decision is Decision.BETTER and r.outcome.best != 0:
                 winners.append(r.best[knob])
         if len(winners) <= 1 or len(winners) == len(values):
             # one winner (or none), or no chunk narrowed anything down: take the first
             # chunk winner (a run-off could not shrink the field on a group this small)
             chosen = winners[0] if winners else base[knob]
-            return KnobScan(knob, chosen, group, time_s, scans)
+            return KnobScan(knob, chosen, held, time_s, scans)
         values = winners  # the chunks' winners meet in one more scan with the baseline
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from musku.abtest import stats
+from musku.abtest.rules import MAX_HOST_BIAS
 from musku.design.sequential import MultiArmProcedure, ScanOutcome
 from musku.design.williams import williams
 from musku.domain import Configuration, Decision, Guardrail, StatsSettings
@@ -40,6 +41,10 @@ class ScanResult:
     method: str = ""
     # arm -> why, for every arm a guardrail eliminated (its hosts then ran the baseline)
     guardrail: dict[int, str] = field(default_factory=dict)
+    replicas: int = 1  # Williams squares run side by side, each on n hosts of the group
+    # stopped after the probe (``restart_after_probe``): only the broken arms' verdicts count,
+    # the arms left are to be scanned again without them
+    restarted: bool = False
 
     @property
     def host_hours(self) -> float:
@@ -49,6 +54,16 @@ class ScanResult:
     def best(self) -> Configuration:
         return self.arms[self.outcome.best]
 
+
+PROBE_WINDOWS = 60
+"""Steady windows of the guarded probe that opens a scan (``run_scan(probe_windows=...)``): the
+first part of the first period, checked before any arm runs longer on its host."""
+
+PROBE_MAX_LOSS = 0.10
+"""The primary metric's floor in the probe: a candidate whose interval of the ratio to the
+baseline's host over the same windows (widened by the pair tester's host-bias bound,
+:data:`musku.abtest.rules.MAX_HOST_BIAS`, on both sides) lies wholly below ``1 - PROBE_MAX_LOSS``
+is stopped there."""
 
 PeriodSink = Callable[[int, NDArray[np.int64], float, FloatArray], None]
 """``on_period(period, row, t, means)``: host ``h`` ran arm ``row[h]``; ``means[h]`` is the mean
@@ -67,6 +82,9 @@ def run_scan(
     on_period: PeriodSink | None = None,
     should_stop: Callable[[], bool] | None = None,
     guardrails: Sequence[Guardrail] = (),
+    probe_windows: int = PROBE_WINDOWS,
+    max_loss: float = PROBE_MAX_LOSS,
+    restart_after_probe: bool = False,
 ) -> ScanResult:
     """Run the ``len(arms)``-arm scan (``arms[0]`` the baseline) on ``group`` (one host per
     arm) with the Williams rotation until the procedure stops or the sample cap (per host,
@@ -86,11 +104,27 @@ def run_scan(
     test's, :meth:`musku.abtest.driver.Comparison._guardrails`); one wholly beyond the limit
     eliminates the arm at once (:meth:`MultiArmProcedure.remove`), the host running it goes
     back to the baseline there and then, and every later period runs the baseline in its
-    place (``on_period`` hears ``-a`` for a host scheduled on a broken arm ``a``). The arm is in ``ScanResult.guardrail``."""
+    place (``on_period`` hears ``-a`` for a host scheduled on a broken arm ``a``). The arm is in ``ScanResult.guardrail``.
+
+    **The guarded probe** (issue 31 item 6): before any arm runs its first full period, the
+    first ``min(probe_windows, pilot_windows)`` steady windows after the warm-up are checked on
+    their own, every candidate against the same guardrails (same rule, same limits) and against
+    the primary metric's floor: its log-ratio to the baseline's host over the same windows (the
+    live load cancels), in batches (:func:`musku.abtest.stats.batch_size_for`), gives a
+    confidence sequence at level ``1 - confidence``; widened by the pair tester's host-bias
+    bound, wholly below ``log(1 - max_loss)`` stops the arm. A breach in the probe puts the
+    arm's host back on the baseline at once (the rest of the first period then measures the
+    baseline there), the arm is eliminated and never runs again in the scan (``on_period``
+    hears ``-a`` from period 0). When every candidate breaks in the probe the scan ends there
+    (decision ``guardrail``, the baseline kept). A scan where nothing breaks measures the same
+    windows as without the probe (the first period is measured in two pieces)."""
     st = settings or StatsSettings()
     n = len(arms)
-    if n != group.n:
-        raise InputError(f"a {n}-arm scan needs a group of {n} hosts, not {group.n}")
+    if n < 2 or group.n % n:
+        raise InputError(
+            f"a {n}-arm scan needs a group of {n} hosts or a multiple of {n}, not {group.n}"
+        )
+    reps = group.n // n
     design = williams(n)
     cycle = design.shape[0]
     t0 = group.t
@@ -112,18 +146,70 @@ def run_scan(
         """The arm a host scheduled on arm ``a`` runs: the baseline once ``a`` is broken."""
         return 0 if a in broken else a
 
+    def by_arm(x: FloatArray, host_of: NDArray[np.intp]) -> FloatArray:
+        """Windows by host -> (windows, replica, arm): log metric of the host running the arm."""
+        return np.log(x).reshape(x.shape[0], reps, n)[:, :, host_of]
+
     while outcome is None:
         if should_stop is not None and should_stop():
             raise Interrupted(f"stopped during a multi-arm scan ({p} periods measured)")
-        row = design[p % cycle]
+        # every replica runs the same row of the square on its own n hosts
+        row = np.tile(design[p % cycle], reps)
         cost = group.apply([arms[run(int(a))] for a in row])
         if warm:
             group.measure(warm)
-        # host h runs arm row[h]: column a of `by_arm` is the host running arm a
-        host_of = np.argsort(row)
+        # host h of a replica runs arm row[h]: column a of `by_arm` is the host running arm a
+        host_of = np.argsort(design[p % cycle])
+        guard_now: dict[str, FloatArray] = {}
         if proc is None:
-            steady = np.log(group.measure(pilot_windows))[:, host_of]
-            b, _ = stats.batch_size_for(steady[:, 1] - steady[:, 0], maximum=pilot_windows // 4)
+            probe = max(1, min(probe_windows, pilot_windows))
+            raw = group.measure(probe)
+            guard_now = dict(getattr(group, "guard", None) or {})
+            newly = _probe(
+                guard_now, guardrails, row, by_arm(raw, host_of), 1.0 - st.confidence, max_loss
+            )
+            for a, why in newly.items():
+                broken[a] = why
+            if newly:  # the hosts on a broken arm go back to the baseline at once
+                group.apply([arms[run(int(a))] for a in row])
+            if newly and restart_after_probe and len(broken) < n - 1:
+                # the caller scans the arms left on a group of its own size
+                return ScanResult(
+                    arms=list(arms),
+                    outcome=ScanOutcome(
+                        stop=True,
+                        decision=None,
+                        best=0,
+                        reason="stopped after the probe: the arms left are scanned without "
+                        + ", ".join(f"arm {k}" for k in sorted(broken)),
+                        active=tuple(k for k in range(n) if k not in broken),
+                        eliminated=dict(broken),
+                    ),
+                    host_time_s=group.t - t0,
+                    hosts=group.n,
+                    periods=0,
+                    batches=0,
+                    batch_size=0,
+                    samples=0,
+                    guardrail=dict(broken),
+                    replicas=reps,
+                    restarted=True,
+                )
+            if len(broken) < n - 1 and pilot_windows > probe:
+                more = group.measure(pilot_windows - probe)
+                raw = np.vstack([raw, more])
+                guard_more: dict[str, FloatArray] = getattr(group, "guard", None) or {}
+                guard_now = {
+                    k: np.vstack([v, guard_more[k]])
+                    for k, v in guard_now.items()
+                    if k in guard_more
+                }
+            steady = by_arm(raw, host_of)
+            # the batch size from a contrast of two arms still running (any, when none is)
+            live = [a for a in range(1, n) if a not in broken] or [1]
+            b, _ = stats.batch_size_for(
+                steady[:, 0, live[0]] - steady[:, 0, 0], maximum=max(1, steady.shape[0] // 4)
+            )
             period_len = max(4 * b, min_period_windows, math.ceil(3 * (cost + warm)))
             period_len = b * math.ceil(period_len / b)
             cap_periods = max(1, math.ceil(st.sample_cap / period_len))
@@ -133,30 +219,39 @@ def run_scan(
                 alpha=1.0 - st.confidence,
                 min_effect=st.min_effect,
                 n_opt=n_opt,
-                cap_batches=cap_periods,
+                cap_batches=cap_periods * reps,
+                block=reps,
             )
         else:
-            steady = np.log(group.measure(period_len))[:, host_of]
-        # one observation per period: the mean of its steady windows. The period-to-period
-        # variation (slow per-host drift) is then in the residuals once every stratum has two
-        # periods; with batches inside one period it would hide in the stratum means.
+            raw = group.measure(period_len)
+            steady = by_arm(raw, host_of)
+            guard_now = getattr(group, "guard", None) or {}
+        # one observation per period and replica: the mean of its steady windows. The
+        # period-to-period variation (slow per-host drift) is then in the residuals once every
+        # stratum has two observations (two cycles; one with two replicas or more); with
+        # batches inside one period it would hide in the stratum means.
         use = b * (steady.shape[0] // b)
-        proc.add(steady[:use].mean(axis=0), p % cycle)
+        for r in range(reps):
+            proc.add(steady[:use, r, :].mean(axis=0), p % cycle)
         # the arm each host ran: -a on a host scheduled on arm a that a guardrail eliminated
         # (it ran the baseline)
         ran = np.asarray([-int(a) if int(a) in broken else int(a) for a in row], dtype=np.int64)
         newly = _check_guardrails(
-            group, guardrails, row, ran, use, b, 1.0 - st.confidence, guard_batches
+            guard_now, guardrails, row, ran, use, b, 1.0 - st.confidence, guard_batches
         )
-        if on_period is not None:  # per host (undo the by-arm order), on the metric's scale
-            on_period(p, ran, group.t, np.exp(steady[:use].mean(axis=0))[row])
+        if on_period is not None:  # per host, on the metric's scale
+            on_period(p, ran, group.t, np.asarray(raw[:use].mean(axis=0), dtype=float))
         samples += use
         for a, why in newly.items():
             broken[a] = why
             proc.remove(a, why)
         if newly:  # the hosts on a broken arm go back to the baseline at once
             group.apply([arms[run(int(a))] for a in row])
+        for a, why in broken.items():
+            proc.remove(a, why)  # (again for the probe's: the procedure exists from here)
         out = proc.look()
+        if len(broken) == n - 1:  # every candidate broke a guardrail: nothing left to scan
+            out = proc._outcome(True, Decision.GUARDRAIL, 0, "every candidate broke a guardrail")
         if out.stop:
             outcome = out
         p += 1
@@ -176,13 +271,62 @@ def run_scan(
         batch_size=b,
         samples=samples,
         estimates=est,
-        method=proc.method(),
+        method=proc.method() + (f", {reps} replicated squares" if reps > 1 else ""),
         guardrail=broken,
+        replicas=reps,
     )
 
 
+def _probe(
+    guard: dict[str, FloatArray],
+    guardrails: Sequence[Guardrail],
+    row: NDArray[np.int64],
+    steady: FloatArray,
+    alpha: float,
+    max_loss: float,
+) -> dict[int, str]:
+    """The guarded probe: the candidates (arm -> why) that break a guardrail or the primary
+    metric's floor over the probe's windows (``steady``: log primary metric, shape (windows,
+    replica, arm); ``guard``: the guardrail metrics by host)."""
+    m = steady.shape[0]
+    out: dict[int, str] = {}
+    if m < 8:
+        return out
+    b, _ = stats.batch_size_for(steady[:, 0, 1] - steady[:, 0, 0], maximum=m // 4)
+    if guardrails:
+        ran = np.asarray(row, dtype=np.int64)
+        for a, why in _check_guardrails(guard, guardrails, row, ran, m, b, alpha, {}).items():
+            out[a] = f"{why} (in the probe)"
+    widen = math.log1p(MAX_HOST_BIAS)
+    floor = math.log1p(-max_loss) if 0.0 < max_loss < 1.0 else -math.inf
+    for a in range(1, steady.shape[2]):
+        if a in out:
+            continue
+        parts, count = [], 0
+        for r in range(steady.shape[1]):  # each replica against its own baseline host
+            d = steady[:, r, a] - steady[:, r, 0]
+            d = d[np.isfinite(d)]
+            count += d.size
+            parts.append(d[: b * (d.size // b)].reshape(-1, b).mean(axis=1))
+        means = np.concatenate(parts)
+        if means.size < 4:
+            continue
+        mean = float(means.mean())
+        se = float(means.std(ddof=1)) / math.sqrt(means.size)
+        hw = stats.cs_halfwidth(se, float(means.size), alpha, 32.0, df=means.size - 1)
+        if mean + hw + widen < floor:
+            lo, hi = math.expm1(mean - hw - widen), math.expm1(mean + hw + widen)
+            out[a] = (
+                f"guardrail primary metric >= -{max_loss:.0%} of the baseline broken in the probe: "
+                f"candidate {math.expm1(mean):+.1%} against the baseline's host over the same "
+                f"windows, its interval [{lo:+.1%}, {hi:+.1%}] (host-bias bound "
+                f"±{MAX_HOST_BIAS:.0%} included) lies below -{max_loss:.0%} after {count:,} samples"
+            )
+    return out
+
+
 def _check_guardrails(
-    group: HostGroup,
+    guard: dict[str, FloatArray],
     guardrails: Sequence[Guardrail],
     row: NDArray[np.int64],
     ran: NDArray[np.int64],
@@ -193,8 +337,8 @@ def _check_guardrails(
 ) -> dict[int, str]:
     """Add this period's guardrail windows (the last ``use`` of ``group.guard``) per arm, in
     batches of ``b``, and return the candidate arms (still running) whose guardrail's
-    confidence sequence now lies wholly beyond its limit: arm -> why."""
-    guard: dict[str, FloatArray] = getattr(group, "guard", None) or {}
+    confidence sequence now lies wholly beyond its limit: arm -> why. ``guard``: the
+    guardrail metrics of the windows measured, by host."""
     out: dict[int, str] = {}
     for h, a in enumerate(int(x) for x in row):
         if a == 0 or int(ran[h]) != a:

@@ -1,4 +1,4 @@
-"""``musku qsim run | curve | check | import-uqsim`` (docs/qsim.md).
+"""``musku qsim run | curve | check | import-uqsim | predict`` (docs/qsim.md).
 
 Exit statuses (docs/cli.md): 3 a bad model (with ``file:line``), a bad ``--out``, or a model
 that needs more than the engine's CPU or memory budget; 4 the engine is not built. Names from
@@ -9,9 +9,11 @@ never interpreted.
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -644,3 +646,148 @@ def profile(
     for n in prof.notes:
         typer.echo(f"note: {n}")
     typer.echo(f"wrote {out}")
+
+
+@app.command("predict")
+def predict_cmd(
+    experiment: Annotated[
+        Path, typer.Argument(help="Experiment file (docs/experiment.md).", show_default=False)
+    ],
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model",
+            help="qsim model (default: the experiment's [predict] model, else its qsim "
+            "backend's [hosts] model).",
+            show_default=False,
+        ),
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            envvar="MUSKU_DB",
+            help="Results DB whose latest sweep of the experiment is shown beside the "
+            "prediction (default: musku's own; none there: the prediction alone).",
+            show_default=False,
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+    fmt: FormatOpt = "table",
+    quiet: QuietOpt = False,
+    cpu_limit: CpuOpt = None,
+    memory_limit: MemOpt = None,
+) -> None:
+    """Predict each knob setting's effect on capacity, p50 and p99 at the experiment's load,
+    beside what its sweep measured (docs/qsim.md "Predicting a sweep")."""
+    from musku.errors import DatabaseError
+    from musku.experiment import load_experiment
+    from musku.qsim.predict import CSV_HEADER, NOT_EXPRESSIBLE, beside, csv_rows, predict
+
+    fmt = check_format(fmt, json_out)
+    limits = _limits(cpu_limit, memory_limit)
+    exp = load_experiment(experiment)
+    with _progress(f"predict {experiment}", quiet) as prog:
+
+        def step(done: int, total: int) -> None:
+            prog.update(done / total, f"run {done} of {total}")
+
+        pred = predict(exp, model=model, limits=limits, on_progress=step if prog.enabled else None)
+    from musku.storage import open_store  # lazy: SQLAlchemy only here
+
+    try:
+        store = open_store(db, read_only=True)
+    except DatabaseError as exc:
+        if db is not None:
+            raise
+        pred = replace(pred, sweep_note=f"no sweep to compare with: {exc.message}")
+    else:
+        try:
+            pred = beside(pred, exp, store)
+        finally:
+            store.close()
+    if fmt == "json":
+        from musku.strict_json import dumps  # non-finite (a saturated gain) as null
+
+        sys.stdout.write(dumps(pred.to_dict(), indent=2) + "\n")
+    elif fmt == "csv":
+        sys.stdout.write(to_csv(CSV_HEADER, csv_rows(pred)))
+    else:
+        _print_prediction(pred)
+    mute = sorted({r.knob for r in pred.rows if r.note == NOT_EXPRESSIBLE})
+    if mute and fmt != "table":  # the table says it on each row
+        typer.echo(f"qsim predict: not expressible in the model: {', '.join(mute)}", err=True)
+    sat = pred.saturated
+    if sat:
+        names = ", ".join(f"{r.knob}={r.setting}" for r in sat)
+        typer.echo(
+            f"qsim predict: {len(sat)} setting(s) saturate the model at {pred.qps:,.0f} req/s "
+            f"(latency not predicted): {names}",
+            err=True,
+        )
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf")
+
+
+def _eff(e: Any) -> str:
+    if e is None:
+        return ""
+    if not math.isfinite(e.value):
+        return "unbounded (saturated)"
+    return f"{_pct(e.value)} [{_pct(e.lo)}, {_pct(e.hi)}] %"
+
+
+def _measured(m: Any) -> str:
+    if m is None:
+        return ""
+    if not (math.isfinite(m.ci_low) and math.isfinite(m.ci_high)):
+        return f"{m.decision} (no interval)"
+    return f"{_pct(m.estimate)} [{_pct(m.ci_low)}, {_pct(m.ci_high)}] % {m.decision}"
+
+
+def _print_prediction(pred: Any) -> None:
+    from rich.table import Table
+
+    from musku.qsim.predict import status
+
+    base = pred.base
+    title = (
+        f"{_e(pred.experiment)}: predicted by {_e(pred.model)} ({_e(pred.source)}) at "
+        f"{pred.qps:,.0f} req/s, {len(pred.seeds)} seeds x {pred.duration_s:g} s; effects "
+        "against the baseline, 95 % intervals over the seeds"
+    )
+    t = Table(title=title)
+    for col in ("knob", "setting", "capacity req/s", "p50", "p99", f"gain in {pred.metric}",
+                "measured", "agrees"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("knob", "agrees") else "right")
+    for r in pred.rows:
+        got = _e(_measured(r.measured))
+        if not r.means:
+            t.add_row(_e(r.knob), _e(r.setting), _e(status(r)), "", "", "", got, "")
+            continue
+
+        def cell(figure: str, text: str, r: Any = r) -> str:
+            e = r.effects.get(figure)
+            return text if e is None else f"{text}\n{_eff(e)}"
+
+        sat = r.saturated
+        t.add_row(
+            _e(r.knob),
+            _e(r.setting) + ("\n(baseline)" if r.baseline else ""),
+            cell("capacity_qps", f"{r.means['capacity_qps']:,.0f}"),
+            cell("p50_us", "SATURATED" if sat else _us(r.means["p50_us"])),
+            cell("p99_us", "SATURATED" if sat else _us(r.means["p99_us"])),
+            _eff(r.gain),
+            got,
+            _e(r.agreement),
+        )
+    con = _console()
+    con.print(t)
+    con.print(
+        f"baseline: capacity {base['capacity_qps']:,.0f} req/s, p50 {_us(base['p50_us'])}, "
+        f"p99 {_us(base['p99_us'])}; {_e(pred.sweep_note or 'no results DB read')}"
+    )
+    if pred.figure is None:
+        con.print(f"{_e(pred.metric)} is not a predicted figure: gains are the capacity's")

@@ -104,31 +104,10 @@ class QsimPair(HostPair):
 
     def document(self, cfg: Configuration) -> dict[str, Any]:
         """The engine document of the model under a configuration."""
-        m = self.model
-        d = by_resource(cfg.as_dict())  # resource -> value (cores, core_ghz, uncore_ghz)
-        machines = list(m.machines)
-        services = list(m.services)
-        if "cores" in d:
-            n = int(d["cores"])  # type: ignore[call-overload]
-            machines = [mc.model_copy(update={"cores": mc.irq_cores + min(n, mc.cores - mc.irq_cores)})
-                        for mc in m.machines]  # fmt: skip
-            avail = {mc.name: mc.cores - mc.irq_cores for mc in machines}
-            services = []
-            for s in m.services:
-                names = s.machines or [machines[0].name]
-                room = min(avail[x] for x in names if x in avail) if not s.irq else 10**9
-                want = s.cores_per_instance or s.threads
-                services.append(s.model_copy(update={"cores_per_instance": min(want, room)}))
-        if "core_ghz" in d:
-            f = float(d["core_ghz"])  # type: ignore[arg-type]
-            services = [s.model_copy(update={"freq_ghz": f}) for s in services]
-        model = m.model_copy(update={"machines": machines, "services": services})
-        doc = normalise(model, self._pos, self._path)
-        if "uncore_ghz" in d and self.uncore_stock:
-            u = float(d["uncore_ghz"])  # type: ignore[arg-type]
-            k = self.uncore_scale
-            for s in doc["services"]:
-                s["time_scale"] = 1 - k + k * self.uncore_stock / u
+        doc = knob_document(
+            self.model, self._pos, self._path, by_resource(cfg.as_dict()),
+            uncore_scale=self.uncore_scale, uncore_stock=self.uncore_stock,
+        )  # fmt: skip
         return with_overrides(doc, qps=self.qps, duration_s=self.sim_seconds)
 
     def figures(self, cfg: Configuration) -> dict[str, float]:
@@ -179,6 +158,44 @@ class QsimPair(HostPair):
             "host_bias": self.host_bias,
             "qos_ms": self.qos_ms,
         }
+
+
+def knob_document(
+    m: QsimModel,
+    pos: Positions,
+    path: Path,
+    d: Mapping[str, object],
+    *,
+    uncore_scale: float = 0.1,
+    uncore_stock: float | None = None,
+) -> dict[str, Any]:
+    """The normalised engine document of model ``m`` with the resources ``d`` (``cores``,
+    ``core_ghz``, ``uncore_ghz``: :func:`musku.knob_spec.by_resource` of a configuration) set
+    as the module says; uncore only with a stock uncore frequency to scale against. The one
+    knob-to-model mapping of the backend and of ``musku qsim predict``."""
+    machines = list(m.machines)
+    services = list(m.services)
+    if "cores" in d:
+        n = int(d["cores"])  # type: ignore[call-overload]
+        machines = [mc.model_copy(update={"cores": mc.irq_cores + min(n, mc.cores - mc.irq_cores)})
+                    for mc in m.machines]  # fmt: skip
+        avail = {mc.name: mc.cores - mc.irq_cores for mc in machines}
+        services = []
+        for s in m.services:
+            names = s.machines or [machines[0].name]
+            room = min(avail[x] for x in names if x in avail) if not s.irq else 10**9
+            want = s.cores_per_instance or s.threads
+            services.append(s.model_copy(update={"cores_per_instance": min(want, room)}))
+    if "core_ghz" in d:
+        f = float(d["core_ghz"])  # type: ignore[arg-type]
+        services = [s.model_copy(update={"freq_ghz": f}) for s in services]
+    model = m.model_copy(update={"machines": machines, "services": services})
+    doc = normalise(model, pos, path)
+    if "uncore_ghz" in d and uncore_stock:
+        u = float(d["uncore_ghz"])  # type: ignore[arg-type]
+        for s in doc["services"]:
+            s["time_scale"] = 1 - uncore_scale + uncore_scale * uncore_stock / u
+    return doc
 
 
 def _num(opts: Mapping[str, Any], name: str, default: float | None, where: str) -> float | None:

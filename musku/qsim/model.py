@@ -153,6 +153,9 @@ class Stage(_Strict):
     batch: Annotated[int, _bounded(MAX_BATCH)] = 1
     time: Time
     dvfs_scale: Annotated[float, Field(ge=0, le=1)] = 0.0  # t (1 - s + s f_base / f)
+    # how a finished batch's jobs enter the next stage: in batch order, or as μqSim orders
+    # them (replies first, requests reversed: docs/qsim.md "Queue kinds")
+    handoff: Literal["in_order", "uqsim"] = "in_order"
 
 
 class Service(_Strict):
@@ -442,6 +445,8 @@ def normalise(model: QsimModel, pos: Positions, path: Path) -> dict[str, Any]:
                 "dvfs_scale": st.dvfs_scale,
                 "mean_us": t.mean_us if t.mean_us is not None else 0.0,
             }
+            if st.handoff != "in_order":
+                doc["handoff"] = st.handoff
             if t.sigma is not None:
                 doc["sigma"] = t.sigma
             if t.bytes_table is not None:

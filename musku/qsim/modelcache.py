@@ -4,9 +4,10 @@ Validating a model (pydantic: its import and the schema build) costs about 0.3 C
 what a small simulation does, and a curve, a script or a sweep runs the same model again and
 again. The engine document that :func:`musku.qsim.model.load` builds is therefore kept in
 ``$MUSKU_CACHE_DIR/qsim`` (default ``$XDG_CACHE_HOME/musku/qsim``, else ``~/.cache/musku/qsim``)
-under a key of everything it depends on:
+in a file named by a checksum of the model's real path, with everything it depends on, all of
+which must match for the entry to be used:
 
-- the model file's real path and exact text;
+- the model file's real path and exact text (compared, not hashed: no hashlib on a hit);
 - each histogram file it names (``file = ...``): real path and SHA-256, checked on every hit;
 - the code that builds it: name, size and modification time of every module of
   ``musku.qsim``, ``musku.schema`` and ``musku.inputfiles`` (an upgrade or an edit misses).
@@ -21,21 +22,24 @@ file and renamed, so concurrent runs never read half an entry.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
+import zlib
 from pathlib import Path
-from typing import Any
 
 import musku
 from musku.errors import InputError
 from musku.inputfiles import read_text
 
+TYPE_CHECKING = False  # not typing's: the qsim quick path never imports typing
+if TYPE_CHECKING:
+    from typing import Any
+
 MAX_ENTRIES = 256
 """Most cached documents; writing one more removes the least recently written."""
 
-FORMAT = 1
-"""The entries' layout (part of the key)."""
+FORMAT = 2
+"""The entries' layout (an entry of another format is a miss)."""
 
 
 def cache_dir() -> Path | None:
@@ -66,12 +70,16 @@ def _code_stamp() -> str:
 
 
 def _sha(data: bytes) -> str:
+    import hashlib  # lazy: ~0.01 CPU-s (OpenSSL), paid only by models with histogram files
+
     return hashlib.sha256(data).hexdigest()
 
 
-def _key(path: Path, text: str) -> str:
-    real = os.path.realpath(path)
-    return _sha(f"{FORMAT}\0{real}\0{_code_stamp()}\0{text}".encode())
+def _name(real: str) -> str:
+    """The entry's file name: a checksum of the model's real path (two paths with the same one
+    share a file and only cost each other a load: an entry is used only when everything it
+    records is what this run has)."""
+    return f"{zlib.crc32(real.encode()):08x}-{len(real)}"
 
 
 def _file_names(node: Any) -> list[str]:
@@ -107,7 +115,14 @@ def _deps(path: Path, text: str) -> list[list[str]] | None:
         return None
 
 
-def _hit(entry: dict[str, Any]) -> dict[str, Any] | None:
+def _hit(entry: dict[str, Any], real_path: str, text: str) -> dict[str, Any] | None:
+    if (entry.get("format"), entry.get("model"), entry.get("stamp"), entry.get("text")) != (
+        FORMAT,
+        real_path,
+        _code_stamp(),
+        text,
+    ):
+        return None
     for real, digest in entry.get("deps", []):
         try:
             if _sha(Path(real).read_bytes()) != digest:
@@ -156,10 +171,11 @@ def engine_document(path: Path | str) -> dict[str, Any]:
         from musku.qsim.model import load  # lazy: pydantic (the model) only on a miss
 
         return load(path).engine  # raises the error as the full load words it
-    key = _key(path, text)
+    real = os.path.realpath(path)
+    key = _name(real)
     try:
         entry = json.loads((folder / f"{key}.json").read_text())
-        doc = _hit(entry) if isinstance(entry, dict) else None
+        doc = _hit(entry, real, text) if isinstance(entry, dict) else None
     except (OSError, ValueError):
         doc = None
     if doc is not None:
@@ -169,5 +185,16 @@ def engine_document(path: Path | str) -> dict[str, Any]:
     engine = load(path).engine
     deps = _deps(path, text)
     if deps is not None:
-        _store(folder, key, {"model": os.path.realpath(path), "deps": deps, "engine": engine})
+        _store(
+            folder,
+            key,
+            {
+                "format": FORMAT,
+                "model": real,
+                "stamp": _code_stamp(),
+                "text": text,
+                "deps": deps,
+                "engine": engine,
+            },
+        )
     return engine

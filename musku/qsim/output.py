@@ -9,9 +9,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any
 
 from musku.errors import InputError
+
+TYPE_CHECKING = False  # not typing's: the qsim quick path never imports typing
+if TYPE_CHECKING:
+    from typing import Any
 
 FORMATS = ("table", "csv", "json")
 RUN_TABLES = ("services", "stages", "machines", "cores", "latency")

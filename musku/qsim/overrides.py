@@ -5,9 +5,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from musku.errors import InputError
+
+TYPE_CHECKING = False  # not typing's: the qsim quick path never imports typing
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_COUNT = (1 << 53) - 1  # max_requests, max_live_*: the engine reads them as doubles
 MAX_DURATION_S = 1e6  # simulated seconds (11.6 days): [run] duration_s, epochs, --duration

@@ -11,14 +11,17 @@ estimate, and a curve that stops at saturation ends earlier than its ETA said.
 
 from __future__ import annotations
 
+import _thread  # threading costs the quick path ~0.005 CPU-s to import, for one lock
 import math
 import os
 import sys
-import threading
 import time
-from typing import IO, Any
 
 from musku.errors import InputError
+
+TYPE_CHECKING = False  # not typing's: the qsim quick path never imports typing
+if TYPE_CHECKING:
+    from typing import IO, Any
 
 AFTER_S = 2.0
 """Runs shorter than this show no progress."""
@@ -90,7 +93,7 @@ class Progress:
         self.detail = ""
         self.lines = 0  # plain lines written
         self._next_line = self.started + after_s
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._bar: Any = None
         self._task: Any = None
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from musku.errors import InputError
 from musku.qsim.engine import Limits, simulate
@@ -25,6 +24,10 @@ from musku.qsim.modelcache import engine_document
 from musku.qsim.output import RUN_TABLES, run_table, table_json, to_csv, without_detail
 from musku.qsim.overrides import with_overrides
 from musku.qsim.progress import Progress, after_s_from_env
+
+TYPE_CHECKING = False  # not typing's: the qsim quick path never imports typing
+if TYPE_CHECKING:
+    from typing import Any
 
 VALUED = {"--qps": "qps", "--duration": "duration", "--seed": "seed", "--format": "fmt",
           "--table": "table"}  # fmt: skip

@@ -679,6 +679,11 @@ def _read_code_paths(sname: str, svc: _Svc, notes: list[str]) -> None:
             svc.names[sid] = name[:100]
 
 
+# Every job of a μqSim batch finishes at one instant, and its Thread::enqueue then puts the
+# batch's requests into the next stage in reverse order (docs/qsim.md, "Near saturation").
+HANDOFF = '  handoff = "uqsim"'
+
+
 def _stage_lines(imp: _Importer, sname: str, svc: _Svc, qps: float | None) -> list[str]:
     where = svc.where
     simplified = svc.insts[0].sched == "Simplified"
@@ -698,12 +703,12 @@ def _stage_lines(imp: _Importer, sname: str, svc: _Svc, qps: float | None) -> li
             lines += ['  queue = "fifo"', f"  time = {_time(imp, st, where, sname, name, qps)}"]
         elif _flag(st, "epoll", where):
             table = ", ".join(f"[{n}, {v:g}]" for n, v in _epoll_table())
-            lines += ['  queue = "epoll"', "  batch = 1",
+            lines += ['  queue = "epoll"', "  batch = 1", HANDOFF,
                       "  # μqSim: exp(round(0.38 (n - 7) + 3.8) us) for n ready connections",
                       f'  time = {{ dist = "exp", bytes_per_job = 1, bytes_table = [{table}] }}']  # fmt: skip
         elif _flag(st, "socket", where):
             table = ", ".join(f"[{b}, {v:g}]" for b, v in SOCKET_TABLE_US)
-            lines += ['  queue = "socket"', "  batch = 1000000",
+            lines += ['  queue = "socket"', "  batch = 1000000", HANDOFF,
                       "  # μqSim: a read of 7 bytes per job, cost by size",
                       f'  time = {{ dist = "exp", bytes_per_job = {SOCKET_BYTES_PER_JOB}, '
                       f"bytes_table = [{table}] }}"]  # fmt: skip
@@ -721,7 +726,7 @@ def _stage_lines(imp: _Importer, sname: str, svc: _Svc, qps: float | None) -> li
             # μqSim's own rule for this stage: 0.6 + 0.4 f_base / f (not the file's scale_factor)
             scale = NGX_PROC_DVFS_SCALE
         elif _flag(st, "batching", where):
-            lines += ['  queue = "fifo"', "  batch = 1000000",
+            lines += ['  queue = "fifo"', "  batch = 1000000", HANDOFF,
                       "  # μqSim: a batching stage takes every queued job for one draw",
                       f"  time = {_time(imp, st, where, sname, name, qps)}"]  # fmt: skip
         else:

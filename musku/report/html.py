@@ -1,5 +1,10 @@
 """``musku report``: one self-contained HTML file (figures embedded as data URIs, inline CSS, no
-script, nothing fetched) or the figures alone as PNG/SVG files."""
+script, nothing fetched) or the figures alone as PNG/SVG files.
+
+The page's figures are the registered ones (:data:`musku.report.figure.FIGURES`): each is laid
+out in its section, in its order; the "Figures" section (and its link) appears only when a
+figure placed there is drawn. The comparisons' own figures (:class:`~musku.report.figures.
+ComparisonPlot`, one per comparison) are the comparisons section's, not registered figures."""
 
 from __future__ import annotations
 
@@ -8,7 +13,6 @@ import html
 import math
 import multiprocessing
 import os
-import re
 import tomllib
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -22,6 +26,8 @@ from musku.abtest.calibration import CalibrationEffect, describe
 from musku.domain import Configuration, format_value
 from musku.report import figures as F
 from musku.report.data import PAPER_HOST_HOURS, ReportData, host_bias
+from musku.report.figure import SECTIONS, ReportFigure, select
+from musku.report.figure import draw as draw_figure
 from musku.strict_json import dumps
 from musku.text import change_text, interval
 
@@ -76,8 +82,37 @@ def knobs_of(sides: Sequence[ReportData]) -> list[str]:
     return out
 
 
-def render(sides: Sequence[ReportData], *, version: str) -> str:
-    """The whole report as one HTML string."""
+def _figure(fig: ReportFigure, sides: Sequence[ReportData], knob: str = "") -> str:
+    """One registered figure's ``<figure>`` element, or "" when it does not apply or draws
+    nothing for these runs."""
+    if not fig.applies(sides):
+        return ""
+    drawn = draw_figure(fig, sides, knob)
+    if drawn is None:
+        return ""
+    attrs = "".join(f' {k}="{_e(v)}"' for k, v in fig.attributes(knob))
+    caption = f"<figcaption>{fig.caption}</figcaption>" if fig.caption else ""
+    return f"<figure{attrs}>{_img(F.encode(drawn, 'svg'), fig.alt(knob))}{caption}</figure>"
+
+
+def _placed(figures: Sequence[ReportFigure]) -> dict[str, list[ReportFigure]]:
+    return {s: [f for f in figures if f.section == s] for s in SECTIONS}
+
+
+def render(
+    sides: Sequence[ReportData],
+    *,
+    version: str,
+    figures: Sequence[ReportFigure] | None = None,
+) -> str:
+    """The whole report as one HTML string. ``figures``: the registered figures to lay out
+    (default: those drawn by default, :func:`musku.report.figure.select`)."""
+    placed = _placed(select() if figures is None else figures)
+    extra = "".join(
+        f'<section class="figure-section"><h3>{_e(f.title)}</h3>{element}</section>'
+        for f in placed["figures"]
+        if (element := _figure(f, sides))
+    )
     title = " vs ".join(f"{d.experiment.name} (#{d.experiment.id})" for d in sides)
     parts = [
         "<!doctype html>",
@@ -93,14 +128,17 @@ def render(sides: Sequence[ReportData], *, version: str) -> str:
         "<nav>"
         + "".join(f'<a href="#knob-{_e(k)}">{_e(k)}</a>' for k in knobs)
         + '<a href="#softsku">soft SKU</a><a href="#host-time">host time</a>'
+        + ('<a href="#figures">figures</a>' if extra else "")
         + '<a href="#comparisons">comparisons</a><a href="#reproduce">reproduce</a></nav>'
     )
     parts.append(_summary(sides, knobs))
     parts.append('<h2 id="knobs">Knobs (paper Figs. 14-18)</h2>')
     for k in knobs:
-        parts.append(_knob_section(k, sides))
-    parts.append(_softsku_section(sides))
-    parts.append(_host_time_section(sides))
+        parts.append(_knob_section(k, sides, placed["knob"]))
+    parts.append(_softsku_section(sides, placed["softsku"]))
+    parts.append(_host_time_section(sides, placed["host-time"]))
+    if extra:
+        parts.append(f'<h2 id="figures">Figures</h2>{extra}')
     parts.append('<h2 id="comparisons">Comparisons</h2>')
     parts.append(
         '<p class="meta">Open one to see both hosts\' windows (warm-up, crossover periods and '
@@ -170,9 +208,7 @@ def _summary(sides: Sequence[ReportData], knobs: list[str]) -> str:
     )
 
 
-def _knob_section(knob: str, sides: Sequence[ReportData]) -> str:
-    fig = F.knob_figure(knob, sides)
-    uri = F.encode(fig, "svg")
+def _knob_section(knob: str, sides: Sequence[ReportData], figures: Sequence[ReportFigure]) -> str:
     rows = []
     for d in sides:
         for c in d.knob_comparisons(knob) + d.knob_steps(knob):
@@ -201,12 +237,8 @@ def _knob_section(knob: str, sides: Sequence[ReportData]) -> str:
     )
     return (
         f'<section class="knob-section"><h3>{_e(knob)}</h3>'
-        f'<figure class="knob" id="knob-{_e(knob)}" data-knob="{_e(knob)}">'
-        f"{_img(uri, f'{knob}: relative throughput per setting with 95 % intervals')}"
-        "<figcaption>Each tested setting's effect against the baseline (dot, with its interval); "
-        "◆ the baseline, ✕ pruned by a guardrail, ☆ the setting the soft SKU took; "
-        "the grey band is ±min_effect (no difference).</figcaption></figure>"
-        f"{table}</section>"
+        + "".join(_figure(f, sides, knob) for f in figures)
+        + f"{table}</section>"
     )
 
 
@@ -228,8 +260,7 @@ def _cmp_link(c: Any) -> str:
     return f'<a href="#cmp-{c.experiment_id}-{c.id}">{c.id}</a>'
 
 
-def _softsku_section(sides: Sequence[ReportData]) -> str:
-    fig = F.softsku_figure(sides)
+def _softsku_section(sides: Sequence[ReportData], figures: Sequence[ReportFigure]) -> str:
     out = ['<h2 id="softsku">Soft SKU (paper Fig. 19)</h2>']
     for d in sides:
         sku = d.sku
@@ -241,19 +272,11 @@ def _softsku_section(sides: Sequence[ReportData]) -> str:
             f"<p>#{d.experiment.id} soft SKU {sku.id} for {_e(sku.sku.service)} on "
             f"{_e(sku.sku.platform)}: <code>{_e(cfg)}</code></p>"
         )
-    if fig is not None:
-        out.append(
-            f'<figure class="softsku" id="fig-softsku">{_img(F.encode(fig, "svg"), "soft SKU against production and stock")}'
-            "<figcaption>The soft SKU's gain (solid bar) with its interval (whiskers), validated "
-            "by A/B against the production and the stock configuration; the hatched bar under "
-            "it is the paper's gain for this service and platform, where the paper has one "
-            "(Sriraman et al., ISCA 2019, Fig. 19).</figcaption></figure>"
-        )
+    out.extend(_figure(f, sides) for f in figures)
     return "".join(out)
 
 
-def _host_time_section(sides: Sequence[ReportData]) -> str:
-    fig = F.host_time_figure(sides)
+def _host_time_section(sides: Sequence[ReportData], figures: Sequence[ReportFigure]) -> str:
     lo, hi = PAPER_HOST_HOURS
     lines = "".join(
         f"<li>#{d.experiment.id} {_e(d.experiment.name)}: {_e(_hours(d.host_time_s))} of host "
@@ -261,27 +284,8 @@ def _host_time_section(sides: Sequence[ReportData]) -> str:
         f"({d.host_time_s / 3600 / hi:.2f}-{d.host_time_s / 3600 / lo:.2f}x the paper's {lo:g}-{hi:g} h)</li>"
         for d in sides
     )
-    return (
-        f'<h2 id="host-time">Host time</h2><ul>{lines}</ul>'
-        f'<figure id="fig-host-time">{_img(F.encode(fig, "svg"), "host time per knob against the paper")}'
-        "<figcaption>Host time the comparisons took, summed (warm-up and reboots included; "
-        "virtual time on simulated hosts), by knob; the hatched band is the paper's 5-10 h a "
-        "sweep. On a pool, pairs run at once: the wait is shorter (host-clock, "
-        "docs/fleet.md).</figcaption></figure>" + _time_breakdown(sides)
-    )
-
-
-def _time_breakdown(sides: Sequence[ReportData]) -> str:
-    """The stacked bar of where the host time went (none without recorded breakdowns)."""
-    fig = F.time_breakdown_figure(sides)
-    if fig is None:
-        return ""
-    return (
-        f'<figure id="fig-time-breakdown">'
-        f"{_img(F.encode(fig, 'svg'), 'host time by measuring, warm-up, switching, reboots')}"
-        "<figcaption>The same host time by what it was spent on: windows the tests used "
-        "(measuring), windows discarded as warm-up after each apply, applies without a reboot "
-        "(switching), applies that rebooted a host (reboots); docs/cli.md.</figcaption></figure>"
+    return f'<h2 id="host-time">Host time</h2><ul>{lines}</ul>' + "".join(
+        _figure(f, sides) for f in figures
     )
 
 
@@ -457,15 +461,27 @@ def _file_text(path: str, content: Any) -> str:
     )
 
 
-def write_report(sides: Sequence[ReportData], out: Path, *, version: str) -> Path:
-    text = render(sides, version=version)
+def write_report(
+    sides: Sequence[ReportData],
+    out: Path,
+    *,
+    version: str,
+    figures: Sequence[ReportFigure] | None = None,
+) -> Path:
+    text = render(sides, version=version, figures=figures)
     _write(out, text.encode("utf-8"))
     return out
 
 
-def write_figures(sides: Sequence[ReportData], out_dir: Path, fmt: str) -> list[Path]:
-    """Every figure as its own ``fmt`` file in ``out_dir`` (created): knob-<knob>, softsku,
-    host-time, comparison-<id>."""
+def write_figures(
+    sides: Sequence[ReportData],
+    out_dir: Path,
+    fmt: str,
+    figures: Sequence[ReportFigure] | None = None,
+) -> list[Path]:
+    """Every figure as its own ``fmt`` file in ``out_dir`` (created): the registered figures
+    that apply, in page order, each named by its ``stem`` (knob-<knob>, softsku, host-time;
+    an added figure's name), then comparison-<id>. ``figures``: as for :func:`render`."""
     outputs.check_directory(out_dir)
     written: list[Path] = []
 
@@ -474,21 +490,18 @@ def write_figures(sides: Sequence[ReportData], out_dir: Path, fmt: str) -> list[
         outputs.write_bytes(path, F.render(fig, fmt))
         written.append(path)
 
-    for k in knobs_of(sides):
-        put(f"knob-{_slug(k)}", F.knob_figure(k, sides))
-    sku = F.softsku_figure(sides)
-    if sku is not None:
-        put("softsku", sku)
-    put("host-time", F.host_time_figure(sides))
+    for fig in select() if figures is None else figures:
+        if not fig.file or not fig.applies(sides):
+            continue
+        for knob in knobs_of(sides) if fig.per_knob else [""]:
+            drawn = draw_figure(fig, sides, knob)
+            if drawn is not None:
+                put(fig.stem(knob), drawn)
     for (exp_id, cmp_id), image in sorted(comparison_images(sides, fmt).items()):
         path = out_dir / f"comparison-{exp_id}-{cmp_id}.{fmt}"
         outputs.write_bytes(path, image)
         written.append(path)
     return written
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
 def check_output(out: Path) -> None:

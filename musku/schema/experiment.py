@@ -14,7 +14,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
-from musku.inputfiles import MAX_LABEL_CHARS, MAX_NAME_CHARS
+from musku.inputfiles import MAX_LABEL_CHARS, MAX_NAME_CHARS, MAX_PATH_CHARS
 from musku.knob_spec import CONFIGURED, LineError, check_line, is_knob, known_list
 from musku.schema.document import Check, Refusal, Strict, bounds
 
@@ -133,6 +133,14 @@ class SweepTable(Strict):
     scan: Annotated[
         str, one_of(("unimodal", "full"), "[sweep] scan must be 'unimodal' or 'full'")
     ] = "unimodal"
+    order_by: Annotated[
+        str,
+        one_of(("none", "prediction"), "[sweep] order_by must be 'none' or 'prediction'"),
+    ] = Field(
+        default="none",
+        description="'prediction': walk each knob's settings in the order of their gain "
+        "predicted by the [predict] model (docs/qsim.md)",
+    )
 
 
 class MetricTable(Strict):
@@ -266,6 +274,43 @@ class ThreadingTable(Strict):
     load_data: str = ""
 
 
+class PredictTable(Strict):
+    """``[predict]``: the queueing model that predicts each setting's effect (``musku qsim
+    predict``, ``[sweep] order_by = "prediction"``; docs/qsim.md "Predicting a sweep")."""
+
+    model: Annotated[str, label(MAX_PATH_CHARS)] | None = Field(
+        default=None, description="a qsim model file, relative to the experiment"
+    )
+    qps: (
+        Annotated[
+            float,
+            rule(lambda v: math.isfinite(v) and 0 < v <= 1e9, "must be in (0, 1e9]"),
+            bounds(exclusiveMinimum=0.0, maximum=1e9),
+        ]
+        | None
+    ) = Field(default=None, description="the experiment's load (default: the model's client)")
+    seeds: Annotated[
+        int, rule(lambda v: 2 <= v <= 100, "must be in 2..100"), bounds(minimum=2, maximum=100)
+    ] = 3
+    duration_s: Annotated[
+        float,
+        rule(lambda v: math.isfinite(v) and 0.01 <= v <= 1e4, "must be in 0.01..10000"),
+        bounds(minimum=0.01, maximum=1e4),
+    ] = 1.0
+    uncore_scale: (
+        Annotated[
+            float,
+            rule(lambda v: math.isfinite(v) and 0 <= v <= 1, "must be in 0..1"),
+            bounds(minimum=0.0, maximum=1.0),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="share of each stage's time that scales with the uncore frequency "
+        "(without it uncore_freq is not expressible in the model)",
+    )
+
+
 class ExperimentFile(Strict):
     """An experiment file (docs/experiment.md)."""
 
@@ -282,6 +327,7 @@ class ExperimentFile(Strict):
     statistics: StatisticsTable = StatisticsTable()
     hosts: HostsTable = HostsTable()
     threading: ThreadingTable | None = None
+    predict: PredictTable | None = None
 
     @classmethod
     def shape(cls, data: dict[str, Any]) -> None:

@@ -8,7 +8,10 @@ Each knob's scan (the baseline and its K other settings) runs as Williams scans
 :class:`~musku.hosts.agent.AgentGroup` for agent hosts. Knobs are packed, largest group first,
 into *waves* of disjoint groups that fit the pool (first fit): a wave's knobs run at once, one
 thread each, and the next wave starts when the wave's longest scan ends (the host-clock adds
-that). The chosen settings are composed with the baseline and validated as the independent
+that). The hosts a wave leaves free go to its knobs as extra Williams squares of the same
+scan (:func:`_replicate`; :func:`musku.design.fleet.scan_knob` runs ``hosts // arms`` squares,
+at most :data:`~musku.design.fleet.MAX_REPLICAS`), which can decide after one design cycle.
+The chosen settings are composed with the baseline and validated as the independent
 strategy does (:meth:`musku.sweep.runner.Runner.generate_softsku`, run by ``run_sweep``).
 
 Every scan is recorded as comparisons: for each candidate arm a row of purpose
@@ -20,7 +23,14 @@ with one sample per host and period: the mean of the host's steady windows in th
 observation the procedure uses), role ``A`` on the host running the baseline, ``B`` on the one
 running the candidate.
 
-Guardrails (issue 32 item 4): every candidate arm is checked at every look (each period) on
+The guarded probe (issue 31 item 6): before any arm runs a full period, the first minute of
+windows after the warm-up checks every candidate against the guardrails and the primary
+metric's floor (:func:`musku.design.group.run_scan`); an arm that breaks is put back to the
+baseline on its hosts at once, its row says ``guardrail`` (which, by how much, "in the probe"),
+with no samples, and the arms left are scanned again without it, on as many squares as the
+knob's hosts hold.
+
+Guardrails (issue 32 item 4): after the probe, every candidate arm is checked at every look (each period) on
 the guardrail metrics the group reports (the simulated group's ``p99_ms`` and
 ``qos_violation_rate``, the agents' spool rows; :func:`musku.design.group.run_scan`). A breach eliminates the arm at
 once, its host goes back to the baseline, and later periods run the baseline in its place; the
@@ -40,11 +50,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from musku.design.fleet import Period, group_size, scan_knob
+from musku.design.fleet import MAX_REPLICAS, Period, group_size, scan_knob
 from musku.design.group import ScanResult
 from musku.design.williams import williams
 from musku.domain import ComparisonResult, Configuration, Decision, format_value
 from musku.errors import InputError
+from musku.experiment import Experiment
 from musku.hosts.backend import backend_of
 from musku.hosts.group import HostGroup
 from musku.sweep.limits import check_multiarm
@@ -95,7 +106,10 @@ def arm_results(
     first = williams(len(result.arms))[0]
     out = []
     o = result.outcome
-    for k in range(1, len(result.arms)):
+    # a scan stopped after its probe records the arms the probe stopped only (the arms left
+    # are scanned again and recorded there)
+    ks = [k for k in range(1, len(result.arms)) if not result.restarted or k in result.guardrail]
+    for k in ks:
         decision = o.vs_baseline.get(k) or Decision.INCONCLUSIVE
         if k in result.guardrail:  # pruned as the pairwise test prunes a guardrail breach
             decision = Decision.GUARDRAIL
@@ -119,7 +133,7 @@ def arm_results(
                     ci_high=high,
                     samples=result.samples,
                     # the scan's host-clock shared by its K rows: the rows sum to the scan's
-                    host_time_s=result.host_time_s / (len(result.arms) - 1),
+                    host_time_s=result.host_time_s / len(ks),
                     reason=reason,
                     method=result.method,
                 ),
@@ -149,6 +163,9 @@ def _record(
                 runner.measured += 1
                 if r.decision is Decision.GUARDRAIL:
                     outcome.pruned.append(r.candidate[knob])
+                    value = format_value(knob, r.candidate[knob])  # type: ignore[arg-type]
+                    why = result.guardrail.get(result.arms.index(r.candidate), r.reason)
+                    runner.progress.message(f"multiarm {knob}={value} stopped: {why}")
                 if store is None or exp_id is None:
                     continue
                 k = result.arms.index(r.candidate)
@@ -183,6 +200,40 @@ def _record(
     return on_scan
 
 
+def _replicate(
+    exp: Experiment, waves: list[list[tuple[str, int]]], sizes: dict[str, int], capacity: int
+) -> tuple[list[list[tuple[str, int]]], dict[str, int]]:
+    """The hosts a wave leaves free go to its knobs as more Williams squares (whole squares,
+    at most :data:`~musku.design.fleet.MAX_REPLICAS` per knob), the knob with the longest
+    expected scan first (a reboot knob, then the longest design cycle): ``(waves with the new
+    first hosts, hosts each knob holds)``. A scan on two squares or more can decide after one
+    cycle instead of two."""
+    held = dict(sizes)
+    out: list[list[tuple[str, int]]] = []
+
+    def expected(knob: str) -> tuple[bool, int]:
+        n = sizes[knob]
+        return (knob in exp.spec.reboot_knobs, n if n % 2 == 0 else 2 * n)
+
+    for wave in waves:
+        spare = capacity - sum(sizes[k] for k, _ in wave)
+        grew = True
+        while grew:
+            grew = False
+            for knob in sorted((k for k, _ in wave), key=expected, reverse=True):
+                if sizes[knob] <= spare and held[knob] + sizes[knob] <= MAX_REPLICAS * sizes[knob]:
+                    held[knob] += sizes[knob]
+                    spare -= sizes[knob]
+                    grew = True
+                    break
+        first, placed = 0, []
+        for knob, _ in wave:
+            placed.append((knob, first))
+            first += held[knob]
+        out.append(placed)
+    return out, held
+
+
 def _put_back(groups: Sequence[HostGroup]) -> None:
     """Agent groups: every host back at its baseline and the lease stopped once the knob's
     scans end (or fail); the hosts are free for the next wave. Simulated groups: nothing."""
@@ -206,15 +257,16 @@ def multiarm(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
         for k in exp.service.knobs
     }
     sizes = {k: group_size(exp, k, len(names)) for k in knobs}
+    waves, held = _replicate(exp, _waves(sizes, len(names)), sizes, len(names))
     lock = threading.Lock()
-    for wave in _waves(sizes, len(names)):
+    for wave in waves:
         times: dict[str, float] = {}
         errors: list[BaseException] = []
 
         def scan(
             knob: str, first: int, times: dict[str, float], errors: list[BaseException]
         ) -> None:
-            hosts = list(range(first, first + sizes[knob]))
+            hosts = list(range(first, first + held[knob]))
             opened: list[HostGroup] = []
 
             def group(size: int, n: int) -> HostGroup:
@@ -232,6 +284,7 @@ def multiarm(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
                     open_group=group,
                     on_scan=_record(runner, lock, knob, outcomes[knob], metric),
                     should_stop=runner.stop.is_set,
+                    hosts=held[knob],
                 )
             except BaseException as exc:  # re-raised below, after the wave's threads end
                 with lock:
@@ -247,7 +300,7 @@ def multiarm(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
             was, now = format_value(knob, base[knob]), format_value(knob, ks.chosen)  # type: ignore[arg-type]
             change = f"stays at {was}" if was == now else f"{was} -> {now}"
             runner.progress.message(
-                f"multiarm {knob}: {change} ({ks.scans} scan(s), {sizes[knob]} hosts)"
+                f"multiarm {knob}: {change} ({ks.scans} scan(s), {held[knob]} hosts)"
             )
 
         threads = [

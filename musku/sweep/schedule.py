@@ -356,7 +356,18 @@ def estimate_clock(experiment: Any, pairs: int) -> float | None:
 
 def scan_order(experiment: Any, knob: str, current: object) -> list[list[object]]:
     """Settings to try, as walks: for an ordered knob under ``scan = "unimodal"``, two walks
-    outward from the current setting (nearest first); otherwise one walk over everything."""
+    outward from the current setting (nearest first); otherwise one walk over everything.
+    ``[sweep] order_by = "prediction"`` orders them by predicted gain
+    (:func:`musku.sweep.predicted.ordered`)."""
+    walks = _scan_walks(experiment, knob, current)
+    if getattr(experiment, "order_by", "none") == "prediction":
+        from musku.sweep.predicted import ordered  # lazy: the engine's runner only when asked
+
+        return ordered(experiment, knob, walks)
+    return walks
+
+
+def _scan_walks(experiment: Any, knob: str, current: object) -> list[list[object]]:
     space = list(experiment.space[knob])
     others: list[object] = [v for v in space if v != current]
     if experiment.scan != "unimodal" or not spec_of(knob).is_ordered or current not in space:

@@ -29,6 +29,7 @@ from musku.owner import controller_id
 from musku.storage.protocols import ClaimStore, ResultStore, RunStore
 from musku.storage.records import InvalidTransition
 from musku.sweep.modes import strategy_of
+from musku.sweep.predicted import scan_gains
 from musku.sweep.queue import Aborted, shared_runner
 from musku.sweep.runner import Progress, Runner, SweepReport
 from musku.sweep.schedule import estimate_clock
@@ -248,6 +249,12 @@ def run_sweep(
     stays in the database.
     """
     strategy = strategy_of(experiment).run
+    if experiment.order_by == "prediction":  # before the run is recorded: no model, exit 3
+        if progress is not None:
+            progress.message(
+                f"{experiment.name}: predicting each setting's gain to order the scans"
+            )
+        scan_gains(experiment)
     with experiment_run(
         experiment,
         store=store,

@@ -175,7 +175,7 @@ def test_pair_calibrate_says_how_much_of_its_interval_is_the_wander(
     with pytest.raises(SystemExit) as done:
         main(["pair", "calibrate", str(exp), "--db", db, "--precision", "0.005"])
     assert done.value.code in (0, None)
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps at the console's width
     m = re.search(r"interval ±([0-9.]+) % of which the host bias's wander \(sd 0\.30 %, tau "
                   r"1\.0 h\) adds ±([0-9.]+) % to the noise's ±([0-9.]+) %", out)  # fmt: skip
     assert m is not None, out

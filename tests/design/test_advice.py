@@ -13,18 +13,25 @@ from tests.sweep.test_multiarm_sweep import WEB, _web
 
 
 def test_the_advice_names_the_pool_and_the_measured_figures(tmp_path: Path) -> None:
-    for fleet in (3, 8, 12, 16, 40):
+    for fleet, faster in ((3, "pairwise"), (8, "pairwise"), (16, "pairwise"), (40, "pairwise")):
         exp = load_experiment(_web(tmp_path, fleet))
         a = mode_advice(exp)
         assert pool_hosts(exp) == a["hosts"] == fleet
-        assert a["faster"] == "pairwise"
+        assert a["faster"] == faster
         near = min(MEASURED, key=lambda h: (abs(h - fleet), h))
         pc, _, mc, _ = MEASURED[near]
-        assert f"on {fleet} hosts: measured at {near} hosts" in a["text"]
+        assert f"{faster} expected faster on {fleet} hosts: measured at {near} hosts" in a["text"]
         assert f"{pc:.1f} h" in a["text"] and f"{mc:.1f} h" in a["text"]
         # knobs with >= 6 other settings and no reboot: core_freq, cdp, shp; never core_count
         # (a reboot knob here) nor thp (3 settings)
         assert set(a["knobs"]) == {"core_freq", "cdp", "shp"}
+    # from the 64-host figures on, multiarm: sooner and fewer host-hours there
+    for fleet in (41, 64, 128):
+        a = mode_advice(load_experiment(_web(tmp_path, fleet)))
+        pc, ph, mc, mh = MEASURED[64]
+        assert mc < pc and mh < ph
+        assert a["faster"] == "multiarm", a
+        assert f"multiarm expected faster on {fleet} hosts: measured at 64 hosts" in a["text"]
     one_pair = mode_advice(load_experiment(WEB))
     assert one_pair["hosts"] == 2 and "multiarm needs >= 3" in one_pair["text"]
 
@@ -44,5 +51,9 @@ def test_check_and_dry_run_print_it(tmp_path: Path) -> None:
     pairwise = musku("check", str(_web(tmp_path, 8, mode="independent")))
     assert "mode: pairwise expected faster on 8 hosts" in " ".join(pairwise.stdout.split())
     assert "runs pairwise" not in pairwise.stdout
+    big = musku("check", str(_web(tmp_path, 64, mode="independent")))
+    line = " ".join(big.stdout.split())
+    assert "mode: multiarm expected faster on 64 hosts" in line
+    assert 'mode = "multiarm" runs multi-arm groups' in line
     # one pair: nothing to choose, no line
     assert "mode:" not in musku("check", str(WEB)).stdout

@@ -80,5 +80,44 @@ def test_bad_group(web) -> None:  # type: ignore[no-untyped-def]
     g = SimGroup(model, 3, initial=exp.baseline_config)
     with pytest.raises(InputError, match="one configuration per host"):
         g.apply([exp.baseline_config])
-    with pytest.raises(InputError, match="group of 2 hosts, not 3"):
+    with pytest.raises(InputError, match="group of 2 hosts or a multiple of 2, not 3"):
         run_scan(g, [exp.baseline_config] * 2)
+
+
+def test_two_squares_decide_after_one_cycle(web) -> None:  # type: ignore[no-untyped-def]
+    """Two Williams squares side by side (14 hosts, 7 arms): every stratum has two observations
+    after one cycle, so the scan can decide then; one square needs two cycles."""
+    exp, model = web
+    base = exp.baseline_config
+    arms = [base, *(base.with_("shp", v) for v in exp.space["shp"] if v != base["shp"])]
+    cycle = 2 * len(arms)  # odd: the square and its mirror
+    got = {}
+    for reps in (1, 2):
+        g = SimGroup(model, reps * len(arms), seed=7, initial=base)
+        r = run_scan(g, arms, exp.stats)
+        assert r.replicas == reps and r.hosts == reps * len(arms)
+        assert r.outcome.decision is Decision.BETTER and r.best["shp"] == 300
+        got[reps] = r
+    assert got[1].periods >= 2 * cycle
+    assert got[2].periods == cycle  # decided at the first look it could take
+    assert got[2].host_time_s < 0.6 * got[1].host_time_s
+    assert "2 replicated squares" in got[2].method
+
+
+def test_replicated_aa_claims_nothing(web) -> None:  # type: ignore[no-untyped-def]
+    """Five identical arms on two squares (10 hosts): no seed claims a difference (the A/A
+    family-wise rate, 0 of 40 seeds in docs/design.md's check)."""
+    exp, model = web
+    arms = [exp.baseline_config] * 5
+    for seed in range(12):
+        g = SimGroup(model, 10, seed=1000 + seed, initial=exp.baseline_config)
+        r = run_scan(g, arms, exp.stats)
+        assert not r.outcome.claimed_difference, (seed, r.outcome)
+        assert r.outcome.best == 0 and r.outcome.decision is Decision.NO_DIFFERENCE
+
+
+def test_a_group_that_is_not_whole_squares_is_refused(web) -> None:  # type: ignore[no-untyped-def]
+    exp, model = web
+    g = SimGroup(model, 4, initial=exp.baseline_config)
+    with pytest.raises(InputError, match="3-arm scan needs a group of 3 hosts or a multiple"):
+        run_scan(g, [exp.baseline_config] * 3)

@@ -29,6 +29,13 @@ def test_2tier_rules_become_data(tmp_path: Path) -> None:
     assert table[1] == 2 and table[7] == 4 and table[20] == 9  # round(0.38 (n - 7) + 3.8)
     read = svc["cache"].stages[1]
     assert read.queue == "socket" and read.time.bytes_per_job == 7
+    # μqSim's order for a batch's jobs at the next stage, on its batching stages only
+    handoff = {(n, st.name): st.handoff for n in ("web", "cache") for st in svc[n].stages}
+    assert {k for k, v in handoff.items() if v == "uqsim"} == {
+        ("web", poll.name),
+        ("cache", svc["cache"].stages[0].name),
+        ("cache", read.name),
+    }
     assert svc["net_host0"].irq and [s.name for s in svc["net_host0"].stages][1] == "tx_remote"
     nodes = m.model.paths[0].nodes
     assert [n.name for n in nodes] == [

@@ -5,7 +5,9 @@ tests/sweep/dryrun_before/, is reproduced exactly (the local backend's host prob
 machine's, so its ``hosts`` are compared by shape only). One figure has changed on purpose
 since: a pool's host-clock estimate (``host_time.clock_s``), which the scheduler's cost model
 now computes with comparisons on several pairs at once (issue 31); it is checked to be no
-longer than before, and everything else is still compared exactly."""
+longer than before. And one text: the mode advice quotes the figures measured since (issue 31
+item 6: multiarm with the guarded probe and replicated squares); its text is checked to name
+the same faster mode and the pool, and everything else is still compared exactly."""
 
 from __future__ import annotations
 
@@ -33,4 +35,9 @@ def test_dry_run_output_is_unchanged(name: str) -> None:
     if after.get("pool") and "clock_s" in before.get("host_time", {}):
         # pooled comparisons and side-by-side scans can only shorten the estimated clock
         assert 0 < after["host_time"].pop("clock_s") <= before["host_time"].pop("clock_s")
+    advice_before, advice_after = before.get("mode_advice"), after.get("mode_advice")
+    if advice_before and advice_after:
+        was, now = advice_before.pop("text"), advice_after.pop("text")
+        head = f"{advice_before['faster']} expected faster on {advice_before['hosts']} hosts"
+        assert was.startswith(head) == now.startswith(head), (was, now)
     assert after == before

@@ -123,7 +123,27 @@ StageSpec ParseStage(const json& j, const std::string& w) {
   }
   if (!s.table_bytes.empty() && !(s.bytes_per_job > 0))
     Fail(w + ".bytes_per_job", "a bytes_table needs bytes_per_job > 0");
+  const std::string h = Str(j, "handoff", w, "in_order");
+  if (h == "uqsim") s.handoff_uqsim = true;
+  else if (h != "in_order") Fail(w + ".handoff", "unknown handoff '" + h + "' (in_order, uqsim)");
   return s;
+}
+
+// NodeSpec::reply: a node is a reply visit when one of its ancestors runs on the same service
+// (the request comes back to a service it passed through: μqSim's WAIT_RESP record). Nodes
+// are topologically sorted, so one forward pass carries each node's ancestors' services.
+void MarkReplies(PathSpec& ps, size_t services) {
+  std::vector<std::vector<char>> above(ps.nodes.size(), std::vector<char>(services, 0));
+  for (size_t k = 0; k < ps.nodes.size(); ++k) {
+    NodeSpec& n = ps.nodes[k];
+    const auto svc = static_cast<size_t>(n.service);
+    n.reply = above[k][svc] != 0;
+    for (int c : n.children) {
+      std::vector<char>& dst = above[static_cast<size_t>(c)];
+      for (size_t s = 0; s < services; ++s) dst[s] = static_cast<char>(dst[s] | above[k][s]);
+      dst[svc] = 1;
+    }
+  }
 }
 
 }  // namespace
@@ -279,6 +299,7 @@ Model ParseModel(const json& j) {
         parents[static_cast<size_t>(c)] += 1;
       }
     }
+    MarkReplies(ps, m.services.size());
     m.paths.push_back(std::move(ps));
   }
 

@@ -36,6 +36,9 @@ struct StageSpec {
   double bytes_per_job = 0;  // bytes_table: mean = step(bytes) for bytes = n * bytes_per_job
   std::vector<double> table_bytes, table_us;
   double dvfs_scale = 0;     // t * (1 - s + s * f_base / f)
+  // How a finished batch's jobs enter the instance's next stage (docs/qsim.md "Queue kinds"):
+  // false = in batch order; true = μqSim's order (Sim::UqsimHandoff in sim_uqsim.cc).
+  bool handoff_uqsim = false;
 };
 
 struct InstanceSpec {
@@ -70,6 +73,7 @@ struct NodeSpec {
   bool release_thread = false;  // runs on the thread held earlier at the same service
   int pool = 0;                 // > 0: calls into this node share that many blocking connections
   int pool_slot = -1;           // index of the node's connection pool (pool > 0)
+  bool reply = false;           // an ancestor node runs on the same service (μqSim's waitResp)
 };
 
 struct PathSpec {

@@ -56,6 +56,7 @@ class Sim {
   void StartWork(int tid);
   void Done(int tid);
   void ReleaseCore(int tid);
+  void UqsimHandoff(std::vector<Job*>& batch);  // μqSim's order for a finished batch (sim_uqsim.cc)
   void FinishNode(Job* j, double t);
   void Complete(Request* r);
   bool Lindley(Job* j, Instance& in);

@@ -338,6 +338,9 @@ void Sim::Done(int tid) {
     t.busy_time += busy;
     if (t.core >= 0) machines_[static_cast<size_t>(in.machine)].cores[static_cast<size_t>(t.core)].busy_time += busy;
   }
+  if (t.batch.size() > 1 &&
+      m_.services[static_cast<size_t>(in.service)].stages[static_cast<size_t>(t.batch_stage)].handoff_uqsim)
+    UqsimHandoff(t.batch);
   bool hold = false;
   for (Job* j : t.batch) {
     const NodeSpec& n = *j->spec;

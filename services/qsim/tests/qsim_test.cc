@@ -210,6 +210,49 @@ TEST(Queues, EpollAndSocketBatch) {
   }
 }
 
+// handoff = "uqsim" (μqSim's Thread::enqueue on a batch's jobs, which finish at one instant):
+// the batch's first request keeps its place when the next queue was empty, the others enter
+// it in reverse. Four closed-loop users, no think time, one thread: an epoll stage (1 us) then
+// a processing stage (10 us each). The thread drains its later stage first, so the user whose
+// request finishes a batch comes back just as the next batch is taken (at T): each 31 us cycle
+// serves the three others and the mean is 4 x 31 / 3 us (Little's law). In batch order:
+// batch [d, a, b] with d there since T - 31, a since T - 20, b since T - 10 finishes them at
+// T + 11, 21, 31: 42, 41, 41 us. In μqSim's order a batch [a, b, c] taken at T0 (d comes back
+// then) runs a, c, b, finishing at T0 + 11, 21, 31, and b comes back late; the next batch,
+// [d, a, c] at T1 = T0 + 31, runs d, c, a: d waited from T0 to T1 + 11 (42 us), c from T0 + 21
+// to T1 + 21 (31 us), a from T0 + 11 to T1 + 31 (51 us), and so on each cycle. A node is a
+// reply visit (put first) when an ancestor node runs on the same service.
+TEST(Queues, UqsimHandoffOrder) {
+  json m = OneStage(Stage("const", 1, {{"queue", "epoll"}}), 0, 0.02);
+  m["services"][0]["stages"].push_back(Stage("const", 10));
+  m["services"][0]["connections"] = 4;
+  m["paths"][0]["nodes"][0]["stages"] = {0, 1};
+  m["client"] = {{"kind", "closed"}, {"users", 4}, {"think_us", 0}, {"connections", 4}};
+  const json in_order = Sim(m)["latency"];
+  EXPECT_NEAR(in_order["mean_us"].get<double>(), 4 * 31 / 3.0, 0.1);
+  EXPECT_NEAR(in_order["max_us"].get<double>(), 42, 0.1);
+  EXPECT_NEAR(in_order["p50_us"].get<double>(), 41, 0.1);
+  m["services"][0]["stages"][0]["handoff"] = "uqsim";
+  const json uq = Sim(m)["latency"];
+  EXPECT_NEAR(uq["mean_us"].get<double>(), 4 * 31 / 3.0, 0.1);
+  EXPECT_NEAR(uq["max_us"].get<double>(), 51, 0.1);
+  EXPECT_NEAR(uq["p90_us"].get<double>(), 51, 0.1);  // a third of the requests
+  EXPECT_NEAR(uq["p50_us"].get<double>(), 42, 0.1);
+  m["services"][0]["stages"][0]["handoff"] = "first";
+  EXPECT_THROW(q::ParseModel(m), q::ModelError);
+
+  json two = OneStage(Stage("exp", 10), 1000, 0.1);
+  two["services"].push_back(two["services"][0]);
+  two["paths"][0]["nodes"] = {{{"service", 0}, {"stages", {0}}, {"children", {1}}},
+                              {{"service", 1}, {"stages", {0}}, {"children", {2}}},
+                              {{"service", 0}, {"stages", {0}}}};
+  const q::Model pm = q::ParseModel(two);
+  const auto& nodes = pm.paths[0].nodes;
+  EXPECT_FALSE(nodes[0].reply);
+  EXPECT_FALSE(nodes[1].reply);
+  EXPECT_TRUE(nodes[2].reply);
+}
+
 // DVFS: t (1 - s + s f_base / f); s = 0.5 at half frequency (ratio 2) -> x1.5.
 TEST(Execution, DvfsFactor) {
   json m = OneStage(Stage("const", 10, {{"dvfs_scale", 0.5}}), 100, 5.0);

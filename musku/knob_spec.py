@@ -78,6 +78,22 @@ class Msr:
 
 
 @dataclass(frozen=True)
+class Support:
+    """Result of a knob's ``probe`` (:meth:`musku.knobs.base.Knob.probe`): supported, or the
+    reason why not (a typed answer). Defined here, with the specs, so that
+    :func:`musku.knobs.probe_all` builds one without importing the knob base."""
+
+    supported: bool
+    reason: str = ""
+    backend: str = ""  # which mechanism would be used: "cpufreq", "msr", "resctrl", "sysfs", ...
+    details: dict[str, object] = field(default_factory=dict)
+    settings: tuple[Value, ...] = ()  # settings this host can take, when the probe can tell
+    # a knob taking any integer in [low, high] (SHP's page count) instead of a list
+    settings_range: tuple[int, int] | None = None
+    reboot: bool = False  # applying needs a reboot in this mode
+
+
+@dataclass(frozen=True)
 class KnobSpec:
     """Everything musku needs to know about a knob's values (not how to set them)."""
 

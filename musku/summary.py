@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from musku.abtest.structure import feasibility
 from musku.design.advice import mode_advice
 from musku.domain import ComparisonResult, SoftSku, TimeBreakdown, Value
 from musku.errors import InputError
@@ -65,8 +66,6 @@ def decidable(exp: Experiment) -> dict[str, Any]:
     """Whether the sample cap can allow a decision at min_effect
     (:func:`musku.abtest.structure.feasibility`), with the noise assumed and the cap that
     would; ``check`` and ``sweep --dry-run`` show it before anything runs."""
-    from musku.abtest.structure import feasibility  # lazy: scipy for the boundary
-
     guess = noise_guess(exp)
     fit = feasibility(exp.stats, guess[0] if guess else None)
     return {**fit.to_json(), "noise_source": guess[1] if guess else None}
@@ -75,8 +74,6 @@ def decidable(exp: Experiment) -> dict[str, Any]:
 def check_structure(exp: Experiment) -> None:
     """Refuse a sample cap too small for any decision (the first possible decision point does
     not fit in it), before hosts open: one line, exit 3, with the cap that would."""
-    from musku.abtest.structure import feasibility  # lazy: scipy for the boundary
-
     fit = feasibility(exp.stats)
     if not fit.ok:
         raise InputError(f"[statistics] {fit.reason}", where=str(exp.path))

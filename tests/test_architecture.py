@@ -5,7 +5,8 @@
   in the design).
 - Display code (rich) only in the CLI layer: the library reports progress through callbacks.
 - Few function-local imports outside the CLI modules, each with its reason: at most
-  :data:`LOCAL_IMPORT_LIMIT` of musku's own modules, and a comment on every one.
+  :data:`LOCAL_IMPORT_LIMIT` of them (standard library, third-party and musku's own alike), and
+  a comment on every one.
 
 The layers themselves are import-linter's contracts (``[tool.importlinter]`` in pyproject.toml,
 ``lint-imports`` in scripts/test).
@@ -37,8 +38,10 @@ DISPLAY_LIBRARIES = ("rich",)
 # the CLI modules load the library per command (``musku --help`` stays fast): their
 # function-local imports are the rule, not counted
 CLI_MODULES = DISPLAY_MODULES | {"musku.entry", "musku.__main__"}
-# function-local imports of musku's own modules outside the CLI modules (docs/architecture.md,
-# "Layers"): each one hides an edge of the import graph from a reader of the module's top
+# function-local imports outside the CLI modules, of any module (docs/architecture.md,
+# "Layers"): each one hides an edge of the import graph from a reader of the module's top, and
+# is kept only where it spares a real import-time cost (numpy, scipy, pydantic, SQLAlchemy...)
+# on a path that must stay light, or an optional dependency
 LOCAL_IMPORT_LIMIT = 30
 
 
@@ -267,10 +270,9 @@ def test_function_local_imports_are_few_and_explained() -> None:
         for line, target, reason in local_imports(path)
     ]
     assert len(found) > 10  # the finder sees them (an empty list would pass anything)
-    own = [where for where, target, _ in found if target == "musku" or target.startswith("musku.")]
-    assert len(own) <= LOCAL_IMPORT_LIMIT, (
-        f"{len(own)} function-local imports of musku modules outside the CLI (limit "
-        f"{LOCAL_IMPORT_LIMIT}): import at module level\n" + "\n".join(own)
+    assert len(found) <= LOCAL_IMPORT_LIMIT, (
+        f"{len(found)} function-local imports outside the CLI (limit {LOCAL_IMPORT_LIMIT}): "
+        "import at module level\n" + "\n".join(f"{where} imports {t}" for where, t, _ in found)
     )
     unexplained = [f"{where} imports {target}" for where, target, reason in found if not reason]
     assert not unexplained, "function-local imports without a reason comment:\n" + "\n".join(

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from musku.agent.client import AgentClient
+from musku.agent.config import DEFAULT_CONFIG, DEFAULT_SOCKET, socket_of
 from musku.agent.core_errors import error_reply
 from musku.agent.protocol import MAX_LINE, decode_request
 from musku.errors import InputError, MuskuError
@@ -123,9 +124,6 @@ class StreamRelay:
 
 def default_socket(config: str | Path | None = None, socket: str | Path | None = None) -> Path:
     """``socket``, else the one the agent configuration names, else the default."""
-    # lazy: only the socket is read from the configuration (its full schema is not needed)
-    from musku.agent.config import DEFAULT_CONFIG, DEFAULT_SOCKET, socket_of
-
     if socket:
         return Path(socket)
     if config is not None or Path(DEFAULT_CONFIG).exists():

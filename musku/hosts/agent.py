@@ -182,6 +182,8 @@ class SshLink:
         self._identity, self._known_hosts = identity_file, known_hosts
         self._connect_timeout = connect_timeout
         self._conn: Any = None
+        # what a broken link raises: paramiko's errors join once _connection has imported it
+        self._ssh_errors: tuple[type[BaseException], ...] = (OSError, EOFError)
         self._chan: Any = None  # the stream channel
         self._buf = bytearray()  # stream output read past the last reply line
         self._err = bytearray()  # the tail of the stream relay's stderr
@@ -195,6 +197,7 @@ class SshLink:
         import paramiko
         from fabric import Connection
 
+        self._ssh_errors = (paramiko.SSHException, OSError, EOFError)
         kwargs: dict[str, Any] = {"allow_agent": True, "look_for_keys": self._identity is None}
         if self._identity:
             kwargs["key_filename"] = [str(Path(self._identity).expanduser())]
@@ -305,8 +308,6 @@ class SshLink:
     def _stream_request(self, data: bytes, timeout: float) -> dict[str, Any] | None:
         """The reply over the stream channel; None when the host's relay has no ``--stream``
         (this link then uses one exec per request)."""
-        import paramiko  # lazy: see _connection
-
         for attempt in (0, 1):
             try:
                 chan = self._stream_channel(timeout)
@@ -325,7 +326,7 @@ class SshLink:
                 if attempt:
                     raise HostError(str(exc)) from None
                 continue
-            except (paramiko.SSHException, OSError, EOFError) as exc:
+            except self._ssh_errors as exc:
                 self._drop()
                 if attempt:
                     raise LinkDown(f"{self.where}: SSH failed: {exc}") from None
@@ -377,8 +378,6 @@ class SshLink:
     # ---- one exec per request
 
     def _exec_request(self, data: bytes, timeout: float) -> dict[str, Any]:
-        import paramiko  # lazy: see _connection
-
         for attempt in (0, 1):
             try:
                 conn = self._connection()
@@ -395,7 +394,7 @@ class SshLink:
                 status = chan.recv_exit_status()
                 chan.close()
                 break
-            except (paramiko.SSHException, OSError, EOFError) as exc:
+            except self._ssh_errors as exc:
                 self._drop()
                 if attempt:
                     why = f"no answer in {timeout:g}s" if isinstance(exc, TimeoutError) else exc

@@ -11,12 +11,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from musku.errors import InputError, MuskuError
-from musku.knob_spec import BUILTIN, class_of, knob_names, register_knob, resolve, spec_of
+from musku.knob_spec import (
+    BUILTIN,
+    Support,
+    class_of,
+    knob_names,
+    register_knob,
+    resolve,
+    spec_of,
+)
 from musku.registry import load
 
 if TYPE_CHECKING:
     from musku.hostfs import HostFS
-    from musku.knobs.base import Knob, Support
+    from musku.knobs.base import Knob
 
 REGISTRY: dict[str, str] = BUILTIN
 """The built-in knobs (alias -> ``module:Class``); :func:`musku.knob_spec.knob_names` lists
@@ -52,8 +60,6 @@ def probe_all(
 
     Never raises for an unsupported knob: a failing probe becomes ``Support(False, reason)``.
     """
-    from musku.knobs.base import Support  # lazy: as in knob_class
-
     out: dict[str, Support] = {}
     for name in names or knob_names():
         opts = options.get(name, {})

@@ -20,23 +20,12 @@ from musku.domain import Value
 from musku.errors import HostError, InputError, MuskuError, UnsupportedError
 from musku.hostfs import MSR_DEV_DIR, HostFSError
 
+# re-exported: defined with the specs, so that musku.knobs builds one without this module
+from musku.knob_spec import Support as Support
+
 if TYPE_CHECKING:
     from musku.hostfs import HostFS
     from musku.knob_spec import KnobSpec
-
-
-@dataclass(frozen=True)
-class Support:
-    """Result of ``probe``: supported, or the reason why not (a typed answer)."""
-
-    supported: bool
-    reason: str = ""
-    backend: str = ""  # which mechanism would be used: "cpufreq", "msr", "resctrl", "sysfs", ...
-    details: dict[str, object] = field(default_factory=dict)
-    settings: tuple[Value, ...] = ()  # settings this host can take, when the probe can tell
-    # a knob taking any integer in [low, high] (SHP's page count) instead of a list
-    settings_range: tuple[int, int] | None = None
-    reboot: bool = False  # applying needs a reboot in this mode
 
 
 @dataclass(frozen=True)

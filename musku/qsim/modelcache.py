@@ -29,10 +29,11 @@ from pathlib import Path
 
 import musku
 from musku.errors import InputError
-from musku.inputfiles import read_text
+from musku.inputfiles import parse_toml, read_text
 
 TYPE_CHECKING = False  # not typing's: the qsim quick path never imports typing
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 MAX_ENTRIES = 256
@@ -97,15 +98,13 @@ def _file_names(node: Any) -> list[str]:
     return out
 
 
-def _deps(path: Path, text: str) -> list[list[str]] | None:
+def _deps(
+    path: Path, text: str, histogram_path: Callable[[Path, str], Path]
+) -> list[list[str]] | None:
     """(real path, SHA-256) of each histogram file the model names; None if one cannot be read
     (the full load then reports it, and nothing is cached)."""
-    import tomllib  # lazy: a cache hit parses no TOML
-
-    from musku.qsim.model import histogram_path  # lazy: pydantic (the model) only on a miss
-
     try:
-        names = _file_names(tomllib.loads(text))
+        names = _file_names(parse_toml(text, str(path)))
         out = []
         for name in names:
             real = histogram_path(path, name)
@@ -134,11 +133,11 @@ def _hit(entry: dict[str, Any], real_path: str, text: str) -> dict[str, Any] | N
 
 
 def _store(folder: Path, key: str, entry: dict[str, Any]) -> None:
-    import tempfile  # lazy: only a miss writes
-
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+        # a name of this run's own (O_EXCL: never another's file), renamed into place
+        tmp = folder / f".tmp-{os.getpid()}-{os.urandom(6).hex()}.json"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(entry, f, separators=(",", ":"))
@@ -161,40 +160,36 @@ def engine_document(path: Path | str) -> dict[str, Any]:
     Bad input raises the same InputError the full load raises."""
     path = Path(path)
     folder = cache_dir()
-    if folder is None:
-        from musku.qsim.model import load  # lazy: pydantic (the model) only on a miss
-
-        return load(path).engine
-    try:
-        text = read_text(path)  # the full load's size and type checks (its wording below)
-    except InputError:
-        from musku.qsim.model import load  # lazy: pydantic (the model) only on a miss
-
-        return load(path).engine  # raises the error as the full load words it
+    text: str | None = None
+    if folder is not None:
+        try:
+            text = read_text(path)  # the full load's size and type checks (its wording below)
+        except InputError:
+            folder = None  # the full load raises the error as it words it
     real = os.path.realpath(path)
-    key = _name(real)
-    try:
-        entry = json.loads((folder / f"{key}.json").read_text())
-        doc = _hit(entry, real, text) if isinstance(entry, dict) else None
-    except (OSError, ValueError):
-        doc = None
-    if doc is not None:
-        return doc
-    from musku.qsim.model import load  # lazy: pydantic (the model) only on a miss
+    if folder is not None and text is not None:
+        try:
+            entry = json.loads((folder / f"{_name(real)}.json").read_text())
+            doc = _hit(entry, real, text) if isinstance(entry, dict) else None
+        except (OSError, ValueError):
+            doc = None
+        if doc is not None:
+            return doc
+    # lazy: pydantic (the model, ~0.3 CPU-s) only on a miss: a cache hit loads neither pydantic
+    # nor typer (tests/qsim/test_quick.py)
+    from musku.qsim.model import histogram_path, load
 
     engine = load(path).engine
-    deps = _deps(path, text)
-    if deps is not None:
-        _store(
-            folder,
-            key,
-            {
+    if folder is not None and text is not None:
+        deps = _deps(path, text, histogram_path)
+        if deps is not None:
+            entry = {
                 "format": FORMAT,
                 "model": real,
                 "stamp": _code_stamp(),
                 "text": text,
                 "deps": deps,
                 "engine": engine,
-            },
-        )
+            }
+            _store(folder, _name(real), entry)
     return engine

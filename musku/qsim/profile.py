@@ -39,6 +39,7 @@ import psutil
 
 from musku.errors import HostError, InputError, UnsupportedError
 from musku.qsim.engine import simulate
+from musku.qsim.model import load
 from musku.qsim.overrides import with_overrides
 from musku.services import runtime
 
@@ -541,8 +542,6 @@ def _render(p: Profile, f: Fit, out: Path) -> str:
 
 def write_model(p: Profile, out: Path, *, sim_seconds: float = 20.0) -> Fit:
     """Write the model (and its histogram files next to it); returns the fitted figures."""
-    from musku.qsim.model import load  # lazy: the model (pydantic) only when one is written
-
     mid = p.midtier
     lb, _, lcpu = _pooled(p.leaves, "handler")
     mb, _, mcpu = _pooled([mid], "handler")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from musku.cotune_spec import MODELS
 
@@ -83,6 +83,30 @@ class ThreadingTableDoc(_Base):
             if not self.rows[i].max_qps > self.rows[i - 1].max_qps:
                 raise ValueError(f"rows[{i}].max_qps must be greater than rows[{i - 1}].max_qps")
         return self
+
+
+def first_error(data: dict[str, Any]) -> str | None:
+    """None when ``data`` (a parsed table) passes the schema, else one line for the first
+    error: where (``rows[1].workers``) and why (``has no rows`` for an empty table)."""
+    try:
+        ThreadingTableDoc.model_validate(data)
+    except ValidationError as exc:
+        return _error_line(exc, data)
+    return None
+
+
+def _error_line(exc: ValidationError, data: dict[str, Any]) -> str:
+    """One line for the first schema error: where (``rows[1].workers``) and why; a bad row
+    is quoted."""
+    err = exc.errors()[0]
+    loc = err["loc"]
+    at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    why = str(err["msg"]).removeprefix("Value error, ")
+    if loc[:1] == ("rows",) and len(loc) == 1 and err["type"] == "too_short":
+        return "has no rows"
+    if len(loc) >= 2 and loc[0] == "rows" and isinstance(loc[1], int):
+        return f"bad row {data['rows'][loc[1]]}: {at}: {why}"
+    return f"{at}: {why}" if at else why
 
 
 def json_schema() -> dict[str, Any]:

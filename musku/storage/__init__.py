@@ -29,7 +29,8 @@ from musku.storage.records import (
 from musku.storage.urls import ENV_URL, default_path, default_url
 
 if TYPE_CHECKING:
-    from musku.storage.store import Store
+    from musku.storage.migrate import head_revision
+    from musku.storage.store import Store, current_revision, open_store, upgrade
 
 __all__ = [
     "ENV_URL",
@@ -54,42 +55,18 @@ __all__ = [
 ]
 
 
-def open_store(url: str | None = None, *, create: bool = True, read_only: bool = False) -> Store:
-    """Open the results DB (see :func:`musku.storage.store.open_store`)."""
-    # lazy: SQLAlchemy; importing musku.storage stays cheap
-    from musku.storage.store import open_store as _open
-
-    return _open(url, create=create, read_only=read_only)
-
-
-def upgrade(url: str | None = None) -> tuple[str | None, str]:
-    """Create or upgrade the DB at ``url`` to this musku's schema: ``(from_rev, to_rev)``."""
-    # lazy: SQLAlchemy; importing musku.storage stays cheap
-    from musku.storage.store import upgrade as _upgrade
-
-    return _upgrade(url)
-
-
-def current_revision(url: str | None = None) -> str | None:
-    """The DB's schema revision (None when it has no musku schema yet)."""
-    # lazy: SQLAlchemy; importing musku.storage stays cheap
-    from musku.storage.store import current_revision as _current
-
-    return _current(url)
-
-
-def head_revision() -> str:
-    """The schema revision this musku needs."""
-    # lazy: SQLAlchemy; importing musku.storage stays cheap
-    from musku.storage.migrate import head_revision as _head
-
-    return _head()
+_LAZY = frozenset({"Store", "open_store", "upgrade", "current_revision", "head_revision"})
+"""Names served by :mod:`musku.storage.store` on first use (PEP 562): the store, opening,
+upgrading and the schema revisions."""
 
 
 def __getattr__(name: str) -> object:
-    if name == "Store":
-        # lazy: SQLAlchemy; importing musku.storage stays cheap
-        from musku.storage.store import Store
+    if name in _LAZY:
+        # lazy: SQLAlchemy and alembic (~0.2 s); importing musku.storage stays cheap (the agent's
+        # start and `musku --help` load this package, not the store)
+        from musku.storage import store
 
-        return Store
-    raise AttributeError(name)
+        value: object = getattr(store, name)
+        globals()[name] = value  # the next look-up is a plain attribute
+        return value
+    raise AttributeError(f"module 'musku.storage' has no attribute {name!r}")

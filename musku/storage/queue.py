@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from musku.domain import ComparisonResult, Configuration, ExperimentStatus
@@ -72,8 +73,6 @@ class Queue(Repository):
         there yet (``INSERT ... ON CONFLICT DO NOTHING``): several controllers asking for the
         same comparison get the same row. Returns its id."""
         self.need_queue()
-        from sqlalchemy.dialects.postgresql import insert  # lazy: the PostgreSQL dialect
-
         with self._session() as s, s.begin():
             b, c = self._config_id(s, baseline), self._config_id(s, candidate)
             s.execute(

@@ -52,8 +52,27 @@ def cross_product(experiment: Experiment) -> int:
     return math.prod(len(v) for v in experiment.space.values())
 
 
-class Independent(Strategy):
-    name = "independent"
+class _Builtin(Strategy):
+    """A strategy of :mod:`musku.sweep.strategies`: the function :attr:`function` there (a
+    subclass renamed keeps its parent's)."""
+
+    function = ""
+
+    def run(self, runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
+        # lazy: the runner and the tester (scipy); `check` and `sweep --dry-run` load this
+        # module (the strategy objects) and run no sweep
+        from musku.sweep import strategies
+
+        run = {
+            "independent": strategies.independent,
+            "exhaustive": strategies.exhaustive,
+            "search": strategies.search,
+        }[self.function]
+        return run(runner)
+
+
+class Independent(_Builtin):
+    name = function = "independent"
 
     def plan(self, experiment: Experiment, single: int, validations: int) -> tuple[int, str]:
         return single + validations, (
@@ -61,14 +80,9 @@ class Independent(Strategy):
             "close winners get a run-off and a confirmation), then the soft SKU's validations"
         )
 
-    def run(self, runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
-        from musku.sweep.strategies import independent  # lazy: the runner and the tester
 
-        return independent(runner)
-
-
-class Exhaustive(Strategy):
-    name = "exhaustive"
+class Exhaustive(_Builtin):
+    name = function = "exhaustive"
 
     def check(self, experiment: Experiment) -> None:
         """Over :data:`EXHAUSTIVE_LIMIT` configurations: refused before anything is recorded
@@ -88,25 +102,15 @@ class Exhaustive(Strategy):
             note += f"; more than {EXHAUSTIVE_LIMIT}: the sweep refuses it (narrow the space or use search)"
         return total - 1 + validations, note
 
-    def run(self, runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
-        from musku.sweep.strategies import exhaustive  # lazy: the runner and the tester
 
-        return exhaustive(runner)
-
-
-class Search(Strategy):
-    name = "search"
+class Search(_Builtin):
+    name = function = "search"
 
     def plan(self, experiment: Experiment, single: int, validations: int) -> tuple[int, str]:
         rounds = experiment.search_rounds
         return single * (1 + rounds) + validations, (
             f"the independent scan, then up to {rounds} coordinate-descent rounds"
         )
-
-    def run(self, runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:
-        from musku.sweep.strategies import search  # lazy: the runner and the tester
-
-        return search(runner)
 
 
 class Multiarm(Independent):

@@ -9,13 +9,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from musku import outputs
 from musku.errors import InputError
-
-if TYPE_CHECKING:
-    from pydantic import ValidationError
 
 TABLE_FORMAT = "musku-threading-table/1"
 """The schema's ``format`` (tests/tune/test_table_schema.py checks that they agree)."""
@@ -64,15 +61,11 @@ def check_table(
         raise InputError(f"{name} has no format {TABLE_FORMAT!r}")
     # lazy: pydantic and the model cost ~0.3 s to import, and the agent imports this module at
     # start (through the co-tuner) but checks a table only when it co-tunes
-    from pydantic import ValidationError
+    from musku.schema.threadingtable import first_error
 
-    from musku.schema.threadingtable import ThreadingTableDoc  # lazy: with pydantic, above
-
-    try:
-        ThreadingTableDoc.model_validate(data)
-    except ValidationError as exc:
-        why = _first_error(exc, data)
-        raise InputError(f"{name} {why}" if why == "has no rows" else f"{name}: {why}") from None
+    why = first_error(data)
+    if why is not None:
+        raise InputError(f"{name} {why}" if why == "has no rows" else f"{name}: {why}")
     if data.get("service") != service_name(service):
         raise InputError(f"{name} is for {data.get('service')!r}, not {service!r}")
     if data.get("cpus") != here:
@@ -86,17 +79,3 @@ def check_table(
             f"{leaf_transport!r}"
         )
     return data
-
-
-def _first_error(exc: ValidationError, data: dict[str, Any]) -> str:
-    """One line for the first schema error: where (``rows[1].workers``) and why; a bad row
-    is quoted."""
-    err = exc.errors()[0]
-    loc = err["loc"]
-    at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
-    why = str(err["msg"]).removeprefix("Value error, ")
-    if loc[:1] == ("rows",) and len(loc) == 1 and err["type"] == "too_short":
-        return "has no rows"
-    if len(loc) >= 2 and loc[0] == "rows" and isinstance(loc[1], int):
-        return f"bad row {data['rows'][loc[1]]}: {at}: {why}"
-    return f"{at}: {why}" if at else why

@@ -3,7 +3,7 @@
 
 #include <sys/resource.h>
 
-#include "musku/admin.grpc.pb.h"
+#include "admin.grpc.pb.h"
 
 namespace musku::detail {
 namespace {

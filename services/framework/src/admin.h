@@ -1,4 +1,4 @@
-// The Admin service (services/common/proto/musku/admin.proto) every musku server runs: Health,
+// The Admin service (services/common/proto/admin.proto) every musku server runs: Health,
 // Stats, GetThreading and SetThreading, answered inline on the pollers from the engine's state.
 #pragma once
 

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "musku/admin.grpc.pb.h"
+#include "admin.grpc.pb.h"
 
 namespace {
 int Usage(const char* why) {

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "musku/batch.grpc.pb.h"
+#include "batch.grpc.pb.h"
 #include "musku/log.h"
 
 namespace musku::detail {

@@ -19,7 +19,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "musku/batch.grpc.pb.h"
+#include "batch.grpc.pb.h"
 #include "musku/framework.h"
 
 namespace musku::detail {

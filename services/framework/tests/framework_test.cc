@@ -20,8 +20,8 @@
 
 #include "table_files.h"
 #include "fwtest.grpc.pb.h"
-#include "musku/admin.grpc.pb.h"
-#include "musku/batch.grpc.pb.h"
+#include "admin.grpc.pb.h"
+#include "batch.grpc.pb.h"
 #include "musku/framework.h"
 
 namespace {

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "loadgen.h"
-#include "setalgebra/setalgebra.pb.h"
+#include "setalgebra.pb.h"
 #ifdef MUSKU_LOADGEN_HDSEARCH
 #include "hdsearch.pb.h"
 #endif

@@ -9,7 +9,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "setalgebra/setalgebra.grpc.pb.h"
+#include "setalgebra.grpc.pb.h"
 
 namespace {
 std::string JsonEscape(const std::string& s) {

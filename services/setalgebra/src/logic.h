@@ -6,7 +6,7 @@
 
 #include "index.h"
 #include "musku/framework.h"
-#include "setalgebra/setalgebra.grpc.pb.h"
+#include "setalgebra.grpc.pb.h"
 
 namespace setalgebra {
 

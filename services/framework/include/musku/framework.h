@@ -109,7 +109,7 @@ enum class Role { kLeaf, kMidTier };
 //   unary - one gRPC unary call per leaf call (μSuite's design);
 //   batch - one long-lived bidirectional stream per leaf; the leaf calls queued while the
 //           previous message was on the wire travel together in the next one (musku.LeafBatch,
-//           services/common/proto/musku/batch.proto). Same Process/Finalize, same eight models,
+//           services/common/proto/batch.proto). Same Process/Finalize, same eight models,
 //           same deadlines and error statuses; fewer frames, wake-ups and per-call set-ups.
 enum class LeafTransport { kUnary, kBatch };
 

@@ -18,7 +18,11 @@ against an engine built without it. The CLI's own overhead is ``musku qsim run``
 100-request model minus the engine alone on the same document (docs/qsim.md "Speed").
 
     PYTHONPATH=. python bench/qsim_speed.py [--uqsim /work/peers/uqsim/microsim] [--quick]
-        [--rounds N] [--baseline-engine PATH] [--only cli|progress] [--baseline-tree PATH]
+        [--rounds N] [--baseline-engine PATH] [--only cli|progress|ratio] [--baseline-tree PATH]
+
+``--only ratio`` prints the per-round ratios of requests per CPU-second, this engine over μqSim
+(``--uqsim``) and over a baseline engine binary (``--baseline-engine``), on the imported 2-tier
+and fan-out, the three run in alternating rounds (``--rounds``).
 """
 
 from __future__ import annotations
@@ -231,6 +235,54 @@ def progress_cost(doc: dict[str, Any], tmp: Path, rounds: int, baseline: str | N
     return text
 
 
+def ratios(a: argparse.Namespace, tmp: Path) -> list[str]:
+    """The issue's speed figure: this engine's requests per CPU-second over μqSim's on the same
+    imported 2-tier and fan-out, in alternating rounds (this engine, μqSim, then the baseline
+    engine if given), so that the machine's load moves all of them alike; per-round ratios."""
+    dur = a.requests / a.qps
+    arch2 = write_example(tmp / "2tier", "2tier", qps=a.qps, duration_s=dur)
+    convert(arch2, tmp / "2tier.toml")
+    f2 = tmp / "r2tier.json"
+    f2.write_text(json.dumps(load(tmp / "2tier.toml").engine))
+    nf, fq = a.uqsim_fanout_requests, 500.0
+    archf = write_example(tmp / "fan", "fanout", qps=fq, duration_s=nf / fq, leaves=a.leaves)
+    convert(archf, tmp / "fan.toml")
+    ff = tmp / "rfan.json"
+    ff.write_text(json.dumps(load(tmp / "fan.toml").engine))
+    lines = []
+    for name, doc, arch in (("2-tier (imported)", f2, arch2),
+                            (f"{a.leaves}-leaf fan-out (imported)", ff, archf)):  # fmt: skip
+        vs_u: list[float] = []
+        vs_b: list[float] = []
+        base_u: list[float] = []  # the baseline engine over μqSim, the same round
+        for _ in range(a.rounds):
+            out, cpu, _ = run_timed([str(binary()), str(doc)])
+            ours_rate = json.loads(out)["completed"] / cpu
+            u_rate = 0.0
+            if a.uqsim:
+                u = uqsim(a.uqsim, arch, tmp)
+                u_rate = u["requests"] / u["proc_cpu_s"]
+                vs_u.append(ours_rate / u_rate)
+            if a.baseline_engine:
+                out, cpu, _ = run_timed([a.baseline_engine, str(doc)])
+                b_rate = json.loads(out)["completed"] / cpu
+                vs_b.append(ours_rate / b_rate)
+                if u_rate:
+                    base_u.append(b_rate / u_rate)
+        for what, v in (
+            ("μqSim", vs_u),
+            (a.baseline_engine, vs_b),
+            (f"μqSim, for {a.baseline_engine}", base_u),
+        ):
+            if v:
+                v.sort()
+                who = "the baseline" if what.startswith("μqSim, for") else "this engine"
+                lines.append(f"{name}: {who} / {what}, requests per CPU-s, "
+                             f"{a.rounds} rounds: median {v[len(v) // 2]:.2f}x "
+                             f"(range {v[0]:.2f}-{v[-1]:.2f}; {', '.join(f'{x:.2f}' for x in v)})")  # fmt: skip
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--uqsim", help="μqSim binary (built from its public source) to compare with")
@@ -242,7 +294,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a tenth of the requests")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of the CLI and progress lines")
     ap.add_argument(
-        "--baseline-engine", help="an engine binary to compare the progress check's cost with"
+        "--baseline-engine",
+        help="an engine binary to compare with (the progress check's cost; --only ratio)",
     )
     ap.add_argument(
         "--baseline-tree",
@@ -250,14 +303,20 @@ def main() -> int:
     )
     ap.add_argument(
         "--only",
-        choices=("cli", "progress"),
-        help="only the CLI overhead line or only the progress cost line",
+        choices=("cli", "progress", "ratio"),
+        help="only the CLI overhead line, the progress cost line, or the per-round speed ratios "
+        "against --uqsim and --baseline-engine",
     )
     a = ap.parse_args()
     if a.only:
         with tempfile.TemporaryDirectory() as td:
             tmp = Path(td)
-            if a.only == "cli":
+            if a.only == "ratio":
+                if a.quick:
+                    a.requests //= 10
+                for line in ratios(a, tmp):
+                    print(line)
+            elif a.only == "cli":
                 (med, lo, hi), base = cli_overhead(tmp, a.rounds, a.baseline_tree)
                 print(f"CLI overhead of musku qsim run (tiny model): {med:.3f} CPU-s median of "
                       f"{a.rounds} rounds (range {lo:.3f}-{hi:.3f}; goal <= 0.1)")  # fmt: skip

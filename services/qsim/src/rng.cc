@@ -13,7 +13,6 @@ uint64_t SplitMix(uint64_t& x) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
-inline uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 }  // namespace
 
 uint64_t DeriveSeed(uint64_t run_seed, uint64_t stream) {
@@ -27,20 +26,6 @@ Rng::Rng(uint64_t seed) {
   for (auto& s : s_) s = SplitMix(x);
 }
 
-uint64_t Rng::Next() {
-  const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = Rotl(s_[3], 45);
-  return result;
-}
-
-double Rng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
-
 // Exponential variates by Marsaglia and Tsang's ziggurat ("The Ziggurat Method for Generating
 // Random Variables", J. Stat. Softw. 5(8), 2000): 256 layers of equal area under e^-x, built
 // once below for 53-bit magnitudes. One 64-bit draw gives the layer (low 8 bits) and, apart,
@@ -48,43 +33,48 @@ double Rng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 // compare, the rest take the wedge test or the tail (r + Exp(1), memoryless). The same
 // distribution as -log(1 - U), about 4x cheaper than log1p; the same seed gives the same values.
 namespace {
-struct ExpZiggurat {
-  uint64_t k[256];  // a magnitude below k[i] is inside layer i's rectangle: accept at once
-  double w[256];    // magnitude -> x
-  double f[256];    // e^-x at layer i's right edge
-  static constexpr double kR = 7.697117470131487;     // the base layer's right edge
-  static constexpr double kV = 3.949659822581572e-3;  // each layer's area
-  ExpZiggurat() {
-    const double m = 9007199254740992.0;  // 2^53
-    double de = kR, te = kR;
-    const double q = kV / std::exp(-de);
-    k[0] = static_cast<uint64_t>((de / q) * m);
-    k[1] = 0;
-    w[0] = q / m;
-    w[255] = de / m;
-    f[0] = 1.0;
-    f[255] = std::exp(-de);
-    for (int i = 254; i >= 1; --i) {
-      de = -std::log(kV / de + std::exp(-de));
-      k[i + 1] = static_cast<uint64_t>((de / te) * m);
-      te = de;
-      f[i] = std::exp(-de);
-      w[i] = de / m;
-    }
+constexpr double kR = 7.697117470131487;     // the base layer's right edge
+constexpr double kV = 3.949659822581572e-3;  // each layer's area
+rng_detail::ExpZigTables BuildExpZig() {
+  rng_detail::ExpZigTables z{};
+  uint64_t* k = z.k;
+  double* w = z.w;
+  double* f = z.f;
+  const double m = 9007199254740992.0;  // 2^53
+  double de = kR, te = kR;
+  const double q = kV / std::exp(-de);
+  k[0] = static_cast<uint64_t>((de / q) * m);
+  k[1] = 0;
+  w[0] = q / m;
+  w[255] = de / m;
+  f[0] = 1.0;
+  f[255] = std::exp(-de);
+  for (int i = 254; i >= 1; --i) {
+    de = -std::log(kV / de + std::exp(-de));
+    k[i + 1] = static_cast<uint64_t>((de / te) * m);
+    te = de;
+    f[i] = std::exp(-de);
+    w[i] = de / m;
   }
-};
-const ExpZiggurat kExpZig;
+  return z;
+}
 }  // namespace
 
-double Rng::Exp(double mean) {
+namespace rng_detail {
+const ExpZigTables kExpZig = BuildExpZig();
+}  // namespace rng_detail
+
+// Rng::Exp (rng.h) rejected its first draw's rectangle: layer i, x its value.
+double Rng::ExpRest(double mean, unsigned i, double x) {
+  using rng_detail::kExpZig;
   for (;;) {
-    const uint64_t r = Next();
-    const unsigned i = static_cast<unsigned>(r & 0xff);
-    const uint64_t mag = r >> 11;
-    const double x = static_cast<double>(mag) * kExpZig.w[i];
-    if (mag < kExpZig.k[i]) return mean * x;
-    if (i == 0) return mean * (ExpZiggurat::kR - std::log1p(-Uniform()));  // the tail
+    if (i == 0) return mean * (kR - std::log1p(-Uniform()));  // the tail
     if (kExpZig.f[i] + Uniform() * (kExpZig.f[i - 1] - kExpZig.f[i]) < std::exp(-x)) return mean * x;
+    const uint64_t r = Next();
+    i = static_cast<unsigned>(r & 0xff);
+    const uint64_t mag = r >> 11;
+    x = static_cast<double>(mag) * kExpZig.w[i];
+    if (mag < kExpZig.k[i]) return mean * x;
   }
 }
 

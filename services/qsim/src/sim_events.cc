@@ -208,7 +208,7 @@ void Sim::Grant(int tid, int core) {
   StartWork(tid);
 }
 
-double Sim::ServiceTime(const StageSpec& st, const ServiceSpec& sv, size_t n, Rng& rng) {
+double Sim::ServiceTimeGeneral(const StageSpec& st, const ServiceSpec& sv, size_t n, Rng& rng) {
   double mean = st.mean_us + st.per_job_us * static_cast<double>(n - 1);
   int repeat = 1;
   if (!st.table_bytes.empty()) {
@@ -242,9 +242,7 @@ double Sim::ServiceTime(const StageSpec& st, const ServiceSpec& sv, size_t n, Rn
       }
     }
   }
-  if (st.dvfs_scale > 0)
-    total *= 1.0 - st.dvfs_scale + st.dvfs_scale * freq_ratio_[static_cast<size_t>(&sv - m_.services.data())];
-  return total * sv.time_scale * 1000.0;  // ns
+  return ScaleTime(total, st, sv);
 }
 
 void Sim::StartWork(int tid) {

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "engine.h"
+#include "event_heap.h"
 
 namespace q = musku::qsim;
 using nlohmann::json;
@@ -563,4 +564,39 @@ TEST(Sampler, ExponentialMatchesEToTheMinusX) {
                    std::fabs(cdf - static_cast<double>(i + 1) / kN)});
   }
   EXPECT_LT(ks, 1.95 / std::sqrt(static_cast<double>(kN)));
+}
+
+// The event queue (a one-event slot in front of the 4-ary heap) pops in exactly (time, sequence)
+// order, ties included: interleaved pushes and pops on coarse times (many ties), each pop checked
+// against the smallest pending event by a plain scan. The engine's results depend on this order.
+TEST(EventQueue, PopsInTimeThenSequenceOrderLikeTheHeapAlone) {
+  namespace in = musku::qsim::internal;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    q::Rng rng(q::DeriveSeed(seed, 77));
+    in::EventHeap heap;
+    std::vector<in::Event> pending;  // the reference: everything pushed and not yet popped
+    uint64_t seq = 0;
+    double now = 0;
+    for (int step = 0; step < 20000; ++step) {
+      const uint64_t r = rng.Next();
+      if (pending.empty() || r % 100 < 55) {
+        // mostly near-future times (a thread's next completion), some far, some at `now`
+        const double dt = r % 7 == 0 ? 0.0 : static_cast<double>((r >> 8) % (r % 3 == 0 ? 400 : 8));
+        const in::Event e{now + dt, (seq++ << 8) | in::kDone, nullptr, static_cast<int>(seq), 0};
+        heap.push(e);
+        pending.push_back(e);
+      } else {
+        const auto it = std::min_element(pending.begin(), pending.end(),
+                                         [](const in::Event& a, const in::Event& b) { return in::Before(a, b); });
+        const in::Event got = heap.pop();
+        ASSERT_EQ(got.key, it->key) << "seed " << seed << " step " << step;
+        ASSERT_EQ(got.t, it->t);
+        ASSERT_GE(got.t, now);
+        now = got.t;
+        pending.erase(it);
+      }
+      ASSERT_EQ(heap.size(), pending.size());
+      ASSERT_EQ(heap.empty(), pending.empty());
+    }
+  }
 }

@@ -75,6 +75,22 @@ lies inside (each side then spends at most alpha / 2 of a one-sided error: about
 samples for the same guarantee; the rule before issue 30 item 4). The reported interval is
 the two-sided one either way, so its coverage does not change."""
 
+NOISE_DF_DEFAULT = 100.0
+"""Degrees of freedom of a noise prior given in ``rule_options`` (``noise_lrv``) without
+``noise_df``; a calibration's own are its batches less its periods."""
+
+NOISE_CHECK = 0.05
+"""Two-sided level of the check that a comparison's own long-run variance agrees with its
+calibration's (an F test of the ratio on their degrees of freedom): beyond it the
+calibration's noise is not pooled (rule option ``noise_check``; 0 never rejects)."""
+
+
+def _check_level(x: Any) -> float:
+    if not (isinstance(x, int | float) and not isinstance(x, bool) and 0.0 <= x < 1.0):
+        raise InputError(f"cs rule: noise_check = {x!r} must be in [0, 1)")
+    return float(x)
+
+
 MAX_HOST_BIAS = 0.01
 """Default bound on the relative bias between the two "identical" hosts of a pair (1 %): the
 early decision before the first crossover swap is only taken when the interval, widened by
@@ -210,8 +226,16 @@ class ConfidenceSequenceRule(DecisionRule):
         wander_sd: float = WANDER_SD,
         wander_tau_s: float = WANDER_TAU_S,
         equivalence: str = "tost",
+        noise_lrv: float | None = None,
+        noise_df: float = NOISE_DF_DEFAULT,
+        noise_check: float = NOISE_CHECK,
     ) -> None:
         super().__init__(seed=seed)
+        self.noise: stats.NoisePrior | None = None
+        self.noise_source = ""
+        self.noise_check = _check_level(noise_check)
+        if noise_lrv is not None:
+            self.use_noise(noise_lrv, noise_df, "rule options")
         if equivalence not in EQUIVALENCE:
             raise InputError(
                 f"cs rule: equivalence = {equivalence!r} must be one of {', '.join(EQUIVALENCE)}"
@@ -257,13 +281,32 @@ class ConfidenceSequenceRule(DecisionRule):
         self.early = bool(early) and crossover
         self.n_opt_windows = 32.0
 
+    def use_noise(self, lrv: float, df: float, source: str) -> None:
+        """Pool the pair's measured noise (a calibration's long-run variance per window of
+        the log-ratio, on ``df`` degrees of freedom) into every look's variance
+        (:func:`musku.abtest.stats.pool_variance`); ``source`` names it in the method."""
+        for key, val, lo in (("noise_lrv", lrv, 0.0), ("noise_df", df, 1.0)):
+            if not (
+                isinstance(val, int | float)
+                and not isinstance(val, bool)
+                and math.isfinite(val)
+                and val > lo - (0.0 if key == "noise_lrv" else 1e-12)
+            ):
+                why = "a variance > 0" if key == "noise_lrv" else "degrees of freedom >= 1"
+                raise InputError(f"cs rule: {key} = {val!r} must be {why}")
+        self.noise = stats.NoisePrior(float(lrv), float(df), self.noise_check)
+        self.noise_source = source
+
     def start(self, setup: RuleSetup) -> None:
         super().start(setup)
         # tightest where a CS (~3 standard errors wide) reaches min_effect; fixed in windows
-        # at the start so later re-batching does not retune it
+        # at the start so later re-batching does not retune it. With the pair's measured
+        # noise, from it (the pilot's few windows are a noisy guess of it)
         sd = setup.pilot_sd
         b = setup.batch_size
-        if math.isfinite(sd) and sd > 0:
+        if self.noise is not None:
+            n = self.noise.lrv * (3.0 / math.log1p(setup.min_effect)) ** 2
+        elif math.isfinite(sd) and sd > 0:
             lrv = sd * sd * stats.long_run_variance_factor(setup.pilot_rho)
             n = lrv * (3.0 / math.log1p(setup.min_effect)) ** 2
         else:
@@ -299,6 +342,8 @@ class ConfidenceSequenceRule(DecisionRule):
                 ev.batch_period,
                 spans=ev.period_span,
                 wander=self.wander,
+                noise=self.noise,
+                batch_size=ev.batch_size,
             )
         else:
             est = stats.plain_estimate(ev.batch_d, ev.batch_period)
@@ -459,6 +504,11 @@ class ConfidenceSequenceRule(DecisionRule):
             else "no early path"
         )
         cov = f", CUPED on {self.covariate}" if self.covariate else ""
+        if self.noise is not None:
+            cov += (
+                f", noise pooled with {self.noise_source}'s (lrv {self.noise.lrv:.3g} per "
+                f"window, {self.noise.df:.0f} df)"
+            )
         return (
             f"{self.name}: asymptotic confidence sequence, {design}, batch means b={b} (final), "
             f"Bartlett HAC bandwidth {self.last_bandwidth:.2f} (Newey-West 1994), {alpha}"

@@ -210,6 +210,7 @@ class ConfidenceSequenceRule(DecisionRule):
 
     name = "cs"
     check_bias = True  # the driver holds each comparison's bias estimate to the bound
+    pools_noise = True  # the driver hands it the pair's calibrated noise (use_noise)
 
     def __init__(
         self,
@@ -326,6 +327,15 @@ class ConfidenceSequenceRule(DecisionRule):
         a = self.setup.alpha
         return a * (1.0 - self.early_alpha_share) if self.early else a
 
+    def alpha_equivalence(self) -> float:
+        """The equivalence (TOST) bounds' alpha: all of it, early path or not. Its error is
+        NO_DIFFERENCE when the true effect is min_effect or more, which only the crossover
+        sequence can decide (the early path decides BETTER / WORSE only), so the early
+        path's share need not be taken from it; the split protects the other error (BETTER
+        / WORSE at a true 0), which both sequences can make."""
+        assert self.setup is not None
+        return self.setup.alpha
+
     def alpha_early(self) -> float:
         assert self.setup is not None
         return self.setup.alpha * self.early_alpha_share
@@ -365,7 +375,7 @@ class ConfidenceSequenceRule(DecisionRule):
             hw_eq = stats.cs_halfwidth(
                 est.se,
                 est.n_eff,
-                self.alpha_crossover(),
+                self.alpha_equivalence(),
                 self.n_opt(ev.batch_size),
                 df=est.df,
                 one_sided=True,
@@ -528,6 +538,7 @@ class CalibrationRule(ConfidenceSequenceRule):
 
     name = "calibrate"
     check_bias = False  # it measures the bias; there is no bound to hold it to yet
+    pools_noise = False  # it measures the noise too
 
     def __init__(
         self,
@@ -548,6 +559,18 @@ class CalibrationRule(ConfidenceSequenceRule):
             raise InputError(f"calibrate: precision = {precision!r} must be in (0, 0.5)")
         self.precision = float(precision)
         self.wander_part = 0.0  # relative half-width the wander adds at the last look
+
+    def noise_measured(self) -> tuple[float, float] | None:
+        """(long-run variance of one window's log-ratio, degrees of freedom) the A/A
+        measured: the within-period HAC variance of its batch means (the estimator a
+        comparison uses) times the batch size, on the batches less two; None before an
+        estimate."""
+        est = self.last_estimate
+        b = self.last_batch_size
+        if est is None or b < 1 or not math.isfinite(est.bias_se_within) or est.df < 1:
+            return None
+        lrv = est.bias_se_within**2 * est.n_eff * b
+        return (lrv, float(est.df)) if lrv > 0 else None
 
     def look(self, ev: Evidence) -> Verdict:
         v = super().look(ev)

@@ -261,7 +261,7 @@ def _noise_calibration(cond: int, model: Any, base: Any) -> tuple[float, float]:
     from musku.abtest.calibrate import calibrate_pair
     from musku.sim import SimPair
 
-    key = ("noise", cond)
+    key = f"noise {cond}"
     if key not in _STATE:
         pair = SimPair(model, seed=NOISE_CAL_SEED, initial=(base, base))
         cal, _ = calibrate_pair(pair, base, _STATE["spec"], seed=NOISE_CAL_SEED)

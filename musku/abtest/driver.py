@@ -1251,11 +1251,14 @@ def _early_gate(pair: HostPair, rule: DecisionRule, memory: PairMemory) -> str:
 
 def _noise_gate(rule: DecisionRule, memory: PairMemory, spec: ComparisonSpec) -> None:
     """Hand the rule the pair's noise its usable calibration measured (issue 30 item 4), in
-    the comparison's metric and window, unless the rule has its own (``noise_lrv`` in the
-    rule options) or does not pool it. An unusable calibration (too old, other hardware,
+    the comparison's metric and window, when the rule asks for it (``calibrated_noise``,
+    off by default), unless it has its own (``noise_lrv`` in the rule options) or does not
+    pool it. An unusable calibration (too old, other hardware,
     marked for recalibration) gives nothing, as for the early path."""
     cal = memory.calibration
     if cal is None or not getattr(rule, "pools_noise", False) or getattr(rule, "noise", None):
+        return
+    if not getattr(rule, "calibrated_noise", False):  # off by default (rules.CALIBRATED_NOISE)
         return
     ok, _ = cal.usable(memory.hardware, now=memory.now, max_age_s=memory.max_age_s)
     got = cal.noise_for(spec.metric, spec.stats.sample_interval_s) if ok else None

@@ -162,8 +162,8 @@ def test_a_calibrated_pair_decides_a_true_zero_sooner_and_a_wrong_one_stays_hone
 
 
 def test_a_usable_calibration_hands_its_noise_to_the_rule() -> None:
-    """Through ``PairMemory``: the comparison's method names the pooled noise; an unusable
-    calibration (other hardware) does not pool it."""
+    """Through ``PairMemory``, when asked (``calibrated_noise``): the comparison's method
+    names the pooled noise; an unusable calibration (other hardware) does not pool it."""
     model = _model()
     assert model.reference_config is not None
     base = model.reference_config.with_("prefetch", "l2hw_dcu")
@@ -176,8 +176,16 @@ def test_a_usable_calibration_hands_its_noise_to_the_rule() -> None:
         noise_lrv=0.0047, noise_df=400.0, window_s=1.0, id=7,
     )  # fmt: skip
     small = replace(SPEC, stats=replace(SPEC.stats, sample_cap=3000))
+    on = {"calibrated_noise": True}
     r = run_comparison(pair, base, base, small, seed=11, memory=PairMemory(cal, hw))
+    assert "noise pooled" not in r.method  # off by default (rules.CALIBRATED_NOISE)
+    pair = SimPair(model, seed=11, initial=(base, base))
+    r = run_comparison(
+        pair, base, base, small, seed=11, memory=PairMemory(cal, hw), rule_options=on
+    )
     assert "noise pooled with calibration 7's (lrv 0.0047 per window, 400 df)" in r.method
     pair = SimPair(model, seed=11, initial=(base, base))
-    r = run_comparison(pair, base, base, small, seed=11, memory=PairMemory(cal, "other"))
+    r = run_comparison(
+        pair, base, base, small, seed=11, memory=PairMemory(cal, "other"), rule_options=on
+    )
     assert "noise pooled" not in r.method

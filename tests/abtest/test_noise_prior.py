@@ -134,8 +134,9 @@ def test_a_calibrated_pair_decides_a_true_zero_sooner_and_a_wrong_one_stays_hone
     """One real calibration of the shipped model measures its noise; on the same 24 A/A
     seeds a comparison that pools it stops sooner than one without it (median samples), and
     one whose calibration understates the noise 1.5x decides BETTER / WORSE at most 3 times
-    in 24 (the uncalibrated rule's rate is ~4 %; a bound that could fail: pooling a 1.5x-low
-    variance without the check gave 5 in 60 in development)."""
+    in 24 (the uncalibrated rule's rate is ~4 %; a bound that could fail: in development a
+    1.5x-low prior of 300 df gave 5 in 60, the bench's 1.5x-low row ~7 %: why pooling the
+    calibration's noise is off by default)."""
     model = _model()
     assert model.reference_config is not None
     base = model.reference_config.with_("prefetch", "l2hw_dcu")

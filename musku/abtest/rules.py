@@ -81,10 +81,10 @@ NOISE_DF_DEFAULT = 100.0
 
 CALIBRATED_NOISE = False
 """Whether a comparison pools its pair's calibrated noise by default (rule option
-``calibrated_noise``). Off: measured on the shipped model (docs/abtest.md, "Issue 30 item 4:
-the calibration's noise"), it saved ~1 % of the samples of a true 0 while a calibration
-understating the noise 1.5x took the A/A false positives from 3.6 % to 5.5 % (55 runs each):
-no gain worth that risk. ``noise_lrv`` given explicitly is always used."""
+``calibrated_noise``). Off: measured on the shipped model (docs/abtest.md, "Issue 30 item 4,
+round 2"), it saved 1-5 % of the samples of a true 0, while a prior at 0.86x of the
+comparisons' noise took the A/A false positives from 4.0 % to 6.0 % (100 runs each, same
+seeds): no gain worth that risk. ``noise_lrv`` given explicitly is always used."""
 
 NOISE_CHECK = 0.05
 """Two-sided level of the check that a comparison's own long-run variance agrees with its
@@ -567,21 +567,33 @@ class CalibrationRule(ConfidenceSequenceRule):
         if not (isinstance(precision, int | float) and 0.0 < precision < 0.5):
             raise InputError(f"calibrate: precision = {precision!r} must be in (0, 0.5)")
         self.precision = float(precision)
+        self.last_evidence: Evidence | None = None
         self.wander_part = 0.0  # relative half-width the wander adds at the last look
 
     def noise_measured(self) -> tuple[float, float] | None:
         """(long-run variance of one window's log-ratio, degrees of freedom) the A/A
-        measured: the within-period HAC variance of its batch means (the estimator a
-        comparison uses) times the batch size, on the batches less two; None before an
+        measured: the Bartlett HAC variance (Newey-West bandwidth) of its batch means around
+        each **period's** mean, times the batch size, on the batches less the periods. Around
+        each period's mean, not each role order's as a comparison's own estimate is: over
+        the calibration's hours the role orders' residuals hold the host bias's slow wander
+        (0.0061 per window on the shipped model against a 40-minute comparison's 0.0047),
+        which the between-period component accounts for separately. None before an
         estimate."""
-        est = self.last_estimate
-        b = self.last_batch_size
-        if est is None or b < 1 or not math.isfinite(est.bias_se_within) or est.df < 1:
+        ev = self.last_evidence
+        if ev is None or ev.batch_d.size < 8:
             return None
-        lrv = est.bias_se_within**2 * est.n_eff * b
-        return (lrv, float(est.df)) if lrv > 0 else None
+        y = np.asarray(ev.batch_d, dtype=float)
+        ids, inv = np.unique(np.asarray(ev.batch_period), return_inverse=True)
+        df = y.size - ids.size
+        if df < 1:
+            return None
+        resid = y - (np.bincount(inv, weights=y) / np.bincount(inv))[inv]
+        bw = max(1.0, stats.nw_bandwidth(resid))
+        lrv = stats.hac_lrv(resid, bw) * y.size / df * ev.batch_size
+        return (float(lrv), float(df)) if lrv > 0 else None
 
     def look(self, ev: Evidence) -> Verdict:
+        self.last_evidence = ev
         v = super().look(ev)
         alpha = self.setup.alpha if self.setup else 0.05
         got = self.bias_interval(alpha, wander=True)

@@ -82,9 +82,9 @@ NOISE_DF_DEFAULT = 100.0
 CALIBRATED_NOISE = False
 """Whether a comparison pools its pair's calibrated noise by default (rule option
 ``calibrated_noise``). Off: measured on the shipped model (docs/abtest.md, "Issue 30 item 4,
-round 2"), it saved 1-5 % of the samples of a true 0, while a prior at 0.86x of the
-comparisons' noise took the A/A false positives from 4.0 % to 6.0 % (100 runs each, same
-seeds): no gain worth that risk. ``noise_lrv`` given explicitly is always used."""
+round 2"), it saved ~4 % of the samples of a true 0 (median 2,461 -> 2,364, A/A 4.0 %
+either way), while a calibration understating the noise 1.5x took the A/A false positives
+to 10 % (100 runs each, same seeds): no gain worth that risk. ``noise_lrv`` given explicitly is always used."""
 
 NOISE_CHECK = 0.05
 """Two-sided level of the check that a comparison's own long-run variance agrees with its

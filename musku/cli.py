@@ -379,6 +379,11 @@ def pair_calibrate(
     wander = next((p for p in result.reason.split("; ") if "wander (sd" in p), "")
     if wander:
         _console().print(f"  interval {escape(wander.partition(', ')[2])}")
+    if cal.noise_df > 0:
+        _console().print(
+            f"  noise: long-run variance {cal.noise_lrv:.3g} per {cal.window_s:g} s window "
+            f"({cal.noise_df:.0f} df), pooled by comparisons with rule option calibrated_noise"
+        )
 
 
 def _parse_pairs(text: list[str]) -> dict[str, str]:

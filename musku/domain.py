@@ -364,6 +364,28 @@ class PairCalibration:
     needs_recalibration: bool = False
     note: str = ""
     id: int | None = None
+    # the pair's noise, measured by the same A/A (issue 30 item 4): the long-run variance of
+    # one window's (CUPED-adjusted) log-ratio on ``noise_df`` degrees of freedom, for windows
+    # of ``window_s`` seconds; NaN / 0: not measured (calibrations before revision 0011)
+    noise_lrv: float = float("nan")
+    noise_df: float = 0.0
+    window_s: float = float("nan")
+
+    def noise_for(self, metric: str, window_s: float) -> tuple[float, float] | None:
+        """(long-run variance per window of ``window_s`` seconds, degrees of freedom) of the
+        pair's noise in ``metric``, or None when not measured or measured in another metric.
+        The variance of a mean over a fixed time is the same whatever the windows, so it
+        scales as ``self.window_s / window_s``."""
+        ok = (
+            metric == self.metric
+            and self.noise_lrv > 0
+            and self.noise_df >= 1
+            and self.window_s > 0
+            and window_s > 0
+        )
+        if not ok:  # NaN compares false: not measured
+            return None
+        return self.noise_lrv * self.window_s / window_s, self.noise_df
 
     @property
     def bound(self) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,7 +27,8 @@ def calibrate_pair(
 ) -> tuple[PairCalibration | None, Any]:
     """An A/A on ``pair`` (``config`` on both hosts, roles swapped every period): measure the
     host bias until its confidence sequence is within ``precision`` (relative) of the estimate
-    or the sample cap is reached. Returns (calibration or None when it could not be measured,
+    or the sample cap is reached; the pair's noise (the long-run variance of a window's
+    log-ratio, :meth:`CalibrationRule.noise_measured`) is measured by the same A/A. Returns (calibration or None when it could not be measured,
     the comparison result)."""
     rule = CalibrationRule(seed=seed if seed is not None else spec.stats.seed, precision=precision)
     result = run_comparison(
@@ -50,4 +52,8 @@ def calibrate_pair(
         samples=result.samples,
         taken_at=datetime.now(UTC),
     )
+    noise = rule.noise_measured()
+    if noise is not None:
+        lrv, df = noise
+        cal = replace(cal, noise_lrv=lrv, noise_df=df, window_s=spec.stats.sample_interval_s)
     return cal, result

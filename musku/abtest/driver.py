@@ -1249,6 +1249,24 @@ def _early_gate(pair: HostPair, rule: DecisionRule, memory: PairMemory) -> str:
     return ""
 
 
+def _noise_gate(rule: DecisionRule, memory: PairMemory, spec: ComparisonSpec) -> None:
+    """Hand the rule the pair's noise its usable calibration measured (issue 30 item 4), in
+    the comparison's metric and window, when the rule asks for it (``calibrated_noise``,
+    off by default), unless it has its own (``noise_lrv`` in the rule options) or does not
+    pool it. An unusable calibration (too old, other hardware,
+    marked for recalibration) gives nothing, as for the early path."""
+    cal = memory.calibration
+    if cal is None or not getattr(rule, "pools_noise", False) or getattr(rule, "noise", None):
+        return
+    if not getattr(rule, "calibrated_noise", False):  # off by default (rules.CALIBRATED_NOISE)
+        return
+    ok, _ = cal.usable(memory.hardware, now=memory.now, max_age_s=memory.max_age_s)
+    got = cal.noise_for(spec.metric, spec.stats.sample_interval_s) if ok else None
+    if got is not None:
+        name = f"calibration {cal.id}" if cal.id is not None else "the calibration"
+        rule.use_noise(got[0], got[1], name)  # type: ignore[attr-defined]
+
+
 def run_comparison(
     pair: HostPair,
     baseline: Configuration,
@@ -1283,6 +1301,7 @@ def run_comparison(
     )
     memory = memory if memory is not None else PairMemory()
     warning = _early_gate(pair, rule_obj, memory)
+    _noise_gate(rule_obj, memory, spec)
     cmp = _Comparison(
         pair,
         baseline,

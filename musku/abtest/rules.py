@@ -75,6 +75,29 @@ lies inside (each side then spends at most alpha / 2 of a one-sided error: about
 samples for the same guarantee; the rule before issue 30 item 4). The reported interval is
 the two-sided one either way, so its coverage does not change."""
 
+NOISE_DF_DEFAULT = 100.0
+"""Degrees of freedom of a noise prior given in ``rule_options`` (``noise_lrv``) without
+``noise_df``; a calibration's own are its batches less its periods."""
+
+CALIBRATED_NOISE = False
+"""Whether a comparison pools its pair's calibrated noise by default (rule option
+``calibrated_noise``). Off: measured on the shipped model (docs/abtest.md, "Issue 30 item 4,
+round 2"), it saved ~4 % of the samples of a true 0 (median 2,461 -> 2,364, A/A 4.0 %
+either way), while a calibration understating the noise 1.5x took the A/A false positives
+to 10 % (100 runs each, same seeds): no gain worth that risk. ``noise_lrv`` given explicitly is always used."""
+
+NOISE_CHECK = 0.05
+"""Two-sided level of the check that a comparison's own long-run variance agrees with its
+calibration's (an F test of the ratio on their degrees of freedom): beyond it the
+calibration's noise is not pooled (rule option ``noise_check``; 0 never rejects)."""
+
+
+def _check_level(x: Any) -> float:
+    if not (isinstance(x, int | float) and not isinstance(x, bool) and 0.0 <= x < 1.0):
+        raise InputError(f"cs rule: noise_check = {x!r} must be in [0, 1)")
+    return float(x)
+
+
 MAX_HOST_BIAS = 0.01
 """Default bound on the relative bias between the two "identical" hosts of a pair (1 %): the
 early decision before the first crossover swap is only taken when the interval, widened by
@@ -194,6 +217,7 @@ class ConfidenceSequenceRule(DecisionRule):
 
     name = "cs"
     check_bias = True  # the driver holds each comparison's bias estimate to the bound
+    pools_noise = True  # the driver hands it the pair's calibrated noise (use_noise)
 
     def __init__(
         self,
@@ -210,8 +234,18 @@ class ConfidenceSequenceRule(DecisionRule):
         wander_sd: float = WANDER_SD,
         wander_tau_s: float = WANDER_TAU_S,
         equivalence: str = "tost",
+        noise_lrv: float | None = None,
+        noise_df: float = NOISE_DF_DEFAULT,
+        noise_check: float = NOISE_CHECK,
+        calibrated_noise: bool = CALIBRATED_NOISE,
     ) -> None:
         super().__init__(seed=seed)
+        self.calibrated_noise = bool(calibrated_noise)
+        self.noise: stats.NoisePrior | None = None
+        self.noise_source = ""
+        self.noise_check = _check_level(noise_check)
+        if noise_lrv is not None:
+            self.use_noise(noise_lrv, noise_df, "rule options")
         if equivalence not in EQUIVALENCE:
             raise InputError(
                 f"cs rule: equivalence = {equivalence!r} must be one of {', '.join(EQUIVALENCE)}"
@@ -257,13 +291,32 @@ class ConfidenceSequenceRule(DecisionRule):
         self.early = bool(early) and crossover
         self.n_opt_windows = 32.0
 
+    def use_noise(self, lrv: float, df: float, source: str) -> None:
+        """Pool the pair's measured noise (a calibration's long-run variance per window of
+        the log-ratio, on ``df`` degrees of freedom) into every look's variance
+        (:func:`musku.abtest.stats.pool_variance`); ``source`` names it in the method."""
+        for key, val, lo in (("noise_lrv", lrv, 0.0), ("noise_df", df, 1.0)):
+            if not (
+                isinstance(val, int | float)
+                and not isinstance(val, bool)
+                and math.isfinite(val)
+                and val > lo - (0.0 if key == "noise_lrv" else 1e-12)
+            ):
+                why = "a variance > 0" if key == "noise_lrv" else "degrees of freedom >= 1"
+                raise InputError(f"cs rule: {key} = {val!r} must be {why}")
+        self.noise = stats.NoisePrior(float(lrv), float(df), self.noise_check)
+        self.noise_source = source
+
     def start(self, setup: RuleSetup) -> None:
         super().start(setup)
         # tightest where a CS (~3 standard errors wide) reaches min_effect; fixed in windows
-        # at the start so later re-batching does not retune it
+        # at the start so later re-batching does not retune it. With the pair's measured
+        # noise, from it (the pilot's few windows are a noisy guess of it)
         sd = setup.pilot_sd
         b = setup.batch_size
-        if math.isfinite(sd) and sd > 0:
+        if self.noise is not None:
+            n = self.noise.lrv * (3.0 / math.log1p(setup.min_effect)) ** 2
+        elif math.isfinite(sd) and sd > 0:
             lrv = sd * sd * stats.long_run_variance_factor(setup.pilot_rho)
             n = lrv * (3.0 / math.log1p(setup.min_effect)) ** 2
         else:
@@ -283,6 +336,15 @@ class ConfidenceSequenceRule(DecisionRule):
         a = self.setup.alpha
         return a * (1.0 - self.early_alpha_share) if self.early else a
 
+    def alpha_equivalence(self) -> float:
+        """The equivalence (TOST) bounds' alpha: all of it, early path or not. Its error is
+        NO_DIFFERENCE when the true effect is min_effect or more, which only the crossover
+        sequence can decide (the early path decides BETTER / WORSE only), so the early
+        path's share need not be taken from it; the split protects the other error (BETTER
+        / WORSE at a true 0), which both sequences can make."""
+        assert self.setup is not None
+        return self.setup.alpha
+
     def alpha_early(self) -> float:
         assert self.setup is not None
         return self.setup.alpha * self.early_alpha_share
@@ -299,6 +361,8 @@ class ConfidenceSequenceRule(DecisionRule):
                 ev.batch_period,
                 spans=ev.period_span,
                 wander=self.wander,
+                noise=self.noise,
+                batch_size=ev.batch_size,
             )
         else:
             est = stats.plain_estimate(ev.batch_d, ev.batch_period)
@@ -320,7 +384,7 @@ class ConfidenceSequenceRule(DecisionRule):
             hw_eq = stats.cs_halfwidth(
                 est.se,
                 est.n_eff,
-                self.alpha_crossover(),
+                self.alpha_equivalence(),
                 self.n_opt(ev.batch_size),
                 df=est.df,
                 one_sided=True,
@@ -459,6 +523,11 @@ class ConfidenceSequenceRule(DecisionRule):
             else "no early path"
         )
         cov = f", CUPED on {self.covariate}" if self.covariate else ""
+        if self.noise is not None:
+            cov += (
+                f", noise pooled with {self.noise_source}'s (lrv {self.noise.lrv:.3g} per "
+                f"window, {self.noise.df:.0f} df)"
+            )
         return (
             f"{self.name}: asymptotic confidence sequence, {design}, batch means b={b} (final), "
             f"Bartlett HAC bandwidth {self.last_bandwidth:.2f} (Newey-West 1994), {alpha}"
@@ -478,6 +547,7 @@ class CalibrationRule(ConfidenceSequenceRule):
 
     name = "calibrate"
     check_bias = False  # it measures the bias; there is no bound to hold it to yet
+    pools_noise = False  # it measures the noise too
 
     def __init__(
         self,
@@ -497,9 +567,33 @@ class CalibrationRule(ConfidenceSequenceRule):
         if not (isinstance(precision, int | float) and 0.0 < precision < 0.5):
             raise InputError(f"calibrate: precision = {precision!r} must be in (0, 0.5)")
         self.precision = float(precision)
+        self.last_evidence: Evidence | None = None
         self.wander_part = 0.0  # relative half-width the wander adds at the last look
 
+    def noise_measured(self) -> tuple[float, float] | None:
+        """(long-run variance of one window's log-ratio, degrees of freedom) the A/A
+        measured: the Bartlett HAC variance (Newey-West bandwidth) of its batch means around
+        each **period's** mean, times the batch size, on the batches less the periods. Around
+        each period's mean, not each role order's as a comparison's own estimate is: over
+        the calibration's hours the role orders' residuals hold the host bias's slow wander
+        (0.0061 per window on the shipped model against a 40-minute comparison's 0.0047),
+        which the between-period component accounts for separately. None before an
+        estimate."""
+        ev = self.last_evidence
+        if ev is None or ev.batch_d.size < 8:
+            return None
+        y = np.asarray(ev.batch_d, dtype=float)
+        ids, inv = np.unique(np.asarray(ev.batch_period), return_inverse=True)
+        df = y.size - ids.size
+        if df < 1:
+            return None
+        resid = y - (np.bincount(inv, weights=y) / np.bincount(inv))[inv]
+        bw = max(1.0, stats.nw_bandwidth(resid))
+        lrv = stats.hac_lrv(resid, bw) * y.size / df * ev.batch_size
+        return (float(lrv), float(df)) if lrv > 0 else None
+
     def look(self, ev: Evidence) -> Verdict:
+        self.last_evidence = ev
         v = super().look(ev)
         alpha = self.setup.alpha if self.setup else 0.05
         got = self.bias_interval(alpha, wander=True)

@@ -324,6 +324,7 @@ class CrossoverEstimate:
     bias_se: float = math.nan  # standard error of ``bias`` (the wander's part included)
     bias_se_within: float = math.nan  # ... of its within-period noise alone
     period: PeriodComponent | None = None  # the between-period component (None: not modelled)
+    noise_prior: bool = False  # the calibration's noise was pooled into ``se`` (and ``df``)
 
 
 def crossover_estimate(
@@ -334,6 +335,8 @@ def crossover_estimate(
     spans: FloatArray | None = None,
     wander: Wander | None = None,
     measure_periods: bool = False,
+    noise: NoisePrior | None = None,
+    batch_size: int = 1,
 ) -> CrossoverEstimate | None:
     """Crossover estimate from batch means ``y`` of sign-adjusted log-ratios.
 
@@ -350,7 +353,15 @@ def crossover_estimate(
     variance comes from the residuals around each *period's* mean, and
     :func:`period_component` adds the variance of the periods' host-bias changes (the
     ``wander`` prior's, or the spread of the period means', the larger), with Satterthwaite
-    degrees of freedom."""
+    degrees of freedom.
+
+    With ``noise`` (the pair's calibration: a long-run variance per window measured over
+    thousands of windows, on ``noise.df`` degrees of freedom) the within variance per batch
+    of ``batch_size`` windows is the pooled one, :func:`pool_variance`: the calibration's
+    ``noise.lrv / batch_size`` and the running HAC estimate weighted by their degrees of
+    freedom (a scaled inverse chi-square prior updated by the comparison's own), on their
+    sum of degrees of freedom; unless the two disagree beyond chance (then the comparison's
+    own alone: a calibration that is wrong for this comparison is not trusted)."""
     y = np.asarray(y, dtype=float)
     s = np.asarray(sign, dtype=float)
     plus = s > 0
@@ -375,6 +386,12 @@ def crossover_estimate(
     bw = max(1.0, nw_bandwidth(resid))
     # autocovariances divide by n; the residual variance has df = n - 2 (n - periods)
     lrv = hac_lrv(resid, bw) * y.size / df
+    prior_used = False
+    if noise is not None:
+        lrv, df_pooled, prior_used = pool_variance(
+            lrv, df, noise.lrv / max(1, batch_size), noise.df, noise.check
+        )
+        df = int(min(df_pooled, 1e9))
     var = 0.25 * lrv * (1.0 / n_plus + 1.0 / n_minus)
     within = var
     bias_var = var
@@ -404,7 +421,51 @@ def crossover_estimate(
         bias_se=math.sqrt(bias_var),
         bias_se_within=math.sqrt(within),
         period=comp,
+        noise_prior=prior_used,
     )
+
+
+@dataclass(frozen=True)
+class NoisePrior:
+    """What a pair's calibration measured of its noise: the long-run variance ``lrv`` of one
+    window's (CUPED-adjusted) log-ratio, on ``df`` degrees of freedom (its batches less its
+    periods). ``check``: the two-sided level of the test that the comparison's own variance
+    agrees with it (beyond it, the calibration is not used)."""
+
+    lrv: float
+    df: float
+    check: float = 0.05
+
+
+def pool_variance(
+    lrv: float, df: float, prior_lrv: float, prior_df: float, check: float = 0.05
+) -> tuple[float, float, bool]:
+    """(variance, degrees of freedom, prior used) pooling a running variance estimate
+    ``lrv`` on ``df`` degrees of freedom with a prior one ``prior_lrv`` on ``prior_df``.
+
+    The prior is a scaled inverse chi-square on the variance (what ``prior_df`` degrees of
+    freedom of the same noise measured), so the posterior's scale is the df-weighted mean
+    of the two and its degrees of freedom their sum: the Student-t at the boundary then has
+    ``prior_df + df`` degrees of freedom instead of the comparison's few. Only while the two
+    agree: when ``lrv / prior_lrv`` lies outside the central ``1 - check`` of its F(df,
+    prior_df) distribution (the calibration's noise is not this comparison's: another load,
+    a drift), the running estimate alone is returned. ``check = 0`` never rejects."""
+    if not (
+        math.isfinite(prior_lrv) and prior_lrv > 0 and math.isfinite(prior_df) and prior_df > 0
+    ):
+        return lrv, df, False
+    if df < 1 or not math.isfinite(lrv):
+        return lrv, df, False
+    if check > 0:
+        from scipy.special import fdtri  # lazy
+
+        ratio = lrv / prior_lrv
+        lo = float(fdtri(df, prior_df, check / 2.0))
+        hi = float(fdtri(df, prior_df, 1.0 - check / 2.0))
+        if not lo <= ratio <= hi:
+            return lrv, df, False
+    tot = prior_df + df
+    return (prior_df * prior_lrv + df * lrv) / tot, tot, True
 
 
 def ou_mean_covariance(spans: FloatArray, tau: float) -> FloatArray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -260,7 +261,15 @@ def calibration_columns(cal: PairCalibration) -> dict[str, Any]:
         "taken_at": cal.taken_at,
         "needs_recalibration": bool(cal.needs_recalibration),
         "note": cal.note,
+        "noise_lrv": _finite(cal.noise_lrv),
+        "noise_df": _finite(cal.noise_df) if cal.noise_df > 0 else None,
+        "window_s": _finite(cal.window_s),
     }
+
+
+def _finite(x: float) -> float | None:
+    """A float column's value: NULL for NaN / inf (not measured)."""
+    return float(x) if math.isfinite(x) else None
 
 
 def calibration_from_row(row: PairCalibrationRow) -> PairCalibration:
@@ -278,4 +287,7 @@ def calibration_from_row(row: PairCalibrationRow) -> PairCalibration:
         needs_recalibration=bool(row.needs_recalibration),
         note=row.note or "",
         id=row.id,
+        noise_lrv=math.nan if row.noise_lrv is None else float(row.noise_lrv),
+        noise_df=0.0 if row.noise_df is None else float(row.noise_df),
+        window_s=math.nan if row.window_s is None else float(row.window_s),
     )

@@ -280,6 +280,10 @@ class PairCalibrationRow(Base):
     taken_at: Mapped[datetime] = mapped_column(TS)
     needs_recalibration: Mapped[bool] = mapped_column(Boolean, default=False)
     note: Mapped[str] = mapped_column(Text, default="")
+    # revision 0011: the pair's noise (long-run variance per window, its df, the window)
+    noise_lrv: Mapped[float | None] = mapped_column(Float, nullable=True)
+    noise_df: Mapped[float | None] = mapped_column(Float, nullable=True)
+    window_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class ConfigTransientRow(Base):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 from numpy.typing import NDArray
@@ -457,11 +458,9 @@ def pool_variance(
     if df < 1 or not math.isfinite(lrv):
         return lrv, df, False
     if check > 0:
-        from scipy.special import fdtri  # lazy
-
         ratio = lrv / prior_lrv
-        lo = float(fdtri(df, prior_df, check / 2.0))
-        hi = float(fdtri(df, prior_df, 1.0 - check / 2.0))
+        lo = float(_special().fdtri(df, prior_df, check / 2.0))
+        hi = float(_special().fdtri(df, prior_df, 1.0 - check / 2.0))
         if not lo <= ratio <= hi:
             return lrv, df, False
     tot = prior_df + df
@@ -603,15 +602,20 @@ def plain_estimate(
 # --------------------------------------------------------------------------- confidence sequence
 
 
-def t_quantile(p: float, df: float) -> float:
-    """Student-t quantile (scipy.special.stdtrit: microseconds, unlike scipy.stats.t.ppf)."""
+def _special() -> ModuleType:
+    """scipy.special, imported on first use: the module's one import of scipy."""
     # lazy: scipy.special (its import: ~3.5x numpy's); the report and the sweep's schedule
     # import this module and compute no quantile
-    from scipy.special import ndtri, stdtrit
+    import scipy.special
 
+    return scipy.special
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student-t quantile (scipy.special.stdtrit: microseconds, unlike scipy.stats.t.ppf)."""
     if not math.isfinite(df) or df > 1e7:
-        return float(ndtri(p))
-    return float(stdtrit(df, p))
+        return float(_special().ndtri(p))
+    return float(_special().stdtrit(df, p))
 
 
 def cs_rho2(alpha: float, n_opt: float) -> float:
@@ -671,9 +675,7 @@ def cs_halfwidth(
     (small) level, not at ``alpha``, which matters at the early looks of a sequential test."""
     r = cs_radius_one_sided(n, alpha, n_opt) if one_sided else cs_radius(n, alpha, n_opt)
     if math.isfinite(df) and math.isfinite(r):
-        from scipy.special import ndtr  # lazy: scipy, as in t_quantile
-
-        tail = float(ndtr(-r))  # one-sided
+        tail = float(_special().ndtr(-r))  # one-sided
         if tail > 0.0:
             r = t_quantile(1.0 - tail, df)
     return se * r

@@ -278,3 +278,25 @@ def test_function_local_imports_are_few_and_explained() -> None:
     assert not unexplained, "function-local imports without a reason comment:\n" + "\n".join(
         unexplained
     )
+
+
+def test_check_of_a_sim_experiment_loads_no_database_library() -> None:
+    """`musku check` needs no results DB: SQLAlchemy and alembic (~0.6 CPU-s with their
+    dependencies) stay out of it. A module-level `from musku.storage import open_store`
+    (musku.storage serves it lazily, so the import itself loads the store) once put them there
+    through the sim backend's trainer: `musku check` cost 1.5 CPU-s more."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from musku.cli import main\n"
+        "try:\n    main(['check', sys.argv[1]])\n"
+        "except SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+        "print('LOADED', *sorted(m for m in ('sqlalchemy', 'alembic') if m in sys.modules))"
+    )
+    exp = ROOT.parent / "experiments" / "web-skylake.toml"
+    p = subprocess.run([sys.executable, "-c", code, str(exp)], capture_output=True, text=True,
+                       timeout=600, cwd=ROOT.parent)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1] == "LOADED", p.stdout[-2000:]

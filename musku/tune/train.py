@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from musku import storage  # its open_store loads SQLAlchemy on first use, not here
 from musku.cotune_spec import Candidate as Candidate  # re-exported: tr.Candidate
 from musku.errors import InputError
 from musku.services import runtime
 from musku.services.latency import Latencies
-from musku.storage import open_store
 from musku.tune.table import TABLE_FORMAT
 from musku.tune.table import check_table as check_table  # re-exported: tr.check_table, ...
 from musku.tune.table import service_name as service_name
@@ -408,7 +408,7 @@ def train_service(
     write_table(table, path)
     stored = None
     if store:
-        with open_store(db) as st:
+        with storage.open_store(db) as st:
             stored = st.save_threading_table(
                 run.service, table["host"], run.platform, run.config_key, table
             )

@@ -336,8 +336,11 @@ class Fuzzer:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def run(n: int = 5000, seed: int = 0, *, tcp_share: float = 0.25) -> dict[str, Any]:
-    """Fuzz a fresh agent with ``n`` requests; the counts (see the module doc)."""
+def run(
+    n: int = 5000, seed: int = 0, *, tcp_share: float = 0.25, budget_s: float = BUDGET_S
+) -> dict[str, Any]:
+    """Fuzz a fresh agent with ``n`` requests; the counts (see the module doc). ``budget_s``:
+    the per-request budget (a test on a busy machine passes a scaled one)."""
     rng = random.Random(seed)
     fz = Fuzzer(tcp_share=tcp_share)
     counts: Counter[str] = Counter()
@@ -353,7 +356,7 @@ def run(n: int = 5000, seed: int = 0, *, tcp_share: float = 0.25) -> dict[str, A
             r = fz.one(rng, str(i))
             kind, took = r["kind"], r["seconds"]
             worst = max(worst, took)
-            if took > BUDGET_S:
+            if took > budget_s:
                 over.append(f"{kind}#{i}: {took:.2f} s")
             if r["outcome"] == "internal":
                 internal.append(r["why"])
@@ -387,7 +390,7 @@ def run(n: int = 5000, seed: int = 0, *, tcp_share: float = 0.25) -> dict[str, A
         "accepted_bad_field": accepted_odd,
         "worst_request_s": worst,
         "agent_peak_rss_mib": rss,
-        "budget": {"per_request_s": BUDGET_S, "agent_rss_mib": RSS_BUDGET_MIB},
+        "budget": {"per_request_s": budget_s, "agent_rss_mib": RSS_BUDGET_MIB},
     }
 
 

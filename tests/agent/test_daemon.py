@@ -38,16 +38,20 @@ def test_lapsed_lease_reverts_within_the_lease_period(tmp_path: Path) -> None:
         t_apply = time.monotonic()
         for _ in range(2):  # renewals keep it
             time.sleep(0.6 * lease)
+            t_sent = time.monotonic()
             c.call("renew", lease_s=lease)
         t_last = time.monotonic()
         assert "[never]" in host.read(THP)
         while "[never]" in host.read(THP) and time.monotonic() - t_last < 5 * lease:
             time.sleep(0.01)
-        reverted_after = time.monotonic() - t_last
+        t_reverted = time.monotonic()
         assert "[madvise]" in host.read(THP) and host.read(SHP).strip() == "0"
         assert t_last - t_apply > lease  # renewals did hold it past one lease
-        # the agent checks every 0.2 s at most: reverted within the lease (+ one tick)
-        assert lease * 0.9 <= reverted_after <= lease + scaled(0.3), reverted_after
+        # the agent renewed somewhere between sending and the reply (a busy machine can delay
+        # the reply): not reverted before a lease from the send, and within the lease (+ the
+        # agent's tick of 0.2 s at most) from the reply
+        assert t_reverted - t_sent >= lease * 0.95, (t_reverted - t_sent, lease)
+        assert t_reverted - t_last <= lease + scaled(0.3), (t_reverted - t_last, lease)
         st = c.call("status")
         assert st["experiment"] == "" and st["lease_remaining_s"] is None
         c.close()

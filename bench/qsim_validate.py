@@ -148,6 +148,7 @@ def one_round(service: str, a: Any, tmp: Path, dep: Any, rnd: int) -> dict[str, 
         fitted_cpu_per_request_us,
         measure_deployment,
         model_cpu_per_request_us,
+        model_wakeups_per_visit,
         proc_cpu_s,
         with_share,
         write_model,
@@ -204,6 +205,9 @@ def one_round(service: str, a: Any, tmp: Path, dep: Any, rnd: int) -> dict[str, 
         "model_cpu_us": model_cpu_per_request_us(whole_sim),
         "fit_cpu_us": fitted_cpu_per_request_us(prof, fit, real_sat, (sw_mid, sw_leaf)),
         "switches_mid": sw_mid, "switches_leaf": sw_leaf,
+        "switches_low_mid": prof.points[0].switches[0],
+        "switches_low_leaf": sum(prof.points[0].switches[1:]) / max(1, len(tiers) - 1),
+        "model_wakeups_per_visit": model_wakeups_per_visit(doc, whole_sim),
         "background_pct": prof.background_cpu_pct, "points": [],
     }  # fmt: skip
     fr = FRACTIONS[::3] + [1.0] if a.quick else FRACTIONS
@@ -226,8 +230,10 @@ def one_round(service: str, a: Any, tmp: Path, dep: Any, rnd: int) -> dict[str, 
         rec["points"].append(pt)
     print(f"  round {rnd + 1}: capacity got {got * 100:.0f} %, saturation real {real_sat:.0f} / "
           f"model {model_sat:.0f} QPS, CPU per request real {real_cpu:.0f} / model "
-          f"{rec['model_cpu_us']:.0f} us, switches per request mid {sw_mid:.2f} leaf "
-          f"{sw_leaf:.2f}", flush=True)  # fmt: skip
+          f"{rec['model_cpu_us']:.0f} us; wake-ups there per low-rate one: servers mid "
+          f"{sw_mid / max(1e-9, rec['switches_low_mid']):.2f} leaf "
+          f"{sw_leaf / max(1e-9, rec['switches_low_leaf']):.2f}, model "
+          f"{rec['model_wakeups_per_visit']:.2f}", flush=True)  # fmt: skip
     return rec
 
 
@@ -250,6 +256,11 @@ def summarise(service: str, rounds: list[dict[str, Any]]) -> dict[str, Any]:
     out["cpu_err"] = err_iv("model_cpu_us", "real_cpu_us")
     out["fit_cpu_err"] = err_iv("fit_cpu_us", "real_cpu_us")
     out["switches"] = {k: iv(k) for k in ("switches_mid", "switches_leaf")}
+    out["wakeup_ratio"] = {
+        "mid": interval([r["switches_mid"] / max(1e-9, r["switches_low_mid"]) for r in rounds]),
+        "leaf": interval([r["switches_leaf"] / max(1e-9, r["switches_low_leaf"]) for r in rounds]),
+        "model": iv("model_wakeups_per_visit"),
+    }
     pts = []
     for i, first in enumerate(rounds[0]["points"]):
         per = [r["points"][i] for r in rounds if i < len(r["points"])]
@@ -284,8 +295,11 @@ def print_summary(s: dict[str, Any]) -> None:
           f"the switches measured there {fmt_iv(cpu['fit_cpu_us'])} "
           f"({fmt_iv(s['fit_cpu_err'], '.1f', True)} %)")  # fmt: skip
     sw = s["switches"]
+    wr = s["wakeup_ratio"]
     print(f"  context switches per request there: mid-tier {fmt_iv(sw['switches_mid'], '.2f')}, "
-          f"a leaf {fmt_iv(sw['switches_leaf'], '.2f')}")  # fmt: skip
+          f"a leaf {fmt_iv(sw['switches_leaf'], '.2f')}; per the profile's low-rate one: "
+          f"mid-tier {fmt_iv(wr['mid'], '.2f')}, leaf {fmt_iv(wr['leaf'], '.2f')}; the model's "
+          f"wake-ups per visit {fmt_iv(wr['model'], '.2f')}")  # fmt: skip
     print("  (ms; model = on the capacity the servers got that round; err = per-round error)")
     print(f"  {'load':>4} {'qps':>6} | {'real p50':>18} {'model p50':>18} {'err %':>20} | "
           f"{'real p99':>20} {'model p99':>20} {'err %':>20} | whole-core err % p50, p99")  # fmt: skip

@@ -837,6 +837,25 @@ def model_cpu_per_request_us(result: dict[str, Any]) -> float:
     return busy / max(1e-9, result["throughput_qps"]) * 1e6
 
 
+def model_wakeups_per_visit(doc: dict[str, Any], result: dict[str, Any]) -> float:
+    """Wake-ups (batches of a ``wake`` stage) per node visit that has one, in a simulation of a
+    profiled model's engine document: 1 when every visit is a batch of one, falling as batches
+    grow (the engine counts stage runs and jobs run; only wake stages batch more than one)."""
+    nodes = doc["paths"][0]["nodes"]
+    svcs = doc["services"]
+    wake = sum(
+        n["copies"]
+        for n in nodes
+        for i in n["stages"]
+        if svcs[n["service"]]["stages"][i]["name"] == "wake"
+    )
+    total = sum(n["copies"] * len(n["stages"]) for n in nodes)
+    if not wake or not result["jobs_run"]:
+        return float("nan")
+    wake_jobs = result["jobs_run"] * wake / total
+    return 1 - (result["jobs_run"] - result["stage_runs"]) / wake_jobs
+
+
 def profile_json(p: Profile, f: Fit) -> dict[str, Any]:
     def tier(t: Tier) -> dict[str, Any]:
         return {

@@ -24,6 +24,7 @@ from musku.qsim.profile import (
     fit_cpu,
     fitted_cpu_per_request_us,
     model_cpu_per_request_us,
+    model_wakeups_per_visit,
     proc_cpu_s,
     write_model,
 )
@@ -126,6 +127,9 @@ def test_model_pays_a_wakeup_once_per_batch(engine: str, tmp_path: Path) -> None
     deep = simulate(with_overrides(closed, duration_s=5))
     deep_cpu = model_cpu_per_request_us(deep)
     assert a_total < deep_cpu < 0.75 * low_cpu
+    # a batch of one per visit at the low rate; far fewer wake-ups per visit in the closed loop
+    assert model_wakeups_per_visit(doc, low) == pytest.approx(1.0, abs=0.02)
+    assert model_wakeups_per_visit(doc, deep) < 0.6
     # and the model saturates where its CPU per request says a core does
     assert deep["throughput_qps"] == pytest.approx(1e6 / deep_cpu, rel=0.05)
 

@@ -59,7 +59,9 @@ def _round(k: float, sat_model: bool = False) -> dict[str, Any]:
                     "errors": 0})  # fmt: skip
     return {"share_got": 0.5, "real_saturation": 1000.0, "model_saturation": 900.0 * k,
             "whole_saturation": 1050.0, "real_cpu_us": 400.0, "model_cpu_us": 440.0,
-            "fit_cpu_us": 420.0, "switches_mid": 1.5, "switches_leaf": 0.3, "points": pts}  # fmt: skip
+            "fit_cpu_us": 420.0, "switches_mid": 1.5, "switches_leaf": 0.3,
+            "switches_low_mid": 9.0, "switches_low_leaf": 2.0, "model_wakeups_per_visit": 0.4,
+            "points": pts}  # fmt: skip
 
 
 def test_summary_of_known_rounds(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
@@ -69,6 +71,7 @@ def test_summary_of_known_rounds(bench: ModuleType, capsys: pytest.CaptureFixtur
     assert s["whole_saturation_err"][0] == pytest.approx(5.0)
     # per-round saturation errors -1, +8, +17 %: median +8
     assert s["saturation_err"][0] == pytest.approx(8.0)
+    assert s["wakeup_ratio"]["mid"][0] == pytest.approx(1.5 / 9.0)
     p10, _, p70, _ = s["points"]
     assert p10["err_p50"][0] == pytest.approx(20.0) and p10["err_p99"][0] == pytest.approx(20.0)
     assert p10["err_p50"][1] < 20.0 < p10["err_p50"][2]

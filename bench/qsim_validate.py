@@ -1,14 +1,19 @@
 """Validation of qsim against the real μSuite services and against μqSim (docs/qsim.md).
 
-**The services** (default): each of Set Algebra and HDSearch is deployed as ``musku services``
-deploys it (servers pinned to ``--server-cpus``, the load generator to ``--loadgen-cpus``),
-profiled at a low rate (``musku qsim profile``'s measurement and model, same deployment), then
-measured in the same run: closed-loop saturation (``--users`` users) and open-loop p50/p99 at
-10-90 % of that saturation and at it, each next to the model's prediction at the same rate (the
-model's saturation: the same closed loop, simulated). Printed: the errors, and whether the
-issue's goals hold below 80 % of saturation (saturation +-10 %, p50 +-15 %, p99 +-25 %).
+**The services** (default): each of Set Algebra and HDSearch is deployed once as ``musku
+services`` deploys it (servers pinned to ``--server-cpus``, the load generator to
+``--loadgen-cpus``) and measured in ``--rounds`` rounds (default 3), each interleaving the profile
+(``musku qsim profile``'s low, higher and closed-loop windows, and its model), the real closed
+loop (saturation; the capacity the servers got, from their own CPU time in /proc/PID/stat), and
+the real open-loop p50/p99 at 10-100 % of that round's saturation, each next to the model on that
+round's capacity (and on a whole core). Printed: per round a line, then medians and 95 % t
+intervals over rounds of the real and model figures and of the errors, and whether the issue's
+goals hold below 80 % of saturation (saturation +-10 %, p50 +-15 %, p99 +-25 %), judged on the
+intervals. ``--quiet-host``: the defaults for a quiet multi-core host (no nice, 5 rounds, 10 s
+points).
 
-    PYTHONPATH=. python bench/qsim_validate.py [--services setalgebra,hdsearch] [--quick]
+    PYTHONPATH=. python bench/qsim_validate.py [--services setalgebra,hdsearch] [--rounds 3]
+        [--quick] [--nice N | --quiet-host --server-cpus 2 --loadgen-cpus 4-7] [--json F]
 
 **μqSim** (``--uqsim PATH``): the 2-tier and a 50-leaf fan-out are written as μqSim architecture directories from our own
 parameters (``musku.qsim.uqsim.write_example``); each rate of a load sweep runs through μqSim

@@ -121,8 +121,9 @@ def proc_cpu_s(fs: HostFS, pid: int) -> float:
 
 def context_switches(fs: HostFS, pid: int) -> int:
     """Voluntary + involuntary context switches of all a process's threads (``/proc/PID/task/
-    TID/status``; the process's own status counts its main thread only). A thread that ends
-    meanwhile is skipped."""
+    TID/status``; the process's own status counts its main thread only) that are alive now: an
+    ended thread's switches leave with it (the servers' thread pools live as long as they do).
+    A thread that ends meanwhile is skipped."""
     total = 0
     for tid in fs.listdir(f"/proc/{pid}/task"):
         try:

@@ -167,12 +167,24 @@ def test_proc_readers_on_this_process() -> None:
     end = time.monotonic() + 0.3
     while time.monotonic() < end:
         pass
-    stop = threading.Event()
-    th = threading.Thread(target=lambda: [stop.wait(0.001) for _ in range(50)])
-    th.start()
-    th.join()
-    # the busy loop's CPU time as this process counts it (within the clock tick)
     used = time.process_time() - t0
+    # the busy loop's CPU time as this process counts it (within the clock tick)
     assert proc_cpu_s(fs, os.getpid()) - c0 == pytest.approx(used, abs=0.05)
-    # 50 sleeps of a thread: at least 50 voluntary switches over all threads
-    assert context_switches(fs, os.getpid()) - s0 >= 50
+    # 50 sleeps of a thread, read while it lives (an ended thread's switches leave /proc with
+    # it; the servers' pools live as long as the server): at least 50 voluntary switches
+    slept, done = threading.Event(), threading.Event()
+
+    def sleeper() -> None:
+        for _ in range(50):
+            time.sleep(0.001)
+        slept.set()
+        done.wait(60)
+
+    th = threading.Thread(target=sleeper)
+    th.start()
+    try:
+        assert slept.wait(60)
+        assert context_switches(fs, os.getpid()) - s0 >= 50
+    finally:
+        done.set()
+        th.join()

@@ -1,14 +1,19 @@
 """Validation of qsim against the real μSuite services and against μqSim (docs/qsim.md).
 
-**The services** (default): each of Set Algebra and HDSearch is deployed as ``musku services``
-deploys it (servers pinned to ``--server-cpus``, the load generator to ``--loadgen-cpus``),
-profiled at a low rate (``musku qsim profile``'s measurement and model, same deployment), then
-measured in the same run: closed-loop saturation (``--users`` users) and open-loop p50/p99 at
-10-90 % of that saturation and at it, each next to the model's prediction at the same rate (the
-model's saturation: the same closed loop, simulated). Printed: the errors, and whether the
-issue's goals hold below 80 % of saturation (saturation +-10 %, p50 +-15 %, p99 +-25 %).
+**The services** (default): each of Set Algebra and HDSearch is deployed once as ``musku
+services`` deploys it (servers pinned to ``--server-cpus``, the load generator to
+``--loadgen-cpus``) and measured in ``--rounds`` rounds (default 3), each interleaving the profile
+(``musku qsim profile``'s low, higher and closed-loop windows, and its model), the real closed
+loop (saturation; the capacity the servers got, from their own CPU time in /proc/PID/stat), and
+the real open-loop p50/p99 at 10-100 % of that round's saturation, each next to the model on that
+round's capacity (and on a whole core). Printed: per round a line, then medians and 95 % t
+intervals over rounds of the real and model figures and of the errors, and whether the issue's
+goals hold below 80 % of saturation (saturation +-10 %, p50 +-15 %, p99 +-25 %), judged on the
+intervals. ``--quiet-host``: the defaults for a quiet multi-core host (no nice, 5 rounds, 10 s
+points).
 
-    PYTHONPATH=. python bench/qsim_validate.py [--services setalgebra,hdsearch] [--quick]
+    PYTHONPATH=. python bench/qsim_validate.py [--services setalgebra,hdsearch] [--rounds 3]
+        [--quick] [--nice N | --quiet-host --server-cpus 2 --loadgen-cpus 4-7] [--json F]
 
 **μqSim** (``--uqsim PATH``): the 2-tier and a 50-leaf fan-out are written as μqSim architecture directories from our own
 parameters (``musku.qsim.uqsim.write_example``); each rate of a load sweep runs through μqSim
@@ -23,6 +28,8 @@ same rule for both engines; qsim's own detector is shown too).
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -96,150 +103,304 @@ def _closed(doc: dict[str, Any], users: int, duration: float) -> dict[str, Any]:
     return out
 
 
-def validate_service(service: str, a: Any, tmp: Path) -> dict[str, Any]:
-    """Profile, then real vs model at each load; prints the table; returns the figures."""
+def interval(xs: list[float]) -> tuple[float, float, float]:
+    """Median over rounds and a 95 % t interval of the mean (mean +- t(n-1) sd / sqrt n); one
+    round: no interval (both ends the value). NaNs (a saturated model point) are left out."""
+    import statistics
+
+    from scipy.stats import t
+
+    v = [x for x in xs if not math.isnan(x)]
+    if not v:
+        return (float("nan"),) * 3
+    med = statistics.median(v)
+    if len(v) < 2:
+        return med, med, med
+    half = float(t.ppf(0.975, len(v) - 1)) * statistics.stdev(v) / math.sqrt(len(v))
+    m = statistics.fmean(v)
+    return med, m - half, m + half
+
+
+def fmt_iv(iv: tuple[float, float, float], spec: str = ".0f", sign: bool = False) -> str:
+    med, lo, hi = iv
+    f = ("+" if sign else "") + spec
+    return f"{med:{f}} [{lo:{f}}, {hi:{f}}]"
+
+
+def verdict(iv: tuple[float, float, float], goal: float) -> str:
+    """'met' when the whole interval of the error is within +-goal, 'NOT met' when it lies
+    wholly outside, else 'undecided' (the rounds disagree)."""
+    _, lo, hi = iv
+    if -goal <= lo and hi <= goal:
+        return "met"
+    if lo > goal or hi < -goal:
+        return "NOT met"
+    return "undecided"
+
+
+def _servers(dep: Any) -> list[Any]:
+    return [dep.midtier, *dep.leaves]
+
+
+def one_round(service: str, a: Any, tmp: Path, dep: Any, rnd: int) -> dict[str, Any]:
+    """One round, interleaved in one deployment: the profile (low, high, deep windows) and its
+    model; the real closed loop, with the capacity the servers got measured from their own CPU
+    time (/proc/PID/stat over the wall time); the real open-loop points at fractions of that
+    round's saturation, each next to the model on that round's capacity (and on a whole core)."""
+    from musku.hostfs import HostFS
     from musku.qsim.profile import (
-        cpu_share,
+        context_switches,
         fitted_cpu_per_request_us,
         measure_deployment,
-        process_cpu_s,
+        model_cpu_per_request_us,
+        model_wakeups_per_visit,
+        proc_cpu_s,
         with_share,
         write_model,
     )
     from musku.services import runtime
 
+    fs = HostFS(read_only=True)
     cpus = runtime.parse_cpus(a.server_cpus)
     lg = runtime.parse_cpus(a.loadgen_cpus)
-    out: dict[str, Any] = {"service": service, "points": []}
-    with runtime.deploy(service, workdir=tmp / service, data_dir=a.data_dir
-                        or runtime.default_data_dir(), server_cpus=cpus) as dep:  # fmt: skip
-        prof = measure_deployment(dep, qps=SERVICE_QPS[service], duration_s=a.profile_s,
-                                  threading="async-dispatch-block", pools=(1, 2, 1),
-                                  server_cpus=cpus, loadgen_cpus=lg, nice=a.nice)  # fmt: skip
-        model_path = tmp / f"{service}.toml"
-        fit = write_model(prof, model_path)
-        doc = load(model_path).engine
-        spec = runtime.LoadSpec(mode="closed", duration_s=a.duration, warmup_s=1.0,
-                                concurrency=a.users)  # fmt: skip
-        fixed = fit.fixed_cpu_share
-        probe = cpu_share(cpus or [0], nice=a.nice)
-        tiers = [dep.midtier, *dep.leaves]
-        s0 = [runtime.admin(t.address, "stats", "--reset") for t in tiers]
-        t0 = time.monotonic()
-        real_sat = float(runtime.run_load(dep.midtier.address, service, dep.load_data, spec,
-                                          cpus=lg)["total"]["achieved_qps"])  # fmt: skip
-        wall = time.monotonic() - t0
-        s1 = [runtime.admin(t.address, "stats") for t in tiers]
-        used = sum(process_cpu_s(y) - process_cpu_s(x) for x, y in zip(s0, s1, strict=True))
-        served = int(s1[0]["requests"])
-        # the share of the server CPUs the servers got while they wanted all of it
-        got = min(1.0, used / wall / max(1, len(cpus or [0])))
-        real_cpu = used / max(1, served) * 1e6
-        whole = float(simulate(_closed(doc, a.users, 10.0))["throughput_qps"])
-        at_probe = float(simulate(_closed(with_share(doc, probe, fixed), a.users, 10.0))
-                         ["throughput_qps"])  # fmt: skip
-        sim = simulate(_closed(with_share(doc, got, fixed), a.users, 10.0))
-        model_sat = float(sim["throughput_qps"])
-        model_cpu = fitted_cpu_per_request_us(prof, fit, real_sat)
-        share = got if a.share else 1.0
-        if not a.share:
-            model_sat = whole
-        out.update(real_saturation=real_sat, model_saturation=model_sat, share_got=got,
-                   share_probe=probe, model_saturation_whole_core=whole,
-                   model_saturation_probe=at_probe, real_cpu_per_request_at_saturation_us=real_cpu,
-                   model_cpu_per_request_at_saturation_us=model_cpu,
-                   background_pct=prof.background_cpu_pct, fit=fit.__dict__)  # fmt: skip
-        bg = "?" if prof.background_cpu_pct is None else f"{prof.background_cpu_pct:.0f} %"
-        print(f"\n{service}: servers on CPU {a.server_cpus}, load generator on CPU "
-              f"{a.loadgen_cpus} (both nice {a.nice}); other processes kept the server CPU {bg} "
-              f"busy while profiling at {prof.qps:g} QPS")  # fmt: skip
-        print(f"  profile: CPU per request {sum([prof.midtier.cpu_per_request_us] + [t.cpu_per_request_us for t in prof.leaves]):.0f} us at {prof.qps:g} QPS, "
-              f"{prof.cpu_per_request_high_us:.0f} us at {prof.qps_high:.0f} QPS; fixed "
-              f"{fit.fixed_cpu_share * 100:.1f} % of a core while loaded")  # fmt: skip
-        print(f"  closed loop ({a.users} users): the servers got {got * 100:.0f} % of the server "
-              f"CPU (a spinning probe just before: {probe * 100:.0f} %), {real_cpu:.0f} us of "
-              f"CPU per request; the model at {real_sat:.0f} QPS: {model_cpu:.0f} us "
-              f"({_err(model_cpu, real_cpu):+.1f} %)")  # fmt: skip
-        print(f"  saturation: real {real_sat:.0f} QPS; model on the share the servers got "
-              f"{model_sat if a.share else 0:.0f} QPS ({_err(model_sat, real_sat):+.1f} %), on "
-              f"the probe's share {at_probe:.0f} QPS ({_err(at_probe, real_sat):+.1f} %), on a "
-              f"whole core {whole:.0f} QPS ({_err(whole, real_sat):+.1f} %)")  # fmt: skip
-        print(f"  {'':>13} {'':>9} {'model on the share got':^40} | "
-              f"{'model on a whole core':^36}")  # fmt: skip
-        print(f"  {'load':>5} {'qps':>7} {'real p50':>9} {'p50':>10} {'err':>8} "
-              f"{'real p99':>9} {'p99':>10} {'err':>8} | {'p50':>8} {'err':>8} {'p99':>8} "
-              f"{'err':>8}  (ms)")  # fmt: skip
-        fr = FRACTIONS[::3] + [1.0] if a.quick else FRACTIONS
-        for f in sorted(set(fr)):
-            q = max(1.0, f * real_sat)
-            spec = runtime.LoadSpec(qps=q, duration_s=a.duration, warmup_s=1.0)
-            r = runtime.run_load(dep.midtier.address, service, dep.load_data, spec, cpus=lg)
-            dep.check_alive()
-            lat = r["total"]["latency_us"]
-            dur = max(10.0, 20000 / q)
-            m = simulate(with_overrides(with_share(doc, share, fixed), qps=q, duration_s=dur))
-            w = simulate(with_overrides(doc, qps=q, duration_s=dur))  # a whole core
-            ml, wl = m["latency"], w["latency"]
-            pt = {"fraction": f, "qps": q, "share": share, "real_p50_us": float(lat["p50"]),
-                  "real_p99_us": float(lat["p99"]), "model_p50_us": ml["p50_us"],
-                  "model_p99_us": ml["p99_us"], "whole_p50_us": wl["p50_us"],
-                  "whole_p99_us": wl["p99_us"], "errors": int(r["total"].get("errors", 0)),
-                  "model_saturated": bool(m["saturated"]) or falls_behind(m, q)}  # fmt: skip
-            for k in ("model", "whole"):
-                for pc in ("p50", "p99"):
-                    pt[f"err_{pc}" if k == "model" else f"whole_err_{pc}"] = _err(
-                        pt[f"{k}_{pc}_us"], pt[f"real_{pc}_us"])  # fmt: skip
-            out["points"].append(pt)
-            print(f"  {f * 100:>4.0f}% {q:>7.0f} {pt['real_p50_us'] / 1e3:>9.2f} "
-                  f"{pt['model_p50_us'] / 1e3:>10.2f} {pt['err_p50']:>+7.1f}% "
-                  f"{pt['real_p99_us'] / 1e3:>9.2f} {pt['model_p99_us'] / 1e3:>10.2f} "
-                  f"{pt['err_p99']:>+7.1f}% | {pt['whole_p50_us'] / 1e3:>8.2f} "
-                  f"{pt['whole_err_p50']:>+7.1f}% {pt['whole_p99_us'] / 1e3:>8.2f} "
-                  f"{pt['whole_err_p99']:>+7.1f}%"
-                  + ("  model saturated" if pt["model_saturated"] else "")
-                  + (f"  {pt['errors']} errors" if pt["errors"] else ""))  # fmt: skip
-    below = [p for p in out["points"] if p["fraction"] < 0.8 - 1e-9]
-    for label, pre, sat in (("the share the servers got", "", out["model_saturation"]),
-                            ("a whole core", "whole_", out["model_saturation_whole_core"])):  # fmt: skip
-        worst = {
-            "saturation": abs(_err(sat, out["real_saturation"])),
-            "p50": max(abs(p[f"{pre}err_p50"]) for p in below),
-            "p99": max(abs(p[f"{pre}err_p99"]) for p in below),
-        }
-        out[f"worst_below_80_{pre or 'share_'}"] = worst
-        print(f"  below 80 % of saturation, model on {label}, worst |error|: " + ", ".join(
-            f"{k} {v:.1f} % (goal {GOALS[k]:.0f}: {'met' if v <= GOALS[k] else 'NOT met'})"
-            for k, v in worst.items()))  # fmt: skip
+    ncores = max(1, len(cpus or [0]))
+    prof = measure_deployment(dep, qps=SERVICE_QPS[service], duration_s=a.profile_s,
+                              threading="async-dispatch-block", pools=(1, 2, 1),
+                              server_cpus=cpus, loadgen_cpus=lg, nice=a.nice,
+                              deep_users=a.users, fs=fs)  # fmt: skip
+    model_path = tmp / f"{service}-r{rnd}.toml"
+    fit = write_model(prof, model_path)
+    doc = load(model_path).engine
+    fixed = fit.fixed_cpu_share
+    tiers = _servers(dep)
+    # the real closed loop: saturation, and the capacity the servers got (their own CPU time)
+    spec = runtime.LoadSpec(mode="closed", duration_s=a.duration, warmup_s=1.0,
+                            concurrency=a.users)  # fmt: skip
+    for t in tiers:
+        runtime.admin(t.address, "stats", "--reset")
+    c0 = [proc_cpu_s(fs, t.pid) for t in tiers]
+    w0 = [context_switches(fs, t.pid) for t in tiers]
+    t0 = time.monotonic()
+    real_sat = float(runtime.run_load(dep.midtier.address, service, dep.load_data, spec,
+                                      cpus=lg)["total"]["achieved_qps"])  # fmt: skip
+    wall = time.monotonic() - t0
+    c1 = [proc_cpu_s(fs, t.pid) for t in tiers]
+    w1 = [context_switches(fs, t.pid) for t in tiers]
+    s1 = [runtime.admin(t.address, "stats") for t in tiers]
+    dep.check_alive()
+    used = sum(y - x for x, y in zip(c0, c1, strict=True))
+    served = max(1, int(s1[0]["requests"]))
+    real_cpu = used / served * 1e6
+    # the capacity the servers got: their CPU per request (CPU time and requests over the same
+    # span) times the rate the load generator measured in its window. Their CPU time over the
+    # whole wall time would count the load generator's start (servers idle) as capacity lost.
+    got = min(1.0, real_cpu * real_sat / 1e6 / ncores)
+    sw = [(y - x) / max(1, int(st["requests"])) for x, y, st in zip(w0, w1, s1, strict=True)]
+    sw_mid, sw_leaf = sw[0], sum(sw[1:]) / max(1, len(sw) - 1)
+    whole_sim = simulate(_closed(doc, a.users, 10.0))
+    whole = float(whole_sim["throughput_qps"])
+    model_sat = float(simulate(_closed(with_share(doc, got, fixed), a.users, 10.0))
+                      ["throughput_qps"])  # fmt: skip
+    rec: dict[str, Any] = {
+        "round": rnd, "profile_cpu_low_us": sum(prof.points[0].cpu_us),
+        "profile_points": [q.__dict__ for q in prof.points], "fit": fit.__dict__,
+        "share_got": got, "cpu_over_wall": used / wall / ncores, "real_saturation": real_sat,
+        "model_saturation": model_sat,
+        "whole_saturation": whole, "real_cpu_us": real_cpu,
+        "model_cpu_us": model_cpu_per_request_us(whole_sim),
+        "fit_cpu_us": fitted_cpu_per_request_us(prof, fit, real_sat, (sw_mid, sw_leaf)),
+        "switches_mid": sw_mid, "switches_leaf": sw_leaf,
+        "switches_low_mid": prof.points[0].switches[0],
+        "switches_low_leaf": sum(prof.points[0].switches[1:]) / max(1, len(tiers) - 1),
+        "model_wakeups_per_visit": model_wakeups_per_visit(doc, whole_sim),
+        "background_pct": prof.background_cpu_pct, "points": [],
+    }  # fmt: skip
+    fr = FRACTIONS[::3] + [1.0] if a.quick else FRACTIONS
+    for f in sorted(set(fr)):
+        q = max(1.0, f * real_sat)
+        spec = runtime.LoadSpec(qps=q, duration_s=a.duration, warmup_s=1.0)
+        r = runtime.run_load(dep.midtier.address, service, dep.load_data, spec, cpus=lg)
+        dep.check_alive()
+        lat = r["total"]["latency_us"]
+        dur = max(5.0, 10000 / q)
+        m = simulate(with_overrides(with_share(doc, got, fixed), qps=q, duration_s=dur))
+        w = simulate(with_overrides(doc, qps=q, duration_s=dur))
+        sat = bool(m["saturated"]) or falls_behind(m, q)
+        pt = {"fraction": f, "qps": q, "real_p50_us": float(lat["p50"]),
+              "real_p99_us": float(lat["p99"]), "model_saturated": sat,
+              "model_p50_us": float("nan") if sat else m["latency"]["p50_us"],
+              "model_p99_us": float("nan") if sat else m["latency"]["p99_us"],
+              "whole_p50_us": w["latency"]["p50_us"], "whole_p99_us": w["latency"]["p99_us"],
+              "errors": int(r["total"].get("errors", 0))}  # fmt: skip
+        rec["points"].append(pt)
+    print(f"  round {rnd + 1}: capacity got {got * 100:.0f} %, saturation real {real_sat:.0f} / "
+          f"model {model_sat:.0f} QPS, CPU per request real {real_cpu:.0f} / model "
+          f"{rec['model_cpu_us']:.0f} us; wake-ups there per low-rate one: servers mid "
+          f"{sw_mid / max(1e-9, rec['switches_low_mid']):.2f} leaf "
+          f"{sw_leaf / max(1e-9, rec['switches_low_leaf']):.2f}, model "
+          f"{rec['model_wakeups_per_visit']:.2f}", flush=True)  # fmt: skip
+    return rec
+
+
+def summarise(service: str, rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians and 95 % t intervals over rounds; the errors per round, then their interval."""
+
+    def iv(key: str, scale: float = 1.0) -> tuple[float, float, float]:
+        return interval([r[key] * scale for r in rounds])
+
+    def err_iv(mkey: str, rkey: str) -> tuple[float, float, float]:
+        return interval([_err(r[mkey], r[rkey]) for r in rounds])
+
+    out: dict[str, Any] = {"service": service, "rounds": len(rounds), "per_round": rounds}
+    out["share_got"] = iv("share_got", 100)
+    out["saturation"] = {k: iv(k) for k in ("real_saturation", "model_saturation",
+                                            "whole_saturation")}  # fmt: skip
+    out["saturation_err"] = err_iv("model_saturation", "real_saturation")
+    out["whole_saturation_err"] = err_iv("whole_saturation", "real_saturation")
+    out["cpu"] = {k: iv(k) for k in ("real_cpu_us", "model_cpu_us", "fit_cpu_us")}
+    out["cpu_err"] = err_iv("model_cpu_us", "real_cpu_us")
+    out["fit_cpu_err"] = err_iv("fit_cpu_us", "real_cpu_us")
+    out["switches"] = {k: iv(k) for k in ("switches_mid", "switches_leaf")}
+    out["wakeup_ratio"] = {
+        "mid": interval([r["switches_mid"] / max(1e-9, r["switches_low_mid"]) for r in rounds]),
+        "leaf": interval([r["switches_leaf"] / max(1e-9, r["switches_low_leaf"]) for r in rounds]),
+        "model": iv("model_wakeups_per_visit"),
+    }
+    pts = []
+    for i, first in enumerate(rounds[0]["points"]):
+        per = [r["points"][i] for r in rounds if i < len(r["points"])]
+        row: dict[str, Any] = {"fraction": first["fraction"],
+                               "qps": interval([p["qps"] for p in per]),
+                               "model_saturated_rounds": sum(p["model_saturated"] for p in per)}  # fmt: skip
+        for pc in ("p50", "p99"):
+            for k in ("real", "model", "whole"):
+                row[f"{k}_{pc}"] = interval([p[f"{k}_{pc}_us"] / 1e3 for p in per])
+            row[f"err_{pc}"] = interval([_err(p[f"model_{pc}_us"], p[f"real_{pc}_us"])
+                                         for p in per])  # fmt: skip
+            row[f"whole_err_{pc}"] = interval([_err(p[f"whole_{pc}_us"], p[f"real_{pc}_us"])
+                                               for p in per])  # fmt: skip
+        pts.append(row)
+    out["points"] = pts
     return out
 
 
-def main() -> int:
+def print_summary(s: dict[str, Any]) -> None:
+    n = s["rounds"]
+    print(f"\n{s['service']}: {n} rounds; median [95 % t interval of the mean] over rounds")
+    sat = s["saturation"]
+    print(f"  capacity the servers got in the closed loop (their CPU time / wall): "
+          f"{fmt_iv(s['share_got'])} % of the server CPU")  # fmt: skip
+    print(f"  saturation: real {fmt_iv(sat['real_saturation'])} QPS; model on the capacity "
+          f"got {fmt_iv(sat['model_saturation'])} (error {fmt_iv(s['saturation_err'], '.1f', True)}"
+          f" %); on a whole core {fmt_iv(sat['whole_saturation'])} "
+          f"({fmt_iv(s['whole_saturation_err'], '.1f', True)} %)")  # fmt: skip
+    cpu = s["cpu"]
+    print(f"  CPU per request at saturation: real {fmt_iv(cpu['real_cpu_us'])} us; model "
+          f"{fmt_iv(cpu['model_cpu_us'])} ({fmt_iv(s['cpu_err'], '.1f', True)} %); the fit with "
+          f"the switches measured there {fmt_iv(cpu['fit_cpu_us'])} "
+          f"({fmt_iv(s['fit_cpu_err'], '.1f', True)} %)")  # fmt: skip
+    sw = s["switches"]
+    wr = s["wakeup_ratio"]
+    print(f"  context switches per request there: mid-tier {fmt_iv(sw['switches_mid'], '.2f')}, "
+          f"a leaf {fmt_iv(sw['switches_leaf'], '.2f')}; per the profile's low-rate one: "
+          f"mid-tier {fmt_iv(wr['mid'], '.2f')}, leaf {fmt_iv(wr['leaf'], '.2f')}; the model's "
+          f"wake-ups per visit {fmt_iv(wr['model'], '.2f')}")  # fmt: skip
+    print("  (ms; model = on the capacity the servers got that round; err = per-round error)")
+    print(f"  {'load':>4} {'qps':>6} | {'real p50':>18} {'model p50':>18} {'err %':>20} | "
+          f"{'real p99':>20} {'model p99':>20} {'err %':>20} | whole-core err % p50, p99")  # fmt: skip
+    for p in s["points"]:
+        sat_note = (f"  model saturated in {p['model_saturated_rounds']}/{n}"
+                    if p["model_saturated_rounds"] else "")  # fmt: skip
+        print(f"  {p['fraction'] * 100:>3.0f}% {p['qps'][0]:>6.0f} | "
+              f"{fmt_iv(p['real_p50'], '.2f'):>18} {fmt_iv(p['model_p50'], '.2f'):>18} "
+              f"{fmt_iv(p['err_p50'], '.0f', True):>20} | {fmt_iv(p['real_p99'], '.1f'):>20} "
+              f"{fmt_iv(p['model_p99'], '.1f'):>20} {fmt_iv(p['err_p99'], '.0f', True):>20} | "
+              f"{p['whole_err_p50'][0]:+.0f}, {p['whole_err_p99'][0]:+.0f}{sat_note}")  # fmt: skip
+    below = [p for p in s["points"] if p["fraction"] < 0.8 - 1e-9]
+    for label, pre, serr in (("the capacity got", "", s["saturation_err"]),
+                             ("a whole core", "whole_", s["whole_saturation_err"])):  # fmt: skip
+        parts = [f"saturation {fmt_iv(serr, '.1f', True)} % ({verdict(serr, GOALS['saturation'])})"]
+        for pc in ("p50", "p99"):
+            ivs = [p[f"{pre}err_{pc}"] for p in below if not math.isnan(p[f"{pre}err_{pc}"][0])]
+            if not ivs:
+                parts.append(f"{pc}: no unsaturated point")
+                continue
+            worst = max(ivs, key=lambda v: abs(v[0]))
+            vs = [verdict(v, GOALS[pc]) for v in ivs]
+            v = "NOT met" if "NOT met" in vs else "undecided" if "undecided" in vs else "met"
+            parts.append(f"{pc} worst {fmt_iv(worst, '.1f', True)} % (goal {GOALS[pc]:.0f}: {v})")
+        s[f"goals_{pre or 'share_'}"] = parts
+        print(f"  below 80 % of saturation, model on {label}: " + "; ".join(parts))
+
+
+def validate_service(service: str, a: Any, tmp: Path) -> dict[str, Any]:
+    """One deployment; ``a.rounds`` rounds, each the profile and the real points interleaved."""
+    from musku.services import runtime
+
+    cpus = runtime.parse_cpus(a.server_cpus)
+    print(f"\n{service}: servers on CPU {a.server_cpus}, load generator on CPU {a.loadgen_cpus} "
+          f"(nice {a.nice}); {a.rounds} rounds, {a.duration:g} s per real point, profile "
+          f"{a.profile_s:g} s; load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    with runtime.deploy(service, workdir=tmp / service, data_dir=a.data_dir
+                        or runtime.default_data_dir(), server_cpus=cpus) as dep:  # fmt: skip
+        rounds = [one_round(service, a, tmp, dep, r) for r in range(a.rounds)]
+    s = summarise(service, rounds)
+    print_summary(s)
+    return s
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--uqsim", help="μqSim binary built from its public source: compare with it")
     ap.add_argument("--services", default="setalgebra,hdsearch")
     ap.add_argument("--server-cpus", default="0")
     ap.add_argument("--loadgen-cpus", default="1")
-    ap.add_argument("--nice", type=int, default=-10,
-                    help="nice value of this bench, so of the servers and the load generator")  # fmt: skip
+    ap.add_argument("--quiet-host", action="store_true",
+                    help="a quiet multi-core host: no nice, 5 rounds of 10 s points, a 10 s "
+                         "profile (each still overridable)")  # fmt: skip
+    ap.add_argument("--nice", type=int, default=None,
+                    help="nice value of this bench, so of the servers and the load generator "
+                         "(default -10 on a shared machine, 0 with --quiet-host)")  # fmt: skip
     ap.add_argument("--users", type=int, default=32, help="closed-loop users for saturation")
-    ap.add_argument("--no-share", dest="share", action="store_false",
-                    help="model a whole server core (default: the share the servers got "
-                         "in the closed loop)")  # fmt: skip
-    ap.add_argument("--duration", type=float, default=4.0, help="seconds per real point")
-    ap.add_argument("--profile-s", type=float, default=8.0)
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="rounds per service, each the profile and the real points interleaved "
+                         "(default 3, 5 with --quiet-host)")  # fmt: skip
+    ap.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="seconds per real point (default 4, 10 with --quiet-host)",
+    )
+    ap.add_argument(
+        "--profile-s",
+        type=float,
+        default=None,
+        help="seconds of the profile's low-rate window (default 8, 10 quiet)",
+    )
     ap.add_argument("--data-dir", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="4 loads instead of 10")
+    a = ap.parse_args(argv)
+    q = a.quiet_host
+    a.nice = a.nice if a.nice is not None else (0 if q else -10)
+    a.rounds = a.rounds if a.rounds is not None else (5 if q else 3)
+    a.duration = a.duration if a.duration is not None else (10.0 if q else 4.0)
+    a.profile_s = a.profile_s if a.profile_s is not None else (10.0 if q else 8.0)
     if not a.uqsim:
-        import os
-
+        bad = [f"--{k} must be positive" for k, v in (("rounds", a.rounds), ("duration",
+               a.duration), ("profile-s", a.profile_s), ("users", a.users)) if not v > 0]  # fmt: skip
+        if bad:
+            print(f"qsim_validate: {bad[0]}", file=sys.stderr)
+            return 2
         if a.nice:  # the load generator and the servers inherit it (the machine is shared)
             os.setpriority(os.PRIO_PROCESS, 0, a.nice)
-
-        print(f"qsim against the real services; load average {os.getloadavg()[0]:.1f} on "
-              f"{os.cpu_count()} CPUs at the start (a shared machine: other builds and tests "
-              "run beside this)")  # fmt: skip
+        load = os.getloadavg()[0]
+        ncpu = os.cpu_count() or 1
+        print(f"qsim against the real services; load average {load:.1f} on {ncpu} CPUs at the "
+              f"start" + (" (a quiet host)" if q else " (a shared machine: other builds and "
+                          "tests run beside this)"))  # fmt: skip
+        if q and load > 0.25 * ncpu:
+            print(f"warning: --quiet-host, but the load average is {load:.1f} on {ncpu} CPUs")
         with tempfile.TemporaryDirectory() as td:
             res = [validate_service(s.strip(), a, Path(td)) for s in a.services.split(",")
                    if s.strip()]  # fmt: skip

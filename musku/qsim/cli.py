@@ -574,6 +574,15 @@ def profile(
     nice: Annotated[
         int, typer.Option("--nice", help="Nice value of the servers' threads (-20..19).")
     ] = 0,
+    deep_users: Annotated[
+        int,
+        typer.Option(
+            "--deep-users",
+            min=0,
+            help="Users of a third, closed-loop window (deep queues) for the per-wake-up "
+            "cost; 0: none.",
+        ),
+    ] = 32,
     duration: Annotated[float, typer.Option("--duration", help="Seconds measured.")] = 10.0,
     shards: Annotated[int, typer.Option(min=1, help="Leaves.")] = 2,
     threading_: Annotated[
@@ -618,6 +627,7 @@ def profile(
             data_opts=data_opts,
             qps_high=qps_high,
             nice=nice,
+            deep_users=deep_users,
         )
     fit = write_model(prof, out)
     doc = profile_json(prof, fit)
@@ -641,6 +651,13 @@ def profile(
         f"{fit.fixed_cpu_share * 100:.1f} % of a core); hops: leaf "
         f"{fit.leaf_hop_us:.1f}, client {fit.client_hop_us:.1f}"
     )
+    if fit.mid_per_switch_us or fit.leaf_per_switch_us:
+        typer.echo(
+            f"per wake-up (context switch): mid-tier {fit.mid_per_switch_us:.1f} us x "
+            f"{fit.mid_switches_per_request:.2f} per request at {qps:g} QPS, leaf "
+            f"{fit.leaf_per_switch_us:.1f} us x {fit.leaf_switches_per_request:.2f}; "
+            "paid once per batch (wake stages)"
+        )
     if prof.background_cpu_pct is not None:
         typer.echo(f"other processes kept the server CPUs {prof.background_cpu_pct:.0f} % busy")
     for n in prof.notes:

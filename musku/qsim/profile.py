@@ -38,6 +38,7 @@ from typing import Any
 import psutil
 
 from musku.errors import HostError, InputError, UnsupportedError
+from musku.hostfs import HostFS, HostFSError
 from musku.qsim.engine import simulate
 from musku.qsim.model import load
 from musku.qsim.overrides import with_overrides
@@ -57,6 +58,18 @@ class Tier:
     idle_cpu_pct: float
     latency_mean_us: float
     phases: dict[str, dict[str, Any]]  # name -> count, mean_us, cpu_mean_us, buckets [[us, n]]
+    switches_per_request: float = 0.0  # voluntary + involuntary context switches of its threads
+
+
+@dataclass(frozen=True)
+class RatePoint:
+    """One measured window: its achieved rate and, per tier (mid-tier, then the leaves), the CPU
+    and the context switches (wake-ups) per request; ``deep``: a closed loop (deep queues)."""
+
+    qps: float
+    cpu_us: tuple[float, ...]
+    switches: tuple[float, ...]
+    deep: bool = False
 
 
 @dataclass
@@ -78,6 +91,8 @@ class Profile:
     high_tiers: list[float] = field(default_factory=list)  # per tier (mid-tier, leaves) at qps_high
     nice: int = 0  # the servers' threads' nice value while measured
     notes: list[str] = field(default_factory=list)
+    # every measured window (low, high, deep); with switch counts the fit has a per-wake-up term
+    points: list[RatePoint] = field(default_factory=list)
 
 
 def _phases(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -94,6 +109,99 @@ def _phases(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def process_cpu_s(stats: dict[str, Any]) -> float:
     return float(stats["cpu_user_s"]) + float(stats["cpu_sys_s"])
+
+
+def proc_cpu_s(fs: HostFS, pid: int) -> float:
+    """A process's own CPU time (all its threads, user + system) from ``/proc/PID/stat``
+    (utime and stime, fields 14 and 15, in clock ticks)."""
+    text = fs.read_text(f"/proc/{pid}/stat")
+    rest = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces and ')'
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def context_switches(fs: HostFS, pid: int) -> int:
+    """Voluntary + involuntary context switches of all a process's threads (``/proc/PID/task/
+    TID/status``; the process's own status counts its main thread only) that are alive now: an
+    ended thread's switches leave with it (the servers' thread pools live as long as they do).
+    A thread that ends meanwhile is skipped."""
+    total = 0
+    for tid in fs.listdir(f"/proc/{pid}/task"):
+        try:
+            text = fs.read_text(f"/proc/{pid}/task/{tid}/status")
+        except HostFSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+                total += int(value)
+    return total
+
+
+@dataclass(frozen=True)
+class CpuFit:
+    """CPU per request of a tier at a rate: ``per_request + per_wakeup x wake-ups per request
+    + per_second / rate`` (us; wake-ups = the tier's context switches per request)."""
+
+    per_request_us: float
+    per_wakeup_us: float
+    per_second_us: float
+
+    def at(self, qps: float, wakeups_per_request: float) -> float:
+        return (
+            self.per_request_us
+            + self.per_wakeup_us * wakeups_per_request
+            + self.per_second_us / max(1e-9, qps)
+        )
+
+
+def fit_cpu(
+    qps: Sequence[float],
+    cpu_us: Sequence[float],
+    wakeups: Sequence[float] | None = None,
+    *,
+    floor_us: float = 0.0,
+) -> CpuFit:
+    """Fit c = a + w s + b / r to the measured windows (rate r, CPU c and wake-ups s per request)
+    with a >= ``floor_us`` (the handlers' own CPU), w >= 0 and b >= 0: non-negative least squares
+    (every subset of the three terms solved, the best feasible one kept). The per-wake-up term
+    needs switch counts that differ between three or more windows; without it, two windows give
+    c = a + b / r through both (a clamped to [floor, c at the lower rate]), as the profile did."""
+    import numpy as np
+
+    r = np.asarray(qps, dtype=float)
+    c = np.asarray(cpu_us, dtype=float)
+    s = np.zeros_like(r) if wakeups is None else np.asarray(wakeups, dtype=float)
+    if len(r) == 0:
+        return CpuFit(floor_us, 0.0, 0.0)
+    lo = int(np.argmin(r))
+    if float(np.ptp(r)) <= 0:
+        return CpuFit(float(np.mean(c)), 0.0, 0.0)
+    use_w = len(r) >= 3 and float(np.ptp(s)) > 0
+    if not use_w and len(r) == 2:
+        hi = 1 - lo
+        r1, c1, r2, c2 = float(r[lo]), float(c[lo]), float(r[hi]), float(c[hi])
+        a = min(c1, max(floor_us, (c2 * r2 - c1 * r1) / (r2 - r1)))
+        return CpuFit(a, 0.0, max(0.0, (c1 - a) * r1))
+    cols = [np.ones_like(r), s, 1.0 / np.maximum(r, 1e-9)]
+    y = c - floor_us
+    best: tuple[float, list[float]] | None = None
+    for mask in range(1, 8):
+        idx = [i for i in range(3) if mask >> i & 1]
+        if 1 in idx and not use_w:
+            continue
+        x, *_ = np.linalg.lstsq(np.column_stack([cols[i] for i in idx]), y, rcond=None)
+        if float(np.min(x)) < 0:
+            continue
+        coef = [0.0, 0.0, 0.0]
+        for i, v in zip(idx, x, strict=True):
+            coef[i] = float(v)
+        resid = float(np.sum((y - sum(coef[i] * cols[i] for i in range(3))) ** 2))
+        if best is None or resid < best[0] * (1 - 1e-9):
+            best = (resid, coef)
+    if best is None:  # no term fits with a non-negative coefficient: all at the floor
+        return CpuFit(floor_us, 0.0, 0.0)
+    a, w, b = best[1]
+    return CpuFit(a + floor_us, w, b)
 
 
 def _cpu_busy(cpus: Sequence[int]) -> float | None:
@@ -151,7 +259,9 @@ def with_share(doc: dict[str, Any], share: float, fixed: float) -> dict[str, Any
     return out
 
 
-def _tier(name: str, before: dict[str, Any], after: dict[str, Any], idle_rate: float) -> Tier:
+def _tier(
+    name: str, before: dict[str, Any], after: dict[str, Any], idle_rate: float, switches: int = 0
+) -> Tier:
     n = int(after["requests"])
     wall = float(after["window_s"])
     cpu = process_cpu_s(after) - process_cpu_s(before) - idle_rate * wall
@@ -162,6 +272,7 @@ def _tier(name: str, before: dict[str, Any], after: dict[str, Any], idle_rate: f
         idle_cpu_pct=idle_rate * 100,
         latency_mean_us=float(after["latency"]["mean_us"]),
         phases=_phases(after),
+        switches_per_request=switches / n if n else 0.0,
     )
 
 
@@ -184,8 +295,10 @@ def measure(
     leaf_transport: str = "unary",
     qps_high: float | None = None,
     nice: int = 0,
+    deep_users: int = 32,
 ) -> Profile:
-    """Deploy ``service``, measure it at ``qps`` (and ``qps_high``) and return the figures."""
+    """Deploy ``service``, measure it at ``qps``, ``qps_high`` and in a closed loop of
+    ``deep_users`` (0: not) and return the figures."""
     if service not in PROFILED:
         raise UnsupportedError(
             f"musku qsim profile models services whose mid-tier calls every leaf "
@@ -223,6 +336,7 @@ def measure(
             loadgen_cpus=loadgen_cpus,
             qps_high=qps_high,
             nice=nice,
+            deep_users=deep_users,
         )
 
 
@@ -245,15 +359,26 @@ def _window(
     duration_s: float,
     cpus: Sequence[int] | None,
     loadgen_cpus: Sequence[int] | None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], float | None]:
-    """Stats (reset) before, the load, stats after; also the CPUs' busy seconds not ours."""
+    *,
+    users: int = 0,
+    fs: HostFS | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], float | None, list[int]]:
+    """Stats (reset) before, the load (open loop at ``qps``, or a closed loop of ``users``), stats
+    after; also the CPUs' busy seconds not ours and each server's context switches."""
+    fs = fs or HostFS(read_only=True)
     tiers = [dep.midtier, *dep.leaves]
     before = [runtime.admin(p.address, "stats", "--reset") for p in tiers]
+    sw0 = [context_switches(fs, p.pid) for p in tiers]
     busy0 = _cpu_busy(cpus) if cpus else None
     t0 = time.monotonic()
-    spec = runtime.LoadSpec(qps=qps, duration_s=duration_s, warmup_s=0.0)
+    if users:
+        spec = runtime.LoadSpec(mode="closed", duration_s=duration_s, warmup_s=0.0,
+                                concurrency=users)  # fmt: skip
+    else:
+        spec = runtime.LoadSpec(qps=qps, duration_s=duration_s, warmup_s=0.0)
     r = runtime.run_load(dep.midtier.address, dep.service, dep.load_data, spec, cpus=loadgen_cpus)
     after = [runtime.admin(p.address, "stats") for p in tiers]
+    sw1 = [context_switches(fs, p.pid) for p in tiers]
     wall = time.monotonic() - t0
     busy1 = _cpu_busy(cpus) if cpus else None
     dep.check_alive()
@@ -263,8 +388,9 @@ def _window(
         other = max(0.0, (busy1 - busy0 - ours) / wall / len(cpus) * 100)
     tot = r["total"]
     if int(tot.get("errors", 0)):
-        raise InputError(f"{dep.service} answered {tot['errors']} errors at {qps:g} QPS: {tot}")
-    return before, after, tot, other
+        what = f"{users} closed-loop users" if users else f"{qps:g} QPS"
+        raise InputError(f"{dep.service} answered {tot['errors']} errors at {what}: {tot}")
+    return before, after, tot, other, [b - a for a, b in zip(sw0, sw1, strict=True)]
 
 
 def measure_deployment(
@@ -279,8 +405,14 @@ def measure_deployment(
     idle_s: float = 2.0,
     qps_high: float | None = None,
     nice: int = 0,
+    deep_users: int = 32,
+    fs: HostFS | None = None,
 ) -> Profile:
-    """Measure a running deployment (``runtime.deploy``'s) at ``qps``: warm-up, idle CPU, load."""
+    """Measure a running deployment (``runtime.deploy``'s) at ``qps``: warm-up, idle CPU, load at
+    ``qps``, at ``qps_high`` and (``deep_users`` > 0) a closed loop of that many users, where the
+    queues are deep and a woken thread takes many requests: the three windows' CPU and context
+    switches per request give the fit its per-wake-up cost (:func:`fit_cpu`)."""
+    fs = fs or HostFS(read_only=True)
     service = dep.service
     pollers, workers, responders = pools
     dispatch = "-dispatch-" in threading
@@ -296,18 +428,35 @@ def measure_deployment(
         max(0.0, (process_cpu_s(b) - process_cpu_s(a)) / max(1e-3, float(b["window_s"])))
         for a, b in zip(idle0, idle1, strict=True)
     ]
-    before, after, tot, background = _window(dep, qps, duration_s, server_cpus, loadgen_cpus)
-    measured = [
-        _tier(p.name, a, b, rate)
-        for p, a, b, rate in zip(tiers, before, after, idle_rates, strict=True)
-    ]
+
+    def tiers_of(
+        win: tuple[list[dict[str, Any]], list[dict[str, Any]], Any, Any, list[int]],
+    ) -> list[Tier]:
+        return [
+            _tier(p.name, a, b, rate, sw)
+            for p, a, b, rate, sw in zip(tiers, win[0], win[1], idle_rates, win[4], strict=True)
+        ]
+
+    def point(ts: list[Tier], rate: float, deep: bool = False) -> RatePoint:
+        return RatePoint(rate, tuple(t.cpu_per_request_us for t in ts),
+                         tuple(t.switches_per_request for t in ts), deep)  # fmt: skip
+
+    low = _window(dep, qps, duration_s, server_cpus, loadgen_cpus, fs=fs)
+    tot, background = low[2], low[3]
+    measured = tiers_of(low)
     low_total = sum(t.cpu_per_request_us for t in measured)
     # the second rate: half a core at the low rate's cost per request (costs fall with load)
     q2 = qps_high if qps_high is not None else 0.5e6 / max(1.0, low_total)
-    b2, a2, _, _ = _window(dep, q2, max(2.0, duration_s / 2), server_cpus, loadgen_cpus)
-    high = [
-        _tier(p.name, a, b, rate) for p, a, b, rate in zip(tiers, b2, a2, idle_rates, strict=True)
+    w2 = _window(dep, q2, max(2.0, duration_s / 2), server_cpus, loadgen_cpus, fs=fs)
+    high = tiers_of(w2)
+    points = [
+        point(measured, float(tot["achieved_qps"]) or qps),
+        point(high, float(w2[2]["achieved_qps"]) or q2),
     ]
+    if deep_users > 0:
+        w3 = _window(dep, 0.0, max(2.0, duration_s / 2), server_cpus, loadgen_cpus,
+                     users=deep_users, fs=fs)  # fmt: skip
+        points.append(point(tiers_of(w3), float(w3[2]["achieved_qps"]), deep=True))
     high_total = sum(t.cpu_per_request_us for t in high)
     lat = tot["latency_us"]
     mid = measured[0]
@@ -341,6 +490,7 @@ def measure_deployment(
         high_tiers=[t.cpu_per_request_us for t in high],
         nice=nice,
         notes=notes,
+        points=points,
     )
 
 
@@ -383,6 +533,11 @@ def _time(mean_us: float, hist: Path | None) -> str:
     return f'{{ dist = "const", mean_us = {max(0.0, mean_us):.3f} }}'
 
 
+def _wake(us: float) -> str:
+    """A wake stage's time: ``us`` for the whole batch (no cost per further job)."""
+    return f'{{ dist = "const", mean_us = {us:.3f}, per_job_us = 0.0 }}'
+
+
 @dataclass(frozen=True)
 class Fit:
     """What went into the model (printed and kept in the model's header)."""
@@ -397,6 +552,27 @@ class Fit:
     client_hop_us: float
     sim_zero_load_mean_us: float  # the model's mean at the profiled rate before the client hops
     fixed_cpu_share: float = 0.0  # CPU the servers spend per second while loaded (of a core)
+    # the per-wake-up cost, paid once per batch by a "wake" stage (batch WAKE_BATCH) at the
+    # head of each node: us per batch (mid-tier: the low rate's wake-up cost per request over
+    # its mid_wake_batches nodes), the fitted us per context switch, and the low rate's
+    # switches per request (a leaf: the mean of the leaves)
+    mid_wakeup_us: float = 0.0
+    leaf_wakeup_us: float = 0.0
+    mid_per_switch_us: float = 0.0
+    leaf_per_switch_us: float = 0.0
+    mid_switches_per_request: float = 0.0
+    leaf_switches_per_request: float = 0.0
+    mid_wake_batches: int = 1
+
+
+# A "wake" stage takes every request waiting at its node (up to this many) in one batch.
+WAKE_BATCH = 1024
+
+
+def _mid_wake_nodes(p: Profile) -> int:
+    """The mid-tier's nodes that a thread takes from a queue (each a wake stage): recv (dispatch
+    models), process, and the finalize of async models (sync ones finalise on the held thread)."""
+    return (2 if p.workers > 0 else 1) + (1 if p.threading.startswith("async") else 0)
 
 
 def _render(p: Profile, f: Fit, out: Path) -> str:
@@ -419,6 +595,12 @@ def _render(p: Profile, f: Fit, out: Path) -> str:
         f"a + b / rate per tier: the servers spend {f.fixed_cpu_share * 100:.1f} % of a core "
         "per second while loaded (b):",
         "# modelled as cores that much slower (freq_ghz, dvfs_scale = 1); stage times are a.",
+        f"# Per wake-up (context switch; fit over {len(p.points) or 2} windows): mid-tier "
+        f"{f.mid_per_switch_us:.1f} us x {f.mid_switches_per_request:.2f} switches per request "
+        f"at {p.qps:g} QPS, leaf {f.leaf_per_switch_us:.1f} us x "
+        f"{f.leaf_switches_per_request:.2f}: paid once per batch by each node's wake stage",
+        f"# (mid-tier {f.mid_wakeup_us:.1f} us over {f.mid_wake_batches} nodes, leaf "
+        f"{f.leaf_wakeup_us:.1f} us), so it falls per request as queues deepen.",
         f"# Hops fitted: leaf call {f.leaf_hop_us:.1f} us each way; the client's side "
         f"{2 * f.client_hop_us:.1f} us on average (model's own mean "
         f"{f.sim_zero_load_mean_us:.0f} us).",
@@ -452,20 +634,23 @@ def _render(p: Profile, f: Fit, out: Path) -> str:
         ("reply", _time(f.mid_reply_us, None)),
         ("finalize", _time(f.mid_finalize_us, hf if hf.exists() else None)),
     ]
+    mid_wake = [("wake", _wake(f.mid_wakeup_us))] if f.mid_wakeup_us > 0 else []
+    leaf_wake = [("wake", _wake(f.leaf_wakeup_us))] if f.leaf_wakeup_us > 0 else []
     # name -> (threads, instances, stages): the leaves, then the mid-tier's thread pools
     pools: dict[str, tuple[int, int, list[tuple[str, str]]]] = {
         "leaf": (1, p.shards, [
+            *leaf_wake,
             ("rpc", _time(f.leaf_rpc_us, None)),
             ("handle", _time(f.leaf_handle_us, hl if hl.exists() else None)),
         ]),
-        "poller": (p.pollers, 1, [recv] if dispatch else [recv, process]),
+        "poller": (p.pollers, 1, [*mid_wake, recv] if dispatch else [*mid_wake, recv, process]),
     }  # fmt: skip
     if dispatch:
-        pools["worker"] = (p.workers, 1, [process])
+        pools["worker"] = (p.workers, 1, [*mid_wake, process])
     front = "worker" if dispatch else "poller"
     if async_ and p.responders > 0:
         fin_service = "responder"
-        pools["responder"] = (p.responders, 1, fin)
+        pools["responder"] = (p.responders, 1, [*mid_wake, *fin])
     else:  # async without response threads: the pollers finalise; sync: the calling thread
         fin_service = "poller" if async_ else front
         pools[fin_service][2].extend(fin)
@@ -482,6 +667,8 @@ def _render(p: Profile, f: Fit, out: Path) -> str:
         for sname, t in stages:
             lines.extend(["", "  [[services.stages]]", f'  name = "{sname}"', f"  time = {t}",
                           "  dvfs_scale = 1.0"])  # fmt: skip
+            if sname == "wake":
+                lines.append(f"  batch = {WAKE_BATCH}")
         lines.append("")
     if delay.exists():
         lines.extend([
@@ -522,14 +709,17 @@ def _render(p: Profile, f: Fit, out: Path) -> str:
         lines.append("")
 
     sync_hold = not async_
+    mw = ["wake"] if mid_wake else []
     if dispatch:
-        node("recv", "poller", ["recv"], ["process"])
-        node("process", "worker", ["process"], ["leaf"], hold_thread=sync_hold)
+        node("recv", "poller", [*mw, "recv"], ["process"])
+        node("process", "worker", [*mw, "process"], ["leaf"], hold_thread=sync_hold)
     else:
-        node("process", "poller", ["recv", "process"], ["leaf"], hold_thread=sync_hold)
-    node("leaf", "leaf", ["rpc", "handle"], ["finalize"], copies=p.shards)
-    node("finalize", fin_service, ["reply", "finalize"], [], gather=True,
-         release_thread=sync_hold)  # fmt: skip
+        node("process", "poller", [*mw, "recv", "process"], ["leaf"], hold_thread=sync_hold)
+    node("leaf", "leaf", ["wake", "rpc", "handle"] if leaf_wake else ["rpc", "handle"],
+         ["finalize"], copies=p.shards)  # fmt: skip
+    # a sync model finalises on the thread it holds (no queue, no wake-up)
+    node("finalize", fin_service, [*(mw if async_ else []), "reply", "finalize"], [],
+         gather=True, release_thread=sync_hold)  # fmt: skip
     lines += [
         "[client]",
         'kind = "open"',
@@ -546,25 +736,36 @@ def write_model(p: Profile, out: Path, *, sim_seconds: float = 20.0) -> Fit:
     lb, _, lcpu = _pooled(p.leaves, "handler")
     mb, _, mcpu = _pooled([mid], "handler")
     fb, _, fcpu = _pooled([mid], "finalize")
-    # Each tier's CPU per request, c(rate) = a + b / rate, from the two rates: a per request
-    # (what saturation costs), b per second while loaded (wake-ups, timers, cold caches).
+    # Each tier's CPU per request, c = a + w s + b / rate over the measured windows (fit_cpu):
+    # a per request, w per wake-up (s: the tier's context switches per request, which fall
+    # with load as a woken thread takes more requests), b per second while loaded (timers,
+    # cold caches). Without switch counts: c = a + b / rate through the two rates.
     lo = [mid.cpu_per_request_us] + [t.cpu_per_request_us for t in p.leaves]
     hi = p.high_tiers or lo
-    r1, r2 = p.qps, p.qps_high
-    per_req, per_s = [], []
-    for t, (c1, c2) in enumerate(zip(lo, hi, strict=True)):
+    pts = p.points or [
+        RatePoint(p.qps, tuple(lo), tuple(0.0 for _ in lo)),
+        RatePoint(p.qps_high, tuple(hi), tuple(0.0 for _ in hi)),
+    ]
+    low_pt = min(pts, key=lambda q: q.qps)
+    per_req, per_s, per_wake = [], [], []
+    fits: list[CpuFit] = []
+    for t in range(len(lo)):
         floor = (mcpu + fcpu) if t == 0 else lcpu
-        a = (c2 * r2 - c1 * r1) / (r2 - r1) if r2 > r1 else c1
-        a = min(c1, max(floor, a))
-        per_req.append(a)
-        per_s.append(max(0.0, (c1 - a) * r1))
+        cf = fit_cpu([q.qps for q in pts], [q.cpu_us[t] for q in pts],
+                     [q.switches[t] for q in pts], floor_us=floor)  # fmt: skip
+        fits.append(cf)
+        per_req.append(cf.per_request_us)
+        per_s.append(cf.per_second_us)
+        per_wake.append(cf.per_wakeup_us * low_pt.switches[t])  # us per request at the low rate
+    mid_batches = _mid_wake_nodes(p)
     leaf_cpu = sum(per_req[1:]) / max(1, len(per_req) - 1)
     leaf_handle = min(lcpu, leaf_cpu)
     overhead = max(0.0, per_req[0] - mcpu - fcpu)
     fixed = min(0.9, sum(per_s) / 1e6 / p.cores)
     _, wait, _ = _pooled([mid], "leaf_wait")
     slowest_leaf = max(t.latency_mean_us for t in p.leaves)
-    leaf_hop = max(0.0, (wait - slowest_leaf - (leaf_cpu - leaf_handle)) / 2)
+    leaf_wake = sum(per_wake[1:]) / max(1, len(per_wake) - 1)
+    leaf_hop = max(0.0, (wait - slowest_leaf - (leaf_cpu + leaf_wake - leaf_handle)) / 2)
     out.parent.mkdir(parents=True, exist_ok=True)
     stem = out.stem
     out.with_name(f"{stem}.client_delay.csv").unlink(missing_ok=True)  # fitted below
@@ -589,6 +790,13 @@ def write_model(p: Profile, out: Path, *, sim_seconds: float = 20.0) -> Fit:
         client_hop_us=0.0,
         sim_zero_load_mean_us=0.0,
         fixed_cpu_share=fixed,
+        mid_wakeup_us=per_wake[0] / mid_batches,
+        leaf_wakeup_us=leaf_wake,
+        mid_per_switch_us=fits[0].per_wakeup_us,
+        leaf_per_switch_us=sum(f.per_wakeup_us for f in fits[1:]) / max(1, len(fits) - 1),
+        mid_switches_per_request=low_pt.switches[0],
+        leaf_switches_per_request=sum(low_pt.switches[1:]) / max(1, len(fits) - 1),
+        mid_wake_batches=mid_batches,
     )
     out.write_text(_render(p, fit, out))
     doc = with_overrides(load(out).engine, qps=p.qps, duration_s=sim_seconds)
@@ -612,10 +820,15 @@ def write_model(p: Profile, out: Path, *, sim_seconds: float = 20.0) -> Fit:
     return fit
 
 
-def fitted_cpu_per_request_us(p: Profile, f: Fit, rate: float) -> float:
-    """The fit's CPU per request of all tiers at ``rate``: a + b / rate."""
+def fitted_cpu_per_request_us(
+    p: Profile, f: Fit, rate: float, switches: tuple[float, float] | None = None
+) -> float:
+    """The fit's CPU per request of all tiers at ``rate``: a + w s + b / rate, with ``switches``
+    = (mid-tier, one leaf) context switches per request there (default: the low rate's)."""
     a = f.mid_recv_us + f.mid_process_us + f.mid_reply_us + f.mid_finalize_us
     a += p.shards * (f.leaf_rpc_us + f.leaf_handle_us)
+    sm, sl = switches or (f.mid_switches_per_request, f.leaf_switches_per_request)
+    a += f.mid_per_switch_us * sm + p.shards * f.leaf_per_switch_us * sl
     return a + f.fixed_cpu_share * 1e6 * p.cores / max(1e-9, rate)
 
 
@@ -623,6 +836,25 @@ def model_cpu_per_request_us(result: dict[str, Any]) -> float:
     """CPU per completed request in a simulation result (busy core-seconds / completions)."""
     busy = sum(c["util"] for c in result["cores"])
     return busy / max(1e-9, result["throughput_qps"]) * 1e6
+
+
+def model_wakeups_per_visit(doc: dict[str, Any], result: dict[str, Any]) -> float:
+    """Wake-ups (batches of a ``wake`` stage) per node visit that has one, in a simulation of a
+    profiled model's engine document: 1 when every visit is a batch of one, falling as batches
+    grow (the engine counts stage runs and jobs run; only wake stages batch more than one)."""
+    nodes = doc["paths"][0]["nodes"]
+    svcs = doc["services"]
+    wake = sum(
+        n["copies"]
+        for n in nodes
+        for i in n["stages"]
+        if svcs[n["service"]]["stages"][i]["name"] == "wake"
+    )
+    total = sum(n["copies"] * len(n["stages"]) for n in nodes)
+    if not wake or not result["jobs_run"]:
+        return float("nan")
+    wake_jobs = result["jobs_run"] * wake / total
+    return 1 - (result["jobs_run"] - result["stage_runs"]) / wake_jobs
 
 
 def profile_json(p: Profile, f: Fit) -> dict[str, Any]:
@@ -633,6 +865,7 @@ def profile_json(p: Profile, f: Fit) -> dict[str, Any]:
             "cpu_per_request_us": t.cpu_per_request_us,
             "idle_cpu_pct": t.idle_cpu_pct,
             "latency_mean_us": t.latency_mean_us,
+            "switches_per_request": t.switches_per_request,
             "phases": {
                 k: {kk: vv for kk, vv in v.items() if kk != "buckets"} for k, v in t.phases.items()
             },  # fmt: skip
@@ -652,6 +885,7 @@ def profile_json(p: Profile, f: Fit) -> dict[str, Any]:
         "qps_high": p.qps_high,
         "cpu_per_request_high_us": p.cpu_per_request_high_us,
         "nice": p.nice,
+        "points": [q.__dict__ for q in p.points],
         "fit": f.__dict__,
         "notes": p.notes,
     }

@@ -276,6 +276,9 @@ class ComparisonResult:
     # recorded) and, under [statistics] period = "auto", why that length (not stored)
     period_s: float | None = None
     period_why: str = ""
+    # host seconds to a decision the period cost model expected for the period used (not
+    # stored; None: not estimated), musku.abtest.periods
+    expected_s: float | None = None
 
 
 class SweepMode(str):

@@ -749,11 +749,13 @@ class _Comparison:
             # at least as much as the warm-up until a swap has been measured
             swap_cost_s = max(swap_cost_s, 2 * max(self.warm_s))
         fixed = self.structure.period_length(b, swap_cost_s, SWAP_OVERHEAD)
-        if self.spec.stats.period != "auto" or not math.isfinite(self.noise_lrv):
+        if not math.isfinite(self.noise_lrv):
             return fixed
-        return self._auto_period(b, swap_cost_s, fixed)
+        # the cost model runs under either rule: its expected host time is reported
+        choice = self._auto_period(b, swap_cost_s, fixed)
+        return choice.windows if self.spec.stats.period == "auto" else fixed
 
-    def _auto_period(self, b: int, swap_cost_s: float, fixed: int) -> int:
+    def _auto_period(self, b: int, swap_cost_s: float, fixed: int) -> periods_mod.PeriodChoice:
         """``period = "auto"``: the length that minimises the expected host time to a
         decision (:mod:`musku.abtest.periods`), from the pilot's noise, the swap cost and the
         rule's wander prior, between the structure's limits."""
@@ -780,7 +782,7 @@ class _Comparison:
         first = {n: max(s.first_period(b, n), probe) for n in lengths}
         minimum = {n: s.first_decision(b, n) for n in lengths}
         self.period_choice = periods_mod.choose(cost, lengths, first, minimum, fixed)
-        return self.period_choice.windows
+        return self.period_choice
 
     def _extend_first_period(self) -> bool:
         """Before the first swap: one more batch while the rule's early (pre-crossover)
@@ -1096,7 +1098,8 @@ class _Comparison:
                 f"CUPED on {self.cov_metric}: window variance {-gain * 100:+.0f} % "
                 f"({1.0 / max(1e-9, 1.0 - gain):.1f}x fewer samples for the same interval)"
             )
-        if self.period_choice is not None:
+        auto = self.spec.stats.period == "auto"
+        if self.period_choice is not None and auto:
             self.notes.append(self.period_choice.why)
         self._progress(decision)
         th = self.pair.threading()
@@ -1127,7 +1130,14 @@ class _Comparison:
                 if self.rule.crossover and self.period_len is not None
                 else None
             ),
-            period_why=self.period_choice.why if self.period_choice is not None else "",
+            period_why=self.period_choice.why if self.period_choice is not None and auto else "",
+            expected_s=(
+                None
+                if self.period_choice is None
+                else self.period_choice.host_s
+                if auto
+                else self.period_choice.fixed_host_s
+            ),
         )
 
     def _loop(self) -> tuple[Decision, str]:

@@ -759,7 +759,6 @@ class _Comparison:
         """``period = "auto"``: the length that minimises the expected host time to a
         decision (:mod:`musku.abtest.periods`), from the pilot's noise, the swap cost and the
         rule's wander prior, between the structure's limits."""
-        s = self.structure
         wander = getattr(self.rule, "wander", None)
         if not isinstance(wander, stats.Wander):
             from musku.abtest.rules import WANDER_SD, WANDER_TAU_S
@@ -774,14 +773,7 @@ class _Comparison:
             wander_tau_s=wander.tau_s,
             long_share=PERIOD_SHARE_OF_WANDER,
         )
-        lo = 4 * b
-        lengths = periods_mod.candidates(lo, max(lo, s.period_max), b)
-        if fixed not in lengths:
-            lengths.append(fixed)
-        probe = b * (s.probe_n // b)
-        first = {n: max(s.first_period(b, n), probe) for n in lengths}
-        minimum = {n: s.first_decision(b, n) for n in lengths}
-        self.period_choice = periods_mod.choose(cost, lengths, first, minimum, fixed)
+        self.period_choice = periods_mod.choose_in(self.structure, b, cost, fixed)
         return self.period_choice
 
     def _extend_first_period(self) -> bool:

@@ -47,6 +47,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from musku.abtest.structure import Structure
+
 PERIOD_MODES = ("swap", "auto")
 """``[statistics] period``: ``swap`` (periods of SWAP_OVERHEAD x the swap cost: the rule
 before issue 30 item 4) or ``auto`` (the length that minimises the expected host time)."""
@@ -179,6 +181,22 @@ def choose(
         f"noise {math.sqrt(cost.noise_lrv) * 100:.2f} %/window, {wander})"
     )
     return PeriodChoice(n, t, fixed, t_fixed, why)
+
+
+def choose_in(structure: Structure, batch: int, cost: PeriodCost, fixed: int) -> PeriodChoice:
+    """The cheapest period for a comparison of ``structure`` with batches of ``batch``
+    windows: every whole-batch length from four batches to the structure's longest period
+    (:func:`candidates`), each with its first (half) period (at least the probe) and the
+    rule's first decision point; ``fixed`` is the fixed rule's length, reported beside it."""
+    b = max(1, batch)
+    lo = 4 * b
+    lengths = candidates(lo, max(lo, structure.period_max), b)
+    if fixed not in lengths:
+        lengths.append(fixed)
+    probe = b * (structure.probe_n // b)
+    first = {n: max(structure.first_period(b, n), probe) for n in lengths}
+    minimum = {n: structure.first_decision(b, n) for n in lengths}
+    return choose(cost, lengths, first, minimum, fixed)
 
 
 def summary(mode: str, results: Iterable[object]) -> str:

@@ -43,6 +43,7 @@ periods of :data:`musku.abtest.driver.SWAP_OVERHEAD` x the swap cost.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -189,14 +190,27 @@ def choose_in(structure: Structure, batch: int, cost: PeriodCost, fixed: int) ->
     (:func:`candidates`), each with its first (half) period (at least the probe) and the
     rule's first decision point; ``fixed`` is the fixed rule's length, reported beside it."""
     b = max(1, batch)
+    lengths, first, minimum = _layout(structure, b)
+    if fixed not in first:
+        lengths, first, minimum = _layout(structure, b, fixed)
+    return choose(cost, lengths, first, minimum, fixed)
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(
+    structure: Structure, b: int, extra: int | None = None
+) -> tuple[tuple[int, ...], dict[int, int], dict[int, int]]:
+    """The candidate lengths of :func:`choose_in` and each one's first period and first
+    decision point: they depend on the structure and the batch only (a comparison asks
+    again at every period start), so they are computed once (the caller never mutates)."""
     lo = 4 * b
     lengths = candidates(lo, max(lo, structure.period_max), b)
-    if fixed not in lengths:
-        lengths.append(fixed)
+    if extra is not None and extra not in lengths:
+        lengths.append(extra)
     probe = b * (structure.probe_n // b)
     first = {n: max(structure.first_period(b, n), probe) for n in lengths}
     minimum = {n: structure.first_decision(b, n) for n in lengths}
-    return choose(cost, lengths, first, minimum, fixed)
+    return tuple(lengths), first, minimum
 
 
 def summary(mode: str, results: Iterable[object]) -> str:

@@ -21,7 +21,7 @@ from musku.abtest.periods import (
     wander_per_period,
 )
 from musku.abtest.stats import ou_mean_covariance
-from musku.abtest.structure import derive
+from musku.abtest.structure import Structure, derive
 from musku.domain import ComparisonResult, ComparisonSpec, StatsSettings
 from musku.errors import InputError
 
@@ -175,3 +175,38 @@ def test_the_summary_line_names_the_rule_and_why() -> None:
         "auto", [res(300.0, "period 300 s (auto): x"), res(900.0, "period 900 s (auto): y")]
     )
     assert "chosen to minimise the expected host time" in line and "period 900 s (auto)" in line
+
+
+def _first_decision_by_batch(s: Structure, b: int, period_len: int) -> int:
+    """The batch-by-batch walk ``Structure.first_decision`` was before it stepped by period."""
+    per = [max(s.first_period(b, period_len), b * (s.probe_n // b)), period_len]
+    counts, windows, p = [0, 0], 0, 0
+    while True:
+        for _ in range(per[min(p, 1)] // b):
+            counts[p % 2] += 1
+            windows += b
+            if sum(counts) >= s.min_batches and min(counts) >= s.min_per_order:
+                return windows
+        p += 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cap=st.integers(min_value=60, max_value=40_000),
+    interval=st.sampled_from([0.1, 0.4, 1.0, 5.0]),
+    batch=st.integers(min_value=1, max_value=60),
+    share=st.floats(min_value=0.0, max_value=1.0),
+    min_batches=st.integers(min_value=2, max_value=30),
+    min_per_order=st.integers(min_value=1, max_value=8),
+)
+def test_first_decision_by_period_equals_the_batch_walk(
+    cap: int, interval: float, batch: int, share: float, min_batches: int, min_per_order: int
+) -> None:
+    s = derive(
+        StatsSettings(sample_interval_s=interval, sample_cap=cap, warmup_s=0.0),
+        min_batches=min_batches,
+        min_per_order=min(min_per_order, min_batches),
+    )
+    b = min(batch, s.max_batch)
+    n = s.period_length(b, share * s.period_max * interval, 1.0)
+    assert s.first_decision(b, n) == _first_decision_by_batch(s, b, n)

@@ -75,3 +75,24 @@ def test_the_sweep_summary_prints_the_chosen_period_and_why(toy: Any, tmp_path: 
     rep = run_sweep(load_experiment(toy("independent", name="plain")))
     assert "crossover periods (swap)" in rep.periods and "3x the swap cost" in rep.periods
     assert rep.to_dict()["periods"] == rep.periods
+
+
+def test_the_schedule_expects_the_auto_period(toy: Any) -> None:
+    """The dry-run's and the scheduler's cost model uses the length the driver's search
+    gives for the model's noise and the swap, not 3x the swap, under ``auto``."""
+    from musku.abtest.structure import derive
+    from musku.experiment import load_experiment
+    from musku.sweep.schedule import SWAP_OVERHEAD, CostModel, auto_period_s
+
+    swap_m = CostModel.of(load_experiment(toy("independent", name="plain")))
+    assert swap_m.auto_period is None
+    exp = load_experiment(with_period(toy("independent"), '"auto"'))
+    m = CostModel.of(exp)
+    assert m.auto_period is not None and m.auto_period[0] == exp.stats
+    swap = m.apply_s + m.warmup_s
+    period = auto_period_s(exp.stats, m.auto_period[1], swap)
+    assert period != SWAP_OVERHEAD * swap
+    assert 4 <= period / m.interval_s <= derive(exp.stats).period_max
+    # the comparison's expected time follows the period: a cheaper swap, a shorter one
+    assert auto_period_s(exp.stats, m.auto_period[1], swap / 10) < period
+    assert m.comparison_s(("thp",)) != swap_m.comparison_s(("thp",))

@@ -114,13 +114,10 @@ def _deps(
         return None
 
 
-def _hit(entry: dict[str, Any], real_path: str, text: str) -> dict[str, Any] | None:
-    if (entry.get("format"), entry.get("model"), entry.get("stamp"), entry.get("text")) != (
-        FORMAT,
-        real_path,
-        _code_stamp(),
-        text,
-    ):
+def _hit(entry: dict[str, Any], key: dict[str, Any]) -> dict[str, Any] | None:
+    """The entry's document when it records exactly ``key`` (format, model, code stamp, text)
+    and its histogram files are unchanged; else None."""
+    if any(entry.get(k) != v for k, v in key.items()):
         return None
     for real, digest in entry.get("deps", []):
         try:
@@ -167,10 +164,13 @@ def engine_document(path: Path | str) -> dict[str, Any]:
         except InputError:
             folder = None  # the full load raises the error as it words it
     real = os.path.realpath(path)
+    key = {"format": FORMAT, "model": real, "stamp": "", "text": text}
+    name = _name(real)
     if folder is not None and text is not None:
+        key["stamp"] = _code_stamp()
         try:
-            entry = json.loads((folder / f"{_name(real)}.json").read_text())
-            doc = _hit(entry, real, text) if isinstance(entry, dict) else None
+            entry = json.loads((folder / f"{name}.json").read_text())
+            doc = _hit(entry, key) if isinstance(entry, dict) else None
         except (OSError, ValueError):
             doc = None
         if doc is not None:
@@ -183,13 +183,5 @@ def engine_document(path: Path | str) -> dict[str, Any]:
     if folder is not None and text is not None:
         deps = _deps(path, text, histogram_path)
         if deps is not None:
-            entry = {
-                "format": FORMAT,
-                "model": real,
-                "stamp": _code_stamp(),
-                "text": text,
-                "deps": deps,
-                "engine": engine,
-            }
-            _store(folder, _name(real), entry)
+            _store(folder, name, {**key, "deps": deps, "engine": engine})
     return engine

@@ -75,8 +75,11 @@ def test_pool_progress_names_each_comparisons_pair(pool_db: str) -> None:
 
 def test_multiarm_progress_formats_settings(pool_db: str) -> None:
     """Issue 32: multi-arm progress printed `6:5` and `1.8 -> 1.8`."""
-    lines = [m for m in MESSAGES if m.startswith("multiarm ")]
+    lines = [m for m in MESSAGES if m.startswith("multiarm ") and " stopped: " not in m]
     assert lines, MESSAGES
+    # an arm the guarded probe stops (issue 31): named as knob=setting, never a raw tuple
+    for line in (m for m in MESSAGES if m.startswith("multiarm ") and " stopped: " in m):
+        assert re.match(r"multiarm \w+=[^\s:]+ stopped: \S", line), line
     for line in lines:
         m = re.match(r"multiarm (\w+): (?:stays at (\S+)|(\S+) -> (\S+)) \(", line)
         assert m is not None, line

@@ -534,6 +534,10 @@ def main(argv: list[str] | None = None) -> int:
         help="run only conditions whose name has this text (repeat for several)",
     )  # fmt: skip
     ap.add_argument(
+        "--skip", action="append", default=[],
+        help="leave out conditions whose name has this text (repeat for several)",
+    )  # fmt: skip
+    ap.add_argument(
         "--jobs", "--workers", dest="jobs", type=int, default=1,
         help="worker processes (default 1: the machine is shared)",
     )  # fmt: skip
@@ -567,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
         runs, power_runs, pruns = min(runs, 6), 3, 0
     if args.only:
         conds = [c for c in conds if any(text in c.name for text in args.only)]
+    if args.skip:
+        conds = [c for c in conds if not any(text in c.name for text in args.skip)]
     if power_runs is None:
         power_runs = max(1, runs // 3)
     tasks: list[tuple[int, Task]] = []  # (round, task)

@@ -752,7 +752,10 @@ class _Comparison:
         if not math.isfinite(self.noise_lrv):
             return fixed
         # the cost model runs under either rule: its expected host time is reported
-        choice = self._auto_period(b, swap_cost_s, fixed)
+        # an A/A comparison's swaps apply nothing and discard no warm-up (steps()): they cost
+        # no host time, whatever the first apply's warm-up was
+        aa = not self.baseline.diff(self.candidate)
+        choice = self._auto_period(b, 0.0 if aa else swap_cost_s, fixed)
         return choice.windows if self.spec.stats.period == "auto" else fixed
 
     def _auto_period(self, b: int, swap_cost_s: float, fixed: int) -> periods_mod.PeriodChoice:

@@ -33,7 +33,11 @@ order (:data:`musku.abtest.rules.PERIOD_SHARE_OF_WANDER`). Then::
 (the first apply and warm-up, then a swap per full period after the half-length first one,
 counted continuously: the decision falls anywhere in a period). :func:`choose` searches ``L``
 over whole batches between the structure's limits (at least four batches, at most a sixth
-of the sample cap) and takes the cheapest, the shortest among equals. Known optima: without
+of the sample cap), no longer than the fixed rule's period or :data:`AUTO_WANDER_SHARE` of
+the wander's time constant, whichever is longer (the wander prior does not license longer
+periods: measured), and takes the cheapest, the shortest among equals. An A/A comparison's
+swaps apply nothing and wait for no transient: the driver prices them at 0 s (the shortest
+period then wins). Known optima: without
 swap cost (``G = 0``) the shortest period (the wander term only grows with ``L``); without
 wander (``w = 0``) the longest (``N`` is fixed, the swaps only fall).
 
@@ -55,6 +59,17 @@ PERIOD_MODES = ("swap", "auto")
 before issue 30 item 4) or ``auto`` (the length that minimises the expected host time)."""
 
 GRID_MAX = 240  # candidate lengths searched, at most (whole batches, geometric beyond it)
+
+AUTO_WANDER_SHARE = 0.05
+"""The longest period ``auto`` may choose, as a share of the wander's time constant, unless
+the fixed rule's own period is longer (then up to that: ``auto`` never lengthens a period
+past ``max(fixed, share x tau)``). The cost model's wander is the prior's one OU process;
+the bench's A/A rows (docs/abtest.md, "Period length from a cost model") showed periods of
+~0.18 tau (640-680 s at the 1 h prior) letting faster host-bias changes than the prior
+describes into the estimate (16.7 % false positives in two rows) while the fixed rule's
+~190 s (0.05 tau) periods stayed honest: so ``auto`` shortens periods where swaps are dear
+(long warm-ups, reboots) but lengthens them no further than the fixed rule's measured
+honest length."""
 CS_RADIUS = 3.0  # half-width / standard error where the sequence decides (structure.CS_RADIUS)
 
 
@@ -99,6 +114,7 @@ class PeriodCost:
     wander_sd: float
     wander_tau_s: float
     long_share: float = 1.0  # periods >= this x tau need two periods per role order
+    max_share: float = AUTO_WANDER_SHARE  # no longer than max(fixed, this x tau): see there
 
     def windows(self, period: int, minimum: int = 0) -> float:
         """Steady windows expected to a decision with periods of ``period`` windows."""
@@ -109,6 +125,14 @@ class PeriodCost:
             y = self.swap_s / self.wander_tau_s
             n += self.wander_sd**2 * wander_per_period(x, y) * period / v
         return max(n, float(minimum))
+
+    def longest(self, fixed: int) -> float:
+        """The longest period (windows) :func:`choose` may take: the fixed rule's, or
+        :attr:`max_share` of the wander's time constant when that is longer; unbounded
+        without wander."""
+        if not (self.wander_sd > 0.0 and self.wander_tau_s > 0.0):
+            return math.inf
+        return max(float(fixed), self.max_share * self.wander_tau_s / self.interval_s)
 
     def long(self, period: int) -> bool:
         """Whether the rule needs two periods per role order at this length."""
@@ -158,11 +182,17 @@ def choose(
     minimum: dict[int, int],
     fixed: int,
 ) -> PeriodChoice:
-    """The cheapest of ``lengths`` under ``cost`` (the shortest among equals); ``first`` and
-    ``minimum`` give each length's first period and first decision point (steady windows),
-    ``fixed`` is the fixed rule's length (in ``lengths`` or not) for the comparison."""
+    """The cheapest of ``lengths`` under ``cost`` (the shortest among equals) no longer than
+    :meth:`PeriodCost.longest` (the fixed rule's length or a small share of the wander's time
+    constant: the wander prior does not license longer ones); ``first`` and ``minimum`` give
+    each length's first period and first decision point (steady windows), ``fixed`` is the
+    fixed rule's length (in ``lengths`` or not) for the comparison."""
     best: tuple[float, int] | None = None
-    for n in lengths:
+    limit = cost.longest(fixed)
+    allowed = [n for n in lengths if n <= limit]
+    if not allowed:  # every candidate longer: the shortest of them
+        allowed = sorted(lengths)[:1]
+    for n in allowed:
         t = cost.host_s(n, first[n], minimum[n])
         if best is None or t < best[0] * (1.0 - 1e-12):
             best = (t, n)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from musku.abtest import run_comparison, validate_spec
 from musku.abtest.periods import (
+    AUTO_WANDER_SHARE,
     PeriodCost,
     candidates,
     check_mode,
@@ -75,6 +76,44 @@ def test_a_costlier_swap_lengthens_the_period() -> None:
     short = choose_in(SIM, 10, cost(swap_s=60.0), fixed=180).windows
     long = choose_in(SIM, 10, cost(swap_s=1800.0), fixed=5000).windows
     assert short < long
+
+
+def test_a_dear_swap_does_not_lengthen_the_period_past_the_wander_share() -> None:
+    """Swaps of 10 minutes: without wander the model would take far longer periods than the
+    fixed rule's 180 s; with the wander prior, auto stops at max(fixed, 5 % of tau)."""
+    free = choose_in(SIM, 10, cost(swap_s=600.0, wander_sd=0.0), fixed=180)
+    assert free.windows > 400
+    capped = choose_in(SIM, 10, cost(swap_s=600.0), fixed=180)
+    assert capped.windows <= max(180, AUTO_WANDER_SHARE * 3600.0)
+    # a fixed period already longer than the share: auto may go up to it, not past it
+    assert choose_in(SIM, 10, cost(swap_s=1800.0), fixed=2000).windows <= 2000
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    swap=st.floats(min_value=0.0, max_value=7200.0),
+    noise=st.floats(min_value=0.002, max_value=0.3),
+    wander=st.floats(min_value=1e-4, max_value=0.02),
+    tau=st.floats(min_value=300.0, max_value=40_000.0),
+    fixed_k=st.integers(min_value=4, max_value=500),
+    b=st.integers(min_value=1, max_value=10),
+)
+def test_auto_is_the_cheapest_period_no_longer_than_its_limit(
+    swap: float, noise: float, wander: float, tau: float, fixed_k: int, b: int
+) -> None:
+    """Whatever the noise, swap and wander: the chosen period is no longer than the fixed
+    rule's or AUTO_WANDER_SHARE x tau (the longer of the two), and no allowed whole-batch
+    length is cheaper (brute force over the same candidates)."""
+    c = cost(swap_s=swap, noise_lrv=noise**2, wander_sd=wander, wander_tau_s=tau)
+    fixed = min(fixed_k * b, SIM.period_max)
+    got = choose_in(SIM, b, c, fixed)
+    limit = max(float(fixed), AUTO_WANDER_SHARE * tau)
+    assert got.windows <= max(limit, 4 * b)
+    probe = b * (SIM.probe_n // b)
+    for n in candidates(4 * b, SIM.period_max, b) + [fixed]:
+        if n <= limit:
+            first = max(SIM.first_period(b, n), probe)
+            assert c.host_s(n, first, SIM.first_decision(b, n)) >= got.host_s * (1 - 1e-9)
 
 
 @settings(max_examples=40, deadline=None)
@@ -157,6 +196,23 @@ def test_a_comparison_reports_its_period_and_expected_host_time(mode: str) -> No
         assert "(auto): expected" in r.reason
     else:
         assert r.period_why == "" and "(auto)" not in r.reason
+
+
+def test_an_a_a_comparison_prices_its_swaps_at_zero_and_keeps_periods_short() -> None:
+    """A/A: the swaps apply nothing and discard no warm-up, so auto's cost model prices them
+    at 0 s (not the first apply's 60 s warm-up) and takes the structure's shortest period
+    (four batches), never longer than the fixed rule's."""
+    pair, base, _ = _sim_pair(4243)
+    spec = ComparisonSpec(
+        stats=StatsSettings(min_effect=0.005, warmup_s=60.0, sample_cap=30_000, period="auto")
+    )
+    r = run_comparison(pair, base, base, spec, seed=4243)  # type: ignore[arg-type]
+    assert r.period_s is not None and "(swap 0 s," in r.period_why
+    pair2, _, _ = _sim_pair(4243)
+    fixed = run_comparison(  # type: ignore[arg-type]
+        pair2, base, base, replace(spec, stats=replace(spec.stats, period="swap")), seed=4243
+    )
+    assert fixed.period_s is not None and r.period_s <= fixed.period_s
 
 
 def test_the_summary_line_names_the_rule_and_why() -> None:

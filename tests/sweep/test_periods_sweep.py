@@ -80,6 +80,7 @@ def test_the_sweep_summary_prints_the_chosen_period_and_why(toy: Any, tmp_path: 
 def test_the_schedule_expects_the_auto_period(toy: Any) -> None:
     """The dry-run's and the scheduler's cost model uses the length the driver's search
     gives for the model's noise and the swap, not 3x the swap, under ``auto``."""
+    from musku.abtest.rules import WANDER_TAU_S
     from musku.abtest.structure import derive
     from musku.experiment import load_experiment
     from musku.sweep.schedule import SWAP_OVERHEAD, CostModel, auto_period_s
@@ -91,8 +92,13 @@ def test_the_schedule_expects_the_auto_period(toy: Any) -> None:
     assert m.auto_period is not None and m.auto_period[0] == exp.stats
     swap = m.apply_s + m.warmup_s
     period = auto_period_s(exp.stats, m.auto_period[1], swap)
-    assert period != SWAP_OVERHEAD * swap
-    assert 4 <= period / m.interval_s <= derive(exp.stats).period_max
-    # the comparison's expected time follows the period: a cheaper swap, a shorter one
+    s = derive(exp.stats)
+    assert 4 <= period / m.interval_s <= s.period_max
+    # never longer than the fixed rule's or 5 % of the wander prior's tau (the longer)
+    limit = max(s.period_length(1, swap, SWAP_OVERHEAD) * m.interval_s, 0.05 * WANDER_TAU_S)
+    assert period <= limit + m.interval_s
+    # the comparison's expected time follows the period: a cheaper swap, a shorter one; a
+    # dear one (half an hour: 1.5 h periods under the fixed rule), far shorter than 3x
     assert auto_period_s(exp.stats, m.auto_period[1], swap / 10) < period
-    assert m.comparison_s(("thp",)) != swap_m.comparison_s(("thp",))
+    dear = auto_period_s(exp.stats, m.auto_period[1], 1800.0)
+    assert period < dear < s.period_length(1, 1800.0, SWAP_OVERHEAD) * m.interval_s

@@ -166,6 +166,8 @@ class Outcome:
     cpu_s: float
     early: bool = False  # decided before the first swap (the calibration's early path)
     host_h: float = math.nan  # host-clock hours
+    expected_h: float = math.nan  # what the period cost model expected (musku.abtest.periods)
+    period_s: float = math.nan  # the crossover period length used
 
 
 _STATE: dict[str, Any] = {}
@@ -187,14 +189,16 @@ def _model(cond: Cond, power: bool) -> Any:
     return SimModel.from_dict(data, source=f"{MODEL_FILE.name}: {cond.name}")
 
 
-def _init(conds: list[Cond]) -> None:
+def _init(conds: list[Cond], period: str = "swap") -> None:
     from musku.domain import ComparisonSpec, StatsSettings
 
     _STATE["conds"] = conds
     _STATE["models"] = {}
     _STATE["spec"] = ComparisonSpec(
         metric="mips",
-        stats=StatsSettings(confidence=0.95, min_effect=0.005, warmup_s=60.0, sample_cap=30_000),
+        stats=StatsSettings(
+            confidence=0.95, min_effect=0.005, warmup_s=60.0, sample_cap=30_000, period=period
+        ),
     )
 
 
@@ -249,6 +253,8 @@ def _run(task: Task) -> Outcome:
         time.process_time() - t0,
         early=decided_early(r.reason),
         host_h=(pair.now() - h0) / 3600,
+        expected_h=r.expected_s / 3600 if r.expected_s is not None else math.nan,
+        period_s=r.period_s if r.period_s is not None else math.nan,
     )
 
 
@@ -385,6 +391,7 @@ def report(conds: list[Cond], outs: list[Outcome], oracle_on: bool = True) -> bo
             f"({s['cov_n']}) | {s['median']:,.0f} | {oracle:,.0f} | {s['null_median']:,.0f} "
             f"| {flag} | {s['null_host_h']:.2f} |"
         )
+    _host_time_table(conds, by)
     eq_rows = [(i, c) for i, c in enumerate(conds) if c.effect < 0.01 and i in by]
     if eq_rows:
         print("\nNO_DIFFERENCE at a true effect of min_effect (+0.5 %; target <= alpha = 5 %):")
@@ -459,6 +466,33 @@ def report(conds: list[Cond], outs: list[Outcome], oracle_on: bool = True) -> bo
     return ok
 
 
+def _host_time_table(conds: list[Cond], by: dict[int, list[Outcome]]) -> None:
+    """Host time per comparison: measured (median host-clock hours) next to what the period
+    cost model expected for the period used (:mod:`musku.abtest.periods`), and the period."""
+
+    def med(xs: list[float]) -> float:
+        xs = [x for x in xs if math.isfinite(x)]
+        return statistics.median(xs) if xs else math.nan
+
+    print("\nHost time per comparison (median; expected: the period cost model's, for effects "
+          "of twice min_effect):")  # fmt: skip
+    print("| condition | period s (null) | host h null | expected h null "
+          "| period s (+1 %) | host h +1 % | expected h +1 % |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for i, c in enumerate(conds):
+        if c.table != "main" or i not in by:
+            continue
+        cols: list[str] = []
+        for kind in ("null", "power"):
+            rs = [o for o in by[i] if o.task.kind == kind]
+            cols += [
+                f"{med([o.period_s for o in rs]):,.0f}",
+                f"{med([o.host_h for o in rs]):.2f}",
+                f"{med([o.expected_h for o in rs]):.2f}",
+            ]
+        print(f"| {c.name} | " + " | ".join(cols) + " |")
+
+
 def _save(path: Path, conds: list[Cond], outs: list[Outcome]) -> None:
     """Append the outcomes as JSON lines keyed by condition name (``--load`` reads them)."""
     with path.open("a") as f:
@@ -500,10 +534,18 @@ def main(argv: list[str] | None = None) -> int:
         help="run only conditions whose name has this text (repeat for several)",
     )  # fmt: skip
     ap.add_argument(
+        "--skip", action="append", default=[],
+        help="leave out conditions whose name has this text (repeat for several)",
+    )  # fmt: skip
+    ap.add_argument(
         "--jobs", "--workers", dest="jobs", type=int, default=1,
         help="worker processes (default 1: the machine is shared)",
     )  # fmt: skip
     ap.add_argument("--seed", type=int, default=1000, help="first seed")
+    ap.add_argument(
+        "--period", choices=("swap", "auto"), default="swap",
+        help="[statistics] period: swap (3x the swap cost, default) or auto (cost model)",
+    )  # fmt: skip
     ap.add_argument(
         "--save", type=Path,
         help="append every run's outcome to this JSON-lines file (runs it holds are skipped)",
@@ -529,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
         runs, power_runs, pruns = min(runs, 6), 3, 0
     if args.only:
         conds = [c for c in conds if any(text in c.name for text in args.only)]
+    if args.skip:
+        conds = [c for c in conds if not any(text in c.name for text in args.skip)]
     if power_runs is None:
         power_runs = max(1, runs // 3)
     tasks: list[tuple[int, Task]] = []  # (round, task)
@@ -567,11 +611,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {len(outs)} done, {time.perf_counter() - t0:.0f} s", flush=True)
 
     if workers == 1:
-        _init(conds)
+        _init(conds, args.period)
         for t in order:
             done(_run(t))
     else:
-        with mp.get_context("fork").Pool(workers, _init, (conds,)) as pool:
+        with mp.get_context("fork").Pool(workers, _init, (conds, args.period)) as pool:
             for o in pool.imap_unordered(_run, order, chunksize=2):
                 done(o)
     wall = time.perf_counter() - t0

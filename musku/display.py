@@ -292,6 +292,8 @@ def print_report(con: Any, rep: Any, wall_s: float) -> None:
     time = getattr(rep, "time", None)
     if time is not None:
         print_wrapped(con, time_text(time, getattr(rep, "time_missing", 0)))
+    if getattr(rep, "periods", ""):
+        print_wrapped(con, escape(rep.periods))
 
 
 def print_experiments(con: Any, exps: Sequence[Any]) -> None:

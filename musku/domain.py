@@ -144,6 +144,9 @@ class StatsSettings:
     sample_interval_s: float = 1.0  # one sample (window) per host every this many seconds
     sample_cap: int = 30_000  # samples per host before "inconclusive"
     seed: int = 0
+    # crossover period length: "swap" (3x the swap cost) or "auto" (the length minimising
+    # the expected host time to a decision, musku.abtest.periods)
+    period: str = "swap"
 
 
 @dataclass(frozen=True)
@@ -269,6 +272,13 @@ class ComparisonResult:
     method: str = ""  # which decision rule produced it
     # where host_time_s went; None: not recorded (stored before revision 0009, multi-arm)
     time: TimeBreakdown | None = None
+    # crossover period length (host seconds of steady windows; None: no crossover or not
+    # recorded) and, under [statistics] period = "auto", why that length (not stored)
+    period_s: float | None = None
+    period_why: str = ""
+    # host seconds to a decision the period cost model expected for the period used (not
+    # stored; None: not estimated), musku.abtest.periods
+    expected_s: float | None = None
 
 
 class SweepMode(str):

@@ -421,6 +421,7 @@ def load_experiment(path: str | Path) -> Experiment:
         sample_interval_s=float(st.sample_interval_s),
         sample_cap=st.sample_cap,
         seed=st.seed,
+        period=st.period,
     )
 
     strategy = _sweep_strategy(src, f.sweep.mode)

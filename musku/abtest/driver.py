@@ -56,10 +56,19 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from musku.abtest import periods as periods_mod
 from musku.abtest import stats
 from musku.abtest import structure as structure_mod
 from musku.abtest.calibration import PairMemory
-from musku.abtest.rules import DecisionRule, Evidence, RuleSetup, Verdict, make_rule, pct
+from musku.abtest.rules import (
+    PERIOD_SHARE_OF_WANDER,
+    DecisionRule,
+    Evidence,
+    RuleSetup,
+    Verdict,
+    make_rule,
+    pct,
+)
 from musku.domain import (
     ComparisonResult,
     ComparisonSpec,
@@ -152,6 +161,7 @@ def validate_spec(spec: ComparisonSpec) -> None:
     for key, value, ok, why in checks:
         if not ok:
             raise InputError(f"statistics {key} = {value!r} is invalid: must be {why}")
+    periods_mod.check_mode(st.period)
     fit = structure_mod.feasibility(st)
     if not fit.ok:
         raise InputError(fit.reason)
@@ -296,6 +306,8 @@ class _Comparison:
         self.batch_start = 0  # steady index where the open batch starts
         self.b: int | None = None
         self.period_len: int | None = None
+        self.noise_lrv = math.nan  # the pilot's per-window long-run variance of the log-ratio
+        self.period_choice: periods_mod.PeriodChoice | None = None  # period = "auto"'s
         self.apply_s: list[float] = []
         self.warm_s: list[float] = []
         # time accounting (TimeBreakdown): host-clock seconds of each apply, whether it
@@ -622,6 +634,8 @@ class _Comparison:
             rho = stats.ar1_coefficient(dd) if d.size >= 4 else 0.5
             self.b = self._batch_size(dd)
         sd = float(d.std(ddof=1)) if d.size >= 4 else math.nan
+        r = min(max(rho, 0.0), 0.95)
+        self.noise_lrv = sd * sd * (1.0 + r) / (1.0 - r)
         self.rule.start(
             RuleSetup(
                 alpha=self.alpha,
@@ -734,7 +748,36 @@ class _Comparison:
             # first apply may not have rebooted (hosts already there): assume a reboot costs
             # at least as much as the warm-up until a swap has been measured
             swap_cost_s = max(swap_cost_s, 2 * max(self.warm_s))
-        return self.structure.period_length(b, swap_cost_s, SWAP_OVERHEAD)
+        fixed = self.structure.period_length(b, swap_cost_s, SWAP_OVERHEAD)
+        if not math.isfinite(self.noise_lrv):
+            return fixed
+        # the cost model runs under either rule: its expected host time is reported
+        # an A/A comparison's swaps apply nothing and discard no warm-up (steps()): they cost
+        # no host time, whatever the first apply's warm-up was
+        aa = not self.baseline.diff(self.candidate)
+        choice = self._auto_period(b, 0.0 if aa else swap_cost_s, fixed)
+        return choice.windows if self.spec.stats.period == "auto" else fixed
+
+    def _auto_period(self, b: int, swap_cost_s: float, fixed: int) -> periods_mod.PeriodChoice:
+        """``period = "auto"``: the length that minimises the expected host time to a
+        decision (:mod:`musku.abtest.periods`), from the pilot's noise, the swap cost and the
+        rule's wander prior, between the structure's limits."""
+        wander = getattr(self.rule, "wander", None)
+        if not isinstance(wander, stats.Wander):
+            from musku.abtest.rules import WANDER_SD, WANDER_TAU_S
+
+            wander = stats.Wander(WANDER_SD, WANDER_TAU_S)
+        cost = periods_mod.PeriodCost(
+            interval_s=self.interval,
+            noise_lrv=self.noise_lrv,
+            min_effect=self.spec.stats.min_effect,
+            swap_s=swap_cost_s,
+            wander_sd=wander.sd,
+            wander_tau_s=wander.tau_s,
+            long_share=PERIOD_SHARE_OF_WANDER,
+        )
+        self.period_choice = periods_mod.choose_in(self.structure, b, cost, fixed)
+        return self.period_choice
 
     def _extend_first_period(self) -> bool:
         """Before the first swap: one more batch while the rule's early (pre-crossover)
@@ -1050,6 +1093,9 @@ class _Comparison:
                 f"CUPED on {self.cov_metric}: window variance {-gain * 100:+.0f} % "
                 f"({1.0 / max(1e-9, 1.0 - gain):.1f}x fewer samples for the same interval)"
             )
+        auto = self.spec.stats.period == "auto"
+        if self.period_choice is not None and auto:
+            self.notes.append(self.period_choice.why)
         self._progress(decision)
         th = self.pair.threading()
         roles = {"A": th[0], "B": th[1]} if self.sign > 0 else {"A": th[1], "B": th[0]}
@@ -1074,6 +1120,19 @@ class _Comparison:
             threading=roles,
             method=self.rule.method(),
             time=self.time_breakdown(),
+            period_s=(
+                self.period_len * self.interval
+                if self.rule.crossover and self.period_len is not None
+                else None
+            ),
+            period_why=self.period_choice.why if self.period_choice is not None and auto else "",
+            expected_s=(
+                None
+                if self.period_choice is None
+                else self.period_choice.host_s
+                if auto
+                else self.period_choice.fixed_host_s
+            ),
         )
 
     def _loop(self) -> tuple[Decision, str]:

@@ -81,11 +81,15 @@ class Structure:
         p = 0
         while True:
             room = per[min(p, 1)] // b
-            for _ in range(room):
-                counts[p % 2] += 1
-                windows += b
-                if sum(counts) >= self.min_batches and min(counts) >= self.min_per_order:
-                    return windows
+            own, other = counts[p % 2], counts[1 - p % 2]
+            if room > 0 and other >= self.min_per_order:
+                # the first batch of this period that completes both counts (a period per
+                # step, not a batch: the period search asks this for hundreds of lengths)
+                k = max(1, self.min_batches - own - other, self.min_per_order - own)
+                if k <= room:
+                    return windows + k * b
+            counts[p % 2] += room
+            windows += room * b
             p += 1
 
     def windows_to_first_decision(self, samples: int, batch: int, period_len: int) -> int:

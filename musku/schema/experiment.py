@@ -210,6 +210,14 @@ class StatisticsTable(Strict):
         rule(lambda v: v <= MAX_SEED, f"must be at most {MAX_SEED}"),
         bounds(minimum=0, maximum=MAX_SEED),
     ] = 0
+    period: Annotated[
+        str,
+        one_of(
+            ("swap", "auto"),
+            "[statistics] period must be 'swap' (3x the swap cost) or 'auto' (the length "
+            "minimising the expected host time), not {value}",
+        ),
+    ] = "swap"
 
 
 class HostsTable(Strict):

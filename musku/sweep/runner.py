@@ -117,6 +117,8 @@ class SweepReport:
     # the host-clock the schedule's model expected at the start (musku.sweep.schedule, the
     # dry-run's estimate); None for modes whose later phases depend on results
     estimate_clock_s: float | None = None
+    # the crossover periods' rule and lengths, one line (musku.abtest.periods.summary)
+    periods: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The plain (JSON-able) form: ``musku sweep --json`` and the stored report."""
@@ -146,6 +148,7 @@ class SweepReport:
             "host_hours": self.host_hours,
             "time": {**self.time.as_dict(), "missing": self.time_missing},
             "estimate_clock_s": self.estimate_clock_s,
+            "periods": self.periods,
         }
 
 

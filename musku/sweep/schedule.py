@@ -12,7 +12,8 @@ windows for the confidence sequence to clear zero for an effect of twice ``min_e
 simulator model's noise when the hosts are simulated, else a default), plus one swap per
 crossover period (an apply, the warm-up discarded: at least the driver's transient probe, and a
 reboot when a reboot knob changes), periods being :data:`~musku.abtest.driver.SWAP_OVERHEAD`
-times the swap cost as the driver makes them, at least two, and the measuring at least both
+times the swap cost as the driver makes them (under ``[statistics] period = "auto"`` the
+length :func:`musku.abtest.periods.choose_in` gives for the same noise and swap), at least two, and the measuring at least both
 role orders (a half and a full period), so a comparison that reboots costs more. It reads nothing measured (no earlier run, no calibration), so a
 sweep's schedule, like its results, is a function of the experiment file and the seed.
 A walk of an ordered knob under ``scan = "unimodal"`` is expected to stop after
@@ -32,7 +33,7 @@ from typing import Any
 
 from musku.abtest import stats, structure
 from musku.abtest.driver import SWAP_OVERHEAD
-from musku.domain import Configuration
+from musku.domain import Configuration, StatsSettings
 from musku.hosts.backend import Prior, backend_of
 from musku.knob_spec import spec_of
 
@@ -55,6 +56,28 @@ def pool_penalty(pairs: int) -> float:
     return (stats.t_quantile(0.975, pairs - 1) / z) ** 2
 
 
+@functools.lru_cache(maxsize=256)
+def auto_period_s(st: StatsSettings, noise_sd: float, swap_s: float) -> float:
+    """The period ``[statistics] period = "auto"`` is expected to choose (host seconds):
+    :func:`musku.abtest.periods.choose_in` for batches of one window, the per-window noise
+    ``noise_sd``, a swap of ``swap_s`` and the cs rule's default wander prior."""
+    from musku.abtest.periods import PeriodCost, choose_in
+    from musku.abtest.rules import PERIOD_SHARE_OF_WANDER, WANDER_SD, WANDER_TAU_S
+
+    s = structure.derive(st)
+    fixed = s.period_length(1, swap_s, SWAP_OVERHEAD)
+    cost = PeriodCost(
+        interval_s=float(st.sample_interval_s),
+        noise_lrv=noise_sd**2,
+        min_effect=float(st.min_effect),
+        swap_s=swap_s,
+        wander_sd=WANDER_SD,
+        wander_tau_s=WANDER_TAU_S,
+        long_share=PERIOD_SHARE_OF_WANDER,
+    )
+    return choose_in(s, 1, cost, fixed).windows * float(st.sample_interval_s)
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Expected host seconds of the comparisons of one experiment (see the module).
@@ -68,6 +91,9 @@ class CostModel:
     reboot_s: float
     reboot_knobs: frozenset[str]
     source: str
+    # [statistics] period = "auto": the statistics settings and the per-window noise the
+    # period cost model chooses the period from (musku.abtest.periods); None: 3x the swap
+    auto_period: tuple[StatsSettings, float] | None = None
 
     @classmethod
     def of(cls, experiment: Any) -> CostModel:
@@ -96,6 +122,7 @@ class CostModel:
             reboot_s=reboot_s,
             reboot_knobs=frozenset(experiment.spec.reboot_knobs),
             source=source,
+            auto_period=(st, sd) if st.period == "auto" else None,
         )
 
     def comparison_s(self, changed: Iterable[str], pairs: int = 1) -> float:
@@ -106,6 +133,8 @@ class CostModel:
         reboot = bool(set(changed) & self.reboot_knobs)
         swap = self.apply_s + self.warmup_s + (self.reboot_s if reboot else 0.0)
         period = max(SWAP_OVERHEAD * swap, self.interval_s)
+        if self.auto_period is not None:
+            period = auto_period_s(*self.auto_period, swap)
         # both role orders: the half first period and a full one at least
         windows = self.windows * (pool_penalty(pairs) / max(1, pairs))
         measuring = max(windows * self.interval_s, 1.5 * period)

@@ -13,6 +13,7 @@ from typing import Any
 
 from musku.abtest.calibrate import calibrate_pair
 from musku.abtest.calibration import PairCalibration
+from musku.abtest.periods import summary as period_summary
 from musku.domain import (
     ComparisonResult,
     Configuration,
@@ -288,6 +289,7 @@ def run_sweep(
         time=time,
         time_missing=missing,
         estimate_clock_s=expected,
+        periods=period_summary(experiment.stats.period, (r for _, r in runner.results)),
     )
 
 

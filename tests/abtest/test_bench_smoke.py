@@ -35,5 +35,11 @@ def test_bench_quick_mode_prints_the_table(
     mod.main(["--quick", "--jobs", "1", "--only", "shipped model (web", "--save", str(saved)])
     assert "0 comparisons" in capsys.readouterr().out
     assert len(saved.read_text().splitlines()) == 9
+    # --skip leaves out what --only let in: nothing to run, nothing written
+    fresh = tmp_path / "none.jsonl"
+    mod.main(
+        ["--quick", "--jobs", "1", "--only", "shipped", "--skip", "shipped", "--save", str(fresh)]
+    )
+    assert "0 comparisons" in capsys.readouterr().out and not fresh.exists()
     lo, hi = mod.clopper_pearson(0, 6)
     assert lo == 0.0 and 0.4 < hi < 0.5

@@ -136,6 +136,10 @@ def uqsim(exe: str, arch: Path, work: Path, qps: float, duration: float) -> dict
             vals["p99_us"] = float(line.split("=")[1].split("ms")[0]) * 1000
         if "average lat" in line:
             vals["mean_us"] = float(line.split("=")[1].split("ms")[0]) * 1000
+        if line.endswith(tuple("0123456789")) and " cpu util = " in line:
+            name, util = line.split(" cpu util = ")
+            if not name.startswith("net_stack"):  # μqSim does not count its stacks' time (0)
+                vals[f"util_{name}"] = float(util)
         if line.startswith("STATS q="):
             q, ns = (f.split("=")[1] for f in line.split()[1:3])
             vals[{"0.5": "p50_us", "0.99": "p99_us", "0.999": "p999_us"}[q]] = float(ns) / 1000
@@ -154,9 +158,12 @@ def qsim(
     lat = r["latency"]
     return {"mean_us": lat["mean_us"], "p50_us": lat["p50_us"], "p99_us": lat["p99_us"],
             "p999_us": lat.get("p999_us", float("nan")),
-            "saturated": bool(r.get("saturated"))}  # fmt: skip
+            "saturated": bool(r.get("saturated")),
+            **{f"util_{k}": v["thread_util"] for k, v in r.get("services", {}).items()
+               if not k.startswith("net_")}}  # fmt: skip
 
 
+nan = float("nan")
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
@@ -200,9 +207,14 @@ def summarise(runs: list[dict[str, Any]]) -> None:
             cols = [fmt([r.get(k, float("nan")) for r in rs])
                     for k in ("mean_us", "p50_us", "p99_us", "p999_us")]  # fmt: skip
             dur = sorted({r["duration_s"] for r in rs})
+            utils = sorted({k for r in rs for k in r if k.startswith("util_")})
+            util = ", ".join(f"{k[5:]} {ci([r.get(k, nan) for r in rs])[0]:.4f} +- {ci([r.get(k, nan) for r in rs])[1]:.4f}"
+                             for k in utils)  # fmt: skip
             print(f"{arch.removeprefix('architecture/'):<22} {q:>7g} {len(rs):>5}  {name:<6}"
                   f" {cols[0]:<20} {cols[1]:<20} {cols[2]:<22} {cols[3]:<22}"
                   f" {','.join(f'{d:g}' for d in dur)} s")  # fmt: skip
+            if util:
+                print(f"{'':<36} utilisation: {util}")
         if by["uqsim"] and by["qsim"]:
             ratio = [ci([r[k] for r in by["qsim"]])[0] / ci([r[k] for r in by["uqsim"]])[0] - 1
                      for k in ("mean_us", "p99_us")]  # fmt: skip
@@ -254,7 +266,11 @@ def main() -> None:
     archs = a.arch or list(RATES)
     with tempfile.TemporaryDirectory(prefix="qsim-vs-uqsim-") as t:
         tmp = Path(t)
-        exe = a.uqsim or ("" if "uqsim" not in engines else build(a.mirror, tmp, a.uqsim_fifo_ties))
+        exe = (
+            str(Path(a.uqsim).resolve())
+            if a.uqsim
+            else ("" if "uqsim" not in engines else build(a.mirror, tmp, a.uqsim_fifo_ties))
+        )
         logged: list[dict[str, Any]] = []
         print(f"μqSim: {exe}; runs of {a.duration:g} simulated s or {a.min_requests:g} requests "
               f"(the longer), {a.rounds} alternating rounds, medians")  # fmt: skip

@@ -3,7 +3,7 @@
 same machine, in alternating rounds; qsim's p50 and the saturation point of each.
 
     python bench/qsim_vs_uqsim.py [--uqsim PATH] [--mirror GITDIR] [--arch NAME ...]
-                                  [--duration S] [--rounds N]
+                                  [--duration S] [--rounds N] [--engines uqsim,qsim] [--log FILE]
 
 Without ``--uqsim``, μqSim is built from the mirror's source with ``g++ -std=c++11 -O2`` into a
 temporary directory. Each architecture's files come from the mirror (μqSim's repository has no
@@ -15,6 +15,14 @@ prints its mean and p99 only (no p50). Saturation: the
 lowest rate whose mean exceeds 5x the lowest rate's (the rule of bench/qsim_validate.py).
 qsim runs the paths and code paths with the shares μqSim's draw gives them (first choice +1
 point, last -1: ``uqsim_choice``), unless ``--written-weights``.
+
+Each row gives the mean over the rounds with its 95 % Student t interval over rounds (each
+μqSim run is seeded from the clock, each qsim run with seed = round + 1, so rounds are
+independent). The μqSim built here also prints its p50 and p99.9 (a print added after its own
+p99 print, the same sorted vector, nothing else changed); a ``--uqsim`` binary that does not print
+them shows "-". ``--log FILE`` appends one JSON line per run (engine, architecture, rate,
+duration, round, figures), so long runs can be split over several invocations (``--engines``)
+and summarised together (``--summarise FILE``).
 """
 
 from __future__ import annotations
@@ -68,14 +76,35 @@ TIE = "(*itr)->waitReq() && (*itr)->time < j->time) ) {"
 TIE_FIFO = "(*itr)->waitReq() && (*itr)->time <= j->time) ) {"
 
 
+# After μqSim's p99 print (client.cc, Client::show), one more line with p50, p99 and p99.9 from the
+# same records (JobTimeRecords' sorted vector, at index floor(q n), as its own p99).
+SHOW = "\t\tTime avg_lat = respTimeRecords->getAvgLat();"
+STATS = (
+    '\t\tfor(double q: {0.5, 0.99, 0.999}) std::cout << "STATS q=" << q << " ns=" << '
+    "respTimeRecords->getPctLat(q) << std::endl;\n"
+)
+PCT_DECL = "\t\tTime getTailLat();"
+PCT_DEF = (
+    "\nTime\nJobTimeRecords::getPctLat(double q) {\n\tif(jobComplTime.size() == 0)\n"
+    "\t\treturn INVALID_TIME;\n\tstd::sort(jobComplTime.begin(), jobComplTime.end());\n"
+    "\treturn jobComplTime[size_t(q * jobComplTime.size())];\n}\n"
+)
+
+
+def patch(path: Path, old: str, new: str) -> None:
+    text = path.read_bytes().decode()
+    if text.count(old) != 1:
+        raise RuntimeError(f"μqSim's {path.name}: the line to patch is not there")
+    path.write_bytes(text.replace(old, new).encode())
+
+
 def build(mirror: str, tmp: Path, fifo_ties: bool = False) -> str:
     src = extract(mirror, "src", tmp / "uqsim")
+    patch(src / "client.cc", SHOW, STATS + SHOW)
+    patch(src / "job.hh", PCT_DECL, PCT_DECL + "\n\t\tTime getPctLat(double q);")
+    (src / "job.cc").write_bytes((src / "job.cc").read_bytes() + PCT_DEF.encode())
     if fifo_ties:
-        thread = src / "thread.cc"
-        text = thread.read_bytes().decode()
-        if text.count(TIE) != 1:
-            raise RuntimeError("μqSim's thread.cc: the insertion test to patch is not there")
-        thread.write_bytes(text.replace(TIE, TIE_FIFO).encode())
+        patch(src / "thread.cc", TIE, TIE_FIFO)
     extract(mirror, "jsoncpp", tmp / "uqsim")
     exe = tmp / "microsim"
     cc = sorted(str(p) for p in src.glob("*.cc"))
@@ -107,6 +136,13 @@ def uqsim(exe: str, arch: Path, work: Path, qps: float, duration: float) -> dict
             vals["p99_us"] = float(line.split("=")[1].split("ms")[0]) * 1000
         if "average lat" in line:
             vals["mean_us"] = float(line.split("=")[1].split("ms")[0]) * 1000
+        if line.endswith(tuple("0123456789")) and " cpu util = " in line:
+            name, util = line.split(" cpu util = ")
+            if not name.startswith("net_stack"):  # μqSim does not count its stacks' time (0)
+                vals[f"util_{name}"] = float(util)
+        if line.startswith("STATS q="):
+            q, ns = (f.split("=")[1] for f in line.split()[1:3])
+            vals[{"0.5": "p50_us", "0.99": "p99_us", "0.999": "p999_us"}[q]] = float(ns) / 1000
     return vals
 
 
@@ -121,7 +157,32 @@ def qsim(
     r = simulate(doc)
     lat = r["latency"]
     return {"mean_us": lat["mean_us"], "p50_us": lat["p50_us"], "p99_us": lat["p99_us"],
-            "saturated": bool(r.get("saturated"))}  # fmt: skip
+            "p999_us": lat.get("p999_us", float("nan")),
+            "saturated": bool(r.get("saturated")),
+            **{f"util_{k}": v["thread_util"] for k, v in r.get("services", {}).items()
+               if not k.startswith("net_")}}  # fmt: skip
+
+
+nan = float("nan")
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def ci(xs: list[float]) -> tuple[float, float]:
+    """Mean over runs and the half-width of its 95 % Student t interval (nan for one run)."""
+    xs = [x for x in xs if x == x]
+    if not xs:
+        return float("nan"), float("nan")
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, float("nan")
+    return m, T95.get(len(xs) - 1, 1.96) * statistics.stdev(xs) / len(xs) ** 0.5
+
+
+def fmt(xs: list[float]) -> str:
+    m, h = ci(xs)
+    if m != m:
+        return "-"
+    return f"{m:.0f}" if h != h else f"{m:.0f} ({m - h:.0f}-{m + h:.0f})"
 
 
 def saturation(rates: list[float], means: list[float]) -> str:
@@ -129,6 +190,37 @@ def saturation(rates: list[float], means: list[float]) -> str:
         if m > 5 * means[0]:
             return f"{q:g}"
     return f"> {rates[-1]:g}"
+
+
+def summarise(runs: list[dict[str, Any]]) -> None:
+    """The per-rate table over every logged run: mean [95 % t interval over runs] per engine."""
+    keys = sorted({(r["arch"], r["qps"]) for r in runs})
+    print(f"{'architecture':<22} {'qps':>7} {'runs':>5}  {'':<6} {'mean us':<20} {'p50 us':<20}"
+          f" {'p99 us':<22} {'p99.9 us':<22}")  # fmt: skip
+    for arch, q in keys:
+        by = {e: [r for r in runs if (r["arch"], r["qps"], r["engine"]) == (arch, q, e)]
+              for e in ("uqsim", "qsim")}  # fmt: skip
+        for e, rs in by.items():
+            if not rs:
+                continue
+            name = "μqSim" if e == "uqsim" else "qsim"
+            cols = [fmt([r.get(k, float("nan")) for r in rs])
+                    for k in ("mean_us", "p50_us", "p99_us", "p999_us")]  # fmt: skip
+            dur = sorted({r["duration_s"] for r in rs})
+            utils = sorted({k for r in rs for k in r if k.startswith("util_")})
+            util = ", ".join(f"{k[5:]} {ci([r.get(k, nan) for r in rs])[0]:.4f} +- {ci([r.get(k, nan) for r in rs])[1]:.4f}"
+                             for k in utils)  # fmt: skip
+            print(f"{arch.removeprefix('architecture/'):<22} {q:>7g} {len(rs):>5}  {name:<6}"
+                  f" {cols[0]:<20} {cols[1]:<20} {cols[2]:<22} {cols[3]:<22}"
+                  f" {','.join(f'{d:g}' for d in dur)} s")  # fmt: skip
+            if util:
+                print(f"{'':<36} utilisation: {util}")
+        if by["uqsim"] and by["qsim"]:
+            ratio = [ci([r[k] for r in by["qsim"]])[0] / ci([r[k] for r in by["uqsim"]])[0] - 1
+                     for k in ("mean_us", "p99_us")]  # fmt: skip
+            print(
+                f"{'':<22} {'':>7} {'':>5}  qsim vs μqSim: mean {ratio[0]:+.1%}, p99 {ratio[1]:+.1%}"
+            )
 
 
 def main() -> None:
@@ -162,11 +254,24 @@ def main() -> None:
         action="store_true",
         help="qsim with the written path weights, not the shares μqSim's draw gives",
     )
+    ap.add_argument("--engines", default="uqsim,qsim", help="run only these (uqsim, qsim)")
+    ap.add_argument("--log", help="append one JSON line per run to this file")
+    ap.add_argument("--seed0", type=int, default=1, help="qsim's first seed (round r: seed0 + r)")
+    ap.add_argument("--summarise", metavar="LOG", help="print the table of a --log file and exit")
     a = ap.parse_args()
+    if a.summarise:
+        summarise([json.loads(x) for x in Path(a.summarise).read_text().splitlines() if x.strip()])
+        return
+    engines = set(a.engines.split(","))
     archs = a.arch or list(RATES)
     with tempfile.TemporaryDirectory(prefix="qsim-vs-uqsim-") as t:
         tmp = Path(t)
-        exe = a.uqsim or build(a.mirror, tmp, a.uqsim_fifo_ties)
+        exe = (
+            str(Path(a.uqsim).resolve())
+            if a.uqsim
+            else ("" if "uqsim" not in engines else build(a.mirror, tmp, a.uqsim_fifo_ties))
+        )
+        logged: list[dict[str, Any]] = []
         print(f"μqSim: {exe}; runs of {a.duration:g} simulated s or {a.min_requests:g} requests "
               f"(the longer), {a.rounds} alternating rounds, medians")  # fmt: skip
         print(f"{'architecture':<40} {'qps':>7} {'μqSim mean':>10} {'qsim mean':>9} {'err':>7}"
@@ -180,7 +285,8 @@ def main() -> None:
             um: list[float] = []
             qm: list[float] = []
             try:
-                uqsim(exe, d, tmp, rates[0], 0.01)
+                if "uqsim" in engines:
+                    uqsim(exe, d, tmp, rates[0], 0.01)
             except RuntimeError as e:  # e.g. fanout_2tier: μqSim's own later layout
                 print(f"{arch.removeprefix('architecture/'):<40} {e}", flush=True)
                 continue
@@ -190,10 +296,20 @@ def main() -> None:
                 s: list[dict[str, Any]] = []
                 for rnd in range(a.rounds):  # alternate which engine goes first
                     for first in ("uqsim", "qsim") if rnd % 2 == 0 else ("qsim", "uqsim"):
+                        if first not in engines:
+                            continue
                         if first == "uqsim":
                             u.append(uqsim(exe, d, tmp, q, dur))
                         else:
-                            s.append(qsim(model, q, dur, rnd + 1, a.in_order))
+                            s.append(qsim(model, q, dur, a.seed0 + rnd, a.in_order))
+                        rec = {"engine": first, "arch": arch, "qps": q, "duration_s": dur,
+                               "round": rnd, **(u[-1] if first == "uqsim" else s[-1])}  # fmt: skip
+                        logged.append(rec)
+                        if a.log:
+                            with open(a.log, "a") as f:
+                                f.write(json.dumps(rec) + "\n")
+                if not (u and s):
+                    continue
                 row = {k: statistics.median(x[k] for x in u) for k in ("mean_us", "p99_us")}
                 qrow = {
                     k: statistics.median(x[k] for x in s) for k in ("mean_us", "p50_us", "p99_us")
@@ -209,10 +325,15 @@ def main() -> None:
                       f" {row['p99_us']:>9.1f} {qrow['p99_us']:>8.1f} {err_p:>+7.1%}"
                       f"  μqSim p99 {up[0]:.0f}-{up[-1]:.0f}, qsim {sp[0]:.0f}-{sp[-1]:.0f}",
                       flush=True)  # fmt: skip
-            table.append((arch, saturation(rates, um), saturation(rates, qm)))
-        print("\nsaturation (mean > 5x the lowest rate's):")
+            if um and qm:
+                table.append((arch, saturation(rates, um), saturation(rates, qm)))
+        if table:
+            print("\nsaturation (mean > 5x the lowest rate's):")
         for arch, su, sq in table:
             print(f"  {arch.removeprefix('architecture/'):<40} μqSim {su:>8}  qsim {sq:>8}")
+        if a.rounds > 1:
+            print(f"\nmean over runs (95 % t interval over {a.rounds} runs):")
+            summarise(logged)
 
 
 if __name__ == "__main__":

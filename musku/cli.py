@@ -376,7 +376,9 @@ def pair_calibrate(
         f"{cal.samples:,} samples, {hours(result.host_time_s)} of host time; stored (id {cal.id})"
     )
     # how much of the interval is the host bias's slow wander (CalibrationRule's detail)
-    wander = next((p for p in result.reason.split("; ") if "wander (sd" in p), "")
+    wander = next(
+        (p for p in result.reason.split("; ") if "of which the host bias's wander" in p), ""
+    )
     if wander:
         _console().print(f"  interval {escape(wander.partition(', ')[2])}")
     if cal.noise_df > 0:

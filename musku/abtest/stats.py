@@ -20,6 +20,7 @@ turn them into verdicts.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -334,7 +335,7 @@ def crossover_estimate(
     period: NDArray[np.int64] | FloatArray,
     *,
     spans: FloatArray | None = None,
-    wander: Wander | None = None,
+    wander: Wander | Sequence[Wander] | None = None,
     measure_periods: bool = False,
     noise: NoisePrior | None = None,
     batch_size: int = 1,
@@ -591,7 +592,7 @@ def period_component(
     sign: FloatArray,
     period: FloatArray,
     spans: FloatArray,
-    wander: Wander | None,
+    wander: Wander | Sequence[Wander] | None,
     lrv_within: float,
     measure: bool = True,
 ) -> PeriodComponent:
@@ -599,7 +600,8 @@ def period_component(
     batch means ``y = mu + s delta + u_period + e`` (``u`` the host bias's change between
     periods, which the crossover does not remove: only a constant bias cancels).
 
-    Two estimates, the larger counts: the ``wander`` prior's exact OU covariance of the
+    Two estimates, the larger counts: the ``wander`` prior's exact OU covariance (with
+    several priors, e.g. the rule's default and the pair's calibrated wander, the largest) of the
     period means over their time ``spans`` (``spans[p]``: the first window's start and the
     last's end of period ``p``), weighted as the estimator weighs them; and, from three
     periods on, a random-effects (method of moments, DerSimonian-Laird) estimate from the
@@ -621,13 +623,15 @@ def period_component(
     c = w * s_p  # ... and holds sum(c * u_p) of the host bias's period means
     prior = 0.0
     bias_prior = 0.0
-    if wander is not None and wander.sd > 0 and wander.tau_s > 0:
-        sp = np.asarray(spans, dtype=float).reshape(-1, 2)[ids]
+    wanders = [wander] if isinstance(wander, Wander) else list(wander or ())
+    wanders = [wd for wd in wanders if wd.sd > 0 and wd.tau_s > 0]
+    sp = np.asarray(spans, dtype=float).reshape(-1, 2)[ids] if wanders else np.zeros((0, 2))
+    for wd in wanders:  # several priors (the rule's, a calibration's): the larger counts
         if np.all(np.isfinite(sp)):
-            cov = ou_mean_covariance(sp, wander.tau_s)
-            prior = float(wander.sd**2 * (c @ cov @ c))
+            cov = ou_mean_covariance(sp, wd.tau_s)
+            prior = max(prior, float(wd.sd**2 * (c @ cov @ c)))
             # the bias estimate holds sum(w * u_p): the wander's average over the periods
-            bias_prior = float(wander.sd**2 * (w @ cov @ w))
+            bias_prior = max(bias_prior, float(wd.sd**2 * (w @ cov @ w)))
     data = 0.0
     k = ids.size
     df = math.inf

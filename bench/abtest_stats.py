@@ -576,10 +576,15 @@ def main(argv: list[str] | None = None) -> int:
     if power_runs is None:
         power_runs = max(1, runs // 3)
     tasks: list[tuple[int, Task]] = []  # (round, task)
+    calibrated_models: set[str] = set()  # calibration runs once per distinct pair model
     for i, c in enumerate(conds):
         if c.table == "main":
             tasks += [(3 * j, Task(i, "null", args.seed + j)) for j in range(runs)]
             tasks += [(9 * j, Task(i, "power", args.seed + 100_000 + j)) for j in range(power_runs)]
+            model_key = json.dumps([c.noise, c.load, c.warm, c.host_bias], sort_keys=True)
+            if model_key in calibrated_models:
+                continue
+            calibrated_models.add(model_key)
             tasks += [
                 (9 * j, Task(i, "calibration", args.seed + 200_000 + j))
                 for j in range(0 if args.quick else args.calibration_runs)

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.signal import lfilter
 
 from musku.abtest import run_comparison, stats
 from musku.abtest.calibrate import calibrate_pair

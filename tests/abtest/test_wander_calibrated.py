@@ -193,3 +193,23 @@ def test_calibrate_pair_measures_and_stores_the_wander() -> None:
     assert 0.0 <= cal.wander_sd < 0.003 and cal.wander_tau_s > 0
     assert cal.ci_low <= 0.02 <= cal.ci_high
     assert "wander (prior: sd 0.30 %" in result.reason
+
+
+def test_the_measured_wander_is_stored_with_the_calibration(tmp_path: object) -> None:
+    """Revision 0012: the wander goes into the results DB and comes back; a calibration
+    without one (NaN) reads back as not measured."""
+    from pathlib import Path
+
+    from musku.storage import open_store
+
+    store = open_store(f"sqlite:///{Path(str(tmp_path)) / 'r.db'}")
+    try:
+        cal = cal_for(FakePair(seed=1), wander_sd=0.012, wander_tau_s=400.0)
+        store.save_calibration(replace(cal, id=None))
+        got = store.calibration("fake0+fake1")
+        assert got is not None and got.wander() == (0.012, 400.0)
+        store.save_calibration(replace(cal, id=None, wander_sd=math.nan, wander_tau_s=math.nan))
+        newest = store.calibration("fake0+fake1")
+        assert newest is not None and newest.wander() is None
+    finally:
+        store.close()

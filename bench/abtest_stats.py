@@ -62,6 +62,10 @@ class Cond:
     # the noise only: one real calibration of the model (its own seed) measures the noise,
     # pooled into every run's variance (rule options); no bias, no early path
     noise_cal: bool = False
+    # the wander only (issue 30 item 1): one real calibration of the model (its own seed)
+    # measures the host bias's wander; every run uses it as its pair's calibration, the early
+    # path off (so the row differs from the uncalibrated one by the wander prior alone)
+    wander_cal: bool = False
     effect: float = 0.01  # the power runs' true effect
     null_differs: bool = False  # the null candidate is another configuration (same speed)
     rule: str = "cs"
@@ -121,6 +125,17 @@ CONDITIONS: list[Cond] = [
     # the wander weighs more), and hosts that start cold with a slow warm-up
     Cond("extra slow wander 0.5 % (17 min)", noise={"wander_sd": 0.005, "wander_tau_s": 1000.0}),
     Cond("extra slow wander 1 % (17 min)", noise={"wander_sd": 0.01, "wander_tau_s": 1000.0}),
+    Cond(
+        "extra slow wander 0.5 % (17 min), wander calibrated",
+        noise={"wander_sd": 0.005, "wander_tau_s": 1000.0},
+        wander_cal=True,
+    ),  # fmt: skip
+    Cond(
+        "extra slow wander 1 % (17 min), wander calibrated",
+        noise={"wander_sd": 0.01, "wander_tau_s": 1000.0},
+        wander_cal=True,
+    ),  # fmt: skip
+    Cond("shipped model, wander calibrated", wander_cal=True),
     Cond("no shared load jitter", load={"jitter_sigma": 0.0}),
     Cond(
         "cold start, slow warm-up 15 %/300 s",
@@ -234,6 +249,11 @@ def _run(task: Task) -> Outcome:
             cal = replace(cal, noise_lrv=cal.noise_lrv * cond.noise_scale)
         memory = PairMemory(calibration=cal, hardware=hw)
     options = dict(cond.options)
+    if cond.wander_cal:
+        _, hw = pair_identity(pair.describe())
+        cal = replace(_wander_calibration(task.cond, model, base), hardware=hw)
+        memory = PairMemory(calibration=cal, hardware=hw)
+        options.update(early=False)
     if cond.noise_cal:
         lrv, df = _noise_calibration(task.cond, model, base)
         options.update(noise_lrv=lrv * cond.noise_scale, noise_df=df)
@@ -277,6 +297,30 @@ def _noise_calibration(cond: int, model: Any, base: Any) -> tuple[float, float]:
         _STATE[key] = got
     lrv, df = _STATE[key]
     return float(lrv), float(df)
+
+
+def _wander_calibration(cond: int, model: Any, base: Any) -> Any:
+    """One real ``calibrate_pair`` of the model (seeded apart from every run; once per
+    condition and worker): the calibration whose measured wander every run of a
+    ``wander_cal`` row uses. Its hardware identity is rewritten per run (each run's pair has
+    its own seed, which the simulator's identity includes)."""
+    from musku.abtest.calibrate import calibrate_pair
+    from musku.sim import SimPair
+
+    key = f"wander {cond}"
+    if key not in _STATE:
+        pair = SimPair(model, seed=NOISE_CAL_SEED, initial=(base, base))
+        cal, _ = calibrate_pair(pair, base, _STATE["spec"], seed=NOISE_CAL_SEED)
+        if cal is None or cal.wander() is None:
+            raise RuntimeError("the wander calibration measured no wander")
+        print(
+            f"  {_STATE['conds'][cond].name}: calibration measured wander sd "
+            f"{cal.wander_sd * 100:.2f} %, tau {cal.wander_tau_s:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        _STATE[key] = cal
+    return _STATE[key]
 
 
 ORACLE_SEGMENTS = 8  # steady A/A segments per condition
@@ -576,10 +620,15 @@ def main(argv: list[str] | None = None) -> int:
     if power_runs is None:
         power_runs = max(1, runs // 3)
     tasks: list[tuple[int, Task]] = []  # (round, task)
+    calibrated_models: set[str] = set()  # calibration runs once per distinct pair model
     for i, c in enumerate(conds):
         if c.table == "main":
             tasks += [(3 * j, Task(i, "null", args.seed + j)) for j in range(runs)]
             tasks += [(9 * j, Task(i, "power", args.seed + 100_000 + j)) for j in range(power_runs)]
+            model_key = json.dumps([c.noise, c.load, c.warm, c.host_bias], sort_keys=True)
+            if model_key in calibrated_models:
+                continue
+            calibrated_models.add(model_key)
             tasks += [
                 (9 * j, Task(i, "calibration", args.seed + 200_000 + j))
                 for j in range(0 if args.quick else args.calibration_runs)

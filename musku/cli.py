@@ -376,9 +376,19 @@ def pair_calibrate(
         f"{cal.samples:,} samples, {hours(result.host_time_s)} of host time; stored (id {cal.id})"
     )
     # how much of the interval is the host bias's slow wander (CalibrationRule's detail)
-    wander = next((p for p in result.reason.split("; ") if "wander (sd" in p), "")
+    wander = next(
+        (p for p in result.reason.split("; ") if "of which the host bias's wander" in p), ""
+    )
     if wander:
         _console().print(f"  interval {escape(wander.partition(', ')[2])}")
+    wd = cal.wander()
+    if wd is not None:
+        _console().print(
+            f"  wander: the host bias moves with sd {wd[0] * 100:.2f} % over tau "
+            f"{wd[1] / 60:.0f} min (measured); comparisons on this pair use it where it is "
+            "larger than the rule's prior (between-period variance, two periods per role "
+            "order when a period lasts tau or more)"
+        )
     if cal.noise_df > 0:
         _console().print(
             f"  noise: long-run variance {cal.noise_lrv:.3g} per {cal.window_s:g} s window "

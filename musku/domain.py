@@ -380,6 +380,18 @@ class PairCalibration:
     noise_lrv: float = float("nan")
     noise_df: float = 0.0
     window_s: float = float("nan")
+    # the slow wander of the pair's host bias the same A/A measured (issue 30 item 1): the
+    # OU sd (relative, of the two hosts' log-ratio) and time constant; NaN: not measured
+    # (calibrations before revision 0012). Comparisons use it where it is larger than the
+    # rule's prior (:meth:`musku.abtest.rules.ConfidenceSequenceRule.use_wander`)
+    wander_sd: float = float("nan")
+    wander_tau_s: float = float("nan")
+
+    def wander(self) -> tuple[float, float] | None:
+        """(sd, tau_s) of the measured wander, or None when not measured."""
+        if not (self.wander_sd >= 0 and self.wander_tau_s > 0):  # NaN compares false
+            return None
+        return self.wander_sd, self.wander_tau_s
 
     def noise_for(self, metric: str, window_s: float) -> tuple[float, float] | None:
         """(long-run variance per window of ``window_s`` seconds, degrees of freedom) of the

@@ -28,12 +28,23 @@ def calibrate_pair(
     """An A/A on ``pair`` (``config`` on both hosts, roles swapped every period): measure the
     host bias until its confidence sequence is within ``precision`` (relative) of the estimate
     or the sample cap is reached; the pair's noise (the long-run variance of a window's
-    log-ratio, :meth:`CalibrationRule.noise_measured`) is measured by the same A/A. Returns (calibration or None when it could not be measured,
+    log-ratio, :meth:`CalibrationRule.noise_measured`) and the slow wander of its host bias (OU sd
+    and time constant, :meth:`CalibrationRule.wander_measured`) are measured by the same A/A;
+    the bias's interval includes the wander's part with the larger of the measured wander and
+    the rule's prior. Returns (calibration or None when it could not be measured,
     the comparison result)."""
     rule = CalibrationRule(seed=seed if seed is not None else spec.stats.seed, precision=precision)
     result = run_comparison(
         pair, config, config, spec, on_window=on_window, should_stop=should_stop, rule=rule
     )
+    measured = rule.wander_measured()
+    if measured is not None and rule.last_evidence is not None:
+        # the bias interval with the wander this A/A measured (where larger than the prior)
+        old = rule.last_detail
+        rule.use_wander(measured.sd, measured.tau_s, "measured")
+        rule.look(rule.last_evidence)
+        if old and old in result.reason:
+            result = replace(result, reason=result.reason.replace(old, rule.last_detail))
     got = rule.bias_interval(1.0 - spec.stats.confidence, wander=True)
     if got is None:
         return None, result
@@ -52,6 +63,8 @@ def calibrate_pair(
         samples=result.samples,
         taken_at=datetime.now(UTC),
     )
+    if measured is not None:
+        cal = replace(cal, wander_sd=measured.sd, wander_tau_s=measured.tau_s)
     noise = rule.noise_measured()
     if noise is not None:
         lrv, df = noise

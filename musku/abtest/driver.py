@@ -1326,6 +1326,21 @@ def _noise_gate(rule: DecisionRule, memory: PairMemory, spec: ComparisonSpec) ->
         rule.use_noise(got[0], got[1], name)  # type: ignore[attr-defined]
 
 
+def _wander_gate(rule: DecisionRule, memory: PairMemory) -> None:
+    """Hand the rule the slow wander of the host bias its pair's usable calibration measured
+    (issue 30 item 1): a prior of the between-period component where larger than the rule's
+    own. An unusable calibration (too old, other hardware, marked for recalibration) or one
+    from before revision 0012 gives nothing."""
+    cal = memory.calibration
+    if cal is None or not hasattr(rule, "use_wander"):
+        return
+    got = cal.wander()
+    ok, _ = cal.usable(memory.hardware, now=memory.now, max_age_s=memory.max_age_s)
+    if got is not None and ok:
+        name = f"calibration {cal.id}" if cal.id is not None else "the calibration"
+        rule.use_wander(got[0], got[1], name)  # type: ignore[attr-defined]
+
+
 def run_comparison(
     pair: HostPair,
     baseline: Configuration,
@@ -1361,6 +1376,7 @@ def run_comparison(
     memory = memory if memory is not None else PairMemory()
     warning = _early_gate(pair, rule_obj, memory)
     _noise_gate(rule_obj, memory, spec)
+    _wander_gate(rule_obj, memory)
     cmp = _Comparison(
         pair,
         baseline,

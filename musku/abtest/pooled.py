@@ -47,6 +47,7 @@ from musku.abtest.driver import (
     _Comparison,
     _Stop,
     _Transient,
+    _wander_gate,
     run_comparison,
     validate_spec,
 )
@@ -171,6 +172,7 @@ def run_pooled_comparison(
         )
         if isinstance(r, ConfidenceSequenceRule):
             r.early = False  # a pool decides on crossovers only
+        _wander_gate(r, memory)  # each pair's calibrated wander, where it has one
         if not isinstance(r, ConfidenceSequenceRule) or not r.crossover:
             raise InputError(
                 f"rule {rule!r} cannot pool pairs: a pooled comparison needs the crossover "

@@ -262,6 +262,9 @@ class ConfidenceSequenceRule(DecisionRule):
                 why = "a relative sd in [0, 0.5)" if key == "wander_sd" else "seconds > 0"
                 raise InputError(f"cs rule: {key} = {val!r} must be {why}")
         self.wander = stats.Wander(float(wander_sd), float(wander_tau_s))
+        # the pair's wander its calibration measured (use_wander): used where larger
+        self.wander_cal: stats.Wander | None = None
+        self.wander_source = ""
         if not (isinstance(early_alpha_share, int | float) and 0.0 < early_alpha_share < 1.0):
             raise InputError(
                 f"cs rule: early_alpha_share = {early_alpha_share!r} must be in (0, 1)"
@@ -306,6 +309,27 @@ class ConfidenceSequenceRule(DecisionRule):
                 raise InputError(f"cs rule: {key} = {val!r} must be {why}")
         self.noise = stats.NoisePrior(float(lrv), float(df), self.noise_check)
         self.noise_source = source
+
+    def use_wander(self, sd: float, tau_s: float, source: str) -> None:
+        """The pair's measured wander of its host bias (a calibration's OU sd and time
+        constant, :func:`musku.abtest.stats.measure_wander`): a second prior of the
+        between-period component, used where it is larger than the rule's own (``wander_sd``
+        / ``wander_tau_s``), and its time constant for the two-periods-per-order rule.
+        ``source`` names it in the reason."""
+        if not (math.isfinite(sd) and 0.0 <= sd < 0.5 and math.isfinite(tau_s) and tau_s > 0.0):
+            raise InputError(
+                f"cs rule: the measured wander (sd {sd!r}, tau {tau_s!r} s) must be a relative "
+                "sd in [0, 0.5) and seconds > 0"
+            )
+        self.wander_cal = stats.Wander(float(sd), float(tau_s))
+        self.wander_source = source
+
+    def wanders(self) -> list[stats.Wander]:
+        """The wander priors in use: the rule's, and the pair's measured one when larger."""
+        cal = self.wander_cal
+        if cal is not None and cal.sd > self.wander.sd:
+            return [self.wander, cal]
+        return [self.wander]
 
     def start(self, setup: RuleSetup) -> None:
         super().start(setup)
@@ -360,7 +384,7 @@ class ConfidenceSequenceRule(DecisionRule):
                 ev.batch_sign,
                 ev.batch_period,
                 spans=ev.period_span,
-                wander=self.wander,
+                wander=self.wanders(),
                 noise=self.noise,
                 batch_size=ev.batch_size,
             )
@@ -400,10 +424,19 @@ class ConfidenceSequenceRule(DecisionRule):
             f"host 1 vs host 0 bias {pct(math.expm1(est.bias * rel))}" if self.crossover else ""
         )
         if comp is not None and comp.var > 0:
+            source = "prior"
+            if comp.var > comp.prior_var:
+                source = "measured"
+            elif len(self.wanders()) > 1:
+                cal = self.wanders()[1]
+                source = (
+                    f"{self.wander_source}'s wander sd {cal.sd * 100:.2f} %, tau "
+                    f"{cal.tau_s / 60:.0f} min"
+                )
             detail += (
                 f"{'; ' if detail else ''}between-period (wander) sd "
                 f"{math.sqrt(comp.var) * 100:.3f} % of the estimate's "
-                f"{est.se * 100:.3f} % ({'measured' if comp.var > comp.prior_var else 'prior'})"
+                f"{est.se * 100:.3f} % ({source})"
             )
         decision: Decision | None = None
         if enough:
@@ -424,16 +457,17 @@ class ConfidenceSequenceRule(DecisionRule):
         )
         comp = est.period
         if comp is not None and enough and min(comp.periods_plus, comp.periods_minus) < 2:
-            enough = not (long_periods and self.wander.sd > 0)
+            enough = not (long_periods and any(w.sd > 0 for w in self.wanders()))
         return enough
 
     def long_periods(self, ev: Evidence) -> bool:
         """Whether the periods so far are long against the wander's time scale."""
-        if ev.period_span is None or self.wander.sd <= 0:
+        taus = [w.tau_s for w in self.wanders() if w.sd > 0]
+        if ev.period_span is None or not taus:
             return True
         span = ev.period_span[:, 1] - ev.period_span[:, 0]
         longest = float(np.nanmax(span)) if np.isfinite(span).any() else 0.0
-        return longest >= PERIOD_SHARE_OF_WANDER * self.wander.tau_s
+        return longest >= PERIOD_SHARE_OF_WANDER * min(taus)
 
     def early_interval(self, ev: Evidence) -> tuple[float, float, float, float] | None:
         """(mean, half-width, widening, batches) of the one-role-order estimate on the log
@@ -568,6 +602,7 @@ class CalibrationRule(ConfidenceSequenceRule):
             raise InputError(f"calibrate: precision = {precision!r} must be in (0, 0.5)")
         self.precision = float(precision)
         self.last_evidence: Evidence | None = None
+        self.last_detail = ""
         self.wander_part = 0.0  # relative half-width the wander adds at the last look
 
     def noise_measured(self) -> tuple[float, float] | None:
@@ -592,6 +627,24 @@ class CalibrationRule(ConfidenceSequenceRule):
         lrv = stats.hac_lrv(resid, bw) * y.size / df * ev.batch_size
         return (float(lrv), float(df)) if lrv > 0 else None
 
+    def wander_measured(self) -> stats.Wander | None:
+        """The slow wander of the host bias this A/A measured
+        (:func:`musku.abtest.stats.measure_wander`) from its batch means' host-frame
+        residuals ``sign * (y - effect)``, each batch placed at its share of its period's
+        span (a period's batches are consecutive windows). None before an estimate."""
+        ev, est = self.last_evidence, self.last_estimate
+        if ev is None or est is None or ev.period_span is None or ev.batch_d.size < 16:
+            return None
+        y = np.asarray(ev.batch_d, dtype=float)
+        sign = np.asarray(ev.batch_sign, dtype=float)
+        per = np.asarray(ev.batch_period, dtype=np.int64)
+        t = np.full(y.size, np.nan)
+        for p in np.unique(per):
+            idx = np.flatnonzero(per == p)
+            t0, t1 = ev.period_span[p]
+            t[idx] = t0 + (np.arange(idx.size) + 0.5) * (t1 - t0) / idx.size
+        return stats.measure_wander(t, sign * (y - est.mean))
+
     def look(self, ev: Evidence) -> Verdict:
         self.last_evidence = ev
         v = super().look(ev)
@@ -610,12 +663,15 @@ class CalibrationRule(ConfidenceSequenceRule):
         )
         self.wander_part = max(0.0, math.expm1(hw) - math.expm1(hw_within))
         detail = f"host 1 vs host 0 bias {pct(math.expm1(bias * ev.direction))}"
+        wd = self.wanders()[-1]
         if self.wander_part > 0:
             detail += (
-                f", ±{math.expm1(hw) * 100:.2f} % of which the host bias's wander (sd "
-                f"{self.wander.sd * 100:.2f} %, tau {self.wander.tau_s / 3600:.1f} h) adds "
+                f", ±{math.expm1(hw) * 100:.2f} % of which the host bias's wander "
+                f"({self.wander_source + ' ' if len(self.wanders()) > 1 else 'prior: '}sd "
+                f"{wd.sd * 100:.2f} %, tau {wd.tau_s / 3600:.2f} h) adds "
                 f"±{self.wander_part * 100:.2f} % to the noise's ±{math.expm1(hw_within) * 100:.2f} %"
             )
+        self.last_detail = detail
         limit = math.log1p(self.precision)
         if enough and (hw <= limit or hw_within <= limit):
             return Verdict(Decision.NO_DIFFERENCE, v.estimate, v.ci_low, v.ci_high, detail)

@@ -20,6 +20,7 @@ turn them into verdicts.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -334,7 +335,7 @@ def crossover_estimate(
     period: NDArray[np.int64] | FloatArray,
     *,
     spans: FloatArray | None = None,
-    wander: Wander | None = None,
+    wander: Wander | Sequence[Wander] | None = None,
     measure_periods: bool = False,
     noise: NoisePrior | None = None,
     batch_size: int = 1,
@@ -500,6 +501,84 @@ class Wander:
     tau_s: float
 
 
+WANDER_MAX_POINTS = 600
+"""At most this many points enter :func:`measure_wander` (consecutive batches averaged in
+groups beyond it): the variogram's pairs grow with the square of the points."""
+
+
+WANDER_MIN_LAG = 8
+"""The shortest lag :func:`measure_wander` fits, in median batch spacings: shorter lags hold
+the batches' own short-range correlation (what the within-period HAC variance accounts for;
+fitted, it passed for a fast "wander" of 0.8-1.1 % with tau 16-33 s on the shipped model,
+whose real wander is 0.28 % over an hour)."""
+
+
+def measure_wander(t: FloatArray, z: FloatArray, *, bins: int = 20) -> Wander | None:
+    """The slow wander of a pair's host bias measured from an A/A's batch means: ``z[j]``
+    the host-frame residual of batch ``j`` (``sign * (y - mu)``: the host bias plus its
+    wander plus the batch's noise), ``t[j]`` its mid-time (host seconds).
+
+    The empirical semivariogram ``g(h) = E (z(t + h) - z(t))^2 / 2`` over geometric lag
+    bins from :data:`WANDER_MIN_LAG` batch spacings up to half the series' span is fitted by the stationary OU model with a nugget,
+    ``g(h) = n + sd^2 (1 - exp(-h / tau))`` (the batches' own noise is the nugget; a constant
+    bias drops out of every difference): least squares with equal weight per bin, ``n`` and
+    ``sd^2`` non-negative, over a geometric grid of ``tau`` from the shortest fitted lag to twice
+    the span (a wander slower than that is not told apart from a trend: ``tau`` then sits at
+    the grid's end and ``sd`` is what the span shows). None with fewer than 16 points or a
+    span too short for three lag bins."""
+    t = np.asarray(t, dtype=float).ravel()
+    z = np.asarray(z, dtype=float).ravel()
+    ok = np.isfinite(t) & np.isfinite(z)
+    t, z = t[ok], z[ok]
+    order = np.argsort(t, kind="stable")
+    t, z = t[order], z[order]
+    if t.size > WANDER_MAX_POINTS:
+        k = -(-t.size // WANDER_MAX_POINTS)
+        m = t.size // k * k
+        t = t[:m].reshape(-1, k).mean(axis=1)
+        z = z[:m].reshape(-1, k).mean(axis=1)
+    if t.size < 16:
+        return None
+    span = float(t[-1] - t[0])
+    iu = np.triu_indices(t.size, 1)
+    h = (t[None, :] - t[:, None])[iu]
+    g = 0.5 * ((z[None, :] - z[:, None])[iu]) ** 2
+    pos = h > 0
+    h, g = h[pos], g[pos]
+    if h.size == 0:
+        return None
+    h_lo = max(float(h.min()), WANDER_MIN_LAG * float(np.median(np.diff(t))))
+    h_hi = 0.5 * span
+    if not h_hi > 2.0 * h_lo:
+        return None
+    edges = np.geomspace(h_lo, h_hi, bins + 1)
+    edges[-1] *= 1.0 + 1e-12
+    idx = np.searchsorted(edges, h, side="right") - 1
+    use = (idx >= 0) & (idx < bins)
+    cnt = np.bincount(idx[use], minlength=bins).astype(float)
+    have = cnt > 0
+    if int(have.sum()) < 3:
+        return None
+    hb = (np.bincount(idx[use], weights=h[use], minlength=bins) / np.maximum(cnt, 1.0))[have]
+    gb = (np.bincount(idx[use], weights=g[use], minlength=bins) / np.maximum(cnt, 1.0))[have]
+    best: tuple[float, float, float] | None = None  # (sse, sill, tau)
+    for tau in np.geomspace(max(h_lo, 1e-9), 2.0 * span, 48):
+        x = -np.expm1(-hb / tau)
+        xm, gm = float(x.mean()), float(gb.mean())
+        sxx = float(((x - xm) ** 2).sum())
+        sill = float(((x - xm) * (gb - gm)).sum()) / sxx if sxx > 0 else 0.0
+        nug = gm - sill * xm
+        if sill < 0.0:
+            sill, nug = 0.0, gm
+        elif nug < 0.0:
+            nug, sill = 0.0, float(x @ gb) / float(x @ x)
+        sse = float(((gb - nug - sill * x) ** 2).sum())
+        if best is None or sse < best[0]:
+            best = (sse, sill, float(tau))
+    assert best is not None
+    return Wander(math.sqrt(max(0.0, best[1])), best[2])
+
+
 @dataclass(frozen=True)
 class PeriodComponent:
     """The between-period variance component of a crossover estimate (log scale squared)."""
@@ -520,7 +599,7 @@ def period_component(
     sign: FloatArray,
     period: FloatArray,
     spans: FloatArray,
-    wander: Wander | None,
+    wander: Wander | Sequence[Wander] | None,
     lrv_within: float,
     measure: bool = True,
 ) -> PeriodComponent:
@@ -528,7 +607,8 @@ def period_component(
     batch means ``y = mu + s delta + u_period + e`` (``u`` the host bias's change between
     periods, which the crossover does not remove: only a constant bias cancels).
 
-    Two estimates, the larger counts: the ``wander`` prior's exact OU covariance of the
+    Two estimates, the larger counts: the ``wander`` prior's exact OU covariance (with
+    several priors, e.g. the rule's default and the pair's calibrated wander, the largest) of the
     period means over their time ``spans`` (``spans[p]``: the first window's start and the
     last's end of period ``p``), weighted as the estimator weighs them; and, from three
     periods on, a random-effects (method of moments, DerSimonian-Laird) estimate from the
@@ -550,13 +630,15 @@ def period_component(
     c = w * s_p  # ... and holds sum(c * u_p) of the host bias's period means
     prior = 0.0
     bias_prior = 0.0
-    if wander is not None and wander.sd > 0 and wander.tau_s > 0:
-        sp = np.asarray(spans, dtype=float).reshape(-1, 2)[ids]
+    wanders = [wander] if isinstance(wander, Wander) else list(wander or ())
+    wanders = [wd for wd in wanders if wd.sd > 0 and wd.tau_s > 0]
+    sp = np.asarray(spans, dtype=float).reshape(-1, 2)[ids] if wanders else np.zeros((0, 2))
+    for wd in wanders:  # several priors (the rule's, a calibration's): the larger counts
         if np.all(np.isfinite(sp)):
-            cov = ou_mean_covariance(sp, wander.tau_s)
-            prior = float(wander.sd**2 * (c @ cov @ c))
+            cov = ou_mean_covariance(sp, wd.tau_s)
+            prior = max(prior, float(wd.sd**2 * (c @ cov @ c)))
             # the bias estimate holds sum(w * u_p): the wander's average over the periods
-            bias_prior = float(wander.sd**2 * (w @ cov @ w))
+            bias_prior = max(bias_prior, float(wd.sd**2 * (w @ cov @ w)))
     data = 0.0
     k = ids.size
     df = math.inf

@@ -264,6 +264,8 @@ def calibration_columns(cal: PairCalibration) -> dict[str, Any]:
         "noise_lrv": _finite(cal.noise_lrv),
         "noise_df": _finite(cal.noise_df) if cal.noise_df > 0 else None,
         "window_s": _finite(cal.window_s),
+        "wander_sd": _finite(cal.wander_sd),
+        "wander_tau_s": _finite(cal.wander_tau_s),
     }
 
 
@@ -290,4 +292,6 @@ def calibration_from_row(row: PairCalibrationRow) -> PairCalibration:
         noise_lrv=math.nan if row.noise_lrv is None else float(row.noise_lrv),
         noise_df=0.0 if row.noise_df is None else float(row.noise_df),
         window_s=math.nan if row.window_s is None else float(row.window_s),
+        wander_sd=math.nan if row.wander_sd is None else float(row.wander_sd),
+        wander_tau_s=math.nan if row.wander_tau_s is None else float(row.wander_tau_s),
     )

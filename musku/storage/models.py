@@ -284,6 +284,9 @@ class PairCalibrationRow(Base):
     noise_lrv: Mapped[float | None] = mapped_column(Float, nullable=True)
     noise_df: Mapped[float | None] = mapped_column(Float, nullable=True)
     window_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # revision 0012: the host bias's slow wander (OU sd and time constant)
+    wander_sd: Mapped[float | None] = mapped_column(Float, nullable=True)
+    wander_tau_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class ConfigTransientRow(Base):

@@ -176,8 +176,11 @@ def test_pair_calibrate_says_how_much_of_its_interval_is_the_wander(
         main(["pair", "calibrate", str(exp), "--db", db, "--precision", "0.005"])
     assert done.value.code in (0, None)
     out = " ".join(capsys.readouterr().out.split())  # rich wraps at the console's width
-    m = re.search(r"interval ±([0-9.]+) % of which the host bias's wander \(sd 0\.30 %, tau "
-                  r"1\.0 h\) adds ±([0-9.]+) % to the noise's ±([0-9.]+) %", out)  # fmt: skip
+    m = re.search(r"interval ±([0-9.]+) % of which the host bias's wander \((?:prior: |measured )"
+                  r"sd ([0-9.]+) %, tau ([0-9.]+) h\) adds ±([0-9.]+) % to the noise's "
+                  r"±([0-9.]+) %", out)  # fmt: skip
     assert m is not None, out
-    total, wander, noise = (float(x) for x in m.groups())
+    total, sd, _, wander, noise = (float(x) for x in m.groups())
+    assert sd >= 0.30  # the larger of the prior (0.3 %) and the measured wander
+    assert re.search(r"wander: the host bias moves with sd [0-9.]+ % over tau [0-9]+ min", out)
     assert wander > 0 and total == pytest.approx(wander + noise, abs=0.011)

@@ -31,6 +31,16 @@ int Sim::Route(Request* r, int service) {
   return base;
 }
 
+// v = n copies of x; in place when v already has n elements (a recycled request of the same path)
+template <typename T>
+static inline void Reset(std::vector<T>& v, size_t n, T x) {
+  if (v.size() != n) {
+    v.assign(n, x);
+    return;
+  }
+  for (T& e : v) e = x;
+}
+
 void Sim::NewRequest(int user) {
   if (live_requests_ >= m_.max_live_requests) {
     Stop("more than " + std::to_string(m_.max_live_requests) + " requests in flight", true);
@@ -52,11 +62,12 @@ void Sim::NewRequest(int user) {
                       : static_cast<int>(rng_conn_.Next() % static_cast<uint64_t>(m_.client.connections));
   r->measured = now_ >= warmup_;
   r->done = now_;
-  r->join_count.assign(static_cast<size_t>(ps.join_slots), 0);
-  r->join_time.assign(static_cast<size_t>(ps.join_slots), 0.0);
-  r->join_inst.assign(static_cast<size_t>(ps.join_slots), -1);
-  r->sticky.assign(m_.services.size(), -1);
-  r->held.assign(m_.services.size(), -1);
+  // a pooled request keeps its vectors: set them in place (no call to assign's general code)
+  Reset(r->join_count, static_cast<size_t>(ps.join_slots), 0);
+  Reset(r->join_time, static_cast<size_t>(ps.join_slots), 0.0);
+  Reset(r->join_inst, static_cast<size_t>(ps.join_slots), -1);
+  Reset(r->sticky, m_.services.size(), -1);
+  Reset(r->held, m_.services.size(), -1);
   ++live_requests_;
   ++issued_;
   if (r->measured) ++issued_measured_;
@@ -367,6 +378,7 @@ void Sim::ReleaseCore(int tid) {
   const int core = t.core;
   mc.cores[static_cast<size_t>(core)].busy = false;
   t.core = -1;
+  if (mc.runq.empty()) return;
   for (auto it = mc.runq.begin(); it != mc.runq.end(); ++it) {
     const Thread& w = threads_[static_cast<size_t>(*it)];
     const Instance& wi = inst_[static_cast<size_t>(w.inst)];
@@ -427,7 +439,7 @@ void Sim::Done(int tid) {
       return;
     }
     MachineRt& mc = machines_[static_cast<size_t>(in.machine)];
-    if (!SomeoneWaits(mc, t.core)) {
+    if (mc.runq.empty() || !SomeoneWaits(mc, t.core)) {
       StartWork(tid);
       return;
     }

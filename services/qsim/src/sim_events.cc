@@ -309,7 +309,9 @@ void Sim::StartWork(int tid) {
 
 // The thread runs its batch (t.batch at stage t.batch_stage): the service time, a context
 // switch if another thread ran on its core last, its completion event.
-void Sim::RunBatch(int tid, Thread& t, const Instance& in, const ServiceSpec& sv) {
+// Inlined into both callers: a call here cost ~10 % more instructions in StartWork on the
+// imported fan-out, where no stage is fused.
+[[gnu::always_inline]] inline void Sim::RunBatch(int tid, Thread& t, const Instance& in, const ServiceSpec& sv) {
   const StageSpec& st = sv.stages[static_cast<size_t>(t.batch_stage)];
   double d = ServiceTime(st, sv, t.batch.size(),
                          rng_stage_[static_cast<size_t>(in.service)][static_cast<size_t>(t.batch_stage)]);

@@ -161,6 +161,7 @@ Model ParseModel(const json& j) {
   m.max_live_jobs = static_cast<uint64_t>(Num(j, "max_live_jobs", "model", 4000000, false, 1));
   m.net_latency_us = Num(j, "net_latency_us", "model", 0, false, 0);
   m.no_fast_path = Bool(j, "no_fast_path", "model", false);
+  m.no_stage_fusion = Bool(j, "no_stage_fusion", "model", false);
   m.control_interval_s = Num(j, "control_interval_s", "model", 0, false, 0);
   m.local_latency_us = Num(j, "local_latency_us", "model", 0, false, 0);
   m.client_latency_us = Num(j, "client_latency_us", "model", m.net_latency_us, false, 0);

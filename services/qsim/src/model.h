@@ -109,6 +109,7 @@ struct Model {
   uint64_t max_live_requests = 100000;
   uint64_t max_live_jobs = 4000000;
   bool no_fast_path = false;        // tests: run every instance through the event path
+  bool no_stage_fusion = false;     // tests: every stage change through the queues (Sim::Fuse)
   double control_interval_s = 0;    // > 0: call the controller every interval (Simulate below)
   // > 0: a line "progress SIM_T_S END_S COMPLETED MAX_REQUESTS" on stderr at most this often
   // (wall seconds; checked every 65,536 events). Set by `musku_qsim --progress`, not the model.

@@ -54,6 +54,9 @@ class Sim {
   void MakeRunnable(int tid);
   void Grant(int tid, int core);
   void StartWork(int tid);
+  void RunBatch(int tid, Thread& t, const Instance& in, const ServiceSpec& sv);  // StartWork's end
+  bool Fuse(int tid, Thread& t, Instance& in);  // a job's next stage on the same thread (Done)
+  bool SomeoneWaits(const MachineRt& mc, int core) const;  // a runnable thread for this core
   void Done(int tid);
   void ReleaseCore(int tid);
   void UqsimHandoff(std::vector<Job*>& batch);  // μqSim's order for a finished batch (sim_uqsim.cc)

@@ -117,6 +117,8 @@ class SweepReport:
     # the host-clock the schedule's model expected at the start (musku.sweep.schedule, the
     # dry-run's estimate); None for modes whose later phases depend on results
     estimate_clock_s: float | None = None
+    # the pool's tasks as they ran (Runner.timeline; empty on one pair)
+    timeline: list[Span] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The plain (JSON-able) form: ``musku sweep --json`` and the stored report."""
@@ -146,7 +148,90 @@ class SweepReport:
             "host_hours": self.host_hours,
             "time": {**self.time.as_dict(), "missing": self.time_missing},
             "estimate_clock_s": self.estimate_clock_s,
+            "timeline": [s.as_dict() for s in self.timeline],
         }
+
+
+@dataclass(frozen=True)
+class Span:
+    """One task of a pooled :meth:`Runner.map` as it ran (host-clock seconds from the start
+    of the run): the phase (``tag``), its label, when it was released (every task it depends
+    on done), started and ended, the pairs it started on, the pairs that joined it later
+    (``(at, how many)``), and the tasks it waited on. A sweep's :attr:`SweepReport.timeline`;
+    :func:`critical_path` reads it."""
+
+    tag: str
+    task: int
+    label: str
+    released_s: float
+    start_s: float
+    end_s: float
+    pairs: int
+    joins: tuple[tuple[float, int], ...] = ()
+    deps: tuple[int, ...] = ()
+    results: tuple[tuple[str, ComparisonResult], ...] = ()  # the comparisons it ran
+
+    def pair_seconds(self, until: float | None = None) -> float:
+        """Pair-seconds the task held (its pairs from its start, joiners from their join)."""
+        end = self.end_s if until is None else min(self.end_s, until)
+        held = self.pairs * max(0.0, end - self.start_s)
+        return held + sum(n * max(0.0, end - at) for at, n in self.joins)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tag": self.tag,
+            "task": self.task,
+            "label": self.label,
+            "released_s": self.released_s,
+            "start_s": self.start_s,
+            "end_s": self.end_s,
+            "pairs": self.pairs,
+            "joins": [list(j) for j in self.joins],
+            "deps": list(self.deps),
+            "comparisons": [
+                {
+                    "purpose": purpose,
+                    "decision": r.decision.value,
+                    "estimate": r.estimate,
+                    "host_time_s": r.host_time_s,
+                    "time": r.time.as_dict() if r.time is not None else None,
+                }
+                for purpose, r in self.results
+            ],
+        }
+
+
+def critical_path(timeline: Sequence[Span]) -> list[tuple[Span, str]]:
+    """The chain that set a run's host-clock, first task first: from the task that ended
+    last, back through what it waited for: the task it depended on that was released last
+    (``"dependency"``), or, when it started after its release, the task whose end freed
+    its pair (``"pair"``); a later phase waits on the earlier phase's end (``"phase"``).
+    Each entry is a span and why the next one waited on it."""
+    if not timeline:
+        return []
+    by = {(s.tag, s.task): s for s in timeline}
+    cur: Span | None = max(timeline, key=lambda s: (s.end_s, s.start_s))
+    chain: list[tuple[Span, str]] = []
+    why = "end"
+    eps = 1e-6
+    while cur is not None:
+        chain.append((cur, why))
+        nxt: Span | None = None
+        if cur.start_s > cur.released_s + eps:  # waited for a pair
+            before = [s for s in timeline if s is not cur and abs(s.end_s - cur.start_s) <= eps]
+            if before:
+                nxt, why = max(before, key=lambda s: s.pairs), "pair"
+        if nxt is None and cur.deps:
+            deps = [by[(cur.tag, d)] for d in cur.deps if (cur.tag, d) in by]
+            if deps:
+                nxt, why = max(deps, key=lambda s: s.end_s), "dependency"
+        if nxt is None:  # the first task of a phase: the earlier phase's last task
+            earlier = [s for s in timeline if s.end_s <= cur.start_s + eps and s.tag != cur.tag]
+            if earlier and cur.start_s > eps:
+                nxt, why = max(earlier, key=lambda s: s.end_s), "phase"
+        cur = nxt
+    chain.reverse()
+    return chain
 
 
 T = TypeVar("T")
@@ -191,6 +276,11 @@ class _Schedule:
         self.lane: dict[int, Runner | None] = {p: None for p in pairs}
         self.gone: set[int] = set()  # pairs out of the round (nothing left for them, failed)
         self.ran: dict[int, list[int]] = {p: [] for p in pairs}
+        # what ran when (host seconds from the round's start): task -> [start, end, pairs
+        # at its start, release], and pairs that joined it later: (task, at, how many)
+        self.spans: dict[int, list[float]] = {}
+        self.joins: list[tuple[int, float, int]] = []
+        self.task_of: dict[int, int] = {}  # a leading pair -> its task
         self.cond = threading.Condition()
 
     def _released(self, i: int) -> float | None:
@@ -264,6 +354,9 @@ class _Schedule:
                         self.start[q] = start
                     self.group[p] = group
                     self.ran[p].append(i)
+                    released = self._released(i)
+                    self.spans[i] = [start, start, float(len(group)), released or 0.0]
+                    self.task_of[p] = i
                     return i, lane
                 self.cond.wait(SCHEDULE_POLL_S)
 
@@ -332,6 +425,9 @@ class _Schedule:
                 self.lane[q] = lane
                 self.start[q] = self.start[p]
                 group.append(q)
+            task = self.task_of.get(p)
+            if task is not None and added:
+                self.joins.append((task, at, len(added)))
             lane._group = tuple(group)
             self.cond.notify_all()
             return added
@@ -344,6 +440,9 @@ class _Schedule:
             end = self.start[p] + lane.clock_s
             if ok:
                 self.finish[i] = end
+            if i in self.spans:
+                self.spans[i][1] = end
+            self.task_of.pop(p, None)
             for q in self.group.pop(p, [p]):  # every pair of the task is free at its end
                 self.start.pop(q, None)
                 self.done[q] = end
@@ -416,6 +515,7 @@ class Runner:
         self._live: tuple[float, float | None] = (0.0, None)
         self._pair_t0: float | None = None  # a lane's pair.now() when its task started
         self.host_seconds = 0.0  # time x hosts: see SweepReport.host_hours
+        self.timeline: list[Span] = []  # pooled map tasks as they ran (map)
         self._hosts: tuple[int, int] | None = None  # the pair's host indices in the pool
         self._group: tuple[int, ...] | None = None  # a pooled lane's pool pairs (map)
         # a lane's schedule and its leading pair, when idle pairs may join its comparisons
@@ -906,6 +1006,7 @@ class Runner:
         cost: Sequence[float] | None = None,
         deps: Mapping[int, Sequence[int]] | None = None,
         cost_at: Callable[[int, int], float] | None = None,
+        labels: Sequence[str] | None = None,
     ) -> list[R]:
         """``[fn(runner, item) for item in items]``, at once on the pool's live pairs.
 
@@ -927,7 +1028,10 @@ class Runner:
         holding all of them, whose comparisons are pooled over them
         (:meth:`compare_pooled`, each pair a stratum); its pairs are free again when it
         ends. Where a free pair finds a ready task of its own, every task gets one pair, as
-        without ``cost_at``."""
+        without ``cost_at``.
+
+        Each task's span (released, started, ended, its pairs: ``labels[i]`` or ``tag#i``)
+        goes to :attr:`timeline`, in host-clock seconds from the run's start."""
         pool = self.pool
         if deps and any(d >= i for i, ds in deps.items() for d in ds):
             raise ValueError("map: a task depends on earlier tasks only")
@@ -974,6 +1078,22 @@ class Runner:
                 t.start()
             for t in threads:
                 t.join()
+            at0 = self.clock_s + phase_clock
+            for i, (st, en, k, rel) in sorted(sched.spans.items()):
+                self.timeline.append(
+                    Span(
+                        tag=tag,
+                        task=i,
+                        label=labels[i] if labels is not None else f"{tag}#{i}",
+                        released_s=at0 + rel,
+                        start_s=at0 + st,
+                        end_s=at0 + en,
+                        pairs=int(k),
+                        joins=tuple((at0 + a, n) for t, a, n in sched.joins if t == i),
+                        deps=tuple((deps or {}).get(i, ())),
+                        results=tuple(lanes[i].results) if i in lanes else (),
+                    )
+                )
             phase_clock += max(sched.done.values(), default=0.0)
             for i in sorted(lanes):
                 if i in rnd.retry:
@@ -1091,6 +1211,7 @@ class Runner:
         lane._live = (0.0, None)
         lane._pair_t0 = lane.pair.now()
         lane.host_seconds = 0.0
+        lane.timeline = []
         lane._hosts = self.pool.groups[p]
         lane._host_names = self.pool.host_names(p)
         if p not in self._memories:
@@ -1125,6 +1246,7 @@ class Runner:
             tag="validate",
             cost=[model.between(b, sku_config) for _, b in against],
             cost_at=lambda i, k: model.comparison_s(against[i][1].diff(sku_config), k),
+            labels=[f"validate:{name}" for name, _ in against],
         )
         vs_prod, vs_stock = results[0], results[-1]
         return SoftSku(

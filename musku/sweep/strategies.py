@@ -134,8 +134,18 @@ def _scans_on_pool(runner: Runner, base: Configuration, knobs: list[str]) -> lis
         cost=plan.costs,
         deps=plan.deps,
         cost_at=plan.cost_at,
+        labels=[_walk_label(w) for w in walks] + [f"{k} choice" for k in knobs],
     )
     return done[n:]
+
+
+def _walk_label(walk: tuple[str, list[object], bool]) -> str:
+    """A walk task's name in the sweep's timeline: ``shp 300..600`` (a unimodal walk),
+    ``cdp=6:5`` (one setting)."""
+    knob, values, unimodal = walk
+    if len(values) == 1 and not unimodal:
+        return f"{knob}={values[0]}"
+    return f"{knob} {values[0]}..{values[-1]}" if len(values) > 1 else f"{knob} {values[0]}"
 
 
 def exhaustive(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:

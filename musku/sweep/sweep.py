@@ -288,6 +288,7 @@ def run_sweep(
         time=time,
         time_missing=missing,
         estimate_clock_s=expected,
+        timeline=list(runner.timeline),
     )
 
 

@@ -236,6 +236,7 @@ def critical_path(timeline: Sequence[Span]) -> list[tuple[Span, str]]:
 
 T = TypeVar("T")
 R = TypeVar("R")
+Job = tuple[str, Configuration, Configuration]  # (purpose, baseline, candidate)
 MAX_INTERRUPTIONS = 3  # a comparison whose link is lost more often counts its pair as failed
 SCHEDULE_POLL_S = 0.005  # how often a free pair looks at the busy pairs' host clocks
 
@@ -383,6 +384,13 @@ class _Schedule:
         pair first), so the result is a function of the seed."""
         self._add_idle(p, lane, lambda k, idle: _grow_width(k, idle, cost_k))
 
+    def take_idle(self, p: int, lane: Runner, want: int) -> list[int]:
+        """Pairs idle at lane ``lane``'s host time (led by pair ``p``) added to it until it
+        holds ``want`` (or all of them): for comparisons it runs at once (the last knob's
+        run-offs, confirmation and the validations); none when that many are not idle.
+        Decided on the host clocks as :meth:`grow`."""
+        return self._add_idle(p, lane, lambda k, idle: want if k + idle >= want else None)
+
     def _add_idle(self, p: int, lane: Runner, width: Callable[[int, int], int | None]) -> list[int]:
         """Pairs idle at ``lane``'s host time added to its group (``width(k, idle)``: how
         many pairs it should have, None: as it is); see :meth:`grow`."""
@@ -506,6 +514,10 @@ class Runner:
         self.stop = stop or threading.Event()
         self.seed = experiment.stats.seed if seed is None else seed
         self._cache: dict[tuple[str, str, str], ComparisonResult] = {}
+        # comparisons measured ahead of the task that asks for them (a validation started
+        # with the last knob's confirmation): their time is counted where they ran, so the
+        # task that asks gets the answer without counting it again (shared by the lanes)
+        self._ahead: set[tuple[str, str, str]] = set()
         self.results: list[tuple[str, ComparisonResult]] = []
         self.measured = 0
         self._counter = 0
@@ -814,6 +826,10 @@ class Runner:
         """The comparison's answer when this run already has it (measured, or stored by an
         earlier run on ``--resume``), recorded as this run's; None when it must be measured."""
         cached = self._cache.get(key)
+        if cached is not None and key in self._ahead:
+            self._ahead.discard(key)  # measured ahead, counted where it ran
+            self.progress.comparison_finished(purpose, cached, True)
+            return cached
         if cached is not None:
             self.results.append((purpose, cached))
             self.clock_s += cached.host_time_s
@@ -828,6 +844,7 @@ class Runner:
         purpose: str,
         incumbent: Configuration,
         results: Sequence[ComparisonResult],
+        ahead: Callable[[Configuration], list[Job]] | None = None,
     ) -> Configuration:
         """The best configuration among ``incumbent`` and the candidates compared against it.
 
@@ -838,13 +855,19 @@ class Runner:
         a sweep runs dozens of comparisons, so one of them passing at 95 % by chance is
         likely; requiring a second, independent pass makes adopting a setting that does
         nothing a 1-in-1600 event instead of 1-in-40 per comparison.
+
+        ``ahead(champion)``: comparisons that will be wanted if the leader is chosen (the
+        validations of the composition it completes, :meth:`validations`), run at once with
+        the run-offs and the confirmation where this lane holds the pairs
+        (:meth:`_runoff_and_confirm`); when the leader is not the choice after all, they
+        are measured again later with what was chosen.
         """
         better = [r for r in results if r.decision is Decision.BETTER]
         if not better:
             return incumbent
         better.sort(key=lambda r: r.estimate, reverse=True)
         champion = better[0]
-        merged = self._runoff_and_confirm(purpose, incumbent, better)
+        merged = self._runoff_and_confirm(purpose, incumbent, better, ahead)
         if merged is not None:
             return merged
         for challenger in better[1:4]:
@@ -863,7 +886,11 @@ class Runner:
         return champion.candidate
 
     def _runoff_and_confirm(
-        self, purpose: str, incumbent: Configuration, better: list[ComparisonResult]
+        self,
+        purpose: str,
+        incumbent: Configuration,
+        better: list[ComparisonResult],
+        ahead: Callable[[Configuration], list[Job]] | None = None,
     ) -> Configuration | None:
         """:meth:`choose`'s run-off and confirmation merged, on a lane of a pooled map that
         holds several pairs (after idle pairs joined it): the leader's duels with its close
@@ -871,20 +898,47 @@ class Runner:
         its share of the lane's pairs. When no challenger beats the leader (the usual case)
         the confirmation is already there: one round instead of a chain of them; otherwise
         the best challenger that beat it is confirmed next. None where this does not apply
-        (one pair, no challenger within reach): :meth:`choose` goes on as on one pair."""
+        (one pair, no challenger within reach and nothing ``ahead``): :meth:`choose` goes
+        on as on one pair.
+
+        With ``ahead`` (the last knob's choice, issue 31 item 3), the comparisons it gives
+        for the leader (the composition's validations) join the round, on pairs idle at
+        this lane's host time taken for them (:meth:`_Schedule.take_idle`); where the pairs
+        do not stretch to them, they are left out (measured after the choice, as before)."""
         if self._sched is None:
             return None
         champion = better[0]
         close = [c for c in better[1:4] if c.ci_high >= champion.ci_low]
-        if not close:
+        extra = ahead(champion.candidate) if ahead is not None else []
+        extra = [j for j in extra if (j[0], j[1].key(), j[2].key()) not in self._cache]
+        if not close and not extra:
             return None
         jobs = [(f"{purpose}:runoff", champion.candidate, c.candidate) for c in close]
         jobs.append((f"{purpose}:confirm", incumbent, champion.candidate))
         self._join_idle(*jobs[0])
+        if extra:  # each validation on a pool that pays (MIN_POOL pairs)
+            sched, lead = self._sched
+            sched.take_idle(lead, self, len(jobs) + MIN_POOL * len(extra))
         left = self.pairs_left()
-        if len(left) < len(jobs):
-            return None
-        done = self._at_once(jobs, left)
+        floor = [1] * len(jobs)
+        if extra and len(left) >= len(jobs) + MIN_POOL * len(extra):
+            jobs += extra
+            floor += [MIN_POOL] * len(extra)
+        else:
+            extra = []
+            if not close or len(left) < len(jobs):
+                return None
+        if extra:
+            self.progress.message(
+                f"{purpose}: the composed configuration's validations started with "
+                f"{change_text(incumbent, champion.candidate)}'s confirmation "
+                f"({len(left)} pairs)"
+            )
+        done = self._at_once(jobs, left, floor)
+        for (p_, b_, c_), r_ in zip(jobs, done, strict=True):
+            if (p_, b_, c_) in extra and r_.decision is not Decision.ABORTED:
+                self._ahead.add((p_, b_.key(), c_.key()))
+        done = done[: len(jobs) - len(extra)]
         beat = [c for c, d in zip(close, done, strict=False) if d.decision is Decision.BETTER]
         confirm = done[-1]
         if beat:
@@ -899,20 +953,25 @@ class Runner:
         return champion.candidate
 
     def _at_once(
-        self, jobs: list[tuple[str, Configuration, Configuration]], pairs: list[int]
+        self, jobs: list[Job], pairs: list[int], floor: Sequence[int] | None = None
     ) -> list[ComparisonResult]:
         """The comparisons ``jobs`` at the same time on shares of this lane's ``pairs`` (the
-        first jobs get the extra pairs), each share a sub-lane pooling its pairs; results,
-        host time and the clock (the longest share's) join this lane's in job order."""
+        first jobs get the extra pairs; ``floor[j]``: at least that many for job ``j``, one
+        by default), each share a sub-lane pooling its pairs; results, host time and the
+        clock (the longest share's) join this lane's in job order."""
         assert self.pool is not None
         pool, n = self.pool, len(jobs)
-        # one pair each; the spare pairs to the first jobs (the close duels) in pools that
-        # pay (MIN_POOL or more: a 2- or 3-pair pool is slower than one pair)
-        sizes, extra = [1] * n, len(pairs) - n
+        # one pair each (or the floor); the spare pairs to the first jobs (the close duels)
+        # in pools that pay (MIN_POOL or more: a 2- or 3-pair pool is slower than one pair)
+        sizes = list(floor) if floor is not None else [1] * n
+        extra = len(pairs) - sum(sizes)
+        if extra < 0:
+            raise ValueError("_at_once: fewer pairs than the jobs' floors")
         for j in range(n):
-            if extra >= MIN_POOL - 1:
-                sizes[j] += min(extra, MAX_WIDTH - 1)
-                extra -= sizes[j] - 1
+            if extra >= max(1, MIN_POOL - sizes[j]) and sizes[j] < MAX_WIDTH:
+                more = min(extra, MAX_WIDTH - sizes[j])
+                sizes[j] += more
+                extra -= more
         at = [sum(sizes[:j]) for j in range(n)]
         shares = [pairs[at[j] : at[j] + sizes[j]] for j in range(n)]
         subs: list[Runner] = []
@@ -1231,12 +1290,27 @@ class Runner:
         self.progress.message(announce(cal, memory))
 
     # ------------------------------------------------------------------ soft SKU
+    def validations(self, sku_config: Configuration) -> list[Job]:
+        """The comparisons that validate ``sku_config``: against production, and against
+        stock when it differs (:meth:`generate_softsku`)."""
+        exp = self.experiment
+        jobs: list[Job] = [("validate:production", exp.production, sku_config)]
+        if exp.stock != exp.production:
+            jobs.append(("validate:stock", exp.stock, sku_config))
+        return jobs
+
+    def task_start(self) -> float | None:
+        """A lane's task's start on its round's host clock (None: not a scheduled lane)."""
+        if self._sched is None:
+            return None
+        sched, lead = self._sched
+        with sched.cond:
+            return sched.start.get(lead)
+
     def generate_softsku(self, sku_config: Configuration) -> SoftSku:
         """Validate the composed configuration by A/B against production and against stock."""
         exp = self.experiment
-        against = [("production", exp.production)]
-        if exp.stock != exp.production:
-            against.append(("stock", exp.stock))
+        against = [(p[len("validate:") :], b) for p, b, _ in self.validations(sku_config)]
         # independent of each other: on a pool, at once, each pooled over its share of the
         # pairs (as soon as the composed configuration is known: the strategy's last task)
         model = CostModel.of(exp)

@@ -9,7 +9,7 @@ import pytest
 
 from musku.experiment import load_experiment
 from musku.sweep import run_sweep
-from musku.sweep.runner import Span, critical_path
+from musku.sweep.runner import NullProgress, Span, critical_path
 from tests.sweep.test_schedule import _fleet
 
 
@@ -69,3 +69,33 @@ def test_a_pool_sweeps_timeline_accounts_for_its_clock(tmp_path: Path) -> None:
     assert 0 < busy <= rep.pairs * rep.clock_s + 1e-6
     assert all(s.start_s >= s.released_s - 1e-9 and s.end_s >= s.start_s for s in tl)
     assert rep.to_dict()["timeline"][0]["comparisons"]
+
+
+class Said(NullProgress):
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def test_the_last_choice_starts_the_validations_with_its_confirmation(tmp_path: Path) -> None:
+    """The toy sweep on 16 hosts: shp's choice is the last (every other knob's choice ended
+    before it started) and the pool has the idle pairs, so the composed configuration's
+    validation runs with shp's run-offs and confirmation (said once); the soft SKU's
+    validation is that very measurement, counted once (comparisons, host-hours), and the
+    validation phase after the scans takes no host time: the sweep ends with the choice."""
+    exp = load_experiment(_fleet(tmp_path, 16))
+    said = Said()
+    rep = run_sweep(exp, progress=said)
+    ahead = [line for line in said.lines if "validations started with" in line]
+    assert len(ahead) == 1 and ahead[0].startswith("knob:shp:")
+    choice = next(s for s in rep.timeline if s.label == "shp choice")
+    measured = [r for p, r in choice.results if p == "validate:production"]
+    assert rep.sku is not None and measured == [rep.sku.vs_production]
+    assert rep.sku.vs_production.candidate == rep.best
+    assert sum(len(s.results) for s in rep.timeline) == rep.comparisons
+    validate = [s for s in rep.timeline if s.tag == "validate"]
+    assert all(s.end_s == s.start_s and not s.results for s in validate)
+    assert critical_path(rep.timeline)[-1][0].end_s == pytest.approx(rep.clock_s)
+    assert choice.end_s == pytest.approx(rep.clock_s)

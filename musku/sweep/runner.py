@@ -916,12 +916,19 @@ class Runner:
         jobs = [(f"{purpose}:runoff", champion.candidate, c.candidate) for c in close]
         jobs.append((f"{purpose}:confirm", incumbent, champion.candidate))
         self._join_idle(*jobs[0])
-        if extra:  # each validation on a pool that pays (MIN_POOL pairs)
+        # each validation on a pool that pays (MIN_POOL pairs), and the confirmation too
+        # where the idle pairs stretch to it (else on one pair)
+        duels = len(jobs) - 1
+        full, least = duels + MIN_POOL * (1 + len(extra)), duels + 1 + MIN_POOL * len(extra)
+        if extra:
             sched, lead = self._sched
-            sched.take_idle(lead, self, len(jobs) + MIN_POOL * len(extra))
+            if not sched.take_idle(lead, self, full):
+                sched.take_idle(lead, self, least)
         left = self.pairs_left()
         floor = [1] * len(jobs)
-        if extra and len(left) >= len(jobs) + MIN_POOL * len(extra):
+        if extra and len(left) >= least:
+            if len(left) >= full:
+                floor[-1] = MIN_POOL
             jobs += extra
             floor += [MIN_POOL] * len(extra)
         else:

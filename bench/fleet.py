@@ -77,6 +77,7 @@ def sweep(args: tuple[int, int], mode: str = "independent") -> dict[str, Any]:
     n, seed = args
     from musku.experiment import load_experiment
     from musku.sweep import run_sweep
+    from musku.sweep.runner import critical_path
 
     with tempfile.TemporaryDirectory() as tmp:
         exp = load_experiment(_fleet_file(tmp, n, mode))
@@ -92,6 +93,21 @@ def sweep(args: tuple[int, int], mode: str = "independent") -> dict[str, Any]:
         # host-hours (two hosts per pair comparison) per part, and per comparison (minutes)
         "time_h": [2 * x / 3600.0 for x in rep.time.seconds()],
         "per_cmp_min": [x / 60.0 / max(1, rep.comparisons) for x in rep.time.seconds()],
+        # the chain that set the clock (task, hours, its comparisons' decisions), and the
+        # share of the pool's pair-time no task held
+        "chain": [
+            (
+                s.label,
+                (s.end_s - s.start_s) / 3600.0,
+                [f"{r.decision.value} {r.host_time_s / 60:.0f}m" for _, r in s.results],
+            )
+            for s, _ in critical_path(rep.timeline)
+        ],
+        "idle": (
+            1.0 - sum(s.pair_seconds() for s in rep.timeline) / (rep.pairs * rep.clock_s)
+            if rep.timeline and rep.clock_s > 0
+            else None
+        ),
     }
 
 
@@ -198,6 +214,19 @@ def main(argv: list[str] | None = None) -> int:
         if all("time_h" in r for r in rs):
             hh = [statistics.median(r["time_h"][j] for r in rs) for j in range(4)]
             pc = [statistics.median(r["per_cmp_min"][j] for r in rs) for j in range(4)]
+            idle = [r["idle"] for r in rs if r.get("idle") is not None]
+            if idle:
+                print(
+                    f"      pairs idle over the clock (median): {100 * statistics.median(idle):.0f} %"
+                )
+            for seed, r in enumerate(rs):
+                if r.get("chain"):
+                    print(
+                        f"      seed {seed} chain: "
+                        + " -> ".join(
+                            f"{lab} {h:.2f} h [{', '.join(d)}]" for lab, h, d in r["chain"]
+                        )
+                    )
             print(
                 "      host-hours: "
                 + ", ".join(f"{p} {h:.1f}" for p, h in zip(parts, hh, strict=True))

@@ -119,6 +119,8 @@ class SweepReport:
     estimate_clock_s: float | None = None
     # the crossover periods' rule and lengths, one line (musku.abtest.periods.summary)
     periods: str = ""
+    # the pool's tasks as they ran (Runner.timeline; empty on one pair)
+    timeline: list[Span] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The plain (JSON-able) form: ``musku sweep --json`` and the stored report."""
@@ -149,11 +151,95 @@ class SweepReport:
             "time": {**self.time.as_dict(), "missing": self.time_missing},
             "estimate_clock_s": self.estimate_clock_s,
             "periods": self.periods,
+            "timeline": [s.as_dict() for s in self.timeline],
         }
+
+
+@dataclass(frozen=True)
+class Span:
+    """One task of a pooled :meth:`Runner.map` as it ran (host-clock seconds from the start
+    of the run): the phase (``tag``), its label, when it was released (every task it depends
+    on done), started and ended, the pairs it started on, the pairs that joined it later
+    (``(at, how many)``), and the tasks it waited on. A sweep's :attr:`SweepReport.timeline`;
+    :func:`critical_path` reads it."""
+
+    tag: str
+    task: int
+    label: str
+    released_s: float
+    start_s: float
+    end_s: float
+    pairs: int
+    joins: tuple[tuple[float, int], ...] = ()
+    deps: tuple[int, ...] = ()
+    results: tuple[tuple[str, ComparisonResult], ...] = ()  # the comparisons it ran
+
+    def pair_seconds(self, until: float | None = None) -> float:
+        """Pair-seconds the task held (its pairs from its start, joiners from their join)."""
+        end = self.end_s if until is None else min(self.end_s, until)
+        held = self.pairs * max(0.0, end - self.start_s)
+        return held + sum(n * max(0.0, end - at) for at, n in self.joins)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tag": self.tag,
+            "task": self.task,
+            "label": self.label,
+            "released_s": self.released_s,
+            "start_s": self.start_s,
+            "end_s": self.end_s,
+            "pairs": self.pairs,
+            "joins": [list(j) for j in self.joins],
+            "deps": list(self.deps),
+            "comparisons": [
+                {
+                    "purpose": purpose,
+                    "decision": r.decision.value,
+                    "estimate": r.estimate,
+                    "host_time_s": r.host_time_s,
+                    "time": r.time.as_dict() if r.time is not None else None,
+                }
+                for purpose, r in self.results
+            ],
+        }
+
+
+def critical_path(timeline: Sequence[Span]) -> list[tuple[Span, str]]:
+    """The chain that set a run's host-clock, first task first: from the task that ended
+    last, back through what it waited for: the task it depended on that was released last
+    (``"dependency"``), or, when it started after its release, the task whose end freed
+    its pair (``"pair"``); a later phase waits on the earlier phase's end (``"phase"``).
+    Each entry is a span and why the next one waited on it."""
+    if not timeline:
+        return []
+    by = {(s.tag, s.task): s for s in timeline}
+    cur: Span | None = max(timeline, key=lambda s: (s.end_s, s.start_s))
+    chain: list[tuple[Span, str]] = []
+    why = "end"
+    eps = 1e-6
+    while cur is not None:
+        chain.append((cur, why))
+        nxt: Span | None = None
+        if cur.start_s > cur.released_s + eps:  # waited for a pair
+            before = [s for s in timeline if s is not cur and abs(s.end_s - cur.start_s) <= eps]
+            if before:
+                nxt, why = max(before, key=lambda s: s.pairs), "pair"
+        if nxt is None and cur.deps:
+            deps = [by[(cur.tag, d)] for d in cur.deps if (cur.tag, d) in by]
+            if deps:
+                nxt, why = max(deps, key=lambda s: s.end_s), "dependency"
+        if nxt is None:  # the first task of a phase: the earlier phase's last task
+            earlier = [s for s in timeline if s.end_s <= cur.start_s + eps and s.tag != cur.tag]
+            if earlier and cur.start_s > eps:
+                nxt, why = max(earlier, key=lambda s: s.end_s), "phase"
+        cur = nxt
+    chain.reverse()
+    return chain
 
 
 T = TypeVar("T")
 R = TypeVar("R")
+Job = tuple[str, Configuration, Configuration]  # (purpose, baseline, candidate)
 MAX_INTERRUPTIONS = 3  # a comparison whose link is lost more often counts its pair as failed
 SCHEDULE_POLL_S = 0.005  # how often a free pair looks at the busy pairs' host clocks
 
@@ -194,6 +280,11 @@ class _Schedule:
         self.lane: dict[int, Runner | None] = {p: None for p in pairs}
         self.gone: set[int] = set()  # pairs out of the round (nothing left for them, failed)
         self.ran: dict[int, list[int]] = {p: [] for p in pairs}
+        # what ran when (host seconds from the round's start): task -> [start, end, pairs
+        # at its start, release], and pairs that joined it later: (task, at, how many)
+        self.spans: dict[int, list[float]] = {}
+        self.joins: list[tuple[int, float, int]] = []
+        self.task_of: dict[int, int] = {}  # a leading pair -> its task
         self.cond = threading.Condition()
 
     def _released(self, i: int) -> float | None:
@@ -267,6 +358,9 @@ class _Schedule:
                         self.start[q] = start
                     self.group[p] = group
                     self.ran[p].append(i)
+                    released = self._released(i)
+                    self.spans[i] = [start, start, float(len(group)), released or 0.0]
+                    self.task_of[p] = i
                     return i, lane
                 self.cond.wait(SCHEDULE_POLL_S)
 
@@ -292,6 +386,13 @@ class _Schedule:
         :meth:`_next`, once every other busy pair's clock has passed ``T`` (ties: the lower
         pair first), so the result is a function of the seed."""
         self._add_idle(p, lane, lambda k, idle: _grow_width(k, idle, cost_k))
+
+    def take_idle(self, p: int, lane: Runner, want: int) -> list[int]:
+        """Pairs idle at lane ``lane``'s host time (led by pair ``p``) added to it until it
+        holds ``want`` (or all of them): for comparisons it runs at once (the last knob's
+        run-offs, confirmation and the validations); none when that many are not idle.
+        Decided on the host clocks as :meth:`grow`."""
+        return self._add_idle(p, lane, lambda k, idle: want if k + idle >= want else None)
 
     def _add_idle(self, p: int, lane: Runner, width: Callable[[int, int], int | None]) -> list[int]:
         """Pairs idle at ``lane``'s host time added to its group (``width(k, idle)``: how
@@ -335,6 +436,9 @@ class _Schedule:
                 self.lane[q] = lane
                 self.start[q] = self.start[p]
                 group.append(q)
+            task = self.task_of.get(p)
+            if task is not None and added:
+                self.joins.append((task, at, len(added)))
             lane._group = tuple(group)
             self.cond.notify_all()
             return added
@@ -347,6 +451,9 @@ class _Schedule:
             end = self.start[p] + lane.clock_s
             if ok:
                 self.finish[i] = end
+            if i in self.spans:
+                self.spans[i][1] = end
+            self.task_of.pop(p, None)
             for q in self.group.pop(p, [p]):  # every pair of the task is free at its end
                 self.start.pop(q, None)
                 self.done[q] = end
@@ -410,6 +517,10 @@ class Runner:
         self.stop = stop or threading.Event()
         self.seed = experiment.stats.seed if seed is None else seed
         self._cache: dict[tuple[str, str, str], ComparisonResult] = {}
+        # comparisons measured ahead of the task that asks for them (a validation started
+        # with the last knob's confirmation): their time is counted where they ran, so the
+        # task that asks gets the answer without counting it again (shared by the lanes)
+        self._ahead: set[tuple[str, str, str]] = set()
         self.results: list[tuple[str, ComparisonResult]] = []
         self.measured = 0
         self._counter = 0
@@ -419,6 +530,7 @@ class Runner:
         self._live: tuple[float, float | None] = (0.0, None)
         self._pair_t0: float | None = None  # a lane's pair.now() when its task started
         self.host_seconds = 0.0  # time x hosts: see SweepReport.host_hours
+        self.timeline: list[Span] = []  # pooled map tasks as they ran (map)
         self._hosts: tuple[int, int] | None = None  # the pair's host indices in the pool
         self._group: tuple[int, ...] | None = None  # a pooled lane's pool pairs (map)
         # a lane's schedule and its leading pair, when idle pairs may join its comparisons
@@ -717,6 +829,10 @@ class Runner:
         """The comparison's answer when this run already has it (measured, or stored by an
         earlier run on ``--resume``), recorded as this run's; None when it must be measured."""
         cached = self._cache.get(key)
+        if cached is not None and key in self._ahead:
+            self._ahead.discard(key)  # measured ahead, counted where it ran
+            self.progress.comparison_finished(purpose, cached, True)
+            return cached
         if cached is not None:
             self.results.append((purpose, cached))
             self.clock_s += cached.host_time_s
@@ -731,6 +847,7 @@ class Runner:
         purpose: str,
         incumbent: Configuration,
         results: Sequence[ComparisonResult],
+        ahead: Callable[[Configuration], list[Job]] | None = None,
     ) -> Configuration:
         """The best configuration among ``incumbent`` and the candidates compared against it.
 
@@ -741,13 +858,19 @@ class Runner:
         a sweep runs dozens of comparisons, so one of them passing at 95 % by chance is
         likely; requiring a second, independent pass makes adopting a setting that does
         nothing a 1-in-1600 event instead of 1-in-40 per comparison.
+
+        ``ahead(champion)``: comparisons that will be wanted if the leader is chosen (the
+        validations of the composition it completes, :meth:`validations`), run at once with
+        the run-offs and the confirmation where this lane holds the pairs
+        (:meth:`_runoff_and_confirm`); when the leader is not the choice after all, they
+        are measured again later with what was chosen.
         """
         better = [r for r in results if r.decision is Decision.BETTER]
         if not better:
             return incumbent
         better.sort(key=lambda r: r.estimate, reverse=True)
         champion = better[0]
-        merged = self._runoff_and_confirm(purpose, incumbent, better)
+        merged = self._runoff_and_confirm(purpose, incumbent, better, ahead)
         if merged is not None:
             return merged
         for challenger in better[1:4]:
@@ -766,7 +889,11 @@ class Runner:
         return champion.candidate
 
     def _runoff_and_confirm(
-        self, purpose: str, incumbent: Configuration, better: list[ComparisonResult]
+        self,
+        purpose: str,
+        incumbent: Configuration,
+        better: list[ComparisonResult],
+        ahead: Callable[[Configuration], list[Job]] | None = None,
     ) -> Configuration | None:
         """:meth:`choose`'s run-off and confirmation merged, on a lane of a pooled map that
         holds several pairs (after idle pairs joined it): the leader's duels with its close
@@ -774,20 +901,54 @@ class Runner:
         its share of the lane's pairs. When no challenger beats the leader (the usual case)
         the confirmation is already there: one round instead of a chain of them; otherwise
         the best challenger that beat it is confirmed next. None where this does not apply
-        (one pair, no challenger within reach): :meth:`choose` goes on as on one pair."""
+        (one pair, no challenger within reach and nothing ``ahead``): :meth:`choose` goes
+        on as on one pair.
+
+        With ``ahead`` (the last knob's choice, issue 31 item 3), the comparisons it gives
+        for the leader (the composition's validations) join the round, on pairs idle at
+        this lane's host time taken for them (:meth:`_Schedule.take_idle`); where the pairs
+        do not stretch to them, they are left out (measured after the choice, as before)."""
         if self._sched is None:
             return None
         champion = better[0]
         close = [c for c in better[1:4] if c.ci_high >= champion.ci_low]
-        if not close:
+        extra = ahead(champion.candidate) if ahead is not None else []
+        extra = [j for j in extra if (j[0], j[1].key(), j[2].key()) not in self._cache]
+        if not close and not extra:
             return None
         jobs = [(f"{purpose}:runoff", champion.candidate, c.candidate) for c in close]
         jobs.append((f"{purpose}:confirm", incumbent, champion.candidate))
         self._join_idle(*jobs[0])
+        # each validation on a pool that pays (MIN_POOL pairs), and the confirmation too
+        # where the idle pairs stretch to it (else on one pair)
+        duels = len(jobs) - 1
+        full, least = duels + MIN_POOL * (1 + len(extra)), duels + 1 + MIN_POOL * len(extra)
+        if extra:
+            sched, lead = self._sched
+            if not sched.take_idle(lead, self, full):
+                sched.take_idle(lead, self, least)
         left = self.pairs_left()
-        if len(left) < len(jobs):
-            return None
-        done = self._at_once(jobs, left)
+        floor = [1] * len(jobs)
+        if extra and len(left) >= least:
+            if len(left) >= full:
+                floor[-1] = MIN_POOL
+            jobs += extra
+            floor += [MIN_POOL] * len(extra)
+        else:
+            extra = []
+            if not close or len(left) < len(jobs):
+                return None
+        if extra:
+            self.progress.message(
+                f"{purpose}: the composed configuration's validations started with "
+                f"{change_text(incumbent, champion.candidate)}'s confirmation "
+                f"({len(left)} pairs)"
+            )
+        done = self._at_once(jobs, left, floor)
+        for (p_, b_, c_), r_ in zip(jobs, done, strict=True):
+            if (p_, b_, c_) in extra and r_.decision is not Decision.ABORTED:
+                self._ahead.add((p_, b_.key(), c_.key()))
+        done = done[: len(jobs) - len(extra)]
         beat = [c for c, d in zip(close, done, strict=False) if d.decision is Decision.BETTER]
         confirm = done[-1]
         if beat:
@@ -802,20 +963,25 @@ class Runner:
         return champion.candidate
 
     def _at_once(
-        self, jobs: list[tuple[str, Configuration, Configuration]], pairs: list[int]
+        self, jobs: list[Job], pairs: list[int], floor: Sequence[int] | None = None
     ) -> list[ComparisonResult]:
         """The comparisons ``jobs`` at the same time on shares of this lane's ``pairs`` (the
-        first jobs get the extra pairs), each share a sub-lane pooling its pairs; results,
-        host time and the clock (the longest share's) join this lane's in job order."""
+        first jobs get the extra pairs; ``floor[j]``: at least that many for job ``j``, one
+        by default), each share a sub-lane pooling its pairs; results, host time and the
+        clock (the longest share's) join this lane's in job order."""
         assert self.pool is not None
         pool, n = self.pool, len(jobs)
-        # one pair each; the spare pairs to the first jobs (the close duels) in pools that
-        # pay (MIN_POOL or more: a 2- or 3-pair pool is slower than one pair)
-        sizes, extra = [1] * n, len(pairs) - n
+        # one pair each (or the floor); the spare pairs to the first jobs (the close duels)
+        # in pools that pay (MIN_POOL or more: a 2- or 3-pair pool is slower than one pair)
+        sizes = list(floor) if floor is not None else [1] * n
+        extra = len(pairs) - sum(sizes)
+        if extra < 0:
+            raise ValueError("_at_once: fewer pairs than the jobs' floors")
         for j in range(n):
-            if extra >= MIN_POOL - 1:
-                sizes[j] += min(extra, MAX_WIDTH - 1)
-                extra -= sizes[j] - 1
+            if extra >= max(1, MIN_POOL - sizes[j]) and sizes[j] < MAX_WIDTH:
+                more = min(extra, MAX_WIDTH - sizes[j])
+                sizes[j] += more
+                extra -= more
         at = [sum(sizes[:j]) for j in range(n)]
         shares = [pairs[at[j] : at[j] + sizes[j]] for j in range(n)]
         subs: list[Runner] = []
@@ -909,6 +1075,7 @@ class Runner:
         cost: Sequence[float] | None = None,
         deps: Mapping[int, Sequence[int]] | None = None,
         cost_at: Callable[[int, int], float] | None = None,
+        labels: Sequence[str] | None = None,
     ) -> list[R]:
         """``[fn(runner, item) for item in items]``, at once on the pool's live pairs.
 
@@ -930,7 +1097,10 @@ class Runner:
         holding all of them, whose comparisons are pooled over them
         (:meth:`compare_pooled`, each pair a stratum); its pairs are free again when it
         ends. Where a free pair finds a ready task of its own, every task gets one pair, as
-        without ``cost_at``."""
+        without ``cost_at``.
+
+        Each task's span (released, started, ended, its pairs: ``labels[i]`` or ``tag#i``)
+        goes to :attr:`timeline`, in host-clock seconds from the run's start."""
         pool = self.pool
         if deps and any(d >= i for i, ds in deps.items() for d in ds):
             raise ValueError("map: a task depends on earlier tasks only")
@@ -977,6 +1147,22 @@ class Runner:
                 t.start()
             for t in threads:
                 t.join()
+            at0 = self.clock_s + phase_clock
+            for i, (st, en, k, rel) in sorted(sched.spans.items()):
+                self.timeline.append(
+                    Span(
+                        tag=tag,
+                        task=i,
+                        label=labels[i] if labels is not None else f"{tag}#{i}",
+                        released_s=at0 + rel,
+                        start_s=at0 + st,
+                        end_s=at0 + en,
+                        pairs=int(k),
+                        joins=tuple((at0 + a, n) for t, a, n in sched.joins if t == i),
+                        deps=tuple((deps or {}).get(i, ())),
+                        results=tuple(lanes[i].results) if i in lanes else (),
+                    )
+                )
             phase_clock += max(sched.done.values(), default=0.0)
             for i in sorted(lanes):
                 if i in rnd.retry:
@@ -1094,6 +1280,7 @@ class Runner:
         lane._live = (0.0, None)
         lane._pair_t0 = lane.pair.now()
         lane.host_seconds = 0.0
+        lane.timeline = []
         lane._hosts = self.pool.groups[p]
         lane._host_names = self.pool.host_names(p)
         if p not in self._memories:
@@ -1113,12 +1300,27 @@ class Runner:
         self.progress.message(announce(cal, memory))
 
     # ------------------------------------------------------------------ soft SKU
+    def validations(self, sku_config: Configuration) -> list[Job]:
+        """The comparisons that validate ``sku_config``: against production, and against
+        stock when it differs (:meth:`generate_softsku`)."""
+        exp = self.experiment
+        jobs: list[Job] = [("validate:production", exp.production, sku_config)]
+        if exp.stock != exp.production:
+            jobs.append(("validate:stock", exp.stock, sku_config))
+        return jobs
+
+    def task_start(self) -> float | None:
+        """A lane's task's start on its round's host clock (None: not a scheduled lane)."""
+        if self._sched is None:
+            return None
+        sched, lead = self._sched
+        with sched.cond:
+            return sched.start.get(lead)
+
     def generate_softsku(self, sku_config: Configuration) -> SoftSku:
         """Validate the composed configuration by A/B against production and against stock."""
         exp = self.experiment
-        against = [("production", exp.production)]
-        if exp.stock != exp.production:
-            against.append(("stock", exp.stock))
+        against = [(p[len("validate:") :], b) for p, b, _ in self.validations(sku_config)]
         # independent of each other: on a pool, at once, each pooled over its share of the
         # pairs (as soon as the composed configuration is known: the strategy's last task)
         model = CostModel.of(exp)
@@ -1128,6 +1330,7 @@ class Runner:
             tag="validate",
             cost=[model.between(b, sku_config) for _, b in against],
             cost_at=lambda i, k: model.comparison_s(against[i][1].diff(sku_config), k),
+            labels=[f"validate:{name}" for name, _ in against],
         )
         vs_prod, vs_stock = results[0], results[-1]
         return SoftSku(

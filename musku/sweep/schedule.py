@@ -234,6 +234,7 @@ def list_schedule(
     deps: Mapping[int, Sequence[int]] | None = None,
     durations: Sequence[float] | None = None,
     cost_at: Callable[[int, int], float] | None = None,
+    finish: dict[int, tuple[float, float]] | None = None,
 ) -> tuple[float, list[int]]:
     """Host-clock of ``costs`` on ``pairs`` pairs as :meth:`Runner.map` schedules them: the
     first free pair (the earliest, then the lowest) takes the ready task with the longest
@@ -241,20 +242,20 @@ def list_schedule(
     free by then as :func:`allocate` gives it (one without ``cost_at``); each task takes its
     expected time on its pairs (``cost_at(task, k)``, else ``costs``), or its ``durations``
     entry (what it took: the schedule a sweep ran). Returns the makespan and the (first)
-    pair each task went to."""
+    pair each task went to; ``finish`` (when given) gets each task's (start, end)."""
     if pairs < 1:
         raise ValueError("list_schedule needs at least one pair")
     deps = deps or {}
     chain = chains(costs, deps)
     done = [0.0] * pairs
-    finish: dict[int, float] = {}
+    ends: dict[int, float] = {}
     where = [0] * len(costs)
     todo = set(range(len(costs)))
     while todo:
         ready = {
-            i: max((finish[d] for d in deps.get(i, ())), default=0.0)
+            i: max((ends[d] for d in deps.get(i, ())), default=0.0)
             for i in todo
-            if all(d in finish for d in deps.get(i, ()))
+            if all(d in ends for d in deps.get(i, ()))
         }
         p = min(range(pairs), key=lambda q: (done[q], q))
         start = max(done[p], min(ready.values()))
@@ -269,9 +270,11 @@ def list_schedule(
             if durations is not None
             else (cost_at(i, k) if cost_at is not None else costs[i])
         )
-        finish[i] = start + took
+        ends[i] = start + took
+        if finish is not None:
+            finish[i] = (start, ends[i])
         for q in free[:k]:
-            done[q] = finish[i]
+            done[q] = ends[i]
     return max(done), where
 
 
@@ -364,8 +367,9 @@ def estimate_clock(experiment: Any, pairs: int) -> float | None:
                 sum(model.scan_s(scan_order(experiment, k, base[k]), k) for k in knobs) + validate
             )
         plan = independent_plan(experiment, base, model, pairs)
-        clock = list_schedule(plan.costs, pairs, plan.deps, cost_at=plan.cost_at)[0]
-        return clock + validate
+        spans: dict[int, tuple[float, float]] = {}
+        clock = list_schedule(plan.costs, pairs, plan.deps, cost_at=plan.cost_at, finish=spans)[0]
+        return clock + validate_after(plan, spans, model, pairs, validations)
     if mode == "exhaustive":
         candidates = exhaustive_candidates(experiment)
         costs = [model.between(base, c) for c in candidates]
@@ -381,6 +385,39 @@ def estimate_clock(experiment: Any, pairs: int) -> float | None:
             + model.comparison_s(())
         )
     return None
+
+
+AHEAD_POOL = 4
+"""Pairs each validation started with the last knob's confirmation is pooled over (the
+runner's ``MIN_POOL``: a smaller pool is slower than one pair, :func:`pool_penalty`)."""
+
+
+def validate_after(
+    plan: Plan,
+    spans: Mapping[int, tuple[float, float]],
+    model: CostModel,
+    pairs: int,
+    validations: int,
+) -> float:
+    """Host-clock the validations add after the scans' schedule ``spans``: on a pool with
+    the pairs for it (each validation on :data:`AHEAD_POOL` pairs, the last choice's
+    confirmation too where the pool has the pairs, else on one), they start with the last knob's confirmation
+    (:meth:`musku.sweep.runner.Runner.choose` with ``ahead``), so only what they take past
+    that confirmation's end is added; otherwise all of them, after the scans, at once."""
+    after = list_schedule(
+        [model.comparison_s(())] * validations,
+        pairs,
+        cost_at=lambda _, k: model.comparison_s((), k),
+    )[0]
+    n = len(plan.walks)
+    last = max(range(n, n + len(plan.knobs)), key=lambda i: (spans[i][1], i), default=None)
+    if last is None or pairs < 1 + AHEAD_POOL * validations:
+        return after
+    start, end = spans[last]
+    width = AHEAD_POOL if pairs >= AHEAD_POOL * (1 + validations) else 1
+    confirm = model.comparison_s((plan.knobs[last - n],), width)
+    ahead = model.comparison_s((), AHEAD_POOL)
+    return max(0.0, start + max(confirm, ahead) - end)
 
 
 def scan_order(experiment: Any, knob: str, current: object) -> list[list[object]]:

@@ -14,12 +14,14 @@ calls the function here: ``strategy(runner) -> (best Configuration, list[KnobOut
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Callable
 
 from musku.domain import ComparisonResult, Configuration, Decision
 from musku.errors import InputError
 from musku.knob_spec import spec_of
 from musku.sweep.limits import EXHAUSTIVE_LIMIT  # the loader refuses the same
-from musku.sweep.runner import KnobOutcome, Runner
+from musku.sweep.runner import Job, KnobOutcome, Runner
 from musku.sweep.schedule import CostModel, exhaustive_candidates, independent_plan, scan_order
 
 
@@ -77,8 +79,14 @@ def _walk(
     return outcome
 
 
-def _choose(runner: Runner, purpose: str, base: Configuration, outcome: KnobOutcome) -> KnobOutcome:
-    outcome.best_value = runner.choose(purpose, base, outcome.results)[outcome.knob]
+def _choose(
+    runner: Runner,
+    purpose: str,
+    base: Configuration,
+    outcome: KnobOutcome,
+    ahead: Callable[[Configuration], list[Job]] | None = None,
+) -> KnobOutcome:
+    outcome.best_value = runner.choose(purpose, base, outcome.results, ahead)[outcome.knob]
     return outcome
 
 
@@ -109,6 +117,9 @@ def _scans_on_pool(runner: Runner, base: Configuration, knobs: list[str]) -> lis
     plan = independent_plan(runner.experiment, base, CostModel.of(runner.experiment), pairs)
     walks, n = plan.walks, len(plan.walks)
     parts: dict[int, KnobOutcome] = {}  # walk task -> what it found (filled as walks end)
+    # knob -> (its choice, the host time the choice ended on the round's clock)
+    decided: dict[str, tuple[object, float]] = {}
+    lock = threading.Lock()
 
     def walk(r: Runner, i: int) -> KnobOutcome:
         knob, values, unimodal = walks[i]
@@ -123,7 +134,12 @@ def _scans_on_pool(runner: Runner, base: Configuration, knobs: list[str]) -> lis
             merged.results += parts[i].results
             merged.pruned += parts[i].pruned
             merged.skipped += parts[i].skipped
-        return _choose(r, f"knob:{knob}", base, merged)
+        out = _choose(r, f"knob:{knob}", base, merged, _ahead(r, base, knob, decided, lock))
+        start = r.task_start()
+        if start is not None:
+            with lock:
+                decided[knob] = (out.best_value, start + r.clock_s)
+        return out
 
     items: list[tuple[str, int]] = [("walk", i) for i in range(n)]
     items += [("choose", k) for k in range(len(knobs))]
@@ -134,8 +150,46 @@ def _scans_on_pool(runner: Runner, base: Configuration, knobs: list[str]) -> lis
         cost=plan.costs,
         deps=plan.deps,
         cost_at=plan.cost_at,
+        labels=[_walk_label(w) for w in walks] + [f"{k} choice" for k in knobs],
     )
     return done[n:]
+
+
+def _ahead(
+    r: Runner,
+    base: Configuration,
+    knob: str,
+    decided: dict[str, tuple[object, float]],
+    lock: threading.Lock,
+) -> Callable[[Configuration], list[Job]] | None:
+    """For the last knob's choice on a pool (every other knob's choice ended by the host
+    time this one starts, so the soft SKU is known but for this knob): the validations of
+    the composition its leader completes, to run with its confirmation (issue 31 item 3:
+    the validations start as soon as the composed configuration is known, here as soon as
+    it is known up to that confirmation). Decided on the host clock, so a seed gives the
+    same sweep whatever the thread timing. None otherwise."""
+    start = r.task_start()
+    if start is None:
+        return None
+    with lock:
+        others = {k: v for k, (v, end) in decided.items() if end <= start and k != knob}
+    if len(others) != len(r.experiment.service.knobs) - 1:
+        return None
+    composed = base.merged(Configuration.of(others))
+
+    def ahead(leader: Configuration) -> list[Job]:
+        return r.validations(composed.with_(knob, leader[knob]))
+
+    return ahead
+
+
+def _walk_label(walk: tuple[str, list[object], bool]) -> str:
+    """A walk task's name in the sweep's timeline: ``shp 300..600`` (a unimodal walk),
+    ``cdp=6:5`` (one setting)."""
+    knob, values, unimodal = walk
+    if len(values) == 1 and not unimodal:
+        return f"{knob}={values[0]}"
+    return f"{knob} {values[0]}..{values[-1]}" if len(values) > 1 else f"{knob} {values[0]}"
 
 
 def exhaustive(runner: Runner) -> tuple[Configuration, list[KnobOutcome]]:

@@ -290,6 +290,7 @@ def run_sweep(
         time_missing=missing,
         estimate_clock_s=expected,
         periods=period_summary(experiment.stats.period, (r for _, r in runner.results)),
+        timeline=list(runner.timeline),
     )
 
 

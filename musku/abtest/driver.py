@@ -62,6 +62,8 @@ from musku.abtest import structure as structure_mod
 from musku.abtest.calibration import PairMemory
 from musku.abtest.rules import (
     PERIOD_SHARE_OF_WANDER,
+    WANDER_SD,
+    WANDER_TAU_S,
     DecisionRule,
     Evidence,
     RuleSetup,
@@ -764,8 +766,6 @@ class _Comparison:
         rule's wander prior, between the structure's limits."""
         wander = getattr(self.rule, "wander", None)
         if not isinstance(wander, stats.Wander):
-            from musku.abtest.rules import WANDER_SD, WANDER_TAU_S
-
             wander = stats.Wander(WANDER_SD, WANDER_TAU_S)
         cost = periods_mod.PeriodCost(
             interval_s=self.interval,

@@ -49,10 +49,12 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from musku.abtest.structure import Structure
+from musku.errors import InputError
 
 PERIOD_MODES = ("swap", "auto")
 """``[statistics] period``: ``swap`` (periods of SWAP_OVERHEAD x the swap cost: the rule
@@ -75,8 +77,6 @@ CS_RADIUS = 3.0  # half-width / standard error where the sequence decides (struc
 
 def check_mode(value: object) -> str:
     """``value`` if it is a period mode, else a one-line :class:`~musku.errors.InputError`."""
-    from musku.errors import InputError
-
     if isinstance(value, str) and value in PERIOD_MODES:
         return value
     raise InputError(
@@ -247,8 +247,6 @@ def summary(mode: str, results: Iterable[object]) -> str:
     """One line for a sweep's summary: the period rule, the lengths its comparisons used and,
     under ``auto``, the expected host time against the fixed rule's (the median comparison's
     reason); empty when no result recorded a period."""
-    import statistics
-
     got = [r for r in results if getattr(r, "period_s", None) is not None]
     if not got:
         return ""

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 
 from musku.errors import HostError, InputError, UnsupportedError
@@ -166,8 +167,6 @@ def fit_cpu(
     (every subset of the three terms solved, the best feasible one kept). The per-wake-up term
     needs switch counts that differ between three or more windows; without it, two windows give
     c = a + b / r through both (a clamped to [floor, c at the lower rate]), as the profile did."""
-    import numpy as np
-
     r = np.asarray(qps, dtype=float)
     c = np.asarray(cpu_us, dtype=float)
     s = np.zeros_like(r) if wakeups is None else np.asarray(wakeups, dtype=float)

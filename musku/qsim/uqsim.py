@@ -578,7 +578,8 @@ def convert(
     for k in range(4):
         if k not in net_cps:
             raise InputError(f"net_stack needs code paths 0..3 (no {k})", where=str(nwhere))
-    net_names = [_get(net_cps[k], "stage_name", nwhere, str) for k in range(4)]
+    # an empty name gets one, as a service's stage does (qsim names every stage)
+    net_names = [_get(net_cps[k], "stage_name", nwhere, str) or f"net{k}" for k in range(4)]
     if len(set(net_names)) != 4:
         net_names = [f"{n}_{k}" for k, n in enumerate(net_names)]
     net_ratio = _freq_ratio(net, nwhere)

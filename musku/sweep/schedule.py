@@ -33,6 +33,8 @@ from typing import Any
 
 from musku.abtest import stats, structure
 from musku.abtest.driver import SWAP_OVERHEAD
+from musku.abtest.periods import PeriodCost, choose_in
+from musku.abtest.rules import PERIOD_SHARE_OF_WANDER, WANDER_SD, WANDER_TAU_S
 from musku.domain import Configuration, StatsSettings
 from musku.hosts.backend import Prior, backend_of
 from musku.knob_spec import spec_of
@@ -61,9 +63,6 @@ def auto_period_s(st: StatsSettings, noise_sd: float, swap_s: float) -> float:
     """The period ``[statistics] period = "auto"`` is expected to choose (host seconds):
     :func:`musku.abtest.periods.choose_in` for batches of one window, the per-window noise
     ``noise_sd``, a swap of ``swap_s`` and the cs rule's default wander prior."""
-    from musku.abtest.periods import PeriodCost, choose_in
-    from musku.abtest.rules import PERIOD_SHARE_OF_WANDER, WANDER_SD, WANDER_TAU_S
-
     s = structure.derive(st)
     fixed = s.period_length(1, swap_s, SWAP_OVERHEAD)
     cost = PeriodCost(

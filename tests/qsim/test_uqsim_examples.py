@@ -326,3 +326,19 @@ def test_damaged_directories_never_crash(tmp_path_factory: Any, data: Any) -> No
         assert "\n" not in e.one_line()
         return
     load(out)  # never a model qsim's own validator rejects
+
+
+def test_an_empty_network_stage_name_gets_one(tmp_path: Path) -> None:
+    """Hypothesis found it (CI, 2026-11-28): an empty ``stage_name`` in net_stack.json was
+    written through, and qsim's validator refused the importer's own model."""
+    d = write_example(tmp_path / "u", "features", qps=50, duration_s=1)
+    f = d / "microservice" / "net_stack.json"
+    doc = json.loads(f.read_text())
+    for cp in doc["paths"]:
+        for st_ in cp["stages"]:
+            st_["stage_name"] = ""
+    f.write_text(json.dumps(doc))
+    out = tmp_path / "m.toml"
+    convert(d, out)
+    load(out)
+    assert 'name = "net0"' in out.read_text()

@@ -67,6 +67,14 @@ PROC_CMDLINE = "/proc/cmdline"
 PROC_CPUINFO = "/proc/cpuinfo"
 PROC_MEMINFO = "/proc/meminfo"
 PROC_MOUNTS = "/proc/mounts"
+
+
+def proc_pid(pid: int, *parts: object) -> str:
+    """A process's procfs path: ``proc_pid(7, "task", 9, "status")`` is
+    ``/proc/7/task/9/status``."""
+    return "/".join(["/proc", str(pid), *map(str, parts)])
+
+
 GRUB_DEFAULT = "/etc/default/grub"
 GRUB_DEFAULT_D = "/etc/default/grub.d"  # *.cfg snippets sourced after GRUB_DEFAULT
 

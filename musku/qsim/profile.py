@@ -39,7 +39,7 @@ import numpy as np
 import psutil
 
 from musku.errors import HostError, InputError, UnsupportedError
-from musku.hostfs import HostFS, HostFSError
+from musku.hostfs import HostFS, HostFSError, proc_pid
 from musku.qsim.engine import simulate
 from musku.qsim.model import load
 from musku.qsim.overrides import with_overrides
@@ -115,7 +115,7 @@ def process_cpu_s(stats: dict[str, Any]) -> float:
 def proc_cpu_s(fs: HostFS, pid: int) -> float:
     """A process's own CPU time (all its threads, user + system) from ``/proc/PID/stat``
     (utime and stime, fields 14 and 15, in clock ticks)."""
-    text = fs.read_text(f"/proc/{pid}/stat")
+    text = fs.read_text(proc_pid(pid, "stat"))
     rest = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces and ')'
     return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -126,9 +126,9 @@ def context_switches(fs: HostFS, pid: int) -> int:
     ended thread's switches leave with it (the servers' thread pools live as long as they do).
     A thread that ends meanwhile is skipped."""
     total = 0
-    for tid in fs.listdir(f"/proc/{pid}/task"):
+    for tid in fs.listdir(proc_pid(pid, "task")):
         try:
-            text = fs.read_text(f"/proc/{pid}/task/{tid}/status")
+            text = fs.read_text(proc_pid(pid, "task", tid, "status"))
         except HostFSError:
             continue
         for line in text.splitlines():

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model.h"
+#include "rng.h"
 
 namespace musku::qsim::internal {
 
@@ -97,6 +98,7 @@ struct StageQ {
   Ring<int> ready;  // connections with queued jobs, each once
   size_t len = 0, max_len = 0;
   double area = 0, last = 0;
+  Rng rng;  // this (instance, stage)'s service times (docs/qsim.md "Engine": random streams)
 };
 
 struct Core {

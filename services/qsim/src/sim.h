@@ -54,7 +54,7 @@ class Sim {
   void MakeRunnable(int tid);
   void Grant(int tid, int core);
   void StartWork(int tid);
-  void RunBatch(int tid, Thread& t, const Instance& in, const ServiceSpec& sv);  // StartWork's end
+  void RunBatch(int tid, Thread& t, Instance& in, const ServiceSpec& sv);  // StartWork's end
   bool Fuse(int tid, Thread& t, Instance& in);  // a job's next stage on the same thread (Done)
   bool SomeoneWaits(const MachineRt& mc, int core) const;  // a runnable thread for this core
   void Done(int tid);
@@ -108,7 +108,6 @@ class Sim {
   bool stopped_ = false, saturated_ = false;
   std::string stop_reason_;
   Rng rng_arrival_, rng_path_, rng_lb_, rng_branch_, rng_conn_;
-  std::vector<std::vector<Rng>> rng_stage_;  // [service][stage]
   std::vector<std::vector<double>> svc_freq_factor_;
   std::vector<MachineRt> machines_;
   std::vector<Instance> inst_;

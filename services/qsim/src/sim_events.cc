@@ -311,10 +311,9 @@ void Sim::StartWork(int tid) {
 // switch if another thread ran on its core last, its completion event.
 // Inlined into both callers: a call here cost ~10 % more instructions in StartWork on the
 // imported fan-out, where no stage is fused.
-[[gnu::always_inline]] inline void Sim::RunBatch(int tid, Thread& t, const Instance& in, const ServiceSpec& sv) {
+[[gnu::always_inline]] inline void Sim::RunBatch(int tid, Thread& t, Instance& in, const ServiceSpec& sv) {
   const StageSpec& st = sv.stages[static_cast<size_t>(t.batch_stage)];
-  double d = ServiceTime(st, sv, t.batch.size(),
-                         rng_stage_[static_cast<size_t>(in.service)][static_cast<size_t>(t.batch_stage)]);
+  double d = ServiceTime(st, sv, t.batch.size(), in.queues[static_cast<size_t>(t.batch_stage)].rng);
   if (t.core >= 0) {
     Core& c = machines_[static_cast<size_t>(in.machine)].cores[static_cast<size_t>(t.core)];
     if (c.last_thread != tid && c.last_thread != -1) d += sv.context_switch_us * 1000.0;
@@ -501,8 +500,7 @@ bool Sim::Lindley(Job* j, Instance& in) {
   const NodeSpec& n = *j->spec;
   const int stage = n.stages[0];
   const double start = std::max(now_, in.free_at);
-  const double d = ServiceTime(sv.stages[static_cast<size_t>(stage)], sv, 1,
-                               rng_stage_[static_cast<size_t>(in.service)][static_cast<size_t>(stage)]);
+  const double d = ServiceTime(sv.stages[static_cast<size_t>(stage)], sv, 1, in.queues[static_cast<size_t>(stage)].rng);
   const double dep = start + d;
   in.free_at = dep;
   // the backlog is in free_at, not in live requests: bound it the same way

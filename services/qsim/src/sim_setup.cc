@@ -45,8 +45,6 @@ void Sim::Setup() {
   uint64_t stream = kStreamStage;
   for (size_t s = 0; s < m_.services.size(); ++s) {
     const ServiceSpec& sv = m_.services[s];
-    rng_stage_.emplace_back();
-    for (size_t k = 0; k < sv.stages.size(); ++k) rng_stage_.back().emplace_back(DeriveSeed(m_.seed, stream++));
     svc_first_inst_.push_back(static_cast<int>(inst_.size()));
     for (const InstanceSpec& is : sv.instances) {
       Instance in;
@@ -58,6 +56,9 @@ void Sim::Setup() {
       in.lindley = lindley[s];
       for (size_t k = 0; k < sv.stages.size(); ++k) {
         in.queues[k].kind = sv.stages[k].queue;
+        // one stream per (instance, stage): an instance's draws do not depend on the order in
+        // which the engine serves other instances of its service
+        in.queues[k].rng = Rng(DeriveSeed(m_.seed, stream++));
         if (in.queues[k].kind != QueueKind::kFifo) in.queues[k].conns.resize(static_cast<size_t>(sv.connections));
       }
       in.first_thread = static_cast<int>(threads_.size());

@@ -107,6 +107,9 @@ struct Core {
   double busy_time = 0;
 };
 
+// The most stages a thread chains into one completion event (Sim::Chain).
+constexpr int kMaxChain = 8;
+
 struct Thread {
   int inst = 0;
   int index = 0;  // within the instance
@@ -119,6 +122,11 @@ struct Thread {
   int batch_stage = 0;
   double start = 0;
   double busy_time = 0;
+  // A chain (Sim::Chain): the job's next stages drawn ahead; stage chain_stage[k] starts at
+  // chain_t[k] (the end of the one before), the completion event is the last one's end
+  int chain_n = 0;
+  double chain_t[kMaxChain] = {};
+  int chain_stage[kMaxChain] = {};
 };
 
 struct Instance {
@@ -133,6 +141,8 @@ struct Instance {
   size_t outstanding = 0;  // jobs queued or in service (least-loaded)
   bool defer_wake = false; // a batching stage: a woken thread starts after this instant's events
   bool lindley = false;    // one FIFO server: departures computed on arrival (Sim::Lindley)
+  bool chain = false;      // one thread on cores of its own: a job's stages may chain (Sim::Chain)
+  int max_entry = 0;       // the highest stage index a job enters the instance at (a node's first)
   double free_at = 0;
 };
 

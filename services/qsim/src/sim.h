@@ -56,6 +56,9 @@ class Sim {
   void StartWork(int tid);
   void RunBatch(int tid, Thread& t, Instance& in, const ServiceSpec& sv);  // StartWork's end
   bool Fuse(int tid, Thread& t, Instance& in);  // a job's next stage on the same thread (Done)
+  double Chain(Thread& t, Instance& in, const ServiceSpec& sv, double end);  // RunBatch: stages ahead
+  double ChainSteps(Thread& t, Instance& in, double upto);  // a chain's stage changes up to a time
+  void EndChains();  // the end of the run: stage changes a chain passed before it (Loop)
   bool SomeoneWaits(const MachineRt& mc, int core) const;  // a runnable thread for this core
   void Done(int tid);
   void ReleaseCore(int tid);

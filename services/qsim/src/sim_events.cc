@@ -322,7 +322,79 @@ void Sim::StartWork(int tid) {
   t.start = now_;
   ++stage_runs_;
   jobs_run_ += t.batch.size();
-  Push(now_ + d, kDone, tid);
+  const double end = now_ + d;
+  Push(in.chain && t.batch.size() == 1 ? Chain(t, in, sv, end) : end, kDone, tid);
+}
+
+// A chain (docs/qsim.md "Engine", **chained stages**): on an instance with one thread whose cores
+// no other thread may use (in.chain), a job's next stage fuses at the end of this one (Sim::Fuse)
+// exactly when, at that time, its queue and every later one are empty; only this thread fills a
+// queue past the instance's entry stages (in.max_entry) and it is busy until then, so whether
+// each fusion will happen is known now. Their service times are drawn now, from the stages' own
+// instance streams (the same values as later, in the same order), and the thread gets one
+// completion event at the chain's end instead of one per stage; ChainSteps replays the stage
+// changes' bookkeeping at their own times. Returns the chain's end.
+double Sim::Chain(Thread& t, Instance& in, const ServiceSpec& sv, double end) {
+  const Job* j = t.batch[0];
+  const NodeSpec& n = *j->spec;
+  int k = 0;
+  for (size_t p = static_cast<size_t>(j->pos) + 1; p < n.stages.size() && k < kMaxChain; ++p, ++k) {
+    const int s = n.stages[p];
+    if (s <= in.max_entry) break;
+    for (size_t q = static_cast<size_t>(s); q < in.queues.size(); ++q)
+      if (in.queues[q].len != 0) goto done;
+    t.chain_t[k] = end;
+    t.chain_stage[k] = s;
+    end = end + ServiceTime(sv.stages[static_cast<size_t>(s)], sv, 1, in.queues[static_cast<size_t>(s)].rng);
+  }
+done:
+  t.chain_n = k;
+  return end;
+}
+
+// The stage changes of the thread's chain at or before `upto`, as Done and Fuse would have made
+// them at their own times: the finished stage's busy time, the job's position, the next queue's
+// last change and maximum (its length went 0 -> 1 -> 0 at that instant), the run counters.
+double Sim::ChainSteps(Thread& t, Instance& in, double upto) {
+  Job* j = t.batch[0];
+  int k = 0;
+  for (; k < t.chain_n && t.chain_t[k] <= upto; ++k) {
+    const double ti = t.chain_t[k];
+    const double busy = ti - std::max(t.start, measure_start_);
+    if (busy > 0) {
+      t.busy_time += busy;
+      if (t.core >= 0) machines_[static_cast<size_t>(in.machine)].cores[static_cast<size_t>(t.core)].busy_time += busy;
+    }
+    ++j->pos;
+    StageQ& q = in.queues[static_cast<size_t>(t.chain_stage[k])];
+    q.last = std::max(q.last, ti);  // a warm-up after ti set it later
+    if (q.max_len < 1 && ti >= measure_start_) q.max_len = 1;  // (one before it was reset)
+    t.batch_stage = t.chain_stage[k];
+    t.start = ti;
+    ++stage_runs_;
+    ++jobs_run_;
+  }
+  // the rest (after `upto`) moves to the front
+  for (int i = k; i < t.chain_n; ++i) {
+    t.chain_t[i - k] = t.chain_t[i];
+    t.chain_stage[i - k] = t.chain_stage[i];
+  }
+  t.chain_n -= k;
+  return k > 0 ? t.start : -1.0;
+}
+
+// The run ended with chains under way: their stage changes the loop would have reached, as
+// events of their own, happen here (those up to the end of the simulated time when it was
+// reached, else those before the event that stopped the run), and the clock moves to the
+// latest of them as it would have.
+void Sim::EndChains() {
+  const bool to_end = stop_reason_ == "duration reached";
+  const double upto = to_end ? end_ : now_;
+  for (Thread& t : threads_) {
+    if (t.chain_n == 0) continue;
+    const double last = ChainSteps(t, inst_[static_cast<size_t>(t.inst)], upto);
+    if (to_end) now_ = std::max(now_, last);
+  }
 }
 
 // Whether a runnable thread on the machine's run queue may use this core.
@@ -399,6 +471,7 @@ void Sim::ReleaseCore(int tid) {
 void Sim::Done(int tid) {
   Thread& t = threads_[static_cast<size_t>(tid)];
   Instance& in = inst_[static_cast<size_t>(t.inst)];
+  if (t.chain_n > 0) ChainSteps(t, in, now_);
   const double busy = now_ - std::max(t.start, measure_start_);
   if (busy > 0) {
     t.busy_time += busy;
@@ -622,6 +695,7 @@ void Sim::Loop() {
     if (live_jobs_ > m_.max_live_jobs) Stop("more than " + std::to_string(m_.max_live_jobs) + " jobs in flight", true);
   }
   if (!stopped_) Stop("no more events", false);
+  EndChains();
 }
 
 }  // namespace musku::qsim::internal

@@ -2,6 +2,7 @@
 // the Lindley fast path's eligibility, the first events (docs/qsim.md "Engine").
 #include "sim.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -42,6 +43,19 @@ void Sim::Setup() {
       if (n.stages.size() != 1 || n.hold_thread || n.release_thread || n.pool > 0)
         lindley[static_cast<size_t>(n.service)] = false;
   pools_.assign(static_cast<size_t>(m_.pools), PoolRt());
+  // chained stages (Sim::Chain): the stages a job enters each service at, and which cores more
+  // than one thread may run on (simple execution takes no core)
+  std::vector<int> max_entry(m_.services.size(), 0);
+  for (const PathSpec& p : m_.paths)
+    for (const NodeSpec& n : p.nodes)
+      if (!n.stages.empty())
+        max_entry[static_cast<size_t>(n.service)] = std::max(max_entry[static_cast<size_t>(n.service)], n.stages[0]);
+  std::vector<std::vector<int>> core_users(m_.machines.size());
+  for (size_t i = 0; i < m_.machines.size(); ++i) core_users[i].assign(static_cast<size_t>(m_.machines[i].cores), 0);
+  for (const ServiceSpec& sv : m_.services)
+    if (!sv.simple)
+      for (const InstanceSpec& is : sv.instances)
+        for (int c : is.cores) core_users[static_cast<size_t>(is.machine)][static_cast<size_t>(c)] += sv.threads;
   uint64_t stream = kStreamStage;
   for (size_t s = 0; s < m_.services.size(); ++s) {
     const ServiceSpec& sv = m_.services[s];
@@ -54,6 +68,10 @@ void Sim::Setup() {
       in.queues.resize(sv.stages.size());
       for (const StageSpec& st : sv.stages) in.defer_wake = in.defer_wake || st.batch > 1;
       in.lindley = lindley[s];
+      in.max_entry = max_entry[s];
+      bool own_cores = true;
+      for (int c : is.cores) own_cores = own_cores && core_users[static_cast<size_t>(is.machine)][static_cast<size_t>(c)] == 1;
+      in.chain = !m_.no_stage_fusion && control_ == nullptr && sv.threads == 1 && !in.lindley && (sv.simple || own_cores);
       for (size_t k = 0; k < sv.stages.size(); ++k) {
         in.queues[k].kind = sv.stages[k].queue;
         // one stream per (instance, stage): an instance's draws do not depend on the order in

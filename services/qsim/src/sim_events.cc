@@ -563,9 +563,11 @@ void Sim::FinishNode(Job* j, double t) {
   if (--r->tokens == 0) Complete(r);
 }
 
-// The fast path for an instance that is one FIFO server (simple execution, one thread, every
-// stage fifo with batch 1, every node on it one stage): the job's departure is known when it
-// arrives (Lindley's recursion, d = max(a, d_prev) + s), so it needs no event of its own.
+// The fast path for an instance that is one FIFO server (one thread, with simple execution or
+// alone on its cores, every stage fifo with batch 1, every node on it one stage): the job's
+// departure is known when it arrives (Lindley's recursion, d = max(a, d_prev) + s), so it needs
+// no event of its own. Jobs are served in arrival order whatever their stage (the event path
+// would take a later stage's job first when several wait: a network stack's rx before its tx).
 // Arrivals reach an instance in time order, so this is exact; the queue-length figures of such
 // an instance come from Little's law (waiting time / window).
 bool Sim::Lindley(Job* j, Instance& in) {
@@ -582,7 +584,11 @@ bool Sim::Lindley(Job* j, Instance& in) {
   if (backlog > static_cast<double>(m_.max_live_requests))
     Stop("a backlog of more than " + std::to_string(m_.max_live_requests) + " jobs at " + sv.name, true);
   const double b = std::min(dep, end_) - std::max(start, measure_start_);
-  if (b > 0) threads_[static_cast<size_t>(in.first_thread)].busy_time += b;
+  if (b > 0) {
+    threads_[static_cast<size_t>(in.first_thread)].busy_time += b;
+    // a thread alone on its cores always gets the first (threads and pinned execution alike)
+    if (!sv.simple) machines_[static_cast<size_t>(in.machine)].cores[static_cast<size_t>(in.cores[0])].busy_time += b;
+  }
   StageQ& q = in.queues[static_cast<size_t>(stage)];
   if (now_ >= measure_start_) {
     q.area += start - now_;

@@ -30,11 +30,12 @@ void Sim::Setup() {
   for (size_t i = 0; i < m_.machines.size(); ++i) machines_[i].cores.resize(static_cast<size_t>(m_.machines[i].cores));
   svc_hist_.resize(m_.services.size());
   svc_rr_.assign(m_.services.size(), 0);
-  // which services are single FIFO servers (the Lindley fast path)
+  // which services are single FIFO servers (the Lindley fast path): one thread, every stage fifo
+  // with batch 1, every node one stage, and (per instance, below) no core another thread may take
   std::vector<bool> lindley(m_.services.size(), false);
   for (size_t s = 0; s < m_.services.size(); ++s) {
     const ServiceSpec& sv = m_.services[s];
-    bool ok = sv.simple && sv.threads == 1 && sv.lb != Lb::kLeastLoaded && !m_.no_fast_path;
+    bool ok = sv.threads == 1 && sv.lb != Lb::kLeastLoaded && !m_.no_fast_path;
     for (const StageSpec& st : sv.stages) ok = ok && st.queue == QueueKind::kFifo && st.batch == 1;
     lindley[s] = ok;
   }
@@ -67,10 +68,10 @@ void Sim::Setup() {
       in.cores = is.cores;
       in.queues.resize(sv.stages.size());
       for (const StageSpec& st : sv.stages) in.defer_wake = in.defer_wake || st.batch > 1;
-      in.lindley = lindley[s];
       in.max_entry = max_entry[s];
       bool own_cores = true;
       for (int c : is.cores) own_cores = own_cores && core_users[static_cast<size_t>(is.machine)][static_cast<size_t>(c)] == 1;
+      in.lindley = lindley[s] && (sv.simple || own_cores);
       in.chain = !m_.no_stage_fusion && control_ == nullptr && sv.threads == 1 && !in.lindley && (sv.simple || own_cores);
       for (size_t k = 0; k < sv.stages.size(); ++k) {
         in.queues[k].kind = sv.stages[k].queue;

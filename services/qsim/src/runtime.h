@@ -140,10 +140,11 @@ struct Instance {
   int waking = 0;          // threads woken but not yet running
   size_t outstanding = 0;  // jobs queued or in service (least-loaded)
   bool defer_wake = false; // a batching stage: a woken thread starts after this instant's events
-  bool lindley = false;    // one FIFO server: departures computed on arrival (Sim::Lindley)
+  bool lindley = false;    // FCFS servers: departures computed on arrival (Sim::Lindley)
   bool chain = false;      // one thread on cores of its own: a job's stages may chain (Sim::Chain)
   int max_entry = 0;       // the highest stage index a job enters the instance at (a node's first)
-  double free_at = 0;
+  double free_at = 0;              // Lindley, one thread: when it is next free
+  std::vector<double> free_at_k;  // Lindley, several: when each is next free (size: threads)
 };
 
 struct MachineRt {

@@ -563,31 +563,43 @@ void Sim::FinishNode(Job* j, double t) {
   if (--r->tokens == 0) Complete(r);
 }
 
-// The fast path for an instance that is one FIFO server (one thread, with simple execution or
-// alone on its cores, every stage fifo with batch 1, every node on it one stage): the job's
-// departure is known when it arrives (Lindley's recursion, d = max(a, d_prev) + s), so it needs
-// no event of its own. Jobs are served in arrival order whatever their stage (the event path
-// would take a later stage's job first when several wait: a network stack's rx before its tx).
-// Arrivals reach an instance in time order, so this is exact; the queue-length figures of such
-// an instance come from Little's law (waiting time / window).
+// The fast path for an instance that is first-come-first-served servers (every stage fifo with
+// batch 1, every node on it one stage, its threads with simple execution or each with a core
+// that no other instance's thread may take): the job's departure is known when it arrives
+// (Lindley's recursion, d = max(a, d_prev) + s; with c threads, Kiefer and Wolfowitz's: the
+// job starts when the first of the c is free), so it needs no event of its own. Arrivals reach
+// an instance in time order and the event path starts jobs in that order, drawing their times
+// from the instance's stream in the same order, so this is exact. Jobs are served in arrival
+// order whatever their stage (the event path would take a later stage's job first when several
+// wait: a network stack's rx before its tx); the queue-length figures come from Little's law
+// (waiting time / window).
 bool Sim::Lindley(Job* j, Instance& in) {
   const ServiceSpec& sv = m_.services[static_cast<size_t>(in.service)];
   const NodeSpec& n = *j->spec;
   const int stage = n.stages[0];
-  const double start = std::max(now_, in.free_at);
+  size_t k = 0;  // the thread free first (the lowest-numbered of those free now)
+  const size_t c = in.free_at_k.size();
+  double* free_at = &in.free_at;
+  if (c > 1) {
+    for (size_t i = 1; i < c; ++i)
+      if (in.free_at_k[i] < in.free_at_k[k]) k = i;
+    free_at = &in.free_at_k[k];
+  }
+  const double start = std::max(now_, *free_at);
   const double d = ServiceTime(sv.stages[static_cast<size_t>(stage)], sv, 1, in.queues[static_cast<size_t>(stage)].rng);
   const double dep = start + d;
-  in.free_at = dep;
-  // the backlog is in free_at, not in live requests: bound it the same way
+  *free_at = dep;
+  // the backlog is in the free times, not in live requests: bound it the same way
   const double mean_ns = std::max(1.0, sv.stages[static_cast<size_t>(stage)].mean_us * 1000.0);
-  const double backlog = (start - now_) / mean_ns;
+  const double backlog = (start - now_) / mean_ns * static_cast<double>(c);
   if (backlog > static_cast<double>(m_.max_live_requests))
     Stop("a backlog of more than " + std::to_string(m_.max_live_requests) + " jobs at " + sv.name, true);
   const double b = std::min(dep, end_) - std::max(start, measure_start_);
   if (b > 0) {
-    threads_[static_cast<size_t>(in.first_thread)].busy_time += b;
-    // a thread alone on its cores always gets the first (threads and pinned execution alike)
-    if (!sv.simple) machines_[static_cast<size_t>(in.machine)].cores[static_cast<size_t>(in.cores[0])].busy_time += b;
+    threads_[static_cast<size_t>(in.first_thread) + k].busy_time += b;
+    // thread k on core k of the instance's (the event path puts a woken thread on the first
+    // free core: the per-core split may differ, the machine's total does not)
+    if (!sv.simple) machines_[static_cast<size_t>(in.machine)].cores[static_cast<size_t>(in.cores[k])].busy_time += b;
   }
   StageQ& q = in.queues[static_cast<size_t>(stage)];
   if (now_ >= measure_start_) {

@@ -30,12 +30,13 @@ void Sim::Setup() {
   for (size_t i = 0; i < m_.machines.size(); ++i) machines_[i].cores.resize(static_cast<size_t>(m_.machines[i].cores));
   svc_hist_.resize(m_.services.size());
   svc_rr_.assign(m_.services.size(), 0);
-  // which services are single FIFO servers (the Lindley fast path): one thread, every stage fifo
-  // with batch 1, every node one stage, and (per instance, below) no core another thread may take
+  // which services are first-come-first-served servers (the Lindley fast path): every stage fifo
+  // with batch 1, every node one stage, and (per instance, below) a core for each thread that no
+  // other instance's thread may take
   std::vector<bool> lindley(m_.services.size(), false);
   for (size_t s = 0; s < m_.services.size(); ++s) {
     const ServiceSpec& sv = m_.services[s];
-    bool ok = sv.threads == 1 && sv.lb != Lb::kLeastLoaded && !m_.no_fast_path;
+    bool ok = sv.lb != Lb::kLeastLoaded && !m_.no_fast_path;
     for (const StageSpec& st : sv.stages) ok = ok && st.queue == QueueKind::kFifo && st.batch == 1;
     lindley[s] = ok;
   }
@@ -44,8 +45,9 @@ void Sim::Setup() {
       if (n.stages.size() != 1 || n.hold_thread || n.release_thread || n.pool > 0)
         lindley[static_cast<size_t>(n.service)] = false;
   pools_.assign(static_cast<size_t>(m_.pools), PoolRt());
-  // chained stages (Sim::Chain): the stages a job enters each service at, and which cores more
-  // than one thread may run on (simple execution takes no core)
+  // chained stages (Sim::Chain): the stages a job enters each service at; and (there and for
+  // the Lindley fast path) which cores more than one instance's threads may run on (simple
+  // execution takes no core)
   std::vector<int> max_entry(m_.services.size(), 0);
   for (const PathSpec& p : m_.paths)
     for (const NodeSpec& n : p.nodes)
@@ -56,7 +58,7 @@ void Sim::Setup() {
   for (const ServiceSpec& sv : m_.services)
     if (!sv.simple)
       for (const InstanceSpec& is : sv.instances)
-        for (int c : is.cores) core_users[static_cast<size_t>(is.machine)][static_cast<size_t>(c)] += sv.threads;
+        for (int c : is.cores) core_users[static_cast<size_t>(is.machine)][static_cast<size_t>(c)] += 1;
   uint64_t stream = kStreamStage;
   for (size_t s = 0; s < m_.services.size(); ++s) {
     const ServiceSpec& sv = m_.services[s];
@@ -71,7 +73,8 @@ void Sim::Setup() {
       in.max_entry = max_entry[s];
       bool own_cores = true;
       for (int c : is.cores) own_cores = own_cores && core_users[static_cast<size_t>(is.machine)][static_cast<size_t>(c)] == 1;
-      in.lindley = lindley[s] && (sv.simple || own_cores);
+      in.lindley = lindley[s] && (sv.simple || (own_cores && is.cores.size() >= static_cast<size_t>(sv.threads)));
+      if (in.lindley) in.free_at_k.assign(static_cast<size_t>(sv.threads), 0.0);
       in.chain = !m_.no_stage_fusion && control_ == nullptr && sv.threads == 1 && !in.lindley && (sv.simple || own_cores);
       for (size_t k = 0; k < sv.stages.size(); ++k) {
         in.queues[k].kind = sv.stages[k].queue;

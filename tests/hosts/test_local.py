@@ -51,7 +51,15 @@ def restore_thp() -> Iterator[None]:
 
 def _experiment(tmp: Path, **hosts: object) -> Experiment:
     e = load_experiment(ROOT / "experiments" / "local-vm.toml")
-    opts = {**e.hosts.options, "state_dir": str(tmp / "state"), "arena_mib": 128, **hosts}
+    # lock_wait_s: another engineer's real-host test (or a bench) may take the host between
+    # restore_thp's wait and this test's agent start, and hold it for minutes
+    opts = {
+        **e.hosts.options,
+        "state_dir": str(tmp / "state"),
+        "arena_mib": 128,
+        "lock_wait_s": 600,
+        **hosts,
+    }
     return dataclasses.replace(e, hosts=dataclasses.replace(e.hosts, options=opts))
 
 

@@ -55,6 +55,7 @@ import musku.agent.daemon  # noqa: E402,F401  (imported once, before the agents 
 from musku.domain import Configuration  # noqa: E402
 from musku.errors import HostError, LinkDown, MuskuError  # noqa: E402
 from tests.agent.helpers import config, fake_host, spawn_daemon  # noqa: E402
+from tests.fixtures.sshd import stop_sshd  # noqa: E402
 from tests.timing import slowdown  # noqa: E402
 
 SSHD = "/usr/sbin/sshd"
@@ -215,15 +216,8 @@ class Fleet:
         if self.writer is not None:
             self.writer.terminate()
             self.writer.wait(10)
-        for p in self.sshd:
-            with contextlib.suppress(ProcessLookupError):
-                p.terminate()
-        for p in self.sshd:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        for p in self.sshd:  # and their sessions: a cut host's never hear their client go
+            stop_sshd(p)
         for pid in self.agents:  # SIGTERM: an agent rolls its experiment back and exits
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -622,4 +616,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if code == 130:
+        # interrupted mid-sweep, everything the run started is gone: pair threads may still
+        # wait on links to the torn-down hosts (a long op's timeout, minutes), and the
+        # interpreter's exit would join their request threads first
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -273,9 +273,10 @@ class SshNetnsAgent:
         argv = ["ip", "netns", "exec", self.ns, self.SSHD, "-D", "-f", str(d / "sshd_config")]
         proc = subprocess.Popen([*argv, "-E", str(d / "sshd.log")])
 
-        def stop() -> None:
-            proc.terminate()
-            proc.wait(20)
+        def stop() -> None:  # the listener and its sessions (tests/fixtures/sshd.py)
+            from tests.fixtures.sshd import stop_sshd
+
+            stop_sshd(proc, 20)
 
         self._stack.callback(stop)
         deadline = time.monotonic() + 60

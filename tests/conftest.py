@@ -18,12 +18,19 @@ settings.register_profile("musku", deadline=None)
 settings.load_profile("musku")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``MUSKU_TEST_WORKERS=2 scripts/test``: ``-n 2 --dist loadgroup``) a
-    test module runs on one worker, so its module fixtures are built once; every test that
-    changes this
-    machine's real kernel state (the ``root`` marker: THP, static huge pages, CPU hotplug,
-    cpusets) runs on one worker, one at a time, as in a serial run."""
+    """Under pytest-xdist (scripts/test: ``-n 2 --dist loadgroup``) a test module runs on one
+    worker, so its module fixtures are built once; every test that changes this machine's real
+    kernel state (the ``root`` marker: THP, static huge pages, CPU hotplug, cpusets) runs on one
+    worker, one at a time, as in a serial run.
+
+    The group is the node id's ``@group`` suffix, which xdist's scheduler reads. xdist 3.8's
+    worker appends it (from these ``xdist_group`` markers, in its own hook of this name, after
+    this one: ``tryfirst``) to ``item._nodeid``, which pytest 9.2 no longer reads (a node's id is
+    ``item._id``): no test had a group, modules were spread over both workers and two real-kernel
+    tests ran at once (a real THP A/B's agent held the host for two minutes while test_local's
+    fixture waited for it, or its agent lost the host lock). So the suffix is set here too."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
@@ -32,6 +39,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         else:
             group = item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))
+        node_id = getattr(item, "_id", None)  # pytest >= 9.2: structured, parsed from a string
+        grouping = getattr(config.option, "loadgroup", False) and node_id is not None
+        if grouping and not item.nodeid.endswith(f"@{group}"):
+            item._id = type(node_id).parse(f"{item.nodeid}@{group}")
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,9 @@ The workload under test is a μSuite service already running (``workload = "none
 
 ``[hosts]`` options: ``backend = "local"``, ``settle_s`` (default 1.0), ``lease_s`` (30),
 ``socket``, ``state_dir``, ``workload`` ("builtin" | "none"), ``stats_file``, ``arena_mib``
-(256), ``madvise`` (false), ``agent_sample_interval_s`` (0.1).
+(256), ``madvise`` (false), ``agent_sample_interval_s`` (0.1), ``lock_wait_s`` (20: how long
+the private agent waits for another agent on this host, say a previous run's still rolling back,
+to let it go).
 
 With the experiment's ``[threading] cotune`` (a μSuite mid-tier running on this host), every
 switch to an arm also puts the mid-tier on that arm's threading table (trained at the arm's
@@ -63,6 +65,7 @@ SWITCH_OVERHEAD_S = 0.75
 """Host seconds a sub-window costs beyond its settle and measurement (the agent's apply round
 trip, the workload re-mapping its arena, the wait for the agent's next sample), measured on
 the busy dev VM: a 0.4 s window with settle 0.3 s takes about 2.9 s."""
+LOCK_HELD = "another agent is running on host root"  # the daemon's words (agent/daemon.py)
 SWITCH_TRIES = 3  # attempts at one arm's apply before the comparison fails (host restored)
 
 
@@ -285,6 +288,35 @@ def _wait_for_socket(
     raise HostError(f"the local agent did not answer on {path} within {timeout:g}s")
 
 
+def _start_agent(
+    cfg: Path, sock: Path, children: list[ChildProcess], lock_wait_s: float, timeout: float
+) -> SocketLink:
+    """Start the private agent (appended to ``children``) and reach it. An agent that exits at
+    start because another agent holds the host's lock is started again until ``lock_wait_s``
+    pass: a previous run's agent may still be rolling back (its controller died and
+    ``PR_SET_PDEATHSIG`` stopped it, or another process is closing its pair); an agent that
+    keeps the host is then one clear error."""
+    deadline = time.monotonic() + lock_wait_s
+    while True:
+        agent = ChildProcess.start(
+            [sys.executable, "-m", "musku.agent", "run", "--config", str(cfg)],
+            cfg.parent / "agent.log",
+            "local agent",
+        )
+        children.append(agent)
+        try:
+            return _wait_for_socket(sock, agent, request_timeout=timeout)
+        except HostError as exc:
+            if LOCK_HELD not in exc.message:
+                raise
+            if time.monotonic() >= deadline:
+                waited = f" (waited {lock_wait_s:g} s)" if lock_wait_s > 0 else ""
+                raise HostError(exc.one_line() + waited) from None
+        children.remove(agent)
+        log.info("another agent holds the host; starting the local agent again")
+        time.sleep(0.5)
+
+
 def _default_state_dir() -> Path:
     return Path(user_state_dir("musku")) / "local"
 
@@ -348,13 +380,7 @@ def open_pair(
                 f"[samplers.service]\nstats_file = {str(stats)!r}\n"
             )
             os.chmod(cfg, 0o600)
-            agent = ChildProcess.start(
-                [sys.executable, "-m", "musku.agent", "run", "--config", str(cfg)],
-                state / "agent.log",
-                "local agent",
-            )
-            children.append(agent)
-            link = _wait_for_socket(sock_path, agent, request_timeout=timeout)
+            link = _start_agent(cfg, sock_path, children, opts.lock_wait_s, timeout)
         return LocalSwitchbackPair(
             link,
             seed=seed,

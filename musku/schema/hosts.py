@@ -380,6 +380,7 @@ class LocalOptions(HostOptions):
     arena_mib: Annotated[float, _number(8, 1 << 20)] = 256
     madvise: Annotated[bool, BeforeValidator(_flag)] = False
     agent_sample_interval_s: Annotated[float, _number(0.01, 10.0)] = 0.1
+    lock_wait_s: Annotated[float, _number(0.0, 3600.0)] = 20.0
 
     @model_validator(mode="after")
     def _stats(self) -> LocalOptions:

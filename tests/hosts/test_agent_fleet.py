@@ -28,17 +28,23 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "agent_fleet.py"
 
 
 def _left(prefix: str, tmp: str) -> tuple[list[str], list[int]]:
-    """Namespaces named ``prefix*`` and processes of the run (its forked agents keep the
-    bench's command line; its sshds name their config under ``tmp``) still there."""
+    """Namespaces named ``prefix*`` and processes of the run still there: its forked agents
+    (they keep the bench's command line), its sshds (they name their config under ``tmp``) and
+    their sessions and relays (``sshd: root@notty``, ``musku agent rpc --stream``: their
+    SSH_CONNECTION names a host address of the run, 10.NET.I.2 port 22, NET from the bench's
+    pid as bench/agent_fleet.py picks it)."""
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    net = 150 + int(prefix.removeprefix("mkaf").rstrip("-")) % 50
+    session = re.compile(rb"SSH_CONNECTION=\S+ \d+ 10\.%d\.\d+\.2 22\x00" % net)
     procs = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+                env = Path(f"/proc/{entry}/environ").read_bytes()
             except OSError:
                 continue
-            if str(BENCH).encode() in cmd or (tmp and tmp.encode() in cmd):
+            if str(BENCH).encode() in cmd or (tmp and tmp.encode() in cmd) or session.search(env):
                 procs.append(int(entry))
     return [n for n in ns.split() if n.startswith(prefix)], procs
 

@@ -51,7 +51,15 @@ def restore_thp() -> Iterator[None]:
 
 def _experiment(tmp: Path, **hosts: object) -> Experiment:
     e = load_experiment(ROOT / "experiments" / "local-vm.toml")
-    opts = {**e.hosts.options, "state_dir": str(tmp / "state"), "arena_mib": 128, **hosts}
+    # lock_wait_s: another engineer's real-host test (or a bench) may take the host between
+    # restore_thp's wait and this test's agent start, and hold it for minutes
+    opts = {
+        **e.hosts.options,
+        "state_dir": str(tmp / "state"),
+        "arena_mib": 128,
+        "lock_wait_s": 600,
+        **hosts,
+    }
     return dataclasses.replace(e, hosts=dataclasses.replace(e.hosts, options=opts))
 
 
@@ -141,6 +149,57 @@ def test_close_without_restore_still_rolls_back(tmp_path: Path, restore_thp: Non
     finally:
         pair.close()  # the private agent stops: its experiment is rolled back
     assert _real_state() == before
+
+
+def test_a_new_pair_waits_while_another_agent_lets_the_host_go(
+    tmp_path: Path, restore_thp: None
+) -> None:
+    """A previous run's agent still holding the host (rolling back after its controller died,
+    or being stopped by a close in another process) when a new run opens: the new private agent
+    is started again until the host is free, within ``lock_wait_s``. Here the test holds the
+    real host's lock itself and lets it go once the new agent has been refused at least once;
+    with ``lock_wait_s = 0`` a held host is one clear error at once, nothing left running."""
+    import threading
+    import time
+
+    from musku.hosts.local import open_pair
+    from tests.agent.helpers import wait_for_real_host
+    from tests.timing import scaled
+
+    log = tmp_path / "state" / "agent.log"
+    held = wait_for_real_host()
+    try:
+        with pytest.raises(HostError, match="another agent is running on host root /") as err:
+            open_pair(_experiment(tmp_path, arena_mib=16, lock_wait_s=0), seed=1)
+        assert "\n" not in err.value.one_line()
+        refused = log.read_text().count("another agent is running")
+    except BaseException:
+        held.release()
+        raise
+
+    def let_go() -> None:  # once the new run's agent has been refused, as the old agent exits
+        deadline = time.monotonic() + scaled(60)
+        try:
+            while log.read_text().count("another agent is running") <= refused:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.05)
+        finally:
+            held.release()
+
+    # a thread lets go (the opener must be this thread: the agent dies with the thread that
+    # started it, PR_SET_PDEATHSIG)
+    releaser = threading.Thread(target=let_go, daemon=True)
+    releaser.start()
+    pair = open_pair(_experiment(tmp_path, arena_mib=16, lock_wait_s=scaled(120)), seed=1)
+    releaser.join()
+    try:
+        assert log.read_text().count("another agent is running") >= refused + 1
+        assert pair.agent.link.call("hello")
+    finally:
+        pair.close()
+    for child in pair.children:
+        assert not child.alive()
 
 
 def test_bad_configuration_refused_before_anything_runs(tmp_path: Path, restore_thp: None) -> None:

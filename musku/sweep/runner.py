@@ -387,12 +387,6 @@ class _Schedule:
         pair first), so the result is a function of the seed."""
         self._add_idle(p, lane, lambda k, idle: _grow_width(k, idle, cost_k))
 
-    def take_some(self, p: int, lane: Runner, want: int) -> list[int]:
-        """Pairs idle at lane ``lane``'s host time (led by pair ``p``) added to it, as many
-        as there are up to ``want`` in all: for settings of a walk measured side by side
-        (:meth:`Runner.side_by_side`). Decided on the host clocks as :meth:`grow`."""
-        return self._add_idle(p, lane, lambda k, idle: min(want, k + idle) if idle else None)
-
     def take_idle(self, p: int, lane: Runner, want: int) -> list[int]:
         """Pairs idle at lane ``lane``'s host time (led by pair ``p``) added to it until it
         holds ``want`` (or all of them): for comparisons it runs at once (the last knob's
@@ -908,26 +902,6 @@ class Runner:
             )
             return incumbent
         return champion.candidate
-
-    def side_by_side(
-        self, purpose: str, baseline: Configuration, candidates: Sequence[Configuration]
-    ) -> list[ComparisonResult]:
-        """The first of ``candidates`` compared against ``baseline`` (:meth:`compare`), or,
-        on a lane of a pooled map where pairs are idle at its host time, the first ``m`` of
-        them at once, one share of the lane's pairs each (:meth:`_at_once`; ``m``: the pairs
-        the lane then holds, at most every candidate). For a unimodal walk's next settings
-        (issue 31 item 3: a knob's settings side by side when pairs are idle): its chain is
-        one comparison long instead of ``m``, at the price of settings past the walk's stop.
-        On one pair, or with no pair idle, exactly :meth:`compare` of the first."""
-        todo = [c for c in candidates if (purpose, baseline.key(), c.key()) not in self._cache]
-        if self._sched is not None and len(todo) >= 2 and not self.stop.is_set():
-            sched, lead = self._sched
-            added = sched.take_some(lead, self, len(candidates))
-            left = self.pairs_left()
-            m = min(len(left), len(candidates))
-            if added and m >= 2:  # (pairs the lane held already pool its comparisons)
-                return self._at_once([(purpose, baseline, c) for c in candidates[:m]], left)
-        return [self.compare(purpose, baseline, candidates[0])]
 
     def _runoff_and_confirm(
         self,

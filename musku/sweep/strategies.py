@@ -63,42 +63,24 @@ def _walk(
     """One walk of a knob's scan (see :func:`_scan_knob`), into ``outcome``."""
     previous: ComparisonResult | None = None
     best: ComparisonResult | None = None  # the walk's best significant gain so far
-    n = 0
-    while n < len(walk):
-        # on a pool's lane with idle pairs, the walk's next settings side by side (one
-        # pair each, Runner.side_by_side); else the next one
-        cands = [base.with_(outcome.knob, v) for v in walk[n:]]
-        batch = (
-            runner.side_by_side(purpose, base, cands)
-            if unimodal
-            else [runner.compare(purpose, base, cands[0])]
-        )
-        for j, result in enumerate(batch):
-            value = walk[n + j]
-            outcome.results.append(result)
-            if result.decision is Decision.GUARDRAIL:
-                outcome.pruned.append(value)
-            if unimodal and len(walk) > n + j + 1:
-                two_losses = (
-                    previous is not None
-                    and _losing(previous)
-                    and _losing(result)
-                    and result.estimate < previous.estimate
-                )
-                if two_losses or _past_best(best, result):
-                    # settings measured at once beyond the stop are kept (measured)
-                    for later, value2 in zip(batch[j + 1 :], walk[n + j + 1 :], strict=False):
-                        outcome.results.append(later)
-                        if later.decision is Decision.GUARDRAIL:
-                            outcome.pruned.append(value2)
-                    outcome.skipped.extend(walk[n + len(batch) :])
-                    return outcome
-            if result.decision is Decision.BETTER and (
-                best is None or result.estimate > best.estimate
-            ):
-                best = result
-            previous = result
-        n += len(batch)
+    for n, value in enumerate(walk):
+        result = runner.compare(purpose, base, base.with_(outcome.knob, value))
+        outcome.results.append(result)
+        if result.decision is Decision.GUARDRAIL:
+            outcome.pruned.append(value)
+        if unimodal and len(walk) > n + 1:
+            two_losses = (
+                previous is not None
+                and _losing(previous)
+                and _losing(result)
+                and result.estimate < previous.estimate
+            )
+            if two_losses or _past_best(best, result):
+                outcome.skipped.extend(walk[n + 1 :])
+                break
+        if result.decision is Decision.BETTER and (best is None or result.estimate > best.estimate):
+            best = result
+        previous = result
     return outcome
 
 

@@ -1,6 +1,5 @@
 """A knob's unimodal walk (issue 31 item 3): it stops at a setting past its best (not a
-significant gain, below an earlier one that was), and on a pool's lane with idle pairs it
-measures its next settings side by side instead of one after another."""
+significant gain, below an earlier one that was)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ from typing import Any
 
 from musku.domain import Decision
 from musku.experiment import load_experiment
-from musku.hosts.pool import open_pool
 from musku.sweep.runner import KnobOutcome, Runner
 from musku.sweep.strategies import _past_best, _walk
 from musku.sweep.sweep import open_pair
@@ -78,32 +76,3 @@ def test_past_best_needs_a_gain_before_and_a_lower_non_gain_now() -> None:
     assert not _past_best(None, res(Decision.NO_DIFFERENCE, 0.001))  # nothing gained yet
     assert not _past_best(gain, res(Decision.BETTER, 0.01))  # still a gain: the run-off's
     assert not _past_best(gain, res(Decision.INCONCLUSIVE, 0.03))  # above the best
-
-
-def test_a_walk_on_a_lane_with_idle_pairs_measures_its_settings_side_by_side(
-    tmp_path: Path,
-) -> None:
-    """One walk task on a pool of 4 pairs (its expected cost makes no pool pay at the
-    start): the 3 idle pairs let it measure 64, 128 and 256 at once, one pair each, so its
-    clock is the longest of the three, not their sum; on one pair the same walk takes them
-    one after another (and stops past the best)."""
-    exp = _experiment(tmp_path / "pool", fleet=8)
-    pool = open_pool(exp, seed=3, open_pair=lambda e, s: open_pair(e, seed=s))
-    runner = Runner(exp, pool.pairs[pool.live()[0]], seed=3, pool=pool)
-    base = exp.baseline_config
-
-    def work(r: Runner, _: int) -> KnobOutcome:
-        return _walk(r, "knob:shp", base, _outcome(exp), [64, 128, 256], unimodal=True)
-
-    try:
-        [out] = runner.map(work, [0], tag="w", cost=[1.0], cost_at=lambda i, k: 1.0)
-    finally:
-        pool.close()
-    took = [r.host_time_s for r in out.results]
-    assert [r.candidate["shp"] for r in out.results] == [64, 128, 256]
-    assert not out.skipped  # measured at once: nothing left to skip
-    [span] = runner.timeline
-    assert span.joins == ((0.0, 2),)  # two idle pairs joined the walk at its start
-    assert runner.clock_s == max(took) < sum(took)
-    # the three comparisons each on a pair of its own (strata named in the method)
-    assert all("pooled over" not in r.method or "1 pair" in r.method for r in out.results)

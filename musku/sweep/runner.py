@@ -387,6 +387,15 @@ class _Schedule:
         pair first), so the result is a function of the seed."""
         self._add_idle(p, lane, lambda k, idle: _grow_width(k, idle, cost_k))
 
+    def take_some(self, p: int, lane: Runner, want: int, least: int) -> list[int]:
+        """Pairs idle at lane ``lane``'s host time (led by pair ``p``) added to it, as many
+        as there are up to ``want`` in all, when it then holds ``least`` or more (none
+        otherwise): for a walk's settings side by side (:meth:`Runner.side_by_side`).
+        Decided on the host clocks as :meth:`grow`."""
+        return self._add_idle(
+            p, lane, lambda k, idle: min(want, k + idle) if k + idle >= least else None
+        )
+
     def take_idle(self, p: int, lane: Runner, want: int) -> list[int]:
         """Pairs idle at lane ``lane``'s host time (led by pair ``p``) added to it until it
         holds ``want`` (or all of them): for comparisons it runs at once (the last knob's
@@ -902,6 +911,29 @@ class Runner:
             )
             return incumbent
         return champion.candidate
+
+    def side_by_side(
+        self, purpose: str, baseline: Configuration, candidates: Sequence[Configuration]
+    ) -> list[ComparisonResult]:
+        """The first of ``candidates`` compared against ``baseline`` (:meth:`compare`), or,
+        on a lane of a pooled map where pairs are idle at its host time for two pools or
+        more (:data:`MIN_POOL` pairs each, a smaller pool is slower than one pair), the
+        first ``m`` of them at once, each pooled over a share of the lane's pairs
+        (:meth:`_at_once`). For a unimodal walk's next settings (issue 31 item 3: a knob's
+        settings side by side when pairs are idle): the walk's chain is one comparison long
+        instead of ``m``, at the price of settings past the walk's stop. Otherwise (one
+        pair, too few idle) exactly :meth:`compare` of the first."""
+        todo = [c for c in candidates if (purpose, baseline.key(), c.key()) not in self._cache]
+        if self._sched is not None and len(todo) >= 2 and not self.stop.is_set():
+            sched, lead = self._sched
+            want = min(len(candidates) * MIN_POOL, len(candidates) * MAX_WIDTH)
+            if sched.take_some(lead, self, want, 2 * MIN_POOL):
+                left = self.pairs_left()
+                m = min(len(candidates), len(left) // MIN_POOL)
+                if m >= 2:
+                    jobs = [(purpose, baseline, c) for c in candidates[:m]]
+                    return self._at_once(jobs, left, [MIN_POOL] * m)
+        return [self.compare(purpose, baseline, candidates[0])]
 
     def _runoff_and_confirm(
         self,

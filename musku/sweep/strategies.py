@@ -63,24 +63,41 @@ def _walk(
     """One walk of a knob's scan (see :func:`_scan_knob`), into ``outcome``."""
     previous: ComparisonResult | None = None
     best: ComparisonResult | None = None  # the walk's best significant gain so far
-    for n, value in enumerate(walk):
-        result = runner.compare(purpose, base, base.with_(outcome.knob, value))
-        outcome.results.append(result)
-        if result.decision is Decision.GUARDRAIL:
-            outcome.pruned.append(value)
-        if unimodal and len(walk) > n + 1:
-            two_losses = (
-                previous is not None
-                and _losing(previous)
-                and _losing(result)
-                and result.estimate < previous.estimate
-            )
-            if two_losses or _past_best(best, result):
-                outcome.skipped.extend(walk[n + 1 :])
-                break
-        if result.decision is Decision.BETTER and (best is None or result.estimate > best.estimate):
-            best = result
-        previous = result
+    n = 0
+    while n < len(walk):
+        # on a pool's lane with pairs idle for it, the walk's next settings side by side
+        # (each pooled over a share of them, Runner.side_by_side); else the next one
+        cands = [base.with_(outcome.knob, v) for v in walk[n:]]
+        batch = (
+            runner.side_by_side(purpose, base, cands)
+            if unimodal
+            else [runner.compare(purpose, base, cands[0])]
+        )
+        for j, result in enumerate(batch):
+            outcome.results.append(result)
+            if result.decision is Decision.GUARDRAIL:
+                outcome.pruned.append(walk[n + j])
+            if unimodal and len(walk) > n + j + 1:
+                two_losses = (
+                    previous is not None
+                    and _losing(previous)
+                    and _losing(result)
+                    and result.estimate < previous.estimate
+                )
+                if two_losses or _past_best(best, result):
+                    # settings measured at once beyond the stop are kept: they were measured
+                    for k, later in enumerate(batch[j + 1 :], start=n + j + 1):
+                        outcome.results.append(later)
+                        if later.decision is Decision.GUARDRAIL:
+                            outcome.pruned.append(walk[k])
+                    outcome.skipped.extend(walk[n + len(batch) :])
+                    return outcome
+            if result.decision is Decision.BETTER and (
+                best is None or result.estimate > best.estimate
+            ):
+                best = result
+            previous = result
+        n += len(batch)
     return outcome
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from musku.domain import Decision
 from musku.experiment import load_experiment
+from musku.hosts.pool import open_pool
 from musku.sweep.runner import KnobOutcome, Runner
 from musku.sweep.strategies import _past_best, _walk
 from musku.sweep.sweep import open_pair
@@ -76,3 +77,36 @@ def test_past_best_needs_a_gain_before_and_a_lower_non_gain_now() -> None:
     assert not _past_best(None, res(Decision.NO_DIFFERENCE, 0.001))  # nothing gained yet
     assert not _past_best(gain, res(Decision.BETTER, 0.01))  # still a gain: the run-off's
     assert not _past_best(gain, res(Decision.INCONCLUSIVE, 0.03))  # above the best
+
+
+def test_a_walk_with_idle_pairs_for_two_pools_measures_settings_side_by_side(
+    tmp_path: Path,
+) -> None:
+    """One walk task on a pool of 9 pairs (its expected cost makes no pool pay at its
+    start, so 8 pairs idle): it takes them and measures 64 and 128 at once, each pooled
+    over a share (5 and 4 pairs), so its clock is the longer of the two, not their sum;
+    128 is past the best, so 256 is skipped. Fewer idle pairs than two pools: one at a
+    time, as on one pair."""
+    exp = _experiment(tmp_path / "pool", fleet=18)
+    pool = open_pool(exp, seed=3, open_pair=lambda e, s: open_pair(e, seed=s))
+    runner = Runner(exp, pool.pairs[pool.live()[0]], seed=3, pool=pool)
+    base = exp.baseline_config
+
+    def work(r: Runner, _: int) -> KnobOutcome:
+        return _walk(r, "knob:shp", base, _outcome(exp), [64, 128, 256], unimodal=True)
+
+    try:
+        [out] = runner.map(work, [0], tag="w", cost=[1.0], cost_at=lambda i, k: 1.0)
+    finally:
+        pool.close()
+    assert [r.candidate["shp"] for r in out.results] == [64, 128]
+    assert out.results[0].decision is Decision.BETTER
+    assert out.skipped == [256]
+    [span] = runner.timeline
+    assert span.joins == ((0.0, 8),)  # every idle pair joined the walk at its start
+    took = [r.host_time_s for r in out.results]
+    assert runner.clock_s == max(took) < sum(took)
+    assert [
+        "pooled over 5 pairs" in out.results[0].method,
+        "pooled over 4 pairs" in out.results[1].method,
+    ] == [True, True]

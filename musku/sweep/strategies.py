@@ -39,10 +39,10 @@ def _scan_knob(runner: Runner, purpose: str, base: Configuration, knob: str) -> 
     """Compare ``base`` against ``base`` with other settings of ``knob``; pick the best.
 
     Under ``scan = "unimodal"`` an ordered knob is walked outward from the current setting in
-    both directions, and a walk stops after two consecutive significant losses that get worse,
-    or at a setting that is not significantly better past one that was, with a lower estimate
-    (past the peak: :func:`_past_best`); the response is taken to be unimodal there, and the
-    settings beyond are recorded as skipped.
+    both directions, and a walk stops after two consecutive significant losses that get worse
+    (the response is taken to be unimodal there); the settings beyond are recorded as skipped.
+    On a pool's lane with idle pairs for two pools or more, the walk's next settings are
+    measured side by side (:meth:`Runner.side_by_side`).
     """
     outcome = KnobOutcome(knob=knob, baseline_value=base[knob], best_value=base[knob])
     walks = scan_order(runner.experiment, knob, base[knob])
@@ -62,7 +62,6 @@ def _walk(
 ) -> KnobOutcome:
     """One walk of a knob's scan (see :func:`_scan_knob`), into ``outcome``."""
     previous: ComparisonResult | None = None
-    best: ComparisonResult | None = None  # the walk's best significant gain so far
     n = 0
     while n < len(walk):
         # on a pool's lane with pairs idle for it, the walk's next settings side by side
@@ -84,7 +83,7 @@ def _walk(
                     and _losing(result)
                     and result.estimate < previous.estimate
                 )
-                if two_losses or _past_best(best, result):
+                if two_losses:
                     # settings measured at once beyond the stop are kept: they were measured
                     for k, later in enumerate(batch[j + 1 :], start=n + j + 1):
                         outcome.results.append(later)
@@ -92,26 +91,9 @@ def _walk(
                             outcome.pruned.append(walk[k])
                     outcome.skipped.extend(walk[n + len(batch) :])
                     return outcome
-            if result.decision is Decision.BETTER and (
-                best is None or result.estimate > best.estimate
-            ):
-                best = result
             previous = result
         n += len(batch)
     return outcome
-
-
-def _past_best(best: ComparisonResult | None, result: ComparisonResult) -> bool:
-    """A walk is past its peak: ``result`` is not a significant gain (no difference,
-    inconclusive, a loss, a guardrail) and its estimate is below the walk's best significant
-    gain ``best``, an earlier setting of the same walk. Under a unimodal response the settings
-    further out lose more; the walk's best is already in hand for the choice (issue 31: the
-    near-zero comparisons past the best, 25-100 min each, were most of a walk's time)."""
-    return (
-        best is not None
-        and result.decision is not Decision.BETTER
-        and result.estimate < best.estimate
-    )
 
 
 def _choose(

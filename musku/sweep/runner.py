@@ -387,6 +387,15 @@ class _Schedule:
         pair first), so the result is a function of the seed."""
         self._add_idle(p, lane, lambda k, idle: _grow_width(k, idle, cost_k))
 
+    def take_some(self, p: int, lane: Runner, want: int, least: int) -> list[int]:
+        """Pairs idle at lane ``lane``'s host time (led by pair ``p``) added to it, as many
+        as there are up to ``want`` in all, when it then holds ``least`` or more (none
+        otherwise): for a walk's settings side by side (:meth:`Runner.side_by_side`).
+        Decided on the host clocks as :meth:`grow`."""
+        return self._add_idle(
+            p, lane, lambda k, idle: min(want, k + idle) if k + idle >= least else None
+        )
+
     def take_idle(self, p: int, lane: Runner, want: int) -> list[int]:
         """Pairs idle at lane ``lane``'s host time (led by pair ``p``) added to it until it
         holds ``want`` (or all of them): for comparisons it runs at once (the last knob's
@@ -411,6 +420,12 @@ class _Schedule:
                     if now < at or (now == at and lead < p):
                         behind = True
                         break
+                # a free pair that takes a task at or before ``at`` decides first (ties:
+                # _next gives it only when it is lower than this lane's pairs): whether the
+                # idle pairs here include it must not depend on which thread runs first
+                got = None if behind else self._next()
+                if got is not None and got[2] <= at:
+                    behind = True
                 if not behind:
                     break
                 self.cond.wait(SCHEDULE_POLL_S)
@@ -525,9 +540,10 @@ class Runner:
         self.measured = 0
         self._counter = 0
         self.clock_s = 0.0  # host-clock time: see SweepReport.clock_s
-        # (clock_s, pair.now() when the comparison now measuring started, or None):
+        # (clock_s, pair.now() when the comparison now measuring started, or None, the
+        # common clock a pooled comparison of a map's lane has reached, or None):
         # progress_s() for the pool's scheduler, replaced whole (read from other threads)
-        self._live: tuple[float, float | None] = (0.0, None)
+        self._live: tuple[float, float | None, float | None] = (0.0, None, None)
         self._pair_t0: float | None = None  # a lane's pair.now() when its task started
         self.host_seconds = 0.0  # time x hosts: see SweepReport.host_hours
         self.timeline: list[Span] = []  # pooled map tasks as they ran (map)
@@ -593,7 +609,7 @@ class Runner:
                 sink(rows)
 
             try:
-                self._live = (self.clock_s, self.pair.now())
+                self._live = (self.clock_s, self.pair.now(), None)
                 result = run_comparison(
                     self.pair,
                     baseline,
@@ -700,6 +716,9 @@ class Runner:
             model, changed = self._model, baseline.diff(candidate)
 
             def join(t: float) -> list[tuple[HostPair, Any]]:
+                # the comparison's common clock: where this lane decides next (its pairs'
+                # own clocks may run ahead of it in a warm-up), read by the other lanes
+                self._live = (self._live[0], None, max(t, self._live[2] or 0.0))
                 out = []
                 for q in sched.join(lead, self, t, lambda k: model.comparison_s(changed, k)):
                     if q not in self._memories:
@@ -717,7 +736,10 @@ class Runner:
                     )
                 return out
 
-        self._live = (self.clock_s, self.pair.now())
+        # on a map's lane the comparison's progress is its common clock (join), from 0
+        self._live = (
+            (self.clock_s, None, 0.0) if join is not None else (self.clock_s, self.pair.now(), None)
+        )
         try:
             result = run_pooled_comparison(
                 [pool.pairs[p] for p in live],
@@ -736,6 +758,8 @@ class Runner:
             if self.store is not None and cmp_id is not None and self.experiment_id is not None:
                 self.store.abort_running(self.experiment_id, only=cmp_id)
             raise
+        finally:
+            self._live = (self.clock_s, None, None)
         for p in live:  # pairs whose stratum ended on a failure leave the pool
             name = "+".join(pool.host_names(p))
             if f"{name} failed (" in result.reason:
@@ -818,7 +842,7 @@ class Runner:
             raise Interrupted(f"stopped during {purpose} ({result.samples} samples kept)")
         self.measured += 1
         self.clock_s += result.host_time_s
-        self._live = (self.clock_s, None)
+        self._live = (self.clock_s, None, None)
         self.host_seconds += hosts * result.host_time_s if host_seconds is None else host_seconds
         self.results.append((purpose, result))
         self._cache[key] = result
@@ -836,7 +860,7 @@ class Runner:
         if cached is not None:
             self.results.append((purpose, cached))
             self.clock_s += cached.host_time_s
-            self._live = (self.clock_s, None)
+            self._live = (self.clock_s, None, None)
             self.host_seconds += 2 * cached.host_time_s
             self.progress.comparison_finished(purpose, cached, True)
         return cached
@@ -887,6 +911,29 @@ class Runner:
             )
             return incumbent
         return champion.candidate
+
+    def side_by_side(
+        self, purpose: str, baseline: Configuration, candidates: Sequence[Configuration]
+    ) -> list[ComparisonResult]:
+        """The first of ``candidates`` compared against ``baseline`` (:meth:`compare`), or,
+        on a lane of a pooled map where pairs are idle at its host time for two pools or
+        more (:data:`MIN_POOL` pairs each, a smaller pool is slower than one pair), the
+        first ``m`` of them at once, each pooled over a share of the lane's pairs
+        (:meth:`_at_once`). For a unimodal walk's next settings (issue 31 item 3: a knob's
+        settings side by side when pairs are idle): the walk's chain is one comparison long
+        instead of ``m``, at the price of settings past the walk's stop. Otherwise (one
+        pair, too few idle) exactly :meth:`compare` of the first."""
+        todo = [c for c in candidates if (purpose, baseline.key(), c.key()) not in self._cache]
+        if self._sched is not None and len(todo) >= 2 and not self.stop.is_set():
+            sched, lead = self._sched
+            want = min(len(candidates) * MIN_POOL, len(candidates) * MAX_WIDTH)
+            if sched.take_some(lead, self, want, 2 * MIN_POOL):
+                left = self.pairs_left()
+                m = min(len(candidates), len(left) // MIN_POOL)
+                if m >= 2:
+                    jobs = [(purpose, baseline, c) for c in candidates[:m]]
+                    return self._at_once(jobs, left, [MIN_POOL] * m)
+        return [self.compare(purpose, baseline, candidates[0])]
 
     def _runoff_and_confirm(
         self,
@@ -995,7 +1042,7 @@ class Runner:
             )
             sub.seed = derive_seed(self.seed, f"{jobs[j][0]}#{self._counter}#{j}")
             sub.results, sub.measured, sub._counter = [], 0, 0
-            sub.clock_s, sub.host_seconds, sub._live = 0.0, 0.0, (0.0, None)
+            sub.clock_s, sub.host_seconds, sub._live = 0.0, 0.0, (0.0, None, None)
             subs.append(sub)
         out: dict[int, ComparisonResult] = {}
         errors: dict[int, BaseException] = {}
@@ -1021,7 +1068,7 @@ class Runner:
             self.measured += sub.measured
             self.host_seconds += sub.host_seconds
         self.clock_s += max(sub.clock_s for sub in subs)
-        self._live = (self.clock_s, None)
+        self._live = (self.clock_s, None, None)
         if errors:
             raise errors[min(errors)]
         return [out[j] for j in range(n)]
@@ -1056,8 +1103,15 @@ class Runner:
     def progress_s(self) -> float:
         """Host-clock time this runner has taken so far, the comparison it is measuring
         included, and for a lane at least its pair's clock since its task started (it only
-        grows; read by the pool's scheduler from other threads)."""
-        base, started = self._live
+        grows; read by the pool's scheduler from other threads). During a pooled comparison
+        of a map's lane it is the comparison's common clock (the earliest host time idle
+        pairs may join it), not a pair's own clock: a pair in a long warm-up runs ahead of
+        that clock, and a lane that reported its lead pair's clock would let the other
+        lanes decide, at later host times, before its own joins (thread timing deciding
+        the schedule)."""
+        base, started, common = self._live
+        if common is not None:
+            return base + common
         now = self.pair.now()
         if started is not None:
             base += max(0.0, now - started)
@@ -1178,7 +1232,7 @@ class Runner:
                 raise self._stopped("stopped before finishing")
             todo = sorted(set(rnd.retry) | sched.todo)  # a failed pair's task, any not taken
         self.clock_s += phase_clock
-        self._live = (self.clock_s, None)
+        self._live = (self.clock_s, None, None)
         return [out[i] for i in range(len(items))]
 
     def _join_idle(self, purpose: str, baseline: Configuration, candidate: Configuration) -> None:
@@ -1277,7 +1331,7 @@ class Runner:
         lane.measured = 0
         lane._counter = 0
         lane.clock_s = 0.0
-        lane._live = (0.0, None)
+        lane._live = (0.0, None, None)
         lane._pair_t0 = lane.pair.now()
         lane.host_seconds = 0.0
         lane.timeline = []

@@ -41,6 +41,8 @@ def _scan_knob(runner: Runner, purpose: str, base: Configuration, knob: str) -> 
     Under ``scan = "unimodal"`` an ordered knob is walked outward from the current setting in
     both directions, and a walk stops after two consecutive significant losses that get worse
     (the response is taken to be unimodal there); the settings beyond are recorded as skipped.
+    On a pool's lane with idle pairs for two pools or more, the walk's next settings are
+    measured side by side (:meth:`Runner.side_by_side`).
     """
     outcome = KnobOutcome(knob=knob, baseline_value=base[knob], best_value=base[knob])
     walks = scan_order(runner.experiment, knob, base[knob])
@@ -60,22 +62,37 @@ def _walk(
 ) -> KnobOutcome:
     """One walk of a knob's scan (see :func:`_scan_knob`), into ``outcome``."""
     previous: ComparisonResult | None = None
-    for n, value in enumerate(walk):
-        result = runner.compare(purpose, base, base.with_(outcome.knob, value))
-        outcome.results.append(result)
-        if result.decision is Decision.GUARDRAIL:
-            outcome.pruned.append(value)
-        if (
-            unimodal
-            and previous is not None
-            and _losing(previous)
-            and _losing(result)
-            and result.estimate < previous.estimate
-            and len(walk) > n + 1
-        ):
-            outcome.skipped.extend(walk[n + 1 :])
-            break
-        previous = result
+    n = 0
+    while n < len(walk):
+        # on a pool's lane with pairs idle for it, the walk's next settings side by side
+        # (each pooled over a share of them, Runner.side_by_side); else the next one
+        cands = [base.with_(outcome.knob, v) for v in walk[n:]]
+        batch = (
+            runner.side_by_side(purpose, base, cands)
+            if unimodal
+            else [runner.compare(purpose, base, cands[0])]
+        )
+        for j, result in enumerate(batch):
+            outcome.results.append(result)
+            if result.decision is Decision.GUARDRAIL:
+                outcome.pruned.append(walk[n + j])
+            if unimodal and len(walk) > n + j + 1:
+                two_losses = (
+                    previous is not None
+                    and _losing(previous)
+                    and _losing(result)
+                    and result.estimate < previous.estimate
+                )
+                if two_losses:
+                    # settings measured at once beyond the stop are kept: they were measured
+                    for k, later in enumerate(batch[j + 1 :], start=n + j + 1):
+                        outcome.results.append(later)
+                        if later.decision is Decision.GUARDRAIL:
+                            outcome.pruned.append(walk[k])
+                    outcome.skipped.extend(walk[n + len(batch) :])
+                    return outcome
+            previous = result
+        n += len(batch)
     return outcome
 
 

@@ -17,7 +17,11 @@ every batch stays honest.
   same for a seed whatever order the threads run in.
 - **Maturity.** Only strata whose own structure allows a decision (enough batches per role
   order, two periods per order when periods are long against the wander's time scale:
-  :meth:`~musku.abtest.rules.ConfidenceSequenceRule.mature`) enter the decision.
+  :meth:`~musku.abtest.rules.ConfidenceSequenceRule.mature`) enter the decision, and a
+  decision needs :data:`MIN_STRATA` of them (every pair of a smaller pool): one pair's
+  crossover cannot show that the effect differs between pairs.
+- **Heterogeneity.** Where the pairs' effects demonstrably differ so much that no amount of
+  data per pair could decide, the comparison ends inconclusive and says more pairs would.
 - **Pairs that leave.** A pair that fails mid-comparison (a :class:`~musku.errors.HostError`)
   or reaches its own sample cap keeps its stratum as of its last look; the comparison goes on
   on the others and says so. Every pair failing raises the first failure.
@@ -64,10 +68,6 @@ from musku.hosts.base import HostPair
 
 Outcome = tuple[Decision, str]
 JOIN_THREADS = 16  # threads kept for pairs that may join a comparison (``join``)
-# pools this large (three pairs an order) also judge the pairs' first periods across pairs
-FIRST_MIN_PAIRS = 6
-FIRST_ALPHA_SHARE = 0.2  # ... at this share of alpha (better / worse only); the rest: crossovers
-FIRST_PERIODS = "first periods across pairs"
 # an interval held open by the pairs' differing effects ends inconclusive (_futile): more
 # samples per pair cannot narrow it, more pairs would
 MIN_STRATA = 3  # mature strata a pooled decision needs (all of a smaller pool)
@@ -107,7 +107,6 @@ class PooledLook:
     ci_high: float
     pooled: stats.PooledEstimate | None
     strata: int  # strata in the decision (mature ones)
-    first: bool = False  # decided on the pairs' first periods (a between-pair crossover)
     clock: float = math.nan  # the host clock by which its data existed
     futile: str = ""  # why no decision can come from more samples per pair (heterogeneity)
 
@@ -208,18 +207,6 @@ def run_pooled_comparison(
         make(i, pair, memories[i] if memories is not None else PairMemory())
         for i, pair in enumerate(pairs)
     ]
-    k = len(strata)
-    if k >= FIRST_MIN_PAIRS:
-        # the first role orders balanced across the pool (half the pairs each, which half
-        # randomised by the seed): a bias every pair shares cancels between the pairs'
-        # first periods (``_Pool._first_look``); each pair's own crossover still removes
-        # its own. Smaller pools keep each pair's own random order.
-        orders = np.array([1] * ((k + 1) // 2) + [-1] * (k // 2))
-        rng = np.random.default_rng(np.random.SeedSequence([int(base_seed or 0), 0x9002]))
-        if k % 2 and rng.random() < 0.5:
-            orders = -orders
-        for s, o in zip(strata, rng.permutation(orders), strict=True):
-            s.cmp.sign = int(o)
     pool = _Pool(strata, spec, on_progress)
     if join is not None:
         pool.join, pool.make = join, make
@@ -243,8 +230,6 @@ class _Pool:
         self.clock_t: float | None = None  # the common host clock the pairs measure up to
         self.join: Callable[[float], Sequence[tuple[HostPair, PairMemory]]] | None = None
         self.make: Callable[[int, HostPair, PairMemory], _Stratum] | None = None
-        # the pairs' first periods are also judged across the pool (``_first_look``)
-        self.first_periods = len(strata) >= FIRST_MIN_PAIRS
 
     # ------------------------------------------------------------------ one step
 
@@ -354,16 +339,10 @@ class _Pool:
         assert isinstance(rule, ConfidenceSequenceRule)
         n_eff = sum(s.est.n_eff for s in part if s.est)
         n_opt = sum(s.n_opt for s in part)
-        # better / worse at the crossovers' share of alpha (the first periods' path spends
-        # the rest); no_difference at all of it (only the crossovers decide it)
         alpha = rule.alpha_crossover()
-        share = 1.0 - FIRST_ALPHA_SHARE if self.first_periods else 1.0
-        hw = stats.cs_halfwidth(pe.se, n_eff, alpha * share, n_opt, df=pe.df)
-        hw_eq = stats.cs_halfwidth(pe.se, n_eff, alpha, n_opt, df=pe.df)
+        hw = stats.cs_halfwidth(pe.se, n_eff, alpha, n_opt, df=pe.df)
         est = to_relative(pe.mean, self.dir)
         lo, hi = to_relative(pe.mean - hw, self.dir), to_relative(pe.mean + hw, self.dir)
-        eq_lo = to_relative(pe.mean - hw_eq, self.dir)
-        eq_hi = to_relative(pe.mean + hw_eq, self.dir)
         decision: Decision | None = None
         if len(use) >= self.min_strata():
             m = self.spec.stats.min_effect
@@ -371,20 +350,13 @@ class _Pool:
                 decision = Decision.BETTER
             elif hi < 0:
                 decision = Decision.WORSE
-            elif -m < min(eq_lo, eq_hi) and max(eq_lo, eq_hi) < m:
+            elif -m < lo and hi < m:
                 decision = Decision.NO_DIFFERENCE
         # the data of the strata judged existed by the latest of their clocks (a pair that
         # ran ahead into a swap without a look since is not in it)
         clock = max(self._own_clock(s) for s in part)
-        futile = (
-            "" if decision is not None or not use else self._futile(pe, n_eff, n_opt, alpha * share)
-        )
-        look = PooledLook(decision, est, lo, hi, pe, len(use), clock=clock, futile=futile)
-        if decision is None and self.first_periods:
-            first = self._first_look()
-            if first is not None and first.decision is not None:
-                return first
-        return look
+        futile = "" if decision is not None or not use else self._futile(pe, n_eff, n_opt, alpha)
+        return PooledLook(decision, est, lo, hi, pe, len(use), clock=clock, futile=futile)
 
     def min_strata(self) -> int:
         """Mature strata a decision needs: MIN_STRATA, or every pair of a smaller pool
@@ -424,57 +396,6 @@ class _Pool:
             "however long they measure; more pairs would"
         )
 
-    def _first_look(self) -> PooledLook | None:
-        """The pairs' first periods judged across the pool (:func:`stats.pool_first_periods`):
-        once every pair that started the comparison has ``min_per_order`` batches of its
-        first period (a failed pair: if it has them), each pair's first-period mean (effect
-        + its order x its host bias) enters a between-pair crossover whose interval carries
-        the pairs' bias differences as between-pair variance; its own always-valid
-        boundary at :data:`FIRST_ALPHA_SHARE` of alpha, better / worse only. ``None`` while
-        a pair lacks its first period, or with fewer than two pairs in either order."""
-        rule = self.strata[0].cmp.rule
-        assert isinstance(rule, ConfidenceSequenceRule)
-        if rule.setup is None:
-            return None
-        means: list[float] = []
-        ses: list[float] = []
-        dfs: list[float] = []
-        signs: list[int] = []
-        n_eff = n_opt = 0.0
-        clock = 0.0
-        for s in self.strata:
-            if s.offset > 0 or s.steps is None or not s.cmp.period_sign:
-                continue  # joined later: not part of the randomised first orders
-            c = s.cmp
-            y0 = [y for y, p in zip(c.batch_d, c.batch_period, strict=True) if p == 0]
-            if len(y0) < rule.min_per_order:
-                if s.failed or len(c.period_sign) > 1:
-                    continue  # failed, or swapped with a short first period: left out
-                return None  # wait for every pair's first period
-            one = stats.one_order_estimate(y0)
-            if one is None:
-                return None
-            means.append(one[0])
-            ses.append(one[1])
-            dfs.append(one[2])
-            signs.append(c.period_sign[0])
-            # the data exist by the end of the pair's first period (or its clock now)
-            end = c.period_t[0][1] if 0 in c.period_t else math.inf
-            clock = max(clock, min(self._own_clock(s), end + s.offset))
-            n_eff += len(y0)
-            n_opt += s.n_opt
-        if n_eff < rule.min_batches:
-            return None
-        pe = stats.pool_first_periods(means, ses, dfs, signs)
-        if pe is None:
-            return None
-        alpha = rule.alpha_crossover() * FIRST_ALPHA_SHARE
-        hw = stats.cs_halfwidth(pe.se, n_eff, alpha, max(n_opt, 1.0), df=pe.df)
-        est = to_relative(pe.mean, self.dir)
-        lo, hi = to_relative(pe.mean - hw, self.dir), to_relative(pe.mean + hw, self.dir)
-        decision = Decision.BETTER if lo > 0 else Decision.WORSE if hi < 0 else None
-        return PooledLook(decision, est, lo, hi, pe, pe.k, first=True, clock=clock)
-
     def _outcome(self, final: bool) -> Outcome | None:
         v = self.look
         n = sum(s.samples for s in self.strata)
@@ -491,11 +412,6 @@ class _Pool:
                 )
         interval = f"interval [{pct(v.ci_low)}, {pct(v.ci_high)}]"
         on = f"after {n:,} samples on {v.strata} of {len(self.strata)} pairs"
-        if v.first:
-            on = (
-                f"on the {FIRST_PERIODS} (a between-pair crossover of {v.strata} pairs' first "
-                f"role orders, their host biases as between-pair variance) after {n:,} samples"
-            )
         if v.decision in (Decision.BETTER, Decision.WORSE):
             return v.decision, f"{interval} excludes 0 {on}"
         if v.decision is Decision.NO_DIFFERENCE:
@@ -617,9 +533,9 @@ class _Pool:
             ci_low=v.ci_low,
             ci_high=v.ci_high,
             samples=sum(s.samples for s in self.strata),
-            # a decision on the first periods: when its data existed (a pair that ran ahead
-            # into its swap in the simulation would have been stopped there); else the
-            # longest pair's clock
+            # a decision: when the data it used existed (a pair that ran ahead into its swap
+            # in the simulation, without a look since, would have been stopped there); else
+            # the longest pair's clock
             host_time_s=v.clock if decision.final and math.isfinite(v.clock) else self._clock(),
             reason=f"{reason}; {detail}" if decision.final else reason,
             guardrail_values=guard,

@@ -3,25 +3,37 @@
 
 Rows: 1, 2, 4 and 8 pairs of the shipped Web/Skylake model (the set-up of
 ``bench/abtest_stats.py``: prefetch l2hw_dcu -> all_on set to exactly +1.00 %, min_effect
-0.5 %, warmup_s 60, 95 %, cap 30,000 per pair), plus 4 and 8 pairs with one pair 3x noisier
-and with the effect on half the pairs only (+1 % on even pairs, 0 on the others: the
-estimand is the pool's average, +0.5 %). Per row: A/A runs and false positives with the
-Clopper-Pearson 95 % interval, coverage at the stop; power at the effect with the sign right;
-median host-clock to the decision (the longest pair's) for the A/A and the effect, and its
-ratio to one pair's in the same run; host-hours (pairs x 2 hosts x clock).
+0.5 %, warmup_s 60, 95 %, cap 30,000 per pair); 4 and 8 pairs with one pair 3x noisier;
+4 and 8 pairs with the effect on half the pairs only (+1 % on even pairs, 0 on the others:
+the estimand is the pool's average, +0.5 %); 4 and 8 pairs whose hosts differ by an
+unchecked constant bias of 2-3 % each (sign and size drawn per pair: the model's own bias is
+0.3 % and the same on every pair). Per row: A/A false positives with the Clopper-Pearson
+95 % interval and the A/A coverage of 0; power at the effect (decided ``better``) with its
+interval and the coverage of the pool's average effect; median host-clock to the decision
+(the latest clock of the pairs it used; a comparison that ends without one: the longest
+pair's) for the A/A and the effect, and its ratio to one pair's on the same seeds; how many
+effect runs stopped inconclusive because the pairs' effects differ (more pairs, not more
+samples, would decide); host-hours at the effect (pairs x 2 hosts x clock). The
+effect-on-half rows' A/A runs are the plain rows' of the same size (the same comparisons:
+not run twice).
 
-    python bench/abtest_pooled.py               # 100 A/A + 100 effect runs per row
-    python bench/abtest_pooled.py --runs 30     # fewer
-    python bench/abtest_pooled.py --quick       # smoke: 4 runs of three rows
+    python bench/abtest_pooled.py                     # 100 A/A + 100 effect runs per row
+    python bench/abtest_pooled.py --runs 300 --save runs.jsonl   # resumable; prints the table
+    python bench/abtest_pooled.py --table runs.jsonl  # the table of a saved run only
+    python bench/abtest_pooled.py --quick             # smoke: 4 runs of three rows
+
+One process by default (``--jobs``): the machine is shared.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import statistics
 import sys
 import tomllib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 MODEL_FILE = ROOT / "experiments" / "sim" / "web-skylake18.toml"
+FIRST_SEED = 7000
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,7 @@ class Row:
     pairs: int
     noisy: bool = False  # pair 0 has 3x the noise
     half: bool = False  # the effect on even pairs only
+    biased: bool = False  # each pair's hosts differ by 2-3 % (random sign)
 
 
 ROWS = [
@@ -48,6 +62,8 @@ ROWS = [
     Row("8 pairs, one 3x noisier", 8, noisy=True),
     Row("4 pairs, effect on half", 4, half=True),
     Row("8 pairs, effect on half", 8, half=True),
+    Row("4 pairs, host bias 2-3 %", 4, biased=True),
+    Row("8 pairs, host bias 2-3 %", 8, biased=True),
 ]
 
 _MODELS: dict[float, Any] = {}
@@ -63,12 +79,19 @@ def _model(effect: float) -> Any:
     return _MODELS[effect]
 
 
-def _run(task: tuple[int, bool, int]) -> tuple[int, bool, str, float, float, float, float]:
+def _bias(seed: int, i: int) -> float:
+    import numpy as np
+
+    rng = np.random.default_rng([seed, i, 0xB1A5])
+    return float(rng.choice([-1.0, 1.0]) * rng.uniform(0.02, 0.03))
+
+
+def run_one(r_i: int, aa: bool, seed: int) -> dict[str, Any]:
+    """One comparison of row ``r_i`` (an A/A with ``aa``) on ``seed``."""
     from musku.abtest.pooled import run_pooled_comparison
     from musku.domain import ComparisonSpec, StatsSettings
     from musku.sim import SimPair
 
-    r_i, aa, seed = task
     row = ROWS[r_i]
     spec = ComparisonSpec(
         metric="mips",
@@ -79,12 +102,12 @@ def _run(task: tuple[int, bool, int]) -> tuple[int, bool, str, float, float, flo
         effect = 0.0 if aa or (row.half and i % 2) else 0.01
         model = _model(effect)
         base = model.reference_config.with_("prefetch", "l2hw_dcu")
-        noise = 3.0 if row.noisy and i == 0 else 1.0
         pairs.append(
             SimPair(
                 model,
                 seed=seed * 1000 + i,
-                noise_scale=noise,
+                noise_scale=3.0 if row.noisy and i == 0 else 1.0,
+                host_bias=_bias(seed, i) if row.biased else None,
                 initial=(base, base),
                 names=(f"p{i}a", f"p{i}b"),
             )
@@ -93,7 +116,22 @@ def _run(task: tuple[int, bool, int]) -> tuple[int, bool, str, float, float, flo
     base = model.reference_config.with_("prefetch", "l2hw_dcu")
     cand = base if aa else base.with_("prefetch", "all_on")
     r = run_pooled_comparison(pairs, base, cand, spec, seed=seed)
-    return r_i, aa, r.decision.value, r.estimate, r.ci_low, r.ci_high, r.host_time_s
+    return {
+        "row": row.name,
+        "aa": aa,
+        "seed": seed,
+        "decision": r.decision.value,
+        "estimate": r.estimate,
+        "lo": r.ci_low,
+        "hi": r.ci_high,
+        "clock_s": r.host_time_s,
+        "samples": r.samples,
+        "heterogeneous": "differs between the pairs" in r.reason,
+    }
+
+
+def _task(task: tuple[int, bool, int]) -> dict[str, Any]:
+    return run_one(*task)
 
 
 def clopper_pearson(k: int, n: int) -> tuple[float, float]:
@@ -104,42 +142,109 @@ def clopper_pearson(k: int, n: int) -> tuple[float, float]:
     return lo, hi
 
 
+def table(runs: Iterable[dict[str, Any]], rows: Sequence[Row] = ROWS) -> list[str]:
+    """The bench's table (markdown) from saved runs; the ratio to one pair's clock uses the
+    seeds both rows hold."""
+    by: dict[tuple[str, bool], dict[int, dict[str, Any]]] = {}
+    for o in runs:
+        by.setdefault((o["row"], bool(o["aa"])), {})[int(o["seed"])] = o
+    for row in rows:  # an effect-on-half row's A/A is the plain row's of its size
+        if row.half:
+            by[(row.name, True)] = by.get((f"{row.pairs} pairs", True), {})
+    one = {aa: by.get(("1 pair", aa), {}) for aa in (True, False)}
+    out = [
+        "| design | A/A runs | A/A false positives [95 % CI] | A/A coverage | +1 % runs "
+        "| power [95 % CI] | coverage | A/A median clock h (x 1 pair) "
+        "| +1 % median clock h (x 1 pair) | +1 % stopped: pairs differ | +1 % host-h |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        null, eff = by.get((row.name, True), {}), by.get((row.name, False), {})
+        if not null or not eff:
+            continue
+        n0, n1 = len(null), len(eff)
+        fp = sum(o["decision"] in ("better", "worse") for o in null.values())
+        lo0, hi0 = clopper_pearson(fp, n0)
+        cov0 = sum(o["lo"] <= 0.0 <= o["hi"] for o in null.values()) / n0
+        target = 0.005 if row.half else 0.01  # the pool's average effect
+        good = sum(o["decision"] == "better" for o in eff.values())
+        lo1, hi1 = clopper_pearson(good, n1)
+        cov1 = sum(o["lo"] <= target <= o["hi"] for o in eff.values()) / n1
+        het = sum(bool(o.get("heterogeneous")) for o in eff.values())
+
+        def clock(d: dict[int, dict[str, Any]], aa: bool, k: int = row.pairs) -> str:
+            c = statistics.median(o["clock_s"] for o in d.values()) / 3600
+            common = sorted(set(d) & set(one[aa]))
+            if not common or k == 1:
+                return f"{c:.2f}"
+            mine = statistics.median(d[s]["clock_s"] for s in common)
+            theirs = statistics.median(one[aa][s]["clock_s"] for s in common)
+            return f"{c:.2f} ({theirs / mine:.1f}x)"
+
+        c1 = statistics.median(o["clock_s"] for o in eff.values()) / 3600
+        out.append(
+            f"| {row.name} | {n0} | {fp} ({fp / n0:.1%}) [{lo0:.1%}, {hi0:.1%}] | {cov0:.1%} "
+            f"| {n1} | {good / n1:.1%} [{lo1:.1%}, {hi1:.1%}] | {cov1:.1%} "
+            f"| {clock(null, True)} | {clock(eff, False)} | {het}/{n1} "
+            f"| {c1 * 2 * row.pairs:.2f} |"
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        description=(__doc__ or "").split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join((__doc__ or "").split("\n\n")[1:]),
+    )
     ap.add_argument("--runs", type=int, default=100, help="A/A and effect runs per row")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 4 runs of three rows")
-    ap.add_argument("--jobs", type=int, default=max(1, (mp.cpu_count() or 2)))
-    args = ap.parse_args(argv)
-    rows = [0, 2, 3] if args.quick else list(range(len(ROWS)))
-    runs = 4 if args.quick else args.runs
-    tasks = [(r, aa, 7000 + s) for r in rows for aa in (True, False) for s in range(runs)]
-    with mp.get_context("fork").Pool(args.jobs) as pool:
-        out = pool.map(_run, tasks, chunksize=1)
-    one_clock: dict[bool, float] = {}
-    print(
-        f"{'design':<28} {'A/A FP':>18} {'cover':>6} {'power':>6} {'cover':>6} "
-        f"{'A/A clock h':>12} {'+1% clock h':>12} {'vs 1 pair':>11} {'host-h +1%':>10}"
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    ap.add_argument("--rows", help="comma-separated row numbers (0-based; default all)")
+    ap.add_argument(
+        "--save", type=Path, help="append each run to this JSON-lines file; skip runs it holds"
     )
-    for r_i in rows:
-        row = ROWS[r_i]
-        null = [o for o in out if o[0] == r_i and o[1]]
-        eff = [o for o in out if o[0] == r_i and not o[1]]
-        fp = sum(o[2] in ("better", "worse") for o in null)
-        lo, hi = clopper_pearson(fp, len(null))
-        cov0 = sum(o[4] <= 0.0 <= o[5] for o in null) / len(null)
-        target = 0.005 if row.half else 0.01  # the pool's average effect
-        good = sum(o[2] == "better" for o in eff) / len(eff)
-        cov1 = sum(o[4] <= target <= o[5] for o in eff) / len(eff)
-        c0 = statistics.median(o[6] for o in null) / 3600
-        c1 = statistics.median(o[6] for o in eff) / 3600
-        if row.pairs == 1:
-            one_clock = {True: c0, False: c1}
-        ratio = f"{c0 / one_clock[True]:.2f}/{c1 / one_clock[False]:.2f}" if one_clock else "-"
-        print(
-            f"{row.name:<28} {fp:>3}/{len(null):<3} {fp / len(null):5.1%} "
-            f"[{lo:.1%},{hi:.1%}] {cov0:6.1%} {good:6.1%} {cov1:6.1%} {c0:12.2f} {c1:12.2f} "
-            f"{ratio:>11} {c1 * 2 * row.pairs:10.2f}"
-        )
+    ap.add_argument("--table", type=Path, help="print the table of a saved file and exit")
+    args = ap.parse_args(argv)
+    if args.table is not None:
+        runs = [json.loads(x) for x in args.table.read_text().splitlines() if x.strip()]
+        print("\n".join(table(runs)))
+        return 0
+    if args.runs < 1 or args.jobs < 1:
+        ap.error("--runs and --jobs must be >= 1")
+    rows = [0, 2, 3] if args.quick else list(range(len(ROWS)))
+    if args.rows:
+        rows = [int(x) for x in args.rows.split(",")]
+    runs_n = 4 if args.quick else args.runs
+    done: list[dict[str, Any]] = []
+    if args.save is not None and args.save.exists():
+        done = [json.loads(x) for x in args.save.read_text().splitlines() if x.strip()]
+    have = {(o["row"], bool(o["aa"]), int(o["seed"])) for o in done}
+    # seed-major: every row grows together, so a stopped run still has all rows
+    tasks = [
+        (r, aa, FIRST_SEED + s)
+        for s in range(runs_n)
+        for r in rows
+        for aa in (True, False)
+        if (ROWS[r].name, aa, FIRST_SEED + s) not in have and not (aa and ROWS[r].half)
+    ]
+    out = [o for o in done if o["row"] in {ROWS[r].name for r in rows}]
+    sink = args.save.open("a") if args.save is not None else None
+    try:
+        if args.jobs == 1:
+            results: Iterable[dict[str, Any]] = map(_task, tasks)
+        else:
+            pool = mp.get_context("fork").Pool(args.jobs)
+            results = pool.imap(_task, tasks, chunksize=1)
+        for o in results:
+            out.append(o)
+            if sink is not None:
+                sink.write(json.dumps(o) + "\n")
+                sink.flush()
+    finally:
+        if sink is not None:
+            sink.close()
+    print("\n".join(table(out, [ROWS[r] for r in rows])))
     return 0
 
 

@@ -17,7 +17,11 @@ every batch stays honest.
   same for a seed whatever order the threads run in.
 - **Maturity.** Only strata whose own structure allows a decision (enough batches per role
   order, two periods per order when periods are long against the wander's time scale:
-  :meth:`~musku.abtest.rules.ConfidenceSequenceRule.mature`) enter the decision.
+  :meth:`~musku.abtest.rules.ConfidenceSequenceRule.mature`) enter the decision, and a
+  decision needs :data:`MIN_STRATA` of them (every pair of a smaller pool): one pair's
+  crossover cannot show that the effect differs between pairs.
+- **Heterogeneity.** Where the pairs' effects demonstrably differ so much that no amount of
+  data per pair could decide, the comparison ends inconclusive and says more pairs would.
 - **Pairs that leave.** A pair that fails mid-comparison (a :class:`~musku.errors.HostError`)
   or reaches its own sample cap keeps its stratum as of its last look; the comparison goes on
   on the others and says so. Every pair failing raises the first failure.
@@ -64,6 +68,9 @@ from musku.hosts.base import HostPair
 
 Outcome = tuple[Decision, str]
 JOIN_THREADS = 16  # threads kept for pairs that may join a comparison (``join``)
+# an interval held open by the pairs' differing effects ends inconclusive (_futile): more
+# samples per pair cannot narrow it, more pairs would
+MIN_STRATA = 3  # mature strata a pooled decision needs (all of a smaller pool)
 
 
 @dataclass
@@ -100,6 +107,8 @@ class PooledLook:
     ci_high: float
     pooled: stats.PooledEstimate | None
     strata: int  # strata in the decision (mature ones)
+    clock: float = math.nan  # the host clock by which its data existed
+    futile: str = ""  # why no decision can come from more samples per pair (heterogeneity)
 
 
 def run_pooled_comparison(
@@ -330,11 +339,12 @@ class _Pool:
         assert isinstance(rule, ConfidenceSequenceRule)
         n_eff = sum(s.est.n_eff for s in part if s.est)
         n_opt = sum(s.n_opt for s in part)
-        hw = stats.cs_halfwidth(pe.se, n_eff, rule.alpha_crossover(), n_opt, df=pe.df)
+        alpha = rule.alpha_crossover()
+        hw = stats.cs_halfwidth(pe.se, n_eff, alpha, n_opt, df=pe.df)
         est = to_relative(pe.mean, self.dir)
         lo, hi = to_relative(pe.mean - hw, self.dir), to_relative(pe.mean + hw, self.dir)
         decision: Decision | None = None
-        if use:
+        if len(use) >= self.min_strata():
             m = self.spec.stats.min_effect
             if lo > 0:
                 decision = Decision.BETTER
@@ -342,7 +352,49 @@ class _Pool:
                 decision = Decision.WORSE
             elif -m < lo and hi < m:
                 decision = Decision.NO_DIFFERENCE
-        return PooledLook(decision, est, lo, hi, pe, len(use))
+        # the data of the strata judged existed by the latest of their clocks (a pair that
+        # ran ahead into a swap without a look since is not in it)
+        clock = max(self._own_clock(s) for s in part)
+        futile = "" if decision is not None or not use else self._futile(pe, n_eff, n_opt, alpha)
+        return PooledLook(decision, est, lo, hi, pe, len(use), clock=clock, futile=futile)
+
+    def min_strata(self) -> int:
+        """Mature strata a decision needs: MIN_STRATA, or every pair of a smaller pool
+        (at least one). One or two pairs' crossovers cannot show that the effect differs
+        between pairs: a decision on them would speak for those pairs only."""
+        live = [s for s in self.strata if not s.failed and s.steps is not None]
+        return max(1, min(MIN_STRATA, len(live)))
+
+    def _futile(self, pe: stats.PooledEstimate, n_eff: float, n_opt: float, alpha: float) -> str:
+        """Why more samples per pair cannot decide (or ""): every pair's stratum is in the
+        estimate (at least MIN_STRATA) with two periods of each role order (its error
+        measured, the wander's included), a one-sided 99 % lower bound on the between-pair
+        sd of the effect (:func:`stats.tau_lower`) is above 0, and even with that sd the
+        interval could never narrow to exclude 0 or to fit inside ±min_effect, however long
+        each pair measured: its variance cannot fall below tau^2 / k (and the boundary's
+        radius only grows with more samples)."""
+        live = [s for s in self.strata if not s.failed and s.steps is not None]
+        if pe.tau <= 0.0 or pe.k < max(MIN_STRATA, len(live)):
+            return ""
+        ests = [s.est for s in live]
+        if any(
+            e is None or e.period is None or min(e.period.periods_plus, e.period.periods_minus) < 2
+            for e in ests
+        ):
+            return ""
+        tau = stats.tau_lower([e.mean for e in ests if e], [e.se for e in ests if e], 0.99)
+        if tau <= 0.0:
+            return ""
+        floor = stats.cs_halfwidth(tau / math.sqrt(pe.k), n_eff, alpha, n_opt, df=pe.k - 1)
+        m = math.log1p(self.spec.stats.min_effect)
+        if abs(pe.mean) >= floor or floor < m:
+            return ""
+        return (
+            f"the effect differs between the pairs (between-pair sd {pe.tau * 100:.2f} %, at "
+            f"least {tau * 100:.2f} % at 99 %; Cochran's Q {pe.q:.1f} on {pe.k - 1} df): with "
+            f"{pe.k} pairs the interval cannot narrow below ±{math.expm1(floor) * 100:.2f} % "
+            "however long they measure; more pairs would"
+        )
 
     def _outcome(self, final: bool) -> Outcome | None:
         v = self.look
@@ -365,6 +417,8 @@ class _Pool:
         if v.decision is Decision.NO_DIFFERENCE:
             m = self.spec.stats.min_effect
             return v.decision, f"{interval} lies inside ±{m * 100:.2f} % {on}"
+        if v.futile:
+            return Decision.INCONCLUSIVE, f"{v.futile}: {interval} {on}"
         if final:
             if not math.isfinite(v.ci_low):
                 return Decision.INCONCLUSIVE, f"no interval yet after {n:,} samples (sample cap)"
@@ -479,7 +533,10 @@ class _Pool:
             ci_low=v.ci_low,
             ci_high=v.ci_high,
             samples=sum(s.samples for s in self.strata),
-            host_time_s=self._clock(),
+            # a decision: when the data it used existed (a pair that ran ahead into its swap
+            # in the simulation, without a look since, would have been stopped there); else
+            # the longest pair's clock
+            host_time_s=v.clock if decision.final and math.isfinite(v.clock) else self._clock(),
             reason=f"{reason}; {detail}" if decision.final else reason,
             guardrail_values=guard,
             threading=dict(first.threading) if first else {},

@@ -822,3 +822,24 @@ def pool_strata(
     var_hk = float(np.sum(ws * (m - mu) ** 2)) / ((k - 1) * sw)
     var = max(1.0 / sw, var_hk)
     return PooledEstimate(mu, math.sqrt(var), float(k - 1), math.sqrt(tau2), q, k)
+
+
+def tau_lower(
+    means: FloatArray | list[float], ses: FloatArray | list[float], level: float = 0.99
+) -> float:
+    """A one-sided ``level`` lower confidence bound on the between-strata sd of the effect:
+    the DerSimonian-Laird moment estimate with Cochran's Q replaced by what Q exceeds its
+    chi-square quantile (``k - 1`` df) by; 0 unless Q shows heterogeneity at ``1 - level``."""
+    m = np.asarray(means, dtype=float)
+    s = np.asarray(ses, dtype=float)
+    ok = np.isfinite(m) & np.isfinite(s) & (s > 0)
+    m, s = m[ok], s[ok]
+    k = int(m.size)
+    if k < 2:
+        return 0.0
+    w = 1.0 / (s * s)
+    mu = float(np.sum(w * m) / np.sum(w))
+    q = float(np.sum(w * (m - mu) ** 2))
+    c = float(np.sum(w) - np.sum(w * w) / np.sum(w))
+    crit = float(_special().chdtri(k - 1, 1.0 - level))
+    return math.sqrt(max(0.0, (q - crit) / c)) if c > 0 else 0.0

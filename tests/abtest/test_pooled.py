@@ -226,3 +226,86 @@ def test_bad_pools_are_refused() -> None:
         run_pooled_comparison([p, p], base, cand, SPEC)
     with pytest.raises(InputError, match="cannot pool"):
         run_pooled_comparison(_pairs(model, base, 2, 1), base, cand, SPEC, rule="welch")
+
+
+# ---------------------------------------------------------------- honesty with pooling on
+
+
+def test_tau_lower_bound() -> None:
+    assert stats.tau_lower([0.01, 0.011, 0.009, 0.01], [0.002] * 4) == 0.0  # homogeneous
+    assert stats.tau_lower([0.01], [0.002]) == 0.0
+    means = [0.02, 0.0, 0.02, 0.0, 0.02, 0.0]
+    low = stats.tau_lower(means, [0.002] * 6)
+    pe = stats.pool_strata(means, [0.002] * 6, [50] * 6)
+    assert pe is not None and 0.0 < low < pe.tau
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(-0.05, 0.05), st.floats(1e-4, 0.02)), min_size=2, max_size=12),
+    st.floats(0.9, 0.999),
+)
+def test_tau_lower_is_below_the_estimate(strata: list[tuple[float, float]], level: float) -> None:
+    means, ses = (list(x) for x in zip(*strata, strict=True))
+    pe = stats.pool_strata(means, ses, [30] * len(means))
+    assert pe is not None
+    low = stats.tau_lower(means, ses, level)
+    assert 0.0 <= low <= pe.tau * (1 + 1e-9) + 1e-15
+    assert stats.tau_lower(means, ses, min(level + 0.0005, 0.9999)) <= low + 1e-15
+
+
+def test_a_pooled_decision_needs_three_mature_pairs_and_its_clock_is_its_data() -> None:
+    """Seed 1 on 8 pairs: decided on 4 mature strata (never on one or two: one pair's
+    crossover cannot show that the effect differs between pairs); its host clock is the
+    latest of those strata's clocks, not that of a pair which ran ahead into its swap's
+    warm-up (1,922 s) without a look since."""
+    model, base, cand = _model()
+    for seed in (1, 2, 3):
+        pairs = _pairs(model, base, 8, seed)
+        t0 = [p.now() for p in pairs]
+        r = run_pooled_comparison(pairs, base, cand, SPEC, seed=seed)
+        assert r.decision is Decision.BETTER, r.reason
+        used = int(r.reason.split(" of 8 pairs")[0].rsplit(" ", 1)[1])
+        assert 3 <= used <= 8, r.reason
+        longest = max(p.now() - t for p, t in zip(pairs, t0, strict=True))
+        assert r.host_time_s <= longest
+        if seed == 1:
+            assert r.host_time_s < longest - 600, (r.host_time_s, longest)
+
+
+def test_two_pairs_decide_only_on_both() -> None:
+    model, base, cand = _model()
+    r = run_pooled_comparison(_pairs(model, base, 2, 4), base, cand, SPEC, seed=4)
+    assert r.decision is Decision.BETTER, r.reason
+    assert "on 2 of 2 pairs" in r.reason
+
+
+def test_an_effect_on_half_the_pairs_ends_inconclusive_long_before_the_cap() -> None:
+    """+1 % on two of four pairs and 0 on the others (the bench's seed 7000): the pairs'
+    crossovers differ beyond their errors, so with four pairs the interval around the
+    average +0.5 % cannot narrow to a decision however long they measure; the comparison
+    says so and stops (before: every pair ran to its 30,000-window cap, 11.7 h of
+    host-clock), its interval covering the average effect."""
+    data = tomllib.loads((ROOT / "experiments/sim/web-skylake18.toml").read_text())
+    models = []
+    for effect in (0.01, 0.0):
+        d = {**data, "knobs": {**data["knobs"]}}
+        d["knobs"]["prefetch"] = {**data["knobs"]["prefetch"]}
+        d["knobs"]["prefetch"]["throughput"] = {**data["knobs"]["prefetch"]["throughput"]}
+        d["knobs"]["prefetch"]["throughput"]["l2hw_dcu"] = 1.0 / (1.0 + effect)
+        models.append(SimModel.from_dict(d, source="pooled half"))
+    assert models[0].reference_config is not None
+    base = models[0].reference_config.with_("prefetch", "l2hw_dcu")
+    cand = base.with_("prefetch", "all_on")
+    seed = 7000
+    pairs = [
+        SimPair(
+            models[i % 2], seed=seed * 1000 + i, initial=(base, base), names=(f"p{i}a", f"p{i}b")
+        )
+        for i in range(4)
+    ]
+    r = run_pooled_comparison(pairs, base, cand, SPEC, seed=seed)
+    assert r.decision is Decision.INCONCLUSIVE, r.reason
+    assert "the effect differs between the pairs" in r.reason and "more pairs would" in r.reason
+    assert r.host_time_s < 0.25 * SPEC.stats.sample_cap  # 1 s windows: far from the cap
+    assert r.ci_low <= 0.005 <= r.ci_high

@@ -59,6 +59,7 @@ from numpy.typing import NDArray
 from musku.abtest import periods as periods_mod
 from musku.abtest import stats
 from musku.abtest import structure as structure_mod
+from musku.abtest import transient as transient_mod
 from musku.abtest.calibration import PairMemory
 from musku.abtest.rules import (
     PERIOD_SHARE_OF_WANDER,
@@ -279,6 +280,20 @@ class _Comparison:
         )
         self.warm_n = self.structure.warm_n
         self.settles_itself = _design(pair) == "switchback"
+        # issue 30 item 2: the warm-up transient fitted jointly over all applies and
+        # subtracted (rule option transient = "fit"), instead of each apply's discarded
+        self.fit_mode = (
+            rule.crossover
+            and rule.detect_warmup
+            and not self.settles_itself
+            and getattr(rule, "transient", "discard") == "fit"
+        )
+        # per period: (the candidate's host changed, the baseline's host changed) at its
+        # apply (a period that applied nothing: the last apply's)
+        self.period_changed: list[tuple[bool, bool]] = []
+        self.batch_age: list[tuple[float, float, int]] = []  # first, last window's age, count
+        self.tfit: transient_mod.TransientFit | None = None
+        self.tfit_at = (-1, -1)  # (batches, period) at the last fit
         # windows per pair.windows() call: about a minute of host time, so should_stop is
         # polled at least once a minute on real hosts
         self.piece = max(1, int(MEASURE_PIECE_S / self.interval))
@@ -424,11 +439,30 @@ class _Comparison:
         )
         self._check_stop()
         reboot = self._reboots(configs)
+        changed = self._changes(configs)
+        cand_host = 1 if self.sign > 0 else 0
+        self.period_changed.append((changed[cand_host], changed[1 - cand_host]))
         t = self.pair.now()
         secs = float(self.pair.apply(configs))
         self.apply_s.append(secs)
         self.apply_clock.append(max(0.0, self.pair.now() - t))
         self.apply_reboot.append(reboot)
+
+    def _changes(self, configs: tuple[Configuration, Configuration]) -> tuple[bool, bool]:
+        """Whether applying ``configs`` changes each host (a host already there does not
+        warm up). A swap changes both (when the arms differ); the first apply asks the
+        hosts what they run, and assumes a change when they cannot say."""
+        if self.period > 0:
+            differ = bool(self.baseline.diff(self.candidate))
+            return differ, differ
+        out = [True, True]
+        try:
+            for h, (host, cfg) in enumerate(zip(self.pair.hosts, configs, strict=True)):
+                now = host.configuration()
+                out[h] = bool(now.diff(now.merged(cfg)))
+        except Exception:  # informational: assume a change (a transient is then fitted)
+            return True, True
+        return out[0], out[1]
 
     def _reboots(self, configs: tuple[Configuration, Configuration]) -> bool:
         """Whether applying ``configs`` changes a reboot knob on either host (from what the
@@ -463,7 +497,10 @@ class _Comparison:
         return self.candidate, self.baseline
 
     def _known_transient(self, cfg: Configuration) -> float:
-        """Longest transient (s) remembered for ``cfg``: this comparison's or the pair's."""
+        """Longest transient (s) remembered for ``cfg``: this comparison's or the pair's
+        (none in fit mode: there the transient is a regressor, not a discard)."""
+        if self.fit_mode:
+            return 0.0
         key = cfg.key()
         try:
             remembered = float(self.memory.transients.get(key, 0.0))
@@ -521,6 +558,17 @@ class _Comparison:
             self.warm_s.append(self.pair.now() - t_start)
             self.warm_open = None
             return self._columns([])
+        if self.fit_mode:
+            # the transient is fitted over all applies and subtracted (_transient_fit):
+            # after the blind minimum everything is used; the first period's probe is the
+            # pilot
+            self.warm_s.append(self.pair.now() - t_start)
+            self.warm_open = None
+            if self.b is not None:
+                return self._columns([])
+            pilot = self._measure(self.structure.probe_n)
+            self._emit(pilot, False)
+            return pilot.select(pilot.valid)
         if self.settles_itself:
             # a switchback pair applies each arm inside its windows and discards each
             # sub-window's own transient (settle_s): nothing after apply() is a transient.
@@ -714,6 +762,9 @@ class _Comparison:
         self.batch_sign.clear()
         self.batch_period.clear()
         self.period_t.clear()
+        self.batch_age.clear()
+        self.tfit_at = (-1, -1)  # refit on the new batches
+        age = self.win_age.view()[idx]
         t_end = self.win_t.view()[idx]
         for m in self.guard_metrics:
             self.batch_guard[m].clear()
@@ -727,6 +778,7 @@ class _Comparison:
                 self.batch_sign.append(sign)
                 self.batch_period.append(p)
                 self._batch_time(p, float(t_end[sl.start]), float(t_end[sl.stop - 1]))
+                self.batch_age.append((float(age[sl.start]), float(age[sl.stop - 1]), b))
                 for m in self.guard_metrics:
                     self.batch_guard[m].append(float(guard[m][sl].mean()))
         self.batch_start = self.d.n
@@ -751,6 +803,15 @@ class _Comparison:
             # at least as much as the warm-up until a swap has been measured
             swap_cost_s = max(swap_cost_s, 2 * max(self.warm_s))
         fixed = self.structure.period_length(b, swap_cost_s, SWAP_OVERHEAD)
+        if self.fit_mode and self.tfit is not None:
+            # a fitted transient is seen to its end: periods of PERIOD_PER_TAU time
+            # constants; one that may be longer than seen so far (open): twice as long as
+            # the longest age seen after an apply
+            got = self.tfit
+            longest = transient_mod.PERIOD_PER_TAU * max(got.taus, default=0.0)
+            if got.open:
+                longest = max(longest, 2.0 * got.longest_age)
+            fixed = max(fixed, self.structure.period_length(b, longest, 1.0))
         if not math.isfinite(self.noise_lrv):
             return fixed
         # the cost model runs under either rule: its expected host time is reported
@@ -852,6 +913,8 @@ class _Comparison:
             self.batch_period.append(self.period)
             t_end = self.win_t.view()
             self._batch_time(self.period, float(t_end[sl.start]), float(t_end[sl.stop - 1]))
+            age = self.win_age.view()
+            self.batch_age.append((float(age[sl.start]), float(age[sl.stop - 1]), self.b))
             for m in self.guard_metrics:
                 self.batch_guard[m].append(float(self.guard_b[m].view()[sl].mean()))
             self.batch_start += self.b
@@ -907,9 +970,46 @@ class _Comparison:
         adj = raw - self.theta * centred(c)
         return 1.0 - float(adj @ adj) / v_raw
 
+    def _transient_fit(self) -> transient_mod.TransientFit | None:
+        """The transient fitted over all applies so far (:mod:`musku.abtest.transient`),
+        evaluated on the current batches: refitted at a new period and whenever the batches
+        grew by a quarter since the last fit, else the last fit's parameters."""
+        n = len(self.batch_d)
+        if not self.fit_mode or n == 0 or not self.period_changed:
+            return None
+        age = np.asarray(self.batch_age, dtype=float).reshape(-1, 3)
+        sign = np.asarray(self.batch_sign, dtype=float)
+        per = np.asarray(self.batch_period, dtype=np.int64)
+        changed = np.asarray(self.period_changed, dtype=bool).reshape(-1, 2)
+        last_n, last_p = self.tfit_at
+        if self.tfit is None or last_p != self.period or n >= max(last_n + 4, 1.25 * last_n):
+            tau_min = max(5.0, 2.0 * self.interval, 0.5 * (self.b or 1) * self.interval)
+            self.tfit = transient_mod.fit(
+                np.asarray(self.batch_d, dtype=float),
+                sign,
+                per,
+                age[:, 0],
+                age[:, 1],
+                age[:, 2],
+                changed,
+                tau_min=tau_min,
+            )
+            self.tfit_at = (n, self.period)
+            return self.tfit
+        return transient_mod.evaluate(
+            self.tfit, sign, per, age[:, 0], age[:, 1], age[:, 2], changed
+        )
+
     def _evidence(self) -> Evidence:
+        got = self._transient_fit()
+        batch_d = np.asarray(self.batch_d, dtype=float)
+        if got is not None and got.correction.size == batch_d.size:
+            batch_d = batch_d - got.correction
         return Evidence(
-            batch_d=np.asarray(self.batch_d, dtype=float),
+            transient_var=got.var if got is not None else 0.0,
+            transient_note=got.describe() if got is not None else "",
+            transient_open=got is not None and got.open,
+            batch_d=batch_d,
             batch_sign=np.asarray(self.batch_sign, dtype=np.int8),
             batch_period=np.asarray(self.batch_period, dtype=np.int64),
             log_a=self.log_a.view(),
@@ -1161,6 +1261,9 @@ class _Comparison:
                 # A/A: swapping the roles changes neither host's configuration, so there is
                 # nothing to apply and no transient to wait for
                 self.period_applied.append(False)
+                self.period_changed.append(
+                    self.period_changed[-1] if self.period_changed else (False, False)
+                )
                 steady = self._columns([])
             else:
                 self.period_applied.append(True)

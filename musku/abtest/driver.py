@@ -89,6 +89,8 @@ FloatArray = NDArray[np.float64]
 WindowRow = dict[str, Any]
 
 TRANSIENT_CAP_S = 3600.0  # a transient still going after this long: INCONCLUSIVE
+SIZING_CAP_S = 1200.0  # fit mode: the first apply's search for the end stops here
+MIN_SWAPS_SEEN = 2  # fit mode: no decision before this many swaps' periods are complete
 TRANSIENT_EPS = 0.1  # a transient has ended where it is below this x min_effect
 TRANSIENT_T = 2.0  # a fitted transient counts beyond this many standard errors
 SWAP_OVERHEAD = 3.0  # period length / swap cost (k: periods >= k x the measured transient)
@@ -294,6 +296,8 @@ class _Comparison:
         self.batch_age: list[tuple[float, float, int]] = []  # first, last window's age, count
         self.tfit: transient_mod.TransientFit | None = None
         self.tfit_at = (-1, -1)  # (batches, period) at the last fit
+        self.sized_s = 0.0  # fit mode: the first apply's transient end found by the search (s)
+        self.fit_excluded = 0  # windows of batches left out where the fitted transient is large
         # windows per pair.windows() call: about a minute of host time, so should_stop is
         # polled at least once a minute on real hosts
         self.piece = max(1, int(MEASURE_PIECE_S / self.interval))
@@ -558,17 +562,13 @@ class _Comparison:
             self.warm_s.append(self.pair.now() - t_start)
             self.warm_open = None
             return self._columns([])
-        if self.fit_mode:
+        sizing = self.fit_mode and self.b is None
+        if self.fit_mode and not sizing:
             # the transient is fitted over all applies and subtracted (_transient_fit):
-            # after the blind minimum everything is used; the first period's probe is the
-            # pilot
+            # after the blind minimum everything is used
             self.warm_s.append(self.pair.now() - t_start)
             self.warm_open = None
-            if self.b is not None:
-                return self._columns([])
-            pilot = self._measure(self.structure.probe_n)
-            self._emit(pilot, False)
-            return pilot.select(pilot.valid)
+            return self._columns([])
         if self.settles_itself:
             # a switchback pair applies each arm inside its windows and discards each
             # sub-window's own transient (settle_s): nothing after apply() is a transient.
@@ -608,6 +608,11 @@ class _Comparison:
             longer = any(f[1] for f in found) or discard > len(full.samples) - probe_min // 2
             if not longer:
                 break
+            if sizing and self.pair.now() - t_start >= SIZING_CAP_S:
+                # no end in sight: drift or a transient too long to size on one apply;
+                # the joint fit over the applies decides which (it is bounded)
+                discard = -1
+                break
             if self.pair.now() - t_start >= TRANSIENT_CAP_S:
                 self._emit(probe, True)
                 self.warm_s.append(self.pair.now() - t_start)
@@ -621,6 +626,18 @@ class _Comparison:
             probe_n = max(1, min(len(full.samples), left))
         probe = _concat(chunks)
         full = _concat([head, probe]) if n_head else probe
+        if sizing:
+            # fit mode's first apply: the end found sizes the periods (the transient's
+            # time scale before the joint fit can see it); nothing beyond the blind
+            # minimum is discarded, the joint fit sees the whole shape
+            valid_idx = np.flatnonzero(full.valid)
+            if discard > 0:
+                k = int(valid_idx[discard]) if discard < valid_idx.size else len(full.samples)
+                self.sized_s = self.interval * k
+            self._emit(probe, False)
+            self.warm_s.append(self.pair.now() - t_start - self.interval * len(probe.samples))
+            self.warm_open = None
+            return probe.select(probe.valid)
         # map the discard count (valid windows since the apply) to the probe's windows
         valid_idx = np.flatnonzero(full.valid)
         cut_full = int(valid_idx[discard]) if discard < valid_idx.size else len(full.samples)
@@ -656,7 +673,8 @@ class _Comparison:
         v = stats.detect_warmup(x)
         if not fit:
             return v.discard, v.extend
-        eps = TRANSIENT_EPS * math.log1p(self.spec.stats.min_effect)
+        share = transient_mod.USE_BELOW if self.fit_mode else TRANSIENT_EPS
+        eps = share * math.log1p(self.spec.stats.min_effect)
         f = stats.fit_transient(x, eps=eps, threshold=TRANSIENT_T)
         # a fitted transient that ends inside the series explains the trend MSER sees
         return max(v.discard, f.end), f.at_limit or (v.extend and f.end == 0)
@@ -803,14 +821,22 @@ class _Comparison:
             # at least as much as the warm-up until a swap has been measured
             swap_cost_s = max(swap_cost_s, 2 * max(self.warm_s))
         fixed = self.structure.period_length(b, swap_cost_s, SWAP_OVERHEAD)
-        if self.fit_mode and self.tfit is not None:
-            # a fitted transient is seen to its end: periods of PERIOD_PER_TAU time
-            # constants; one that may be longer than seen so far (open): twice as long as
-            # the longest age seen after an apply
+        if self.fit_mode:
+            # the fitted transient's large part (left out of the estimate) is warm-up: the
+            # swap cost includes it (so periods are SWAP_OVERHEAD x it, as before, but from
+            # the fit over all applies, not a search per apply; before a fit, from the
+            # first apply's search), and a period lasts PERIOD_PER_TAU time constants; a
+            # transient that may be longer than seen so far (open): twice the longest age
+            # seen after an apply
             got = self.tfit
-            longest = transient_mod.PERIOD_PER_TAU * max(got.taus, default=0.0)
-            if got.open:
-                longest = max(longest, 2.0 * got.longest_age)
+            eps = transient_mod.USE_BELOW * math.log1p(self.spec.stats.min_effect)
+            seen = got.use_from(eps) if got is not None else 0.0
+            cost = max(self.apply_s) + max(max(self.warm_s), seen, self.sized_s)
+            longest = SWAP_OVERHEAD * cost
+            if got is not None:
+                longest = max(longest, transient_mod.PERIOD_PER_TAU * max(got.taus, default=0.0))
+                if got.open:
+                    longest = max(longest, 2.0 * got.longest_age)
             fixed = max(fixed, self.structure.period_length(b, longest, 1.0))
         if not math.isfinite(self.noise_lrv):
             return fixed
@@ -970,6 +996,19 @@ class _Comparison:
         adj = raw - self.theta * centred(c)
         return 1.0 - float(adj @ adj) / v_raw
 
+    def _transient_open(self, got: transient_mod.TransientFit) -> bool:
+        """No decision yet on this fit: it may be longer than seen (open), the shape is
+        seen in fewer than two swaps, or it is known too roughly for its linearised
+        uncertainty to be trusted (its part of the interval wider than
+        :data:`transient.ROUGH` x min_effect)."""
+        rough = math.sqrt(got.var) > transient_mod.ROUGH * math.log1p(self.spec.stats.min_effect)
+        return got.open or self.period < MIN_SWAPS_SEEN + 1 or rough
+
+    def _used(self) -> int:
+        """Steady windows the estimate uses: not dropped after the fact, not inside a
+        fitted transient's large part."""
+        return self.d.n - self.dropped - self.fit_excluded
+
     def _transient_fit(self) -> transient_mod.TransientFit | None:
         """The transient fitted over all applies so far (:mod:`musku.abtest.transient`),
         evaluated on the current batches: refitted at a new period and whenever the batches
@@ -1003,19 +1042,40 @@ class _Comparison:
     def _evidence(self) -> Evidence:
         got = self._transient_fit()
         batch_d = np.asarray(self.batch_d, dtype=float)
+        sign = np.asarray(self.batch_sign, dtype=np.int8)
+        per = np.asarray(self.batch_period, dtype=np.int64)
         if got is not None and got.correction.size == batch_d.size:
+            # the fit uses every batch (the early ones show the shape best); the estimate
+            # leaves out the batches where the fitted transient is still large (its
+            # correction would cost more variance than the windows bring) and subtracts it
+            # from the rest, its uncertainty added (transient.evaluate on those batches)
+            eps = transient_mod.USE_BELOW * math.log1p(self.spec.stats.min_effect)
+            keep = np.abs(got.correction) <= eps
+            age = np.asarray(self.batch_age, dtype=float).reshape(-1, 3)
+            self.fit_excluded = int(age[~keep, 2].sum())
+            if not keep.all():
+                got = transient_mod.evaluate(
+                    got,
+                    sign[keep],
+                    per[keep],
+                    age[keep, 0],
+                    age[keep, 1],
+                    age[keep, 2],
+                    np.asarray(self.period_changed, dtype=bool).reshape(-1, 2),
+                )
+                batch_d, sign, per = batch_d[keep], sign[keep], per[keep]
             batch_d = batch_d - got.correction
         return Evidence(
             transient_var=got.var if got is not None else 0.0,
             transient_note=got.describe() if got is not None else "",
-            transient_open=got is not None and got.open,
+            transient_open=got is not None and self._transient_open(got),
             batch_d=batch_d,
-            batch_sign=np.asarray(self.batch_sign, dtype=np.int8),
-            batch_period=np.asarray(self.batch_period, dtype=np.int64),
+            batch_sign=sign,
+            batch_period=per,
             log_a=self.log_a.view(),
             log_b=self.log_b.view(),
             direction=self.dir,
-            samples=self.d.n - self.dropped,
+            samples=self._used(),
             batch_size=self.b or 1,
             period_span=self._period_span(),
         )
@@ -1058,7 +1118,7 @@ class _Comparison:
             return
         self.on_progress(
             Progress(
-                samples=self.d.n - self.dropped,
+                samples=self._used(),
                 estimate=self.verdict.estimate,  # NaN until there is an estimate
                 ci_low=self.verdict.ci_low,
                 ci_high=self.verdict.ci_high,
@@ -1079,7 +1139,7 @@ class _Comparison:
             return None
         b = self.b or 1
         period = self.period_len or self.structure.period_length(b, 0.0, SWAP_OVERHEAD)
-        n = self.d.n - self.dropped
+        n = self._used()
         return max(b, self.structure.windows_to_first_decision(n, b, period))
 
     def _check_bias(self) -> None:
@@ -1111,7 +1171,7 @@ class _Comparison:
         self.verdict = self.rule.look(self._evidence())
         self._check_bias()
         v = self.verdict
-        n = self.d.n - self.dropped  # steady windows used (retro-trimmed ones not)
+        n = self._used()  # steady windows used (retro-trimmed ones not)
         interval = f"interval [{pct(v.ci_low)}, {pct(v.ci_high)}]"
         capped = self.d.n >= self.cap
         final = v.decision is not None or capped
@@ -1170,7 +1230,7 @@ class _Comparison:
     def stopped(self) -> tuple[Decision, str]:
         return (
             Decision.ABORTED,
-            f"stopped on request after {self.d.n - self.dropped:,} samples",
+            f"stopped on request after {self._used():,} samples",
         )
 
     def finish(self, outcome: tuple[Decision, str]) -> ComparisonResult:
@@ -1213,7 +1273,7 @@ class _Comparison:
             estimate=self.verdict.estimate if math.isfinite(self.verdict.estimate) else 0.0,
             ci_low=self.verdict.ci_low,
             ci_high=self.verdict.ci_high,
-            samples=self.d.n - self.dropped,
+            samples=self._used(),
             host_time_s=self.pair.now() - self.t0,
             reason=reason + detail,
             guardrail_values=dict(self.guard_values),

@@ -52,12 +52,14 @@ from musku.abtest import stats
 FloatArray = NDArray[np.float64]
 
 MODES = ("fit", "discard")  # rule option ``transient``
-DEFAULT_MODE = "discard"  # "fit" once measured (issue 30 item 2)
+DEFAULT_MODE = "fit"
 TAU_SHARE = 0.5  # a time constant at most this share of the longest age seen after an apply
 PERIOD_PER_TAU = 3.0  # the driver's periods last at least this many fitted time constants
 TAU_GRID = 20  # time constants on the geometric grid
 TAU_RATIO = 2.0  # two exponentials' time constants at least this far apart
-TREND_T = 2.5  # a residual slope on the age this many standard errors away: transient open
+USE_BELOW = 1.0  # the estimate uses batches where the fitted transient is below this x min_effect
+ROUGH = 0.25  # no decision while the fit's sd on the estimate exceeds this x min_effect
+TREND_T = 2.0  # a residual slope on the age this many standard errors away: transient open
 MIN_BATCHES = 8  # batches in applied periods before anything is fitted
 PENALTY = 2.0  # information criterion per parameter (AIC; BIC's log n under-fitted the second
 # exponential and left its bias in the estimate)
@@ -87,6 +89,18 @@ class TransientFit:
         applies; a wander's slopes differ from period to period and average out)."""
         return self.at_bound or abs(self.trend_t) > TREND_T
 
+    def use_from(self, eps: float) -> float:
+        """Age (s) after an apply from which the fitted transient stays below ``eps`` in
+        every column (0 without one)."""
+        if self.k == 0:
+            return 0.0
+        out = 0.0
+        for tau, amps in zip(self.taus, self.amplitudes, strict=True):
+            big = max(abs(a) for a in amps) * self.k  # a share of eps per exponential
+            if big > eps:
+                out = max(out, tau * math.log(big / eps))
+        return out
+
     @property
     def longest_age(self) -> float:
         """The longest age after an apply seen when fitted (s)."""
@@ -109,7 +123,8 @@ class TransientFit:
             f"transient fitted over all applies ({self.k} exponential"
             f"{'s' if self.k > 1 else ''}: {', '.join(parts)}"
             f"{' at the bound: still open' if self.at_bound else ''}"
-            f"), subtracted: {self.shift * 100:+.3f} % on the estimate, "
+            f"), batches beyond {USE_BELOW:g} x min_effect left out, the rest corrected "
+            f"by {-self.shift * 100:+.3f} % on the estimate, "
             f"sd {math.sqrt(max(self.var, 0.0)) * 100:.3f} % added"
         )
 
@@ -163,6 +178,9 @@ def fit(
     if int(live.sum()) < MIN_BATCHES:
         return None
     tau_max = TAU_SHARE * float(np.max(age1[live]))
+    # nor shorter than a quarter of the youngest age seen: exp(-age / tau) would be ~0 on
+    # every batch and its amplitude unbounded
+    tau_min = max(tau_min, 0.25 * float(np.min(age0[live])))
     empty = TransientFit(0, (), (), np.zeros(n), 0.0, 0.0, tau_max, False)
     if tau_max < 2.0 * tau_min:
         return evaluate(empty, s_arr, per, age0, age1, count, ch)

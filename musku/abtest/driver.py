@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -289,6 +289,9 @@ class _Comparison:
             and rule.detect_warmup
             and not self.settles_itself
             and getattr(rule, "transient", "discard") == "fit"
+            # an A/A applies once (its swaps change nothing): no applies to fit jointly,
+            # and one apply's transient cannot be told from a drift; searched as before
+            and bool(baseline.diff(candidate))
         )
         # per period: (the candidate's host changed, the baseline's host changed) at its
         # apply (a period that applied nothing: the last apply's)
@@ -296,7 +299,7 @@ class _Comparison:
         self.batch_age: list[tuple[float, float, int]] = []  # first, last window's age, count
         self.tfit: transient_mod.TransientFit | None = None
         self.tfit_at = (-1, -1)  # (batches, period) at the last fit
-        self.sized_s = 0.0  # fit mode: the first apply's transient end found by the search (s)
+        self.sized_s = 0.0  # fit mode: SIZING_CAP_S when the first apply's search hit it
         self.fit_excluded = 0  # windows of batches left out where the fitted transient is large
         # windows per pair.windows() call: about a minute of host time, so should_stop is
         # polled at least once a minute on real hosts
@@ -609,9 +612,11 @@ class _Comparison:
             if not longer:
                 break
             if sizing and self.pair.now() - t_start >= SIZING_CAP_S:
-                # no end in sight: drift or a transient too long to size on one apply;
-                # the joint fit over the applies decides which (it is bounded)
-                discard = -1
+                # no end in sight: drift or a transient too long to see the end of on one
+                # apply; the last probe's windows are kept (the pilot), the joint fit over
+                # the swaps' applies decides which it was (it is bounded): no INCONCLUSIVE
+                discard = max(0, int(np.count_nonzero(full.valid)) - probe_min)
+                self.sized_s = SIZING_CAP_S
                 break
             if self.pair.now() - t_start >= TRANSIENT_CAP_S:
                 self._emit(probe, True)
@@ -626,18 +631,6 @@ class _Comparison:
             probe_n = max(1, min(len(full.samples), left))
         probe = _concat(chunks)
         full = _concat([head, probe]) if n_head else probe
-        if sizing:
-            # fit mode's first apply: the end found sizes the periods (the transient's
-            # time scale before the joint fit can see it); nothing beyond the blind
-            # minimum is discarded, the joint fit sees the whole shape
-            valid_idx = np.flatnonzero(full.valid)
-            if discard > 0:
-                k = int(valid_idx[discard]) if discard < valid_idx.size else len(full.samples)
-                self.sized_s = self.interval * k
-            self._emit(probe, False)
-            self.warm_s.append(self.pair.now() - t_start - self.interval * len(probe.samples))
-            self.warm_open = None
-            return probe.select(probe.valid)
         # map the discard count (valid windows since the apply) to the probe's windows
         valid_idx = np.flatnonzero(full.valid)
         cut_full = int(valid_idx[discard]) if discard < valid_idx.size else len(full.samples)
@@ -673,8 +666,7 @@ class _Comparison:
         v = stats.detect_warmup(x)
         if not fit:
             return v.discard, v.extend
-        share = transient_mod.USE_BELOW if self.fit_mode else TRANSIENT_EPS
-        eps = share * math.log1p(self.spec.stats.min_effect)
+        eps = TRANSIENT_EPS * math.log1p(self.spec.stats.min_effect)
         f = stats.fit_transient(x, eps=eps, threshold=TRANSIENT_T)
         # a fitted transient that ends inside the series explains the trend MSER sees
         return max(v.discard, f.end), f.at_limit or (v.extend and f.end == 0)
@@ -813,30 +805,37 @@ class _Comparison:
         """Steady windows per (full) period: SWAP_OVERHEAD x the swap cost in windows."""
         assert self.b is not None
         b = self.b
-        swap_cost_s = max(self.apply_s) + max(self.warm_s)
+        warm = self.warm_s
+        got = self.tfit if self.fit_mode else None
+        swap_cost_s = max(self.apply_s) + max(warm)
+        if self.fit_mode:
+            # a swap discards the blind minimum only; the fitted transient's large part
+            # (left out of the estimate) is warm-up too, so periods are SWAP_OVERHEAD x
+            # that as before, but from the fit over all applies, not a search per apply.
+            # Before a fit: half the first apply's end (the search's end is where the
+            # transient falls below a tenth of min_effect, the fit's where below all of
+            # it), unless that search hit its cap (a drift, or a transient too long for
+            # one apply to show: not a length to size on)
+            warm = [self.warm_n * self.interval]
+            if got is not None:
+                eps = transient_mod.USE_BELOW * math.log1p(self.spec.stats.min_effect)
+                warm.append(got.use_from(eps))
+            elif not self.sized_s and self.warm_s:
+                warm.append(0.5 * self.warm_s[0])
+            swap_cost_s = max(self.apply_s) + max(warm)
         if not self.swap_measured and (
             self.baseline.diff(self.candidate).keys() & self.spec.reboot_knobs
         ):
             # first apply may not have rebooted (hosts already there): assume a reboot costs
             # at least as much as the warm-up until a swap has been measured
-            swap_cost_s = max(swap_cost_s, 2 * max(self.warm_s))
+            swap_cost_s = max(swap_cost_s, 2 * max(warm))
         fixed = self.structure.period_length(b, swap_cost_s, SWAP_OVERHEAD)
-        if self.fit_mode:
-            # the fitted transient's large part (left out of the estimate) is warm-up: the
-            # swap cost includes it (so periods are SWAP_OVERHEAD x it, as before, but from
-            # the fit over all applies, not a search per apply; before a fit, from the
-            # first apply's search), and a period lasts PERIOD_PER_TAU time constants; a
-            # transient that may be longer than seen so far (open): twice the longest age
-            # seen after an apply
-            got = self.tfit
-            eps = transient_mod.USE_BELOW * math.log1p(self.spec.stats.min_effect)
-            seen = got.use_from(eps) if got is not None else 0.0
-            cost = max(self.apply_s) + max(max(self.warm_s), seen, self.sized_s)
-            longest = SWAP_OVERHEAD * cost
-            if got is not None:
-                longest = max(longest, transient_mod.PERIOD_PER_TAU * max(got.taus, default=0.0))
-                if got.open:
-                    longest = max(longest, 2.0 * got.longest_age)
+        if got is not None:
+            # a period lasts PERIOD_PER_TAU fitted time constants; a transient that may be
+            # longer than seen so far (open): twice the longest age seen after an apply
+            longest = transient_mod.PERIOD_PER_TAU * max(got.taus, default=0.0)
+            if got.open:
+                longest = max(longest, 2.0 * got.longest_age)
             fixed = max(fixed, self.structure.period_length(b, longest, 1.0))
         if not math.isfinite(self.noise_lrv):
             return fixed
@@ -1005,9 +1004,10 @@ class _Comparison:
         return got.open or self.period < MIN_SWAPS_SEEN + 1 or rough
 
     def _used(self) -> int:
-        """Steady windows the estimate uses: not dropped after the fact, not inside a
-        fitted transient's large part."""
-        return self.d.n - self.dropped - self.fit_excluded
+        """Steady windows (after the blind minimum, not dropped after the fact). In fit
+        mode this includes the windows of the transient's large part that the estimate
+        leaves out (counted in ``fit_excluded`` and said in the method)."""
+        return self.d.n - self.dropped
 
     def _transient_fit(self) -> transient_mod.TransientFit | None:
         """The transient fitted over all applies so far (:mod:`musku.abtest.transient`),
@@ -1019,7 +1019,11 @@ class _Comparison:
         age = np.asarray(self.batch_age, dtype=float).reshape(-1, 3)
         sign = np.asarray(self.batch_sign, dtype=float)
         per = np.asarray(self.batch_period, dtype=np.int64)
-        changed = np.asarray(self.period_changed, dtype=bool).reshape(-1, 2)
+        changed = np.asarray(self.period_changed, dtype=bool).reshape(-1, 2).copy()
+        # the first apply (from whatever the hosts ran) is searched and discarded to its
+        # end as before: its batches carry no transient to fit (the swaps' applies, all
+        # alike, are what the joint fit is for)
+        changed[0] = False
         last_n, last_p = self.tfit_at
         if self.tfit is None or last_p != self.period or n >= max(last_n + 4, 1.25 * last_n):
             tau_min = max(5.0, 2.0 * self.interval, 0.5 * (self.b or 1) * self.interval)
@@ -1051,6 +1055,10 @@ class _Comparison:
             # from the rest, its uncertainty added (transient.evaluate on those batches)
             eps = transient_mod.USE_BELOW * math.log1p(self.spec.stats.min_effect)
             keep = np.abs(got.correction) <= eps
+            changed = np.asarray(self.period_changed, dtype=bool).reshape(-1, 2).copy()
+            changed[0] = False
+            if min(np.count_nonzero(keep & (sign > 0)), np.count_nonzero(keep & (sign < 0))) < 2:
+                keep[:] = True  # too little left to estimate from: all, corrected
             age = np.asarray(self.batch_age, dtype=float).reshape(-1, 3)
             self.fit_excluded = int(age[~keep, 2].sum())
             if not keep.all():
@@ -1061,14 +1069,16 @@ class _Comparison:
                     age[keep, 0],
                     age[keep, 1],
                     age[keep, 2],
-                    np.asarray(self.period_changed, dtype=bool).reshape(-1, 2),
+                    changed,
                 )
                 batch_d, sign, per = batch_d[keep], sign[keep], per[keep]
+            got = replace(got, excluded=self.fit_excluded)
             batch_d = batch_d - got.correction
         return Evidence(
             transient_var=got.var if got is not None else 0.0,
             transient_note=got.describe() if got is not None else "",
-            transient_open=got is not None and self._transient_open(got),
+            # fit mode: nothing fitted yet is as open as it gets
+            transient_open=self.fit_mode and (got is None or self._transient_open(got)),
             batch_d=batch_d,
             batch_sign=sign,
             batch_period=per,

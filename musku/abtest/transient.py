@@ -61,6 +61,7 @@ USE_BELOW = 1.0  # the estimate uses batches where the fitted transient is below
 ROUGH = 0.25  # no decision while the fit's sd on the estimate exceeds this x min_effect
 TREND_T = 2.0  # a residual slope on the age this many standard errors away: transient open
 MIN_BATCHES = 8  # batches in applied periods before anything is fitted
+CHI2_999 = (10.83, 13.82, 16.27, 18.47)  # chi-square 0.999 quantiles, 1-4 degrees of freedom
 PENALTY = 2.0  # information criterion per parameter (AIC; BIC's log n under-fitted the second
 # exponential and left its bias in the estimate)
 
@@ -77,10 +78,11 @@ class TransientFit:
     var: float  # delta-method variance of the effect from the fit's parameters
     tau_max: float  # the bound the applies allowed
     at_bound: bool  # a time constant at the bound: the transient may be longer
-    bic: tuple[float, ...] = field(default=())  # per k tried
+    bic: tuple[float, ...] = field(default=())  # likelihood ratio of each k against k - 1
     cov: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))  # amplitudes, then taus
     pattern: tuple[int, ...] = ()  # columns: -1 both hosts' ratio, 0 candidate's, 1 baseline's
     trend_t: float = 0.0  # t of a slope on the age since the apply left after the fit
+    excluded: int = 0  # windows of the batches the estimate leaves out (the large part)
 
     @property
     def open(self) -> bool:
@@ -123,7 +125,8 @@ class TransientFit:
             f"transient fitted over all applies ({self.k} exponential"
             f"{'s' if self.k > 1 else ''}: {', '.join(parts)}"
             f"{' at the bound: still open' if self.at_bound else ''}"
-            f"), batches beyond {USE_BELOW:g} x min_effect left out, the rest corrected "
+            f"), {self.excluded:,} windows where it exceeds {USE_BELOW:g} x min_effect left "
+            f"out, the rest corrected "
             f"by {-self.shift * 100:+.3f} % on the estimate, "
             f"sd {math.sqrt(max(self.var, 0.0)) * 100:.3f} % added"
         )
@@ -233,15 +236,25 @@ def fit(
     iact, _ = stats.integrated_autocorrelation(fits[-1][3])
     n_eff = max(4.0, n / max(1.0, iact))
 
-    def bic(sse: float, p: int) -> float:
-        return n_eff * math.log(max(sse, 1e-300) / n) + p * PENALTY
-
-    best = [(bic(f[0], len(f[1]) * (m + 1)), f[1], f[2]) for f in fits]
-    scores = tuple(b[0] for b in best)
-    j = int(np.argmin(scores))
+    # how many exponentials: the first only when its likelihood ratio passes a strict
+    # chi-square level (the time constant searched over a grid makes a lenient one find
+    # transients in noise), the second when it pays for its parameters (AIC: a second
+    # exponential the data show but a penalty of log n refused left its bias in the
+    # estimate)
+    scores = [0.0]
+    j = 0
+    for k in range(1, len(fits)):
+        lr = n_eff * math.log(max(fits[k - 1][0], 1e-300) / max(fits[k][0], 1e-300))
+        scores.append(lr)
+        dp = m + 1
+        need = CHI2_999[min(dp, len(CHI2_999)) - 1] if k == 1 else PENALTY * dp
+        if k == j + 1 and lr > need:
+            j = k
+    best = [(0.0, f[1], f[2]) for f in fits]
+    scores_t = tuple(scores)
     if j == 0:
         trend = _trend_t(yt, age0, age1, live, inv, counts)
-        return replace(empty, bic=scores, trend_t=trend)
+        return replace(empty, bic=scores_t, trend_t=trend)
     _, gs, coef = best[j]
     taus, coef = _refine(
         tuple(float(grid[g]) for g in gs), coef, yt, mask, age0, age1, count, inv, counts,
@@ -266,7 +279,7 @@ def fit(
         0.0,
         tau_max,
         max(taus) >= tau_max * (1 - 1e-6),
-        scores,
+        scores_t,
         cov,
         pattern,
         trend,

@@ -89,7 +89,9 @@ FloatArray = NDArray[np.float64]
 WindowRow = dict[str, Any]
 
 TRANSIENT_CAP_S = 3600.0  # a transient still going after this long: INCONCLUSIVE
-SIZING_CAP_S = 1200.0  # fit mode: the first apply's search for the end stops here
+SEARCH_CAP_S = 1200.0  # fit mode: the search for a transient's end stops here (no INCONCLUSIVE)
+SEARCH_APPLIES = 2  # fit mode: the first applies searched (and discarded) to the end as before
+SEARCH_EPS = 0.2  # fit mode: the search ends where the transient is below this x min_effect
 MIN_SWAPS_SEEN = 2  # fit mode: no decision before this many swaps' periods are complete
 TRANSIENT_EPS = 0.1  # a transient has ended where it is below this x min_effect
 TRANSIENT_T = 2.0  # a fitted transient counts beyond this many standard errors
@@ -299,7 +301,7 @@ class _Comparison:
         self.batch_age: list[tuple[float, float, int]] = []  # first, last window's age, count
         self.tfit: transient_mod.TransientFit | None = None
         self.tfit_at = (-1, -1)  # (batches, period) at the last fit
-        self.sized_s = 0.0  # fit mode: SIZING_CAP_S when the first apply's search hit it
+        self.capped: set[int] = set()  # fit mode: periods whose search hit SEARCH_CAP_S
         self.fit_excluded = 0  # windows of batches left out where the fitted transient is large
         # windows per pair.windows() call: about a minute of host time, so should_stop is
         # polled at least once a minute on real hosts
@@ -565,10 +567,9 @@ class _Comparison:
             self.warm_s.append(self.pair.now() - t_start)
             self.warm_open = None
             return self._columns([])
-        sizing = self.fit_mode and self.b is None
-        if self.fit_mode and not sizing:
-            # the transient is fitted over all applies and subtracted (_transient_fit):
-            # after the blind minimum everything is used
+        if self.fit_mode and self.period >= SEARCH_APPLIES:
+            # the transient is fitted over the applies so far and subtracted
+            # (_transient_fit): after the blind minimum everything is measured
             self.warm_s.append(self.pair.now() - t_start)
             self.warm_open = None
             return self._columns([])
@@ -611,12 +612,12 @@ class _Comparison:
             longer = any(f[1] for f in found) or discard > len(full.samples) - probe_min // 2
             if not longer:
                 break
-            if sizing and self.pair.now() - t_start >= SIZING_CAP_S:
+            if self.fit_mode and self.pair.now() - t_start >= SEARCH_CAP_S:
                 # no end in sight: drift or a transient too long to see the end of on one
                 # apply; the last probe's windows are kept (the pilot), the joint fit over
                 # the swaps' applies decides which it was (it is bounded): no INCONCLUSIVE
                 discard = max(0, int(np.count_nonzero(full.valid)) - probe_min)
-                self.sized_s = SIZING_CAP_S
+                self.capped.add(self.period)
                 break
             if self.pair.now() - t_start >= TRANSIENT_CAP_S:
                 self._emit(probe, True)
@@ -666,7 +667,8 @@ class _Comparison:
         v = stats.detect_warmup(x)
         if not fit:
             return v.discard, v.extend
-        eps = TRANSIENT_EPS * math.log1p(self.spec.stats.min_effect)
+        share = SEARCH_EPS if self.fit_mode else TRANSIENT_EPS
+        eps = share * math.log1p(self.spec.stats.min_effect)
         f = stats.fit_transient(x, eps=eps, threshold=TRANSIENT_T)
         # a fitted transient that ends inside the series explains the trend MSER sees
         return max(v.discard, f.end), f.at_limit or (v.extend and f.end == 0)
@@ -809,19 +811,14 @@ class _Comparison:
         got = self.tfit if self.fit_mode else None
         swap_cost_s = max(self.apply_s) + max(warm)
         if self.fit_mode:
-            # a swap discards the blind minimum only; the fitted transient's large part
-            # (left out of the estimate) is warm-up too, so periods are SWAP_OVERHEAD x
-            # that as before, but from the fit over all applies, not a search per apply.
-            # Before a fit: half the first apply's end (the search's end is where the
-            # transient falls below a tenth of min_effect, the fit's where below all of
-            # it), unless that search hit its cap (a drift, or a transient too long for
-            # one apply to show: not a length to size on)
-            warm = [self.warm_n * self.interval]
+            # an apply whose search hit its cap (a drift, or a transient too long for one
+            # apply to show) is no length to size the periods on; the fitted transient's
+            # part left out of the estimate is warm-up too
+            warm = [w for p, w in enumerate(self.warm_s) if p not in self.capped]
+            warm = warm or [self.warm_n * self.interval]
             if got is not None:
                 eps = transient_mod.USE_BELOW * math.log1p(self.spec.stats.min_effect)
                 warm.append(got.use_from(eps))
-            elif not self.sized_s and self.warm_s:
-                warm.append(0.5 * self.warm_s[0])
             swap_cost_s = max(self.apply_s) + max(warm)
         if not self.swap_measured and (
             self.baseline.diff(self.candidate).keys() & self.spec.reboot_knobs

@@ -177,7 +177,7 @@ def fit(
     if n == 0 or ch.shape[0] <= int(per.max()):
         return None
     rows = ch[per]  # per batch: (candidate changed, baseline changed)
-    live = rows.any(axis=1)
+    live: NDArray[np.bool_] = np.asarray(rows.any(axis=1), dtype=bool)
     if int(live.sum()) < MIN_BATCHES:
         return None
     tau_max = TAU_SHARE * float(np.max(age1[live]))

@@ -136,6 +136,27 @@ CONDITIONS: list[Cond] = [
         wander_cal=True,
     ),  # fmt: skip
     Cond("shipped model, wander calibrated", wander_cal=True),
+    # issue 30 item 2: the warm-up transient fitted jointly over the applies (rule option
+    # transient = "fit") instead of discarded per apply (the default)
+    Cond("shipped model, transient fit", options=(("transient", "fit"),)),
+    Cond(
+        "candidate warm-up +5 % tau 120 s, transient fit",
+        warmup=(0.05, 120.0),
+        null_differs=True,
+        options=(("transient", "fit"),),
+    ),  # fmt: skip
+    Cond(
+        "candidate warm-up +10 % tau 300 s, transient fit",
+        warmup=(0.10, 300.0),
+        null_differs=True,
+        options=(("transient", "fit"),),
+    ),  # fmt: skip
+    Cond(
+        "extra slow wander 1 % (17 min), wander calibrated, transient fit",
+        noise={"wander_sd": 0.01, "wander_tau_s": 1000.0},
+        wander_cal=True,
+        options=(("transient", "fit"),),
+    ),  # fmt: skip
     Cond("no shared load jitter", load={"jitter_sigma": 0.0}),
     Cond(
         "cold start, slow warm-up 15 %/300 s",

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -59,6 +59,7 @@ from numpy.typing import NDArray
 from musku.abtest import periods as periods_mod
 from musku.abtest import stats
 from musku.abtest import structure as structure_mod
+from musku.abtest import transient as transient_mod
 from musku.abtest.calibration import PairMemory
 from musku.abtest.rules import (
     PERIOD_SHARE_OF_WANDER,
@@ -88,6 +89,10 @@ FloatArray = NDArray[np.float64]
 WindowRow = dict[str, Any]
 
 TRANSIENT_CAP_S = 3600.0  # a transient still going after this long: INCONCLUSIVE
+SEARCH_CAP_S = 1200.0  # fit mode: the search for a transient's end stops here (no INCONCLUSIVE)
+SEARCH_APPLIES = 2  # fit mode: the first applies searched (and discarded) to the end as before
+SEARCH_EPS = 0.2  # fit mode: the search ends where the transient is below this x min_effect
+MIN_SWAPS_SEEN = 2  # fit mode: no decision before this many swaps' periods are complete
 TRANSIENT_EPS = 0.1  # a transient has ended where it is below this x min_effect
 TRANSIENT_T = 2.0  # a fitted transient counts beyond this many standard errors
 SWAP_OVERHEAD = 3.0  # period length / swap cost (k: periods >= k x the measured transient)
@@ -279,6 +284,25 @@ class _Comparison:
         )
         self.warm_n = self.structure.warm_n
         self.settles_itself = _design(pair) == "switchback"
+        # issue 30 item 2: the warm-up transient fitted jointly over all applies and
+        # subtracted (rule option transient = "fit"), instead of each apply's discarded
+        self.fit_mode = (
+            rule.crossover
+            and rule.detect_warmup
+            and not self.settles_itself
+            and getattr(rule, "transient", "discard") == "fit"
+            # an A/A applies once (its swaps change nothing): no applies to fit jointly,
+            # and one apply's transient cannot be told from a drift; searched as before
+            and bool(baseline.diff(candidate))
+        )
+        # per period: (the candidate's host changed, the baseline's host changed) at its
+        # apply (a period that applied nothing: the last apply's)
+        self.period_changed: list[tuple[bool, bool]] = []
+        self.batch_age: list[tuple[float, float, int]] = []  # first, last window's age, count
+        self.tfit: transient_mod.TransientFit | None = None
+        self.tfit_at = (-1, -1)  # (batches, period) at the last fit
+        self.capped: set[int] = set()  # fit mode: periods whose search hit SEARCH_CAP_S
+        self.fit_excluded = 0  # windows of batches left out where the fitted transient is large
         # windows per pair.windows() call: about a minute of host time, so should_stop is
         # polled at least once a minute on real hosts
         self.piece = max(1, int(MEASURE_PIECE_S / self.interval))
@@ -424,11 +448,30 @@ class _Comparison:
         )
         self._check_stop()
         reboot = self._reboots(configs)
+        changed = self._changes(configs)
+        cand_host = 1 if self.sign > 0 else 0
+        self.period_changed.append((changed[cand_host], changed[1 - cand_host]))
         t = self.pair.now()
         secs = float(self.pair.apply(configs))
         self.apply_s.append(secs)
         self.apply_clock.append(max(0.0, self.pair.now() - t))
         self.apply_reboot.append(reboot)
+
+    def _changes(self, configs: tuple[Configuration, Configuration]) -> tuple[bool, bool]:
+        """Whether applying ``configs`` changes each host (a host already there does not
+        warm up). A swap changes both (when the arms differ); the first apply asks the
+        hosts what they run, and assumes a change when they cannot say."""
+        if self.period > 0:
+            differ = bool(self.baseline.diff(self.candidate))
+            return differ, differ
+        out = [True, True]
+        try:
+            for h, (host, cfg) in enumerate(zip(self.pair.hosts, configs, strict=True)):
+                now = host.configuration()
+                out[h] = bool(now.diff(now.merged(cfg)))
+        except Exception:  # informational: assume a change (a transient is then fitted)
+            return True, True
+        return out[0], out[1]
 
     def _reboots(self, configs: tuple[Configuration, Configuration]) -> bool:
         """Whether applying ``configs`` changes a reboot knob on either host (from what the
@@ -463,7 +506,10 @@ class _Comparison:
         return self.candidate, self.baseline
 
     def _known_transient(self, cfg: Configuration) -> float:
-        """Longest transient (s) remembered for ``cfg``: this comparison's or the pair's."""
+        """Longest transient (s) remembered for ``cfg``: this comparison's or the pair's
+        (none in fit mode: there the transient is a regressor, not a discard)."""
+        if self.fit_mode:
+            return 0.0
         key = cfg.key()
         try:
             remembered = float(self.memory.transients.get(key, 0.0))
@@ -521,6 +567,12 @@ class _Comparison:
             self.warm_s.append(self.pair.now() - t_start)
             self.warm_open = None
             return self._columns([])
+        if self.fit_mode and self.period >= SEARCH_APPLIES:
+            # the transient is fitted over the applies so far and subtracted
+            # (_transient_fit): after the blind minimum everything is measured
+            self.warm_s.append(self.pair.now() - t_start)
+            self.warm_open = None
+            return self._columns([])
         if self.settles_itself:
             # a switchback pair applies each arm inside its windows and discards each
             # sub-window's own transient (settle_s): nothing after apply() is a transient.
@@ -559,6 +611,13 @@ class _Comparison:
             # it with some steady data after it
             longer = any(f[1] for f in found) or discard > len(full.samples) - probe_min // 2
             if not longer:
+                break
+            if self.fit_mode and self.pair.now() - t_start >= SEARCH_CAP_S:
+                # no end in sight: drift or a transient too long to see the end of on one
+                # apply; the last probe's windows are kept (the pilot), the joint fit over
+                # the swaps' applies decides which it was (it is bounded): no INCONCLUSIVE
+                discard = max(0, int(np.count_nonzero(full.valid)) - probe_min)
+                self.capped.add(self.period)
                 break
             if self.pair.now() - t_start >= TRANSIENT_CAP_S:
                 self._emit(probe, True)
@@ -608,7 +667,8 @@ class _Comparison:
         v = stats.detect_warmup(x)
         if not fit:
             return v.discard, v.extend
-        eps = TRANSIENT_EPS * math.log1p(self.spec.stats.min_effect)
+        share = SEARCH_EPS if self.fit_mode else TRANSIENT_EPS
+        eps = share * math.log1p(self.spec.stats.min_effect)
         f = stats.fit_transient(x, eps=eps, threshold=TRANSIENT_T)
         # a fitted transient that ends inside the series explains the trend MSER sees
         return max(v.discard, f.end), f.at_limit or (v.extend and f.end == 0)
@@ -714,6 +774,9 @@ class _Comparison:
         self.batch_sign.clear()
         self.batch_period.clear()
         self.period_t.clear()
+        self.batch_age.clear()
+        self.tfit_at = (-1, -1)  # refit on the new batches
+        age = self.win_age.view()[idx]
         t_end = self.win_t.view()[idx]
         for m in self.guard_metrics:
             self.batch_guard[m].clear()
@@ -727,6 +790,7 @@ class _Comparison:
                 self.batch_sign.append(sign)
                 self.batch_period.append(p)
                 self._batch_time(p, float(t_end[sl.start]), float(t_end[sl.stop - 1]))
+                self.batch_age.append((float(age[sl.start]), float(age[sl.stop - 1]), b))
                 for m in self.guard_metrics:
                     self.batch_guard[m].append(float(guard[m][sl].mean()))
         self.batch_start = self.d.n
@@ -743,14 +807,33 @@ class _Comparison:
         """Steady windows per (full) period: SWAP_OVERHEAD x the swap cost in windows."""
         assert self.b is not None
         b = self.b
-        swap_cost_s = max(self.apply_s) + max(self.warm_s)
+        warm = self.warm_s
+        got = self.tfit if self.fit_mode else None
+        swap_cost_s = max(self.apply_s) + max(warm)
+        if self.fit_mode:
+            # an apply whose search hit its cap (a drift, or a transient too long for one
+            # apply to show) is no length to size the periods on; the fitted transient's
+            # part left out of the estimate is warm-up too
+            warm = [w for p, w in enumerate(self.warm_s) if p not in self.capped]
+            warm = warm or [self.warm_n * self.interval]
+            if got is not None:
+                eps = transient_mod.USE_BELOW * math.log1p(self.spec.stats.min_effect)
+                warm.append(got.use_from(eps))
+            swap_cost_s = max(self.apply_s) + max(warm)
         if not self.swap_measured and (
             self.baseline.diff(self.candidate).keys() & self.spec.reboot_knobs
         ):
             # first apply may not have rebooted (hosts already there): assume a reboot costs
             # at least as much as the warm-up until a swap has been measured
-            swap_cost_s = max(swap_cost_s, 2 * max(self.warm_s))
+            swap_cost_s = max(swap_cost_s, 2 * max(warm))
         fixed = self.structure.period_length(b, swap_cost_s, SWAP_OVERHEAD)
+        if got is not None:
+            # a period lasts PERIOD_PER_TAU fitted time constants; a transient that may be
+            # longer than seen so far (open): twice the longest age seen after an apply
+            longest = transient_mod.PERIOD_PER_TAU * max(got.taus, default=0.0)
+            if got.open:
+                longest = max(longest, 2.0 * got.longest_age)
+            fixed = max(fixed, self.structure.period_length(b, longest, 1.0))
         if not math.isfinite(self.noise_lrv):
             return fixed
         # the cost model runs under either rule: its expected host time is reported
@@ -852,6 +935,8 @@ class _Comparison:
             self.batch_period.append(self.period)
             t_end = self.win_t.view()
             self._batch_time(self.period, float(t_end[sl.start]), float(t_end[sl.stop - 1]))
+            age = self.win_age.view()
+            self.batch_age.append((float(age[sl.start]), float(age[sl.stop - 1]), self.b))
             for m in self.guard_metrics:
                 self.batch_guard[m].append(float(self.guard_b[m].view()[sl].mean()))
             self.batch_start += self.b
@@ -907,15 +992,97 @@ class _Comparison:
         adj = raw - self.theta * centred(c)
         return 1.0 - float(adj @ adj) / v_raw
 
+    def _transient_open(self, got: transient_mod.TransientFit) -> bool:
+        """No decision yet on this fit: it may be longer than seen (open), the shape is
+        seen in fewer than two swaps, or it is known too roughly for its linearised
+        uncertainty to be trusted (its part of the interval wider than
+        :data:`transient.ROUGH` x min_effect)."""
+        rough = math.sqrt(got.var) > transient_mod.ROUGH * math.log1p(self.spec.stats.min_effect)
+        return got.open or self.period < MIN_SWAPS_SEEN + 1 or rough
+
+    def _used(self) -> int:
+        """Steady windows (after the blind minimum, not dropped after the fact). In fit
+        mode this includes the windows of the transient's large part that the estimate
+        leaves out (counted in ``fit_excluded`` and said in the method)."""
+        return self.d.n - self.dropped
+
+    def _transient_fit(self) -> transient_mod.TransientFit | None:
+        """The transient fitted over all applies so far (:mod:`musku.abtest.transient`),
+        evaluated on the current batches: refitted at a new period and whenever the batches
+        grew by a quarter since the last fit, else the last fit's parameters."""
+        n = len(self.batch_d)
+        if not self.fit_mode or n == 0 or not self.period_changed:
+            return None
+        age = np.asarray(self.batch_age, dtype=float).reshape(-1, 3)
+        sign = np.asarray(self.batch_sign, dtype=float)
+        per = np.asarray(self.batch_period, dtype=np.int64)
+        changed = np.asarray(self.period_changed, dtype=bool).reshape(-1, 2).copy()
+        # the first apply (from whatever the hosts ran) is searched and discarded to its
+        # end as before: its batches carry no transient to fit (the swaps' applies, all
+        # alike, are what the joint fit is for)
+        changed[0] = False
+        last_n, last_p = self.tfit_at
+        if self.tfit is None or last_p != self.period or n >= max(last_n + 4, 1.25 * last_n):
+            tau_min = max(5.0, 2.0 * self.interval, 0.5 * (self.b or 1) * self.interval)
+            self.tfit = transient_mod.fit(
+                np.asarray(self.batch_d, dtype=float),
+                sign,
+                per,
+                age[:, 0],
+                age[:, 1],
+                age[:, 2],
+                changed,
+                tau_min=tau_min,
+            )
+            self.tfit_at = (n, self.period)
+            return self.tfit
+        return transient_mod.evaluate(
+            self.tfit, sign, per, age[:, 0], age[:, 1], age[:, 2], changed
+        )
+
     def _evidence(self) -> Evidence:
+        got = self._transient_fit()
+        batch_d = np.asarray(self.batch_d, dtype=float)
+        sign = np.asarray(self.batch_sign, dtype=np.int8)
+        per = np.asarray(self.batch_period, dtype=np.int64)
+        if got is not None and got.correction.size == batch_d.size:
+            # the fit uses every batch (the early ones show the shape best); the estimate
+            # leaves out the batches where the fitted transient is still large (its
+            # correction would cost more variance than the windows bring) and subtracts it
+            # from the rest, its uncertainty added (transient.evaluate on those batches)
+            eps = transient_mod.USE_BELOW * math.log1p(self.spec.stats.min_effect)
+            keep = np.abs(got.correction) <= eps
+            changed = np.asarray(self.period_changed, dtype=bool).reshape(-1, 2).copy()
+            changed[0] = False
+            if min(np.count_nonzero(keep & (sign > 0)), np.count_nonzero(keep & (sign < 0))) < 2:
+                keep[:] = True  # too little left to estimate from: all, corrected
+            age = np.asarray(self.batch_age, dtype=float).reshape(-1, 3)
+            self.fit_excluded = int(age[~keep, 2].sum())
+            if not keep.all():
+                got = transient_mod.evaluate(
+                    got,
+                    sign[keep],
+                    per[keep],
+                    age[keep, 0],
+                    age[keep, 1],
+                    age[keep, 2],
+                    changed,
+                )
+                batch_d, sign, per = batch_d[keep], sign[keep], per[keep]
+            got = replace(got, excluded=self.fit_excluded)
+            batch_d = batch_d - got.correction
         return Evidence(
-            batch_d=np.asarray(self.batch_d, dtype=float),
-            batch_sign=np.asarray(self.batch_sign, dtype=np.int8),
-            batch_period=np.asarray(self.batch_period, dtype=np.int64),
+            transient_var=got.var if got is not None else 0.0,
+            transient_note=got.describe() if got is not None else "",
+            # fit mode: nothing fitted yet is as open as it gets
+            transient_open=self.fit_mode and (got is None or self._transient_open(got)),
+            batch_d=batch_d,
+            batch_sign=sign,
+            batch_period=per,
             log_a=self.log_a.view(),
             log_b=self.log_b.view(),
             direction=self.dir,
-            samples=self.d.n - self.dropped,
+            samples=self._used(),
             batch_size=self.b or 1,
             period_span=self._period_span(),
         )
@@ -958,7 +1125,7 @@ class _Comparison:
             return
         self.on_progress(
             Progress(
-                samples=self.d.n - self.dropped,
+                samples=self._used(),
                 estimate=self.verdict.estimate,  # NaN until there is an estimate
                 ci_low=self.verdict.ci_low,
                 ci_high=self.verdict.ci_high,
@@ -979,7 +1146,7 @@ class _Comparison:
             return None
         b = self.b or 1
         period = self.period_len or self.structure.period_length(b, 0.0, SWAP_OVERHEAD)
-        n = self.d.n - self.dropped
+        n = self._used()
         return max(b, self.structure.windows_to_first_decision(n, b, period))
 
     def _check_bias(self) -> None:
@@ -1011,7 +1178,7 @@ class _Comparison:
         self.verdict = self.rule.look(self._evidence())
         self._check_bias()
         v = self.verdict
-        n = self.d.n - self.dropped  # steady windows used (retro-trimmed ones not)
+        n = self._used()  # steady windows used (retro-trimmed ones not)
         interval = f"interval [{pct(v.ci_low)}, {pct(v.ci_high)}]"
         capped = self.d.n >= self.cap
         final = v.decision is not None or capped
@@ -1070,7 +1237,7 @@ class _Comparison:
     def stopped(self) -> tuple[Decision, str]:
         return (
             Decision.ABORTED,
-            f"stopped on request after {self.d.n - self.dropped:,} samples",
+            f"stopped on request after {self._used():,} samples",
         )
 
     def finish(self, outcome: tuple[Decision, str]) -> ComparisonResult:
@@ -1113,7 +1280,7 @@ class _Comparison:
             estimate=self.verdict.estimate if math.isfinite(self.verdict.estimate) else 0.0,
             ci_low=self.verdict.ci_low,
             ci_high=self.verdict.ci_high,
-            samples=self.d.n - self.dropped,
+            samples=self._used(),
             host_time_s=self.pair.now() - self.t0,
             reason=reason + detail,
             guardrail_values=dict(self.guard_values),
@@ -1161,6 +1328,9 @@ class _Comparison:
                 # A/A: swapping the roles changes neither host's configuration, so there is
                 # nothing to apply and no transient to wait for
                 self.period_applied.append(False)
+                self.period_changed.append(
+                    self.period_changed[-1] if self.period_changed else (False, False)
+                )
                 steady = self._columns([])
             else:
                 self.period_applied.append(True)

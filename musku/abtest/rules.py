@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from musku.abtest import stats
+from musku.abtest import transient as transient_mod
 from musku.domain import Decision
 from musku.errors import InputError
 from musku.registry import load
@@ -132,6 +133,13 @@ class Evidence:
     # per period index: host seconds (since the start) of its first batched window's start and
     # its last's end; None: unknown (no between-period component is modelled)
     period_span: FloatArray | None = None
+    # the delta-method variance of the effect from a warm-up transient fitted over all
+    # applies and subtracted from ``batch_d`` (musku.abtest.transient), and what was done
+    transient_var: float = 0.0
+    transient_note: str = ""
+    # the fitted transient's time constant is at the bound the applies allow: it may be
+    # longer than seen, so no decision yet (the driver lengthens the periods)
+    transient_open: bool = False
 
 
 @dataclass(frozen=True)
@@ -238,8 +246,19 @@ class ConfidenceSequenceRule(DecisionRule):
         noise_df: float = NOISE_DF_DEFAULT,
         noise_check: float = NOISE_CHECK,
         calibrated_noise: bool = CALIBRATED_NOISE,
+        transient: str = transient_mod.DEFAULT_MODE,
     ) -> None:
         super().__init__(seed=seed)
+        if transient not in transient_mod.MODES:
+            raise InputError(
+                f"cs rule: transient = {transient!r} must be one of "
+                f"{', '.join(transient_mod.MODES)}"
+            )
+        # "fit": the warm-up transient fitted over all applies and subtracted (its
+        # uncertainty in the interval); "discard": each apply's transient searched for its
+        # end and discarded (before issue 30 item 2)
+        self.transient = transient
+        self.transient_note = ""
         self.calibrated_noise = bool(calibrated_noise)
         self.noise: stats.NoisePrior | None = None
         self.noise_source = ""
@@ -397,6 +416,9 @@ class ConfidenceSequenceRule(DecisionRule):
         if est is None:
             mean = float(np.mean(ev.batch_d)) if ev.batch_d.size else math.nan
             return Verdict.undecided(to_relative(mean, rel) if math.isfinite(mean) else math.nan)
+        if ev.transient_var > 0.0:
+            est = replace(est, se=math.sqrt(est.se * est.se + ev.transient_var))
+        self.transient_note = ev.transient_note
         self.last_estimate = est
         self.last_bandwidth = est.bandwidth
         hw = stats.cs_halfwidth(
@@ -417,7 +439,7 @@ class ConfidenceSequenceRule(DecisionRule):
             hw_eq = hw
         e_lo = to_relative(est.mean - hw_eq, rel)
         e_hi = to_relative(est.mean + hw_eq, rel)
-        enough = self.mature(est, long_periods)
+        enough = self.mature(est, long_periods) and not ev.transient_open
         comp = est.period
         # est.bias = dir * log(host1 / host0) in the primary metric
         detail = (
@@ -565,8 +587,14 @@ class ConfidenceSequenceRule(DecisionRule):
         return (
             f"{self.name}: asymptotic confidence sequence, {design}, batch means b={b} (final), "
             f"Bartlett HAC bandwidth {self.last_bandwidth:.2f} (Newey-West 1994), {alpha}"
-            f"{cov}, warm-up mser5 per host"
+            f"{cov}, {self._warmup_method()}"
         )
+
+    def _warmup_method(self) -> str:
+        if self.transient == "fit" and self.crossover:
+            note = f": {self.transient_note}" if self.transient_note else ""
+            return f"warm-up: minimum discarded, transient fitted jointly over all applies{note}"
+        return "warm-up mser5 per host, discarded to its end"
 
 
 class CalibrationRule(ConfidenceSequenceRule):
@@ -597,6 +625,8 @@ class CalibrationRule(ConfidenceSequenceRule):
             covariate=COVARIATE,
             wander_sd=wander_sd,
             wander_tau_s=wander_tau_s,
+            # an A/A swaps nothing after its first apply: its warm-up is discarded as before
+            transient="discard",
         )
         if not (isinstance(precision, int | float) and 0.0 < precision < 0.5):
             raise InputError(f"calibrate: precision = {precision!r} must be in (0, 0.5)")

@@ -230,12 +230,16 @@ def test_guardrail_lower_limit() -> None:
 
 def test_warmup_detection_discards_the_transient() -> None:
     """A -20 % transient with tau 40 s after each change: far longer than the 10 s minimum.
-    The tester discards it from the data and still estimates the effect correctly."""
+    The tester (rule option transient = "discard": each apply's transient searched for its
+    end) discards it from the data and still estimates the effect correctly; the joint fit
+    (the default) is tests/abtest/test_transient.py's."""
     rows, sink = collect()
     # both hosts start on A: the first apply changes only the B host, whose transient then
     # shows in the log-ratio (a swap changes both hosts alike and cancels in it)
     pair = FakePair(freq_level(0.02), seed=7, warm_amp=0.2, warm_tau_s=40.0, bias=0.0, initial=A)
-    r = run_comparison(pair, A, B, SPEC, seed=7, on_window=sink)
+    r = run_comparison(
+        pair, A, B, SPEC, seed=7, on_window=sink, rule_options={"transient": "discard"}
+    )
     assert r.decision is Decision.BETTER
     assert r.ci_low <= 0.02 <= r.ci_high
     first = [x for x in rows if x["period"] == 0 and x["host"] == 0]

@@ -1,4 +1,4 @@
-"""Issue 19: configuration-specific warm-up. The transient is fitted from the apply on each
+"""Issue 19: configuration-specific warm-up (rule option ``transient = "discard"``). The transient is fitted from the apply on each
 host's own series and on the CUPED-adjusted ratio, discarded by what was measured for the
 configuration, remembered per configuration, and dropped after the fact from earlier periods
 when a later swap measures it longer."""
@@ -24,6 +24,9 @@ from musku.testing.storage import EXPERIMENT
 from tests.abtest.fakes import A, B, FakePair, freq_level
 
 ROOT = Path(__file__).resolve().parents[2]
+# these tests are about the discard of each apply's own transient (issue 19), the mode
+# before issue 30 item 2's joint fit (tests/abtest/test_transient.py): rule option
+DISCARD = {"transient": "discard"}
 SIM_SPEC = ComparisonSpec(
     stats=StatsSettings(confidence=0.95, min_effect=0.005, warmup_s=60.0, sample_cap=30_000)
 )
@@ -83,7 +86,9 @@ def test_slow_candidate_warmup_gives_no_false_positives() -> None:
     for seed in range(6):
         mem = PairMemory()
         pair = SimPair(model, seed=500 + seed, initial=(base, base))
-        r = run_comparison(pair, base, cand, SIM_SPEC, seed=500 + seed, memory=mem)
+        r = run_comparison(
+            pair, base, cand, SIM_SPEC, rule_options=DISCARD, seed=500 + seed, memory=mem
+        )
         wrong += r.decision in (Decision.BETTER, Decision.WORSE)
         covered += r.ci_low <= 0.0 <= r.ci_high
         # the candidate's own transient (5 % at 120 s on top of the 5 % at 45 s every change
@@ -109,7 +114,7 @@ def test_a_longer_transient_measured_later_drops_earlier_windows() -> None:
 
     pair = FakePair(freq_level(0.01), seed=61)
     spec = ComparisonSpec(stats=StatsSettings(warmup_s=10.0, min_effect=0.005))
-    r = run_comparison(pair, A, B, spec, seed=61, memory=mem, on_window=rows.extend,
+    r = run_comparison(pair, A, B, spec, rule_options=DISCARD, seed=61, memory=mem, on_window=rows.extend,
                        on_progress=bump)  # fmt: skip
     assert bumped
     steady = [x for x in rows if x["host"] == 0 and x["valid"] and not x["warmup"]]
@@ -143,7 +148,7 @@ def test_a_transient_that_drops_a_whole_period_rebuilds_the_batches() -> None:
 
     pair = FakePair(freq_level(0.0), seed=63)
     spec = ComparisonSpec(stats=StatsSettings(warmup_s=10.0, min_effect=0.005))
-    r = run_comparison(pair, A, B, spec, seed=63, memory=mem, on_progress=bump,
+    r = run_comparison(pair, A, B, spec, rule_options=DISCARD, seed=63, memory=mem, on_progress=bump,
                        on_warmup=marked.extend)  # fmt: skip
     assert bumped and bumped[0] > 0, "the test needs period-0 batches to drop"
     assert r.decision is not Decision.ABORTED
@@ -160,7 +165,7 @@ def test_transient_cap_reason_names_both_configurations(amp: float) -> None:
     base = model.reference_config.with_("prefetch", "l2hw_dcu")
     cand = base.with_("prefetch", "all_on")
     pair = SimPair(model, seed=62, initial=(base, base))
-    r = run_comparison(pair, base, cand, SIM_SPEC, seed=62)
+    r = run_comparison(pair, base, cand, SIM_SPEC, rule_options=DISCARD, seed=62)
     assert r.decision is Decision.INCONCLUSIVE
     assert "did not end within 3600 s: no decision" in r.reason
     assert '"prefetch":"all_on"' in r.reason and r.samples == 0
@@ -186,7 +191,7 @@ def test_windows_dropped_after_the_fact_are_stored_as_warmup(tmp_path: Path) -> 
             store.mark_warmup(cmp_id, seqs)
 
         pair = SimPair(model, seed=502, initial=(base, base))
-        r = run_comparison(pair, base, cand, SIM_SPEC, seed=502, memory=PairMemory(),
+        r = run_comparison(pair, base, cand, SIM_SPEC, rule_options=DISCARD, seed=502, memory=PairMemory(),
                            on_window=lambda rows: store.add_samples(cmp_id, rows),
                            on_warmup=on_warmup)  # fmt: skip
         store.finish_comparison(cmp_id, r)

@@ -43,6 +43,7 @@ class Sim {
   int Route(Request* r, int service);
   void NewRequest(int user);
   void Spawn(Request* r, int node, int from_machine, double now, int copy);
+  void Place(Job* j, Request* r, int node, const NodeSpec& n, int from_machine, double now, int copy);
   void Enqueue(Job* j);
   void QueueChange(StageQ& q, long delta) {
     q.area += static_cast<double>(q.len) * (now_ - std::max(q.last, measure_start_));

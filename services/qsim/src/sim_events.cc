@@ -105,6 +105,16 @@ void Sim::Spawn(Request* r, int node, int from_machine, double now, int copy) {
     Push(t, kCopies, node, first, r);
     return;
   }
+  Job* j = job_pool_.Get();
+  ++r->tokens;
+  ++live_jobs_;
+  Place(j, r, node, n, from_machine, now, copy);
+}
+
+// A node with neither join nor fan-out copies: its instance (its fan-out copy's, the request's
+// sticky one or routed), the job set up on it (a fresh one from Spawn, or its parent's, handed
+// on by FinishNode) and delivered: at once if it arrives now, else through an arrival event.
+inline void Sim::Place(Job* j, Request* r, int node, const NodeSpec& n, int from_machine, double now, int copy) {
   int inst;
   if (copy >= 0) {  // follows its fan-out copy: the instance at the same offset
     const int ninst = static_cast<int>(m_.services[static_cast<size_t>(n.service)].instances.size());
@@ -114,11 +124,8 @@ void Sim::Spawn(Request* r, int node, int from_machine, double now, int copy) {
     inst = (sticky >= 0) ? sticky : Route(r, n.service);
     r->sticky[static_cast<size_t>(n.service)] = inst;
   }
-  Job* j = job_pool_.Get();
   *j = Job{r, node, 0, inst, r->conn, copy, 0};
   j->spec = &n;
-  ++r->tokens;
-  ++live_jobs_;
   const double lat = Latency(from_machine, inst_[static_cast<size_t>(inst)].machine);
   if (lat == 0 && now == now_) {
     Enqueue(j);  // same instant: no event needed
@@ -547,13 +554,27 @@ void Sim::FinishNode(Job* j, double t) {
   }
   const int machine = inst_[static_cast<size_t>(j->inst)].machine;
   if (!n.children.empty()) {
+    int only = -1;  // the one child this node starts, if one
     if (n.branch == Branch::kAll) {
-      for (int c : n.children) Spawn(r, c, machine, t, j->copy);
+      if (n.children.size() == 1) only = n.children[0];
+      else
+        for (int c : n.children) Spawn(r, c, machine, t, j->copy);
     } else {
       const double u = rng_branch_.Uniform();
       size_t k = 0;
       while (k + 1 < n.child_cdf.size() && u >= n.child_cdf[k]) ++k;
-      Spawn(r, n.children[k], machine, t, j->copy);
+      only = n.children[k];
+    }
+    if (only >= 0) {
+      const NodeSpec& cn = m_.paths[static_cast<size_t>(r->path)].nodes[static_cast<size_t>(only)];
+      if (cn.join <= 1 && cn.copies <= 1) {
+        // The job goes on as its only child's: no pool round trip, the request's token and the
+        // live-job count handed over (what Spawn's ++ and this function's -- would net to).
+        // Nothing below may touch j or r: the child may finish the request at once.
+        Place(j, r, only, cn, machine, t, j->copy);
+        return;
+      }
+      Spawn(r, only, machine, t, j->copy);
     }
   } else {
     r->done = std::max(r->done, t);  // a leaf of the tree: it answers the client

@@ -394,6 +394,46 @@ TEST(Reproducible, PinnedFigures) {
   }
 }
 
+// A node that starts one child (its only one, or the one a probabilistic branch picks) with
+// neither join nor copies hands its own job on to it (Sim::Place): the same figures as the
+// engine that took a fresh job from the pool for each node (pinned from that engine, commit
+// b403d5d, on this model: routing over two instances, a connection pool, a branch, a fan-out
+// whose copies each go on to one child, a join), with fewer jobs allocated (10 before).
+TEST(Reproducible, JobHandedToItsOnlyChild) {
+  auto st = [](const std::string& dist, double mean) { return Stage(dist, mean); };
+  json m = {{"seed", 11},
+            {"duration_s", 0.3},
+            {"warmup_s", 0.01},
+            {"net_latency_us", 5},
+            {"local_latency_us", 0},
+            {"machines", {{{"name", "m0"}, {"cores", 2}}, {{"name", "m1"}, {"cores", 2}}}},
+            {"services",
+             {{{"name", "a"}, {"execution", "threads"}, {"threads", 2}, {"stages", {st("exp", 5)}},
+               {"instances", {{{"machine", 0}, {"cores", {0, 1}}}}}},
+              {{"name", "b"}, {"execution", "simple"}, {"stages", {st("exp", 3)}},
+               {"instances", {{{"machine", 0}}, {{"machine", 1}}}}},
+              {{"name", "c"}, {"execution", "simple"}, {"stages", {st("exp", 4)}}, {"instances", {{{"machine", 1}}}}},
+              {{"name", "d"}, {"execution", "simple"}, {"stages", {st("const", 2)}},
+               {"instances", {{{"machine", 0}}, {{"machine", 1}}}}}}},
+            {"paths",
+             {{{"nodes",
+                {{{"service", 0}, {"stages", {0}}, {"children", {1}}},
+                 {{"service", 1}, {"stages", {0}}, {"children", {2, 3}}, {"branch", "one"}, {"child_weights", {0.6, 0.4}}},
+                 {{"service", 2}, {"stages", {0}}, {"pool", 2}, {"children", {4}}},
+                 {{"service", 3}, {"stages", {0}}, {"copies", 2}, {"children", {5}}},
+                 {{"service", 0}, {"stages", {0}}},
+                 {{"service", 1}, {"stages", {0}}, {"children", {6}}},
+                 {{"service", 2}, {"stages", {0}}, {"join", 2}}}}}}},
+            {"client", {{"kind", "open"}, {"epochs", {{{"end_s", 0.3}, {"qps", 40000}}}}}}};
+  const json r = Sim(m);
+  EXPECT_EQ(Figures(r), "12067 82031 62710 62710 38.588620804794516 37.167999999999999 67.296000000000006 stable");
+  EXPECT_EQ(r["services"]["a"]["count"].get<long>(), 18691);
+  EXPECT_EQ(r["services"]["b"]["count"].get<long>(), 21018);
+  EXPECT_EQ(r["services"]["c"]["count"].get<long>(), 11680);
+  EXPECT_EQ(r["services"]["d"]["count"].get<long>(), 9338);
+  EXPECT_LT(r["pool"]["jobs"].get<long>(), 10);
+}
+
 // Above capacity the run stops and says so, with bounded memory.
 TEST(Saturation, StopsAndSays) {
   json m = OneStage(Stage("exp", 10), 150000, 100.0);

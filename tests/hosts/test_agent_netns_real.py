@@ -40,7 +40,7 @@ def _why_not() -> str:
 
 
 pytestmark = [
-    pytest.mark.root,
+    pytest.mark.root("thp", "hugepages"),  # the restore check reads nr_hugepages
     pytest.mark.slow,
     pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "can run"),
     pytest.mark.timeout(LOCK_WAIT_S + 1500),

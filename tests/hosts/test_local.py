@@ -20,7 +20,7 @@ from musku.hostfs import THP_DIR, HostFS
 ENABLED = THP_DIR + "/enabled"
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
-    pytest.mark.root,
+    pytest.mark.root("thp", "hugepages"),  # the restore check reads nr_hugepages; shp
     pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
     pytest.mark.skipif(not HostFS("/").exists(ENABLED), reason="no THP on this kernel"),

@@ -40,6 +40,7 @@ def _active(path: str) -> str:
     return next(w.strip("[]") for w in text.split() if w.startswith("["))
 
 
+@pytest.mark.root("thp")
 def test_real_thp(real_fs: HostFS) -> None:
     _need(ENABLED)
     defrag = THP_DIR + "/defrag"
@@ -64,6 +65,7 @@ def test_real_thp(real_fs: HostFS) -> None:
             real_fs.write_bytes(defrag, orig_defrag.encode())
 
 
+@pytest.mark.root("hugepages")
 def test_real_static_hugepages(real_fs: HostFS) -> None:
     pool = HUGEPAGES_DIR + "/hugepages-2048kB/nr_hugepages"
     _need(pool)
@@ -86,6 +88,7 @@ def test_real_static_hugepages(real_fs: HostFS) -> None:
         real_fs.write_bytes(pool, original.strip())
 
 
+@pytest.mark.root("cpus")
 def test_real_cpu_hotplug(real_fs: HostFS) -> None:
     online_file = SYS_CPU + "/cpu1/online"
     _need(online_file)
@@ -107,6 +110,7 @@ def test_real_cpu_hotplug(real_fs: HostFS) -> None:
             real_fs.write_bytes(online_file, original.strip())
 
 
+@pytest.mark.root("cpus")
 def test_real_cpuset_cgroup_v1(real_fs: HostFS) -> None:
     _need(CGROUP_V1_CPUSET + "/cpuset.cpus")
     name = f"musku-test-{os.getpid()}"
@@ -136,6 +140,7 @@ def test_real_cpuset_cgroup_v1(real_fs: HostFS) -> None:
             real_fs.rmdir(path)
 
 
+@pytest.mark.root("hugepages")
 def test_real_shrinking_a_pool_still_in_use(real_fs: HostFS) -> None:
     """Shrinking the pool below the pages a process maps: the kernel keeps them as surplus until
     they are unmapped. The pool is at the new size (no Shortfall), and the pages go back to the
@@ -167,6 +172,7 @@ def test_real_shrinking_a_pool_still_in_use(real_fs: HostFS) -> None:
         assert real_fs.read_bytes(pool) == original
 
 
+@pytest.mark.root("swappiness")
 def test_real_swappiness_from_the_vm_catalog(real_fs: HostFS) -> None:
     """vm.swappiness through the generic sysfs knob knobs/firecracker-vm.toml defines: set,
     read back by the kernel, rolled back; the original restored directly as well."""

@@ -24,6 +24,12 @@ settings.load_profile("musku")
 DURATIONS = Path(__file__).with_name("durations.json")
 
 
+def bare_id(nodeid: str) -> str:
+    """A node id without xdist's ``@group`` suffix (an ``@`` inside ``[...]`` is a parameter's)."""
+    at = nodeid.rfind("@")
+    return nodeid[:at] if at > nodeid.rfind("]") else nodeid
+
+
 def durations_table() -> Path:
     """The schedule's weights: tests/durations.json, or the file ``MUSKU_TEST_DURATIONS`` names
     (tests/test_xdist_groups.py gives its own)."""
@@ -61,7 +67,7 @@ class DurationRecord:
         self.seconds: dict[str, float] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        node = report.nodeid.split("@", 1)[0] if "@" in report.nodeid else report.nodeid
+        node = bare_id(report.nodeid)
         self.seconds[node] = self.seconds.get(node, 0.0) + report.duration
 
     def pytest_sessionfinish(self) -> None:
@@ -115,7 +121,7 @@ def group_weights(items: list[pytest.Item], groups: list[str]) -> dict[str, floa
     default = float(table.get("default_s", 1.0))
     weights: dict[str, float] = {}
     for item, group in zip(items, groups, strict=True):
-        node = item.nodeid.split("@", 1)[0]
+        node = bare_id(item.nodeid)
         weights[group] = weights.get(group, 0.0) + float(seconds.get(node, default))
     return weights
 

@@ -46,19 +46,23 @@ def test_modules_and_real_kernel_tests_each_stay_on_one_worker() -> None:
         "tests/hosts/test_local.py::test_bad_options",  # a real-kernel module: skipped or run
         "tests/knobs/test_real_host.py::test_real_thp",
         "tests/knobs/test_real_host.py::test_real_cpu_hotplug",
+        "tests/knobs/test_real_host.py::test_real_swappiness_from_the_vm_catalog",
     ]
     ran = _run(tests, 2)
     module = "tests/sim/test_pair.py"
-    # test_local touches THP and huge pages, test_real_thp THP: one group; CPU hotplug another
+    # test_local's THP A/B touches THP, huge pages and the CPUs it measures on: one group with
+    # the knobs' THP and CPU hotplug tests; swappiness another
+    real = "real-cpus-hugepages-thp"
     assert set(ran) == {
         f"{tests[0]}@{module}",
         f"{tests[1]}@{module}",
-        f"{tests[2]}@real-hugepages-thp",
-        f"{tests[3]}@real-hugepages-thp",
-        f"{tests[4]}@real-cpus",
+        f"{tests[2]}@{real}",
+        f"{tests[3]}@{real}",
+        f"{tests[4]}@{real}",
+        f"{tests[5]}@real-swappiness",
     }, ran
     assert ran[f"{tests[0]}@{module}"] == ran[f"{tests[1]}@{module}"], ran
-    assert ran[f"{tests[2]}@real-hugepages-thp"] == ran[f"{tests[3]}@real-hugepages-thp"], ran
+    assert len({ran[f"{t}@{real}"] for t in tests[2:5]}) == 1, ran
 
 
 def test_the_heaviest_group_is_handed_out_first(tmp_path: Path) -> None:

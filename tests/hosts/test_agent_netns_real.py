@@ -40,7 +40,9 @@ def _why_not() -> str:
 
 
 pytestmark = [
-    pytest.mark.root("thp", "hugepages"),  # the restore check reads nr_hugepages
+    # the restore check reads nr_hugepages; the A/B measures a workload running on this
+    # machine's CPUs: a CPU taken offline (hotplug, a cpuset) during it moves the measurement
+    pytest.mark.root("thp", "hugepages", "cpus"),
     pytest.mark.slow,
     pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "can run"),
     pytest.mark.timeout(LOCK_WAIT_S + 1500),

@@ -20,7 +20,9 @@ from musku.hostfs import THP_DIR, HostFS
 ENABLED = THP_DIR + "/enabled"
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
-    pytest.mark.root("thp", "hugepages"),  # the restore check reads nr_hugepages; shp
+    # the restore check reads nr_hugepages (and it applies shp); the A/B measures a workload running on this
+    # machine's CPUs: a CPU taken offline (hotplug, a cpuset) during it moves the measurement
+    pytest.mark.root("thp", "hugepages", "cpus"),
     pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
     pytest.mark.skipif(not HostFS("/").exists(ENABLED), reason="no THP on this kernel"),

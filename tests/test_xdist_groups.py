@@ -1,8 +1,9 @@
 """scripts/test runs pytest on two xdist workers (``--dist loadgroup``) and relies on
 tests/conftest.py's groups: a module's tests on one worker, every real-kernel (``root``) test on
-one worker, one at a time. A group that silently stops working (pytest 9.2 moved the node id
-xdist 3.8 appends the group to) lets two real THP comparisons run at once; this runs three
-tests on two workers and checks each one's group and worker."""
+one worker, one at a time, per group of kernel interfaces; the heaviest groups first. A group
+that silently stops working (pytest 9.2 moved the node id xdist 3.8 appends the group to) lets
+two real THP comparisons run at once; this runs seven tests on two workers and checks each
+one's group and worker, and the order the groups are handed out."""
 
 from __future__ import annotations
 
@@ -39,7 +40,13 @@ def _run(tests: list[str], workers: int, env: dict[str, str] | None = None) -> d
     )
 
 
-def test_modules_and_real_kernel_tests_each_stay_on_one_worker() -> None:
+def test_groups_stay_on_one_worker_and_the_heaviest_goes_first(tmp_path: Path) -> None:
+    """One run, four groups: a module of two tests, the real-kernel group of three, the
+    swappiness group, and a one-test module the weights table (tests/durations.json's form)
+    makes the heaviest. Each group's tests run on one worker; the heavy one, collected last,
+    is handed out first, so it is the first test its worker runs. xdist's default order (the
+    most tests first) hands it out last, when a worker has run a test of another group."""
+    heavy = "tests/test_architecture.py::test_the_cycle_finder_finds_a_cycle"
     tests = [
         "tests/sim/test_pair.py::test_registered_backend_and_interface",
         "tests/sim/test_pair.py::test_seeded_and_reproducible",
@@ -47,38 +54,29 @@ def test_modules_and_real_kernel_tests_each_stay_on_one_worker() -> None:
         "tests/knobs/test_real_host.py::test_real_thp",
         "tests/knobs/test_real_host.py::test_real_cpu_hotplug",
         "tests/knobs/test_real_host.py::test_real_swappiness_from_the_vm_catalog",
+        heavy,
     ]
-    ran = _run(tests, 2)
+    table = tmp_path / "durations.json"
+    table.write_text(json.dumps({"default_s": 1.0, "seconds": {heavy: 500.0}}))
+    ran = _run(tests, 2, {"MUSKU_TEST_DURATIONS": str(table)})
     module = "tests/sim/test_pair.py"
     # test_local's THP A/B touches THP, huge pages and the CPUs it measures on: one group with
     # the knobs' THP and CPU hotplug tests; swappiness another
     real = "real-cpus-hugepages-thp"
-    assert set(ran) == {
+    assert list(ran) and set(ran) == {
         f"{tests[0]}@{module}",
         f"{tests[1]}@{module}",
         f"{tests[2]}@{real}",
         f"{tests[3]}@{real}",
         f"{tests[4]}@{real}",
         f"{tests[5]}@real-swappiness",
+        f"{heavy}@tests/test_architecture.py",
     }, ran
     assert ran[f"{tests[0]}@{module}"] == ran[f"{tests[1]}@{module}"], ran
     assert len({ran[f"{t}@{real}"] for t in tests[2:5]}) == 1, ran
-
-
-def test_the_heaviest_group_is_handed_out_first(tmp_path: Path) -> None:
-    """The schedule's order is the groups' weights (tests/durations.json), not xdist's default
-    (most tests first) nor the collection's: here the one-test module, collected last and made
-    the heaviest by the table, runs first on the single worker, then the module of three."""
-    light = [
-        f"tests/sim/test_pair.py::test_ar1_autocorrelation_at_the_configured_phi[{p}]"
-        for p in ("0.5", "0.7")
-    ]
-    light.append("tests/sim/test_pair.py::test_seeded_and_reproducible")
-    heavy = "tests/test_architecture.py::test_the_cycle_finder_finds_a_cycle"
-    table = tmp_path / "durations.json"
-    table.write_text(json.dumps({"default_s": 1.0, "seconds": {heavy: 500.0}}))
-    ran = list(_run([*light, heavy], 1, {"MUSKU_TEST_DURATIONS": str(table)}))
-    assert [n.split("@", 1)[0] for n in ran] == [heavy, *light], ran
+    worker = ran[f"{heavy}@tests/test_architecture.py"]
+    first = next(n for n, w in ran.items() if w == worker)
+    assert first == f"{heavy}@tests/test_architecture.py", ran
 
 
 def test_real_kernel_groups_join_tests_that_share_an_interface() -> None:

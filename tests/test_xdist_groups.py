@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.conftest import real_kernel_groups
 from tests.timing import scaled
@@ -103,3 +105,33 @@ def test_real_kernel_groups_join_tests_that_share_an_interface() -> None:
         "real-kernel"
     }
     assert real_kernel_groups({}) == {}
+
+
+@given(
+    st.dictionaries(
+        st.text("abcdefgh", min_size=1, max_size=3),
+        st.lists(st.sampled_from(["thp", "hugepages", "cpus", "swappiness", "msr", "resctrl"]),
+                 min_size=1, max_size=3, unique=True).map(tuple),
+        max_size=12,
+    )
+)  # fmt: skip
+def test_real_kernel_groups_never_split_a_shared_interface(
+    touched: dict[str, tuple[str, ...]],
+) -> None:
+    """Two tests that touch one interface are in one group; two groups share no interface;
+    a group is named after exactly the interfaces its tests touch."""
+    groups = real_kernel_groups(touched)
+    assert set(groups) == set(touched)
+    for a in touched:
+        for b in touched:
+            if set(touched[a]) & set(touched[b]):
+                assert groups[a] == groups[b], (a, b, groups)
+    for group in set(groups.values()):
+        used = {i for t, g in groups.items() if g == group for i in touched[t]}
+        assert group == "real-" + "-".join(sorted(used)), (group, used)
+    names = {
+        g: {i for t, h in groups.items() if h == g for i in touched[t]} for g in groups.values()
+    }
+    for g, used in names.items():
+        for h, other in names.items():
+            assert g == h or not used & other, (g, h)

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import binom
 
 from musku.errors import InputError
 
@@ -69,6 +68,8 @@ class Latencies:
         n = self.n
         if n == 0:
             return math.nan, math.nan
+        from scipy.stats import binom  # lazy: ~0.9 CPU-s to import (every CLI start paid it)
+
         a = (1 - level) / 2
         lo_rank = max(1, int(binom.ppf(a, n, q)))
         hi_rank = min(n, int(binom.ppf(1 - a, n, q)) + 1)

@@ -24,12 +24,12 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.signal import lfilter
 
 from musku.domain import Configuration
 from musku.errors import InputError
 from musku.hosts.group import FloatArray
 from musku.sim.model import SimModel
+from musku.sim.noise import ar1
 
 _BURST_BLOCK_S = 3600.0
 
@@ -149,7 +149,7 @@ class SimGroup:
         else:
             innov = self._rng_host.standard_normal((count, self.n))
         e = innov * (n.ar_sigma * math.sqrt(1.0 - phi * phi))
-        x, _ = lfilter([1.0], [1.0, -phi], e, axis=0, zi=(phi * self._x)[None, :])
+        x = ar1(phi, e, self._x)
         self._x = x[-1].copy()
         if n.wander_sd > 0:
             w, self._w = _ar_path(self._rng_wander, self._w, count, dt, n.wander_sd, n.wander_tau_s)
@@ -216,5 +216,5 @@ def _ar_path(
 ) -> tuple[FloatArray, FloatArray]:
     rho = math.exp(-dt / tau)
     e = rng.standard_normal((m, state.size)) * (sd * math.sqrt(1.0 - rho * rho))
-    path, _ = lfilter([1.0], [1.0, -rho], e, axis=0, zi=(rho * state)[None, :])
+    path = ar1(rho, e, state)
     return path, path[-1].copy()

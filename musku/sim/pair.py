@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.signal import lfilter
 
 from musku.domain import Configuration, Sample
 from musku.errors import InputError, MuskuError
@@ -48,6 +47,7 @@ from musku.hosts.base import Host, HostPair
 from musku.schema.hosts import SimOptions, parse_options
 from musku.sim.midtier import SimMidtier, SimTrainer
 from musku.sim.model import Point, SimModel
+from musku.sim.noise import ar1
 from musku.storage.protocols import TableStore
 from musku.tune.cotune import (
     CoTuner,
@@ -443,7 +443,7 @@ class SimPair(HostPair):
             innov = self._rng_host.standard_normal((m, 2))
         e = innov * (sigma * math.sqrt(1.0 - phi * phi))
         if m:
-            x, _ = lfilter([1.0], [1.0, -phi], e, axis=0, zi=(phi * self._x)[None, :])
+            x = ar1(phi, e, self._x)
             self._x = x[-1].copy()
         else:
             x = e
@@ -508,7 +508,7 @@ class SimPair(HostPair):
         ``tau`` (coefficient ``exp(-dt / tau)``), continuing from ``state``."""
         rho = math.exp(-dt / tau)
         e = rng.standard_normal((m, 2)) * (sd * math.sqrt(1.0 - rho * rho))
-        path, _ = lfilter([1.0], [1.0, -rho], e, axis=0, zi=(rho * state)[None, :])
+        path = ar1(rho, e, state)
         return path, path[-1].copy()
 
     def _host_loads(self, ts: np.ndarray, z_common: np.ndarray, dt: float) -> np.ndarray:

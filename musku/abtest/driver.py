@@ -82,7 +82,7 @@ from musku.domain import (
     Sample,
     TimeBreakdown,
 )
-from musku.errors import HostError, InputError
+from musku.errors import HostError, InputError, UnsupportedError
 from musku.hosts.base import HostPair
 
 FloatArray = NDArray[np.float64]
@@ -460,7 +460,9 @@ class _Comparison:
     def _changes(self, configs: tuple[Configuration, Configuration]) -> tuple[bool, bool]:
         """Whether applying ``configs`` changes each host (a host already there does not
         warm up). A swap changes both (when the arms differ); the first apply asks the
-        hosts what they run, and assumes a change when they cannot say."""
+        hosts what they run, and assumes a change when they cannot say (a
+        :class:`HostError` or :class:`UnsupportedError`, what the Host API raises; anything
+        else is a bug and goes up)."""
         if self.period > 0:
             differ = bool(self.baseline.diff(self.candidate))
             return differ, differ
@@ -469,7 +471,7 @@ class _Comparison:
             for h, (host, cfg) in enumerate(zip(self.pair.hosts, configs, strict=True)):
                 now = host.configuration()
                 out[h] = bool(now.diff(now.merged(cfg)))
-        except Exception:  # informational: assume a change (a transient is then fitted)
+        except (HostError, UnsupportedError):  # informational: assume a change
             return True, True
         return out[0], out[1]
 

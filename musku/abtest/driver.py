@@ -994,13 +994,51 @@ class _Comparison:
         adj = raw - self.theta * centred(c)
         return 1.0 - float(adj @ adj) / v_raw
 
-    def _transient_open(self, got: transient_mod.TransientFit) -> bool:
+    def _transient_open(self, got: transient_mod.TransientFit | None) -> bool:
         """No decision yet on this fit: it may be longer than seen (open), the shape is
         seen in fewer than two swaps, or it is known too roughly for its linearised
         uncertainty to be trusted (its part of the interval wider than
-        :data:`transient.ROUGH` x min_effect)."""
+        :data:`transient.ROUGH` x min_effect). None of these while every apply so far was
+        searched to its end (as the discard mode decides), nor once the fit says there is
+        no transient at all (:attr:`transient.TransientFit.quiet`) on applies that show
+        the ages where the searched one was: the fit then costs nothing over discarding."""
+        searched_only = self.period < SEARCH_APPLIES and not self.capped
+        if got is None:
+            return not searched_only
+        # nothing fitted and nothing open: while only searched applies are in, or once the
+        # fit sees no transient at all over the ages the searched one lasted
+        seen = got.quiet and self._fitted_ages() >= self._searched_transient()
+        if got.k == 0 and not got.open and (searched_only or seen):
+            return False
         rough = math.sqrt(got.var) > transient_mod.ROUGH * math.log1p(self.spec.stats.min_effect)
         return got.open or self.period < MIN_SWAPS_SEEN + 1 or rough
+
+    def _wander(self) -> tuple[float, float] | None:
+        """The largest host-bias wander (sd, tau s) the rule knows for this pair (its prior
+        or the pair's calibration), for the transient fit's trend test."""
+        get = getattr(self.rule, "wanders", None)
+        if not callable(get):
+            return None
+        ws = [w for w in get() if isinstance(w, stats.Wander) and w.sd > 0 and w.tau_s > 0]
+        if not ws:
+            return None
+        w = max(ws, key=lambda x: x.sd)
+        return float(w.sd), float(w.tau_s)
+
+    def _searched_transient(self) -> float:
+        """Fit mode: the longest transient (s after the apply) the searches of the first
+        :data:`SEARCH_APPLIES` applies measured; inf when one hit :data:`SEARCH_CAP_S` (no
+        end seen)."""
+        if self.capped:
+            return math.inf
+        return max(self.warm_s[:SEARCH_APPLIES], default=math.inf)
+
+    def _fitted_ages(self) -> float:
+        """Fit mode: the oldest age (s after its apply) of a batch in a period not searched
+        (only the blind minimum discarded: where the joint fit sees a transient)."""
+        ages = [a[1] for a, p in zip(self.batch_age, self.batch_period, strict=True)
+                if p >= SEARCH_APPLIES]  # fmt: skip
+        return max(ages, default=0.0)
 
     def _used(self) -> int:
         """Steady windows (after the blind minimum, not dropped after the fact). In fit
@@ -1035,6 +1073,7 @@ class _Comparison:
                 age[:, 2],
                 changed,
                 tau_min=tau_min,
+                wander=self._wander(),
             )
             self.tfit_at = (n, self.period)
             return self.tfit
@@ -1077,7 +1116,7 @@ class _Comparison:
             transient_var=got.var if got is not None else 0.0,
             transient_note=got.describe() if got is not None else "",
             # fit mode: nothing fitted yet is as open as it gets
-            transient_open=self.fit_mode and (got is None or self._transient_open(got)),
+            transient_open=self.fit_mode and self._transient_open(got),
             batch_d=batch_d,
             batch_sign=sign,
             batch_period=per,

@@ -62,6 +62,8 @@ ROUGH = 0.25  # no decision while the fit's sd on the estimate exceeds this x mi
 TREND_T = 2.0  # a residual slope on the age this many standard errors away: transient open
 MIN_BATCHES = 8  # batches in applied periods before anything is fitted
 CHI2_999 = (10.83, 13.82, 16.27, 18.47)  # chi-square 0.999 quantiles, 1-4 degrees of freedom
+CHI2_95 = (3.84, 5.99, 7.81, 9.49)  # chi-square 0.95 quantiles, 1-4 degrees of freedom: the
+# likelihood ratio of the best single exponential below it is "no transient at all" (quiet)
 PENALTY = 2.0  # information criterion per parameter (AIC; BIC's log n under-fitted the second
 # exponential and left its bias in the estimate)
 
@@ -102,6 +104,19 @@ class TransientFit:
             if big > eps:
                 out = max(out, tau * math.log(big / eps))
         return out
+
+    @property
+    def quiet(self) -> bool:
+        """No transient at all: nothing fitted, no slope left on the age since the apply,
+        and the best single exponential's likelihood ratio (its time constant searched over
+        the grid) below the chi-square 0.95 level for its parameters, far below the 0.999
+        level a transient needs to be fitted. The driver then holds no decision for the fit
+        (no second swap, no precision gate) once the applies it fits show the ages where a
+        transient would be."""
+        if self.k != 0 or self.open or len(self.bic) < 2 or not self.pattern:
+            return False
+        dp = len(self.pattern) + 1
+        return self.bic[1] < CHI2_95[min(dp, len(CHI2_95)) - 1]
 
     @property
     def longest_age(self) -> float:
@@ -162,13 +177,15 @@ def fit(
     *,
     tau_min: float,
     max_k: int = 2,
+    wander: tuple[float, float] | None = None,
 ) -> TransientFit | None:
     """Fit the transient model (module docstring) to batch means ``y``.
 
     ``changed[p]`` = (candidate's host changed, baseline's host changed) at the apply
     before period ``p``'s windows (for a period that applied nothing: the last apply's).
     ``None`` when there is too little to fit (fewer than :data:`MIN_BATCHES` batches after
-    a change, or a bound below ``2 tau_min``)."""
+    a change, or a bound below ``2 tau_min``). ``wander``: the pair's host-bias wander
+    (sd, tau s) when known; its slopes inside the periods widen the trend test's error."""
     y = np.asarray(y, dtype=float)
     per = np.asarray(period).astype(np.int64)
     s_arr = np.asarray(sign, dtype=float)
@@ -253,8 +270,8 @@ def fit(
     best = [(0.0, f[1], f[2]) for f in fits]
     scores_t = tuple(scores)
     if j == 0:
-        trend = _trend_t(yt, age0, age1, live, inv, counts)
-        return replace(empty, bic=scores_t, trend_t=trend)
+        trend = _trend_t(yt, age0, age1, live, inv, counts, wander)
+        return replace(empty, bic=scores_t, trend_t=trend, pattern=pattern)
     _, gs, coef = best[j]
     taus, coef = _refine(
         tuple(float(grid[g]) for g in gs), coef, yt, mask, age0, age1, count, inv, counts,
@@ -269,7 +286,7 @@ def fit(
     iact_r, _ = stats.integrated_autocorrelation(resid)
     s2 = float(resid @ resid) / dof * max(1.0, iact_r)
     cov = s2 * np.linalg.pinv(jt.T @ jt)
-    trend = _trend_t(resid, age0, age1, live, inv, counts)
+    trend = _trend_t(resid, age0, age1, live, inv, counts, wander)
     got = TransientFit(
         len(taus),
         taus,
@@ -287,6 +304,15 @@ def fit(
     return evaluate(got, s_arr, per, age0, age1, count, ch)
 
 
+def _crossover_weights(sign: FloatArray) -> FloatArray:
+    """Weights of the crossover estimate (the mean of the two role orders' batch means)."""
+    n = sign.size
+    plus = sign > 0
+    if plus.any() and not plus.all():
+        return np.where(plus, 0.5 / int(plus.sum()), 0.5 / int((~plus).sum()))
+    return np.full(n, 1.0 / max(n, 1))
+
+
 def _trend_t(
     resid: FloatArray,
     age0: FloatArray,
@@ -294,10 +320,20 @@ def _trend_t(
     live: NDArray[np.bool_],
     inv: NDArray[np.intp],
     counts: FloatArray,
+    wander: tuple[float, float] | None = None,
 ) -> float:
     """t statistic of one slope on the age since the apply, shared by all periods, in the
-    within-period residuals (variance inflated by their integrated autocorrelation time)."""
-    x = _demean(np.where(live, 0.5 * (age0 + age1), 0.0), inv, counts) * live
+    within-period residuals (variance inflated by their integrated autocorrelation time).
+
+    A slow wander of the host bias puts a slope of its own into every period, one that
+    differs from period to period (a transient's is the same in each): its variance, from
+    the pair's wander (an OU process: covariance ``sd^2 exp(-|dt| / tau)`` between batch
+    midpoints of one period) is added, and with three or more periods the slope's error is
+    at least the scatter of the periods' own slopes (issue 30 item 2: a wander's slope in
+    one or two periods opened the fit, the periods doubled, the fit took the wander inside
+    them for a transient at the bound and held the decision to the sample cap)."""
+    mid = 0.5 * (age0 + age1)
+    x = _demean(np.where(live, mid, 0.0), inv, counts) * live
     sxx = float(x @ x)
     n = resid.size
     if sxx <= 0.0 or n < 8:
@@ -306,7 +342,26 @@ def _trend_t(
     r = resid - beta * x
     iact, _ = stats.integrated_autocorrelation(r)
     s2 = float(r @ r) / max(1, n - int(counts.size) - 1) * max(1.0, iact)
-    return beta / math.sqrt(s2 / sxx) if s2 > 0 else 0.0
+    var = s2 / sxx
+    slopes: list[float] = []
+    extra = 0.0
+    for p in range(int(counts.size)):
+        sel = (inv == p) & live
+        if int(sel.sum()) < 3:
+            continue
+        xp = x[sel]
+        sp = float(xp @ xp)
+        if sp <= 0.0:
+            continue
+        slopes.append(float(xp @ resid[sel]) / sp)
+        if wander is not None and wander[0] > 0.0 and wander[1] > 0.0:
+            t = mid[sel]
+            cov = wander[0] ** 2 * np.exp(-np.abs(t[:, None] - t[None, :]) / wander[1])
+            extra += float(xp @ cov @ xp)
+    var += extra / (sxx * sxx)
+    if len(slopes) >= 3:
+        var = max(var, float(np.var(slopes, ddof=1)) / len(slopes))
+    return beta / math.sqrt(var) if var > 0 else 0.0
 
 
 def _refine(
@@ -421,11 +476,7 @@ def evaluate(
     correction = _curve(got.taus, amps, mask, age0, age1, count)
     jr = _jacobian(got.taus, amps, mask, age0, age1, count)
     # the crossover estimate: the mean of the two role orders' batch means
-    plus = s > 0
-    if plus.any() and not plus.all():
-        w = np.where(plus, 0.5 / int(plus.sum()), 0.5 / int((~plus).sum()))
-    else:
-        w = np.full(n, 1.0 / n)
+    w = _crossover_weights(s)
     grad = -(w @ jr)
     var = float(grad @ got.cov @ grad) if got.cov.shape == (grad.size, grad.size) else 0.0
     return replace(got, correction=correction, shift=float(w @ correction), var=max(0.0, var))

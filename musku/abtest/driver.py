@@ -509,9 +509,15 @@ class _Comparison:
 
     def _known_transient(self, cfg: Configuration) -> float:
         """Longest transient (s) remembered for ``cfg``: this comparison's or the pair's
-        (none in fit mode: there the transient is a regressor, not a discard)."""
+        (none in fit mode: there the transient is a regressor, not a discard, and no window
+        is dropped after the fact; its searched applies use :meth:`_remembered_transient`)."""
         if self.fit_mode:
             return 0.0
+        return self._remembered_transient(cfg)
+
+    def _remembered_transient(self, cfg: Configuration) -> float:
+        """Longest transient (s) measured for ``cfg`` by this comparison or remembered by
+        the pair."""
         key = cfg.key()
         try:
             remembered = float(self.memory.transients.get(key, 0.0))
@@ -562,6 +568,11 @@ class _Comparison:
         self.warm_open = t_start
         cfgs = self._roles()
         known = max(self._known_transient(c) for c in cfgs)
+        if self.fit_mode and self.period < SEARCH_APPLIES:
+            # the searched applies start their search after the transient remembered for
+            # these configurations (this comparison's first apply, or the pair's earlier
+            # comparisons), as the discard mode does: a known length is not searched again
+            known = max(self._remembered_transient(c) for c in cfgs)
         min_n = max(self.warm_n, int(math.ceil(known / self.interval - 1e-9)))
         head = self._measure(min_n) if min_n else self._columns([])
         self._emit(head, True)
@@ -651,7 +662,7 @@ class _Comparison:
                 # nothing seen: the transient may be shorter than what was discarded blind;
                 # remember half of it (at least the spec's warm-up), so a length that is no
                 # longer seen fades instead of ratcheting up
-                got = max(self.warm_n * self.interval, 0.5 * self._known_transient(cfg))
+                got = max(self.warm_n * self.interval, 0.5 * self._remembered_transient(cfg))
             key = cfg.key()
             self.transients[key] = max(self.transients.get(key, 0.0), got)
         self.warm_s.append(

@@ -515,14 +515,16 @@ class _Comparison:
             return 0.0
         return self._remembered_transient(cfg)
 
-    def _remembered_transient(self, cfg: Configuration) -> float:
-        """Longest transient (s) measured for ``cfg`` by this comparison or remembered by
-        the pair."""
+    def _remembered_transient(self, cfg: Configuration, *, pair_only: bool = False) -> float:
+        """Longest transient (s) measured for ``cfg`` by this comparison (not with
+        ``pair_only``) or remembered by the pair."""
         key = cfg.key()
         try:
             remembered = float(self.memory.transients.get(key, 0.0))
         except (TypeError, ValueError):
             remembered = 0.0
+        if pair_only:
+            return remembered
         return max(self.transients.get(key, 0.0), remembered)
 
     def _host_series(self, probe: _Chunk) -> list[FloatArray]:
@@ -569,10 +571,11 @@ class _Comparison:
         cfgs = self._roles()
         known = max(self._known_transient(c) for c in cfgs)
         if self.fit_mode and self.period < SEARCH_APPLIES:
-            # the searched applies start their search after the transient remembered for
-            # these configurations (this comparison's first apply, or the pair's earlier
-            # comparisons), as the discard mode does: a known length is not searched again
-            known = max(self._remembered_transient(c) for c in cfgs)
+            # the searched applies start their search after the transient the pair
+            # remembers for these configurations (its earlier comparisons'): a known length
+            # is not searched again (this comparison's own first apply does not lengthen
+            # the second's blind minimum: the search goes on while a transient lasts)
+            known = max(self._remembered_transient(c, pair_only=True) for c in cfgs)
         min_n = max(self.warm_n, int(math.ceil(known / self.interval - 1e-9)))
         head = self._measure(min_n) if min_n else self._columns([])
         self._emit(head, True)

@@ -91,7 +91,6 @@ WindowRow = dict[str, Any]
 TRANSIENT_CAP_S = 3600.0  # a transient still going after this long: INCONCLUSIVE
 SEARCH_CAP_S = 1200.0  # fit mode: the search for a transient's end stops here (no INCONCLUSIVE)
 SEARCH_APPLIES = 2  # fit mode: the first applies searched (and discarded) to the end as before
-SEARCH_EPS = 0.2  # fit mode: the search ends where the transient is below this x min_effect
 MIN_SWAPS_SEEN = 2  # fit mode: no decision before this many swaps' periods are complete
 TRANSIENT_EPS = 0.1  # a transient has ended where it is below this x min_effect
 TRANSIENT_T = 2.0  # a fitted transient counts beyond this many standard errors
@@ -515,16 +514,14 @@ class _Comparison:
             return 0.0
         return self._remembered_transient(cfg)
 
-    def _remembered_transient(self, cfg: Configuration, *, pair_only: bool = False) -> float:
-        """Longest transient (s) measured for ``cfg`` by this comparison (not with
-        ``pair_only``) or remembered by the pair."""
+    def _remembered_transient(self, cfg: Configuration) -> float:
+        """Longest transient (s) measured for ``cfg`` by this comparison or remembered by
+        the pair."""
         key = cfg.key()
         try:
             remembered = float(self.memory.transients.get(key, 0.0))
         except (TypeError, ValueError):
             remembered = 0.0
-        if pair_only:
-            return remembered
         return max(self.transients.get(key, 0.0), remembered)
 
     def _host_series(self, probe: _Chunk) -> list[FloatArray]:
@@ -571,11 +568,10 @@ class _Comparison:
         cfgs = self._roles()
         known = max(self._known_transient(c) for c in cfgs)
         if self.fit_mode and self.period < SEARCH_APPLIES:
-            # the searched applies start their search after the transient the pair
-            # remembers for these configurations (its earlier comparisons'): a known length
-            # is not searched again (this comparison's own first apply does not lengthen
-            # the second's blind minimum: the search goes on while a transient lasts)
-            known = max(self._remembered_transient(c, pair_only=True) for c in cfgs)
+            # the searched applies are searched as the discard mode does: after the
+            # transient measured for these configurations (this comparison's first apply,
+            # or the pair's earlier comparisons), to the same level (TRANSIENT_EPS)
+            known = max(self._remembered_transient(c) for c in cfgs)
         min_n = max(self.warm_n, int(math.ceil(known / self.interval - 1e-9)))
         head = self._measure(min_n) if min_n else self._columns([])
         self._emit(head, True)
@@ -683,8 +679,7 @@ class _Comparison:
         v = stats.detect_warmup(x)
         if not fit:
             return v.discard, v.extend
-        share = SEARCH_EPS if self.fit_mode else TRANSIENT_EPS
-        eps = share * math.log1p(self.spec.stats.min_effect)
+        eps = TRANSIENT_EPS * math.log1p(self.spec.stats.min_effect)
         f = stats.fit_transient(x, eps=eps, threshold=TRANSIENT_T)
         # a fitted transient that ends inside the series explains the trend MSER sees
         return max(v.discard, f.end), f.at_limit or (v.extend and f.end == 0)
@@ -1021,7 +1016,10 @@ class _Comparison:
             return not searched_only
         # nothing fitted and nothing open: while only searched applies are in, or once the
         # fit sees no transient at all over the ages the searched one lasted
-        seen = got.quiet and self._fitted_ages() >= self._searched_transient()
+        upto = self._searched_transient()
+        seen = self._fitted_ages() >= upto and got.quiet(
+            math.log1p(self.spec.stats.min_effect), upto
+        )
         if got.k == 0 and not got.open and (searched_only or seen):
             return False
         rough = math.sqrt(got.var) > transient_mod.ROUGH * math.log1p(self.spec.stats.min_effect)

@@ -62,6 +62,8 @@ ROUGH = 0.25  # no decision while the fit's sd on the estimate exceeds this x mi
 TREND_T = 2.0  # a residual slope on the age this many standard errors away: transient open
 MIN_BATCHES = 8  # batches in applied periods before anything is fitted
 CHI2_999 = (10.83, 13.82, 16.27, 18.47)  # chi-square 0.999 quantiles, 1-4 degrees of freedom
+QUIET = 0.25  # quiet: no one exponential could move the estimate by more than this x min_effect
+QUIET_Z = 2.0  # ... at this many standard errors (|its fitted shift| + QUIET_Z x its sd)
 CHI2_95 = (3.84, 5.99, 7.81, 9.49)  # chi-square 0.95 quantiles, 1-4 degrees of freedom: the
 # likelihood ratio of the best single exponential below it is "no transient at all" (quiet)
 PENALTY = 2.0  # information criterion per parameter (AIC; BIC's log n under-fitted the second
@@ -85,6 +87,9 @@ class TransientFit:
     pattern: tuple[int, ...] = ()  # columns: -1 both hosts' ratio, 0 candidate's, 1 baseline's
     trend_t: float = 0.0  # t of a slope on the age since the apply left after the fit
     excluded: int = 0  # windows of the batches the estimate leaves out (the large part)
+    # k == 0: per time constant on the grid, the largest shift of the estimate one
+    # exponential could make and still fit the data (|its fitted shift| + QUIET_Z sd)
+    bounds: tuple[tuple[float, float], ...] = ()
 
     @property
     def open(self) -> bool:
@@ -105,18 +110,28 @@ class TransientFit:
                 out = max(out, tau * math.log(big / eps))
         return out
 
-    @property
-    def quiet(self) -> bool:
-        """No transient at all: nothing fitted, no slope left on the age since the apply,
-        and the best single exponential's likelihood ratio (its time constant searched over
-        the grid) below the chi-square 0.95 level for its parameters, far below the 0.999
-        level a transient needs to be fitted. The driver then holds no decision for the fit
-        (no second swap, no precision gate) once the applies it fits show the ages where a
-        transient would be."""
+    def bound(self, tau_upto: float = math.inf) -> float:
+        """The largest shift of the estimate one exponential with a time constant up to
+        ``tau_upto`` could make and still fit the data (inf: not computed)."""
+        if not self.bounds:
+            return math.inf
+        return max((b for t, b in self.bounds if t <= tau_upto), default=0.0)
+
+    def quiet(self, min_effect_log: float, tau_upto: float = math.inf) -> bool:
+        """No transient, and none that matters could hide: nothing fitted, no slope left on
+        the age since the apply, the best single exponential's likelihood ratio (its time
+        constant searched over the grid) below the chi-square 0.95 level for its
+        parameters, and no single exponential with a time constant up to ``tau_upto`` able
+        to move the estimate by more than :data:`QUIET` x ``min_effect_log`` (at
+        :data:`QUIET_Z` standard errors: a transient as large as the batches' noise but
+        seen over a few batches has a likelihood ratio of nothing and a large bound). The
+        driver then holds no decision for the fit (no second swap, no precision gate)."""
         if self.k != 0 or self.open or len(self.bic) < 2 or not self.pattern:
             return False
         dp = len(self.pattern) + 1
-        return self.bic[1] < CHI2_95[min(dp, len(CHI2_95)) - 1]
+        if self.bic[1] >= CHI2_95[min(dp, len(CHI2_95)) - 1]:
+            return False
+        return self.bound(tau_upto) <= QUIET * min_effect_log
 
     @property
     def longest_age(self) -> float:
@@ -271,7 +286,8 @@ def fit(
     scores_t = tuple(scores)
     if j == 0:
         trend = _trend_t(yt, age0, age1, live, inv, counts, wander)
-        return replace(empty, bic=scores_t, trend_t=trend, pattern=pattern)
+        bounds = _quiet_bounds(z, zt, yt, s_arr, grid, m, dof0)
+        return replace(empty, bic=scores_t, trend_t=trend, pattern=pattern, bounds=bounds)
     _, gs, coef = best[j]
     taus, coef = _refine(
         tuple(float(grid[g]) for g in gs), coef, yt, mask, age0, age1, count, inv, counts,
@@ -311,6 +327,34 @@ def _crossover_weights(sign: FloatArray) -> FloatArray:
     if plus.any() and not plus.all():
         return np.where(plus, 0.5 / int(plus.sum()), 0.5 / int((~plus).sum()))
     return np.full(n, 1.0 / max(n, 1))
+
+
+def _quiet_bounds(
+    z: FloatArray,
+    zt: FloatArray,
+    yt: FloatArray,
+    sign: FloatArray,
+    grid: FloatArray,
+    m: int,
+    dof0: int,
+) -> tuple[tuple[float, float], ...]:
+    """Per time constant on the grid, the largest shift of the crossover estimate one
+    exponential could make and still fit the batches: its ``m`` columns fitted by least
+    squares on the within-period variation, ``|fitted shift| + QUIET_Z x its sd`` (the
+    residual variance inflated by its integrated autocorrelation time)."""
+    w = _crossover_weights(sign)
+    iact, _ = stats.integrated_autocorrelation(yt)
+    s2 = float(yt @ yt) / max(1, dof0) * max(1.0, iact)
+    out: list[tuple[float, float]] = []
+    for k in range(grid.size):
+        cols = slice(k * m, (k + 1) * m)
+        x = zt[:, cols]
+        inv = np.linalg.pinv(x.T @ x)
+        a = inv @ (x.T @ yt)
+        u = w @ z[:, cols]
+        var = s2 * float(u @ inv @ u)
+        out.append((float(grid[k]), abs(float(u @ a)) + QUIET_Z * math.sqrt(max(var, 0.0))))
+    return tuple(out)
 
 
 def _trend_t(

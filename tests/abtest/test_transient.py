@@ -177,8 +177,11 @@ def slow_candidate_model(amp: float, tau_s: float, effect: float = 0.0) -> SimMo
 def test_a_long_candidate_warmup_is_fitted_not_discarded(seed: int) -> None:
     """The bench's row "candidate warm-up +10 % tau 300 s" at a true 0: the joint fit says
     what it did in the method, decides no difference (no false WORSE from the transient's
-    residual) and covers 0, in less host time than discarding each apply's transient took on
-    the same seeds (5.5 and 5.1 h)."""
+    residual) and covers 0, before the sample cap and without a warm-up cap. (In less host
+    time than discarding took on these seeds, 5.5 and 5.1 h, while the first two applies
+    were searched only to 0.2 x min_effect; searched as the discard mode does, so that a
+    decision before the first fitted swap is as honest as discarding's, the searches hit
+    their 1,200 s cap, the periods grow to ~5,000 s and it takes 5.0 and 6.7 h.)"""
     model = slow_candidate_model(0.10, 300.0)
     assert model.reference_config is not None
     base = model.reference_config.with_("prefetch", "l2hw_dcu")
@@ -189,7 +192,8 @@ def test_a_long_candidate_warmup_is_fitted_not_discarded(seed: int) -> None:
     assert "tau" in r.method
     assert r.decision is Decision.NO_DIFFERENCE, r.reason
     assert r.ci_low <= 0.0 <= r.ci_high
-    assert r.host_time_s < 4.0 * 3600
+    assert r.samples < SIM_SPEC.stats.sample_cap
+    assert "did not end within" not in r.reason
 
 
 def test_a_drifting_pair_never_ends_at_the_warmup_cap() -> None:
@@ -211,25 +215,47 @@ def test_a_drifting_pair_never_ends_at_the_warmup_cap() -> None:
 
 def test_quiet_only_where_no_transient_is_there() -> None:
     """``quiet`` (the driver then holds no decision for the fit): nothing fitted, nothing
-    open and the best single exponential's likelihood ratio below the chi-square 0.95
-    level. Without a transient most pairs are quiet; with a -2 % / 200 s one after every
-    swap (batch means' sd ~1.1 %) none is (at -1 %: 2 of 30, measured)."""
+    open, the best single exponential's likelihood ratio below the chi-square 0.95 level
+    and no single exponential (tau up to 600 s) able to move the estimate by more than
+    0.25 x min_effect (0.5 %) at 2 sd. Without a transient most pairs are quiet; with a
+    -2 % / 200 s one after every swap (batch means' sd ~1.1 %) none is."""
     rng = np.random.default_rng(31)
     quiet_none = quiet_small = 0
     for _ in range(30):
         (y, s, p, a0, a1, c), changed = swaps(rng, transient=(), sd=0.05)
         got = tr.fit(y, s, p, a0, a1, c, changed, tau_min=5.0)
         assert got is not None
-        if got.quiet:
+        if got.quiet(0.005, 600.0):
             quiet_none += 1
             assert got.k == 0 and not got.open
             assert got.bic[1] < tr.CHI2_95[len(got.pattern)]
+            assert got.bound(600.0) <= tr.QUIET * 0.005
         (y, s, p, a0, a1, c), changed = swaps(rng, transient=((-0.02, 200.0),), sd=0.05)
         got = tr.fit(y, s, p, a0, a1, c, changed, tau_min=5.0)
         assert got is not None
-        quiet_small += got.quiet
-    assert quiet_none >= 20, quiet_none
+        quiet_small += got.quiet(0.005, 600.0)
+    assert quiet_none >= 15, quiet_none  # measured: 20 of 30
     assert quiet_small == 0, quiet_small
+
+
+def test_a_transient_seen_over_a_few_noisy_batches_is_not_quiet() -> None:
+    """The first bench of the relaxed gates (issue 30 item 2, round 2): a -5 % / 120 s
+    transient after every swap, seen over a few hundred seconds of noisy batches, has a
+    likelihood ratio of nothing (k = 0, below the chi-square 0.95 level in 17 of 30 such
+    pairs), and deciding on it uncorrected gave 4 of 40 A/A WORSE. The bound on what one
+    exponential could do to the estimate keeps every one of them from being quiet."""
+    rng = np.random.default_rng(5)
+    lr_only = quiet = 0
+    for _ in range(30):
+        (y, s, p, a0, a1, c), changed = swaps(
+            rng, transient=((-0.05, 120.0),), sd=0.1, periods=3, period_s=400, batch=15
+        )
+        got = tr.fit(y, s, p, a0, a1, c, changed, tau_min=5.0)
+        assert got is not None
+        lr_only += got.k == 0 and not got.open and got.bic[1] < tr.CHI2_95[1]
+        quiet += got.quiet(0.005, 400.0)
+    assert lr_only >= 8, lr_only
+    assert quiet == 0, quiet
 
 
 @settings(max_examples=25, deadline=None)
@@ -240,8 +266,9 @@ def test_quiet_implies_nothing_fitted_and_nothing_open(seed: int, amp: float, ta
     )
     got = tr.fit(y, s, p, a0, a1, c, changed, tau_min=5.0)
     assert got is not None
-    if got.quiet:
+    if got.quiet(0.005):
         assert got.k == 0 and not got.open and float(np.abs(got.correction).max()) == 0.0
+        assert got.bound() <= tr.QUIET * 0.005
 
 
 def test_the_wander_known_keeps_its_slopes_from_opening_the_fit() -> None:

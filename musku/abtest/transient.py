@@ -31,6 +31,12 @@ difference of their transients is identified, and one column per time constant c
   none, and what is left is drift, handled by the between-period component of the rule.
   The driver makes periods at least :data:`PERIOD_PER_TAU` x the longest fitted tau, so a
   long transient is seen to its end in later periods.
+- **Quiet** (:meth:`TransientFit.quiet`): nothing fitted, nothing open, the best single
+  exponential's likelihood ratio below the chi-square 0.95 level and no single exponential
+  (time constants up to what other evidence allows: the driver's searched transient) able
+  to move the estimate by more than :data:`QUIET` x min_effect at :data:`QUIET_Z` standard
+  errors. The driver then holds no decision for the fit: it costs nothing over discarding
+  where there is no transient (docs/abtest.md, issue 30 item 2, round 2).
 - **Uncertainty**: the Gauss-Newton covariance of the amplitudes and time constants (the
   residual variance inflated by its integrated autocorrelation time) carried to the
   crossover estimate (the mean of the two role orders' batch means) by the delta method.

@@ -58,7 +58,7 @@ from musku.abtest import stats
 FloatArray = NDArray[np.float64]
 
 MODES = ("fit", "discard")  # rule option ``transient``
-DEFAULT_MODE = "discard"  # "fit": see docs/abtest.md, issue 30 item 2 (not honest enough yet)
+DEFAULT_MODE = "discard"  # "fit": not yet >= discard on every row (docs/abtest.md)
 TAU_SHARE = 0.5  # a time constant at most this share of the longest age seen after an apply
 PERIOD_PER_TAU = 3.0  # the driver's periods last at least this many fitted time constants
 TAU_GRID = 20  # time constants on the geometric grid

@@ -82,7 +82,7 @@ from musku.domain import (
     Sample,
     TimeBreakdown,
 )
-from musku.errors import HostError, InputError
+from musku.errors import HostError, InputError, UnsupportedError
 from musku.hosts.base import HostPair
 
 FloatArray = NDArray[np.float64]
@@ -91,7 +91,6 @@ WindowRow = dict[str, Any]
 TRANSIENT_CAP_S = 3600.0  # a transient still going after this long: INCONCLUSIVE
 SEARCH_CAP_S = 1200.0  # fit mode: the search for a transient's end stops here (no INCONCLUSIVE)
 SEARCH_APPLIES = 2  # fit mode: the first applies searched (and discarded) to the end as before
-SEARCH_EPS = 0.2  # fit mode: the search ends where the transient is below this x min_effect
 MIN_SWAPS_SEEN = 2  # fit mode: no decision before this many swaps' periods are complete
 TRANSIENT_EPS = 0.1  # a transient has ended where it is below this x min_effect
 TRANSIENT_T = 2.0  # a fitted transient counts beyond this many standard errors
@@ -460,7 +459,9 @@ class _Comparison:
     def _changes(self, configs: tuple[Configuration, Configuration]) -> tuple[bool, bool]:
         """Whether applying ``configs`` changes each host (a host already there does not
         warm up). A swap changes both (when the arms differ); the first apply asks the
-        hosts what they run, and assumes a change when they cannot say."""
+        hosts what they run, and assumes a change when they cannot say (a
+        :class:`HostError` or :class:`UnsupportedError`, what the Host API raises; anything
+        else is a bug and goes up)."""
         if self.period > 0:
             differ = bool(self.baseline.diff(self.candidate))
             return differ, differ
@@ -469,7 +470,7 @@ class _Comparison:
             for h, (host, cfg) in enumerate(zip(self.pair.hosts, configs, strict=True)):
                 now = host.configuration()
                 out[h] = bool(now.diff(now.merged(cfg)))
-        except Exception:  # informational: assume a change (a transient is then fitted)
+        except (HostError, UnsupportedError):  # informational: assume a change
             return True, True
         return out[0], out[1]
 
@@ -507,9 +508,15 @@ class _Comparison:
 
     def _known_transient(self, cfg: Configuration) -> float:
         """Longest transient (s) remembered for ``cfg``: this comparison's or the pair's
-        (none in fit mode: there the transient is a regressor, not a discard)."""
+        (none in fit mode: there the transient is a regressor, not a discard, and no window
+        is dropped after the fact; its searched applies use :meth:`_remembered_transient`)."""
         if self.fit_mode:
             return 0.0
+        return self._remembered_transient(cfg)
+
+    def _remembered_transient(self, cfg: Configuration) -> float:
+        """Longest transient (s) measured for ``cfg`` by this comparison or remembered by
+        the pair."""
         key = cfg.key()
         try:
             remembered = float(self.memory.transients.get(key, 0.0))
@@ -560,6 +567,11 @@ class _Comparison:
         self.warm_open = t_start
         cfgs = self._roles()
         known = max(self._known_transient(c) for c in cfgs)
+        if self.fit_mode and self.period < SEARCH_APPLIES:
+            # the searched applies are searched as the discard mode does: after the
+            # transient measured for these configurations (this comparison's first apply,
+            # or the pair's earlier comparisons), to the same level (TRANSIENT_EPS)
+            known = max(self._remembered_transient(c) for c in cfgs)
         min_n = max(self.warm_n, int(math.ceil(known / self.interval - 1e-9)))
         head = self._measure(min_n) if min_n else self._columns([])
         self._emit(head, True)
@@ -649,7 +661,7 @@ class _Comparison:
                 # nothing seen: the transient may be shorter than what was discarded blind;
                 # remember half of it (at least the spec's warm-up), so a length that is no
                 # longer seen fades instead of ratcheting up
-                got = max(self.warm_n * self.interval, 0.5 * self._known_transient(cfg))
+                got = max(self.warm_n * self.interval, 0.5 * self._remembered_transient(cfg))
             key = cfg.key()
             self.transients[key] = max(self.transients.get(key, 0.0), got)
         self.warm_s.append(
@@ -667,8 +679,7 @@ class _Comparison:
         v = stats.detect_warmup(x)
         if not fit:
             return v.discard, v.extend
-        share = SEARCH_EPS if self.fit_mode else TRANSIENT_EPS
-        eps = share * math.log1p(self.spec.stats.min_effect)
+        eps = TRANSIENT_EPS * math.log1p(self.spec.stats.min_effect)
         f = stats.fit_transient(x, eps=eps, threshold=TRANSIENT_T)
         # a fitted transient that ends inside the series explains the trend MSER sees
         return max(v.discard, f.end), f.at_limit or (v.extend and f.end == 0)
@@ -992,13 +1003,54 @@ class _Comparison:
         adj = raw - self.theta * centred(c)
         return 1.0 - float(adj @ adj) / v_raw
 
-    def _transient_open(self, got: transient_mod.TransientFit) -> bool:
+    def _transient_open(self, got: transient_mod.TransientFit | None) -> bool:
         """No decision yet on this fit: it may be longer than seen (open), the shape is
         seen in fewer than two swaps, or it is known too roughly for its linearised
         uncertainty to be trusted (its part of the interval wider than
-        :data:`transient.ROUGH` x min_effect)."""
+        :data:`transient.ROUGH` x min_effect). None of these while every apply so far was
+        searched to its end (as the discard mode decides), nor once the fit says there is
+        no transient at all (:attr:`transient.TransientFit.quiet`) on applies that show
+        the ages where the searched one was: the fit then costs nothing over discarding."""
+        searched_only = self.period < SEARCH_APPLIES and not self.capped
+        if got is None:
+            return not searched_only
+        # nothing fitted and nothing open: while only searched applies are in, or once the
+        # fit sees no transient at all over the ages the searched one lasted
+        upto = self._searched_transient()
+        seen = self._fitted_ages() >= upto and got.quiet(
+            math.log1p(self.spec.stats.min_effect), upto
+        )
+        if got.k == 0 and not got.open and (searched_only or seen):
+            return False
         rough = math.sqrt(got.var) > transient_mod.ROUGH * math.log1p(self.spec.stats.min_effect)
         return got.open or self.period < MIN_SWAPS_SEEN + 1 or rough
+
+    def _wander(self) -> tuple[float, float] | None:
+        """The largest host-bias wander (sd, tau s) the rule knows for this pair (its prior
+        or the pair's calibration), for the transient fit's trend test."""
+        get = getattr(self.rule, "wanders", None)
+        if not callable(get):
+            return None
+        ws = [w for w in get() if isinstance(w, stats.Wander) and w.sd > 0 and w.tau_s > 0]
+        if not ws:
+            return None
+        w = max(ws, key=lambda x: x.sd)
+        return float(w.sd), float(w.tau_s)
+
+    def _searched_transient(self) -> float:
+        """Fit mode: the longest transient (s after the apply) the searches of the first
+        :data:`SEARCH_APPLIES` applies measured; inf when one hit :data:`SEARCH_CAP_S` (no
+        end seen)."""
+        if self.capped:
+            return math.inf
+        return max(self.warm_s[:SEARCH_APPLIES], default=math.inf)
+
+    def _fitted_ages(self) -> float:
+        """Fit mode: the oldest age (s after its apply) of a batch in a period not searched
+        (only the blind minimum discarded: where the joint fit sees a transient)."""
+        ages = [a[1] for a, p in zip(self.batch_age, self.batch_period, strict=True)
+                if p >= SEARCH_APPLIES]  # fmt: skip
+        return max(ages, default=0.0)
 
     def _used(self) -> int:
         """Steady windows (after the blind minimum, not dropped after the fact). In fit
@@ -1033,6 +1085,7 @@ class _Comparison:
                 age[:, 2],
                 changed,
                 tau_min=tau_min,
+                wander=self._wander(),
             )
             self.tfit_at = (n, self.period)
             return self.tfit
@@ -1075,7 +1128,7 @@ class _Comparison:
             transient_var=got.var if got is not None else 0.0,
             transient_note=got.describe() if got is not None else "",
             # fit mode: nothing fitted yet is as open as it gets
-            transient_open=self.fit_mode and (got is None or self._transient_open(got)),
+            transient_open=self.fit_mode and self._transient_open(got),
             batch_d=batch_d,
             batch_sign=sign,
             batch_period=per,

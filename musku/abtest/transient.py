@@ -31,6 +31,12 @@ difference of their transients is identified, and one column per time constant c
   none, and what is left is drift, handled by the between-period component of the rule.
   The driver makes periods at least :data:`PERIOD_PER_TAU` x the longest fitted tau, so a
   long transient is seen to its end in later periods.
+- **Quiet** (:meth:`TransientFit.quiet`): nothing fitted, nothing open, the best single
+  exponential's likelihood ratio below the chi-square 0.95 level and no single exponential
+  (time constants up to what other evidence allows: the driver's searched transient) able
+  to move the estimate by more than :data:`QUIET` x min_effect at :data:`QUIET_Z` standard
+  errors. The driver then holds no decision for the fit: it costs nothing over discarding
+  where there is no transient (docs/abtest.md, issue 30 item 2, round 2).
 - **Uncertainty**: the Gauss-Newton covariance of the amplitudes and time constants (the
   residual variance inflated by its integrated autocorrelation time) carried to the
   crossover estimate (the mean of the two role orders' batch means) by the delta method.
@@ -52,7 +58,7 @@ from musku.abtest import stats
 FloatArray = NDArray[np.float64]
 
 MODES = ("fit", "discard")  # rule option ``transient``
-DEFAULT_MODE = "discard"  # "fit": see docs/abtest.md, issue 30 item 2 (not honest enough yet)
+DEFAULT_MODE = "discard"  # "fit": not yet >= discard on every row (docs/abtest.md)
 TAU_SHARE = 0.5  # a time constant at most this share of the longest age seen after an apply
 PERIOD_PER_TAU = 3.0  # the driver's periods last at least this many fitted time constants
 TAU_GRID = 20  # time constants on the geometric grid
@@ -62,6 +68,10 @@ ROUGH = 0.25  # no decision while the fit's sd on the estimate exceeds this x mi
 TREND_T = 2.0  # a residual slope on the age this many standard errors away: transient open
 MIN_BATCHES = 8  # batches in applied periods before anything is fitted
 CHI2_999 = (10.83, 13.82, 16.27, 18.47)  # chi-square 0.999 quantiles, 1-4 degrees of freedom
+QUIET = 0.25  # quiet: no one exponential could move the estimate by more than this x min_effect
+QUIET_Z = 2.0  # ... at this many standard errors (|its fitted shift| + QUIET_Z x its sd)
+CHI2_95 = (3.84, 5.99, 7.81, 9.49)  # chi-square 0.95 quantiles, 1-4 degrees of freedom: the
+# likelihood ratio of the best single exponential below it is "no transient at all" (quiet)
 PENALTY = 2.0  # information criterion per parameter (AIC; BIC's log n under-fitted the second
 # exponential and left its bias in the estimate)
 
@@ -83,6 +93,9 @@ class TransientFit:
     pattern: tuple[int, ...] = ()  # columns: -1 both hosts' ratio, 0 candidate's, 1 baseline's
     trend_t: float = 0.0  # t of a slope on the age since the apply left after the fit
     excluded: int = 0  # windows of the batches the estimate leaves out (the large part)
+    # k == 0: per time constant on the grid, the largest shift of the estimate one
+    # exponential could make and still fit the data (|its fitted shift| + QUIET_Z sd)
+    bounds: tuple[tuple[float, float], ...] = ()
 
     @property
     def open(self) -> bool:
@@ -102,6 +115,29 @@ class TransientFit:
             if big > eps:
                 out = max(out, tau * math.log(big / eps))
         return out
+
+    def bound(self, tau_upto: float = math.inf) -> float:
+        """The largest shift of the estimate one exponential with a time constant up to
+        ``tau_upto`` could make and still fit the data (inf: not computed)."""
+        if not self.bounds:
+            return math.inf
+        return max((b for t, b in self.bounds if t <= tau_upto), default=0.0)
+
+    def quiet(self, min_effect_log: float, tau_upto: float = math.inf) -> bool:
+        """No transient, and none that matters could hide: nothing fitted, no slope left on
+        the age since the apply, the best single exponential's likelihood ratio (its time
+        constant searched over the grid) below the chi-square 0.95 level for its
+        parameters, and no single exponential with a time constant up to ``tau_upto`` able
+        to move the estimate by more than :data:`QUIET` x ``min_effect_log`` (at
+        :data:`QUIET_Z` standard errors: a transient as large as the batches' noise but
+        seen over a few batches has a likelihood ratio of nothing and a large bound). The
+        driver then holds no decision for the fit (no second swap, no precision gate)."""
+        if self.k != 0 or self.open or len(self.bic) < 2 or not self.pattern:
+            return False
+        dp = len(self.pattern) + 1
+        if self.bic[1] >= CHI2_95[min(dp, len(CHI2_95)) - 1]:
+            return False
+        return self.bound(tau_upto) <= QUIET * min_effect_log
 
     @property
     def longest_age(self) -> float:
@@ -162,13 +198,15 @@ def fit(
     *,
     tau_min: float,
     max_k: int = 2,
+    wander: tuple[float, float] | None = None,
 ) -> TransientFit | None:
     """Fit the transient model (module docstring) to batch means ``y``.
 
     ``changed[p]`` = (candidate's host changed, baseline's host changed) at the apply
     before period ``p``'s windows (for a period that applied nothing: the last apply's).
     ``None`` when there is too little to fit (fewer than :data:`MIN_BATCHES` batches after
-    a change, or a bound below ``2 tau_min``)."""
+    a change, or a bound below ``2 tau_min``). ``wander``: the pair's host-bias wander
+    (sd, tau s) when known; its slopes inside the periods widen the trend test's error."""
     y = np.asarray(y, dtype=float)
     per = np.asarray(period).astype(np.int64)
     s_arr = np.asarray(sign, dtype=float)
@@ -253,8 +291,9 @@ def fit(
     best = [(0.0, f[1], f[2]) for f in fits]
     scores_t = tuple(scores)
     if j == 0:
-        trend = _trend_t(yt, age0, age1, live, inv, counts)
-        return replace(empty, bic=scores_t, trend_t=trend)
+        trend = _trend_t(yt, age0, age1, live, inv, counts, wander)
+        bounds = _quiet_bounds(z, zt, yt, s_arr, grid, m, dof0)
+        return replace(empty, bic=scores_t, trend_t=trend, pattern=pattern, bounds=bounds)
     _, gs, coef = best[j]
     taus, coef = _refine(
         tuple(float(grid[g]) for g in gs), coef, yt, mask, age0, age1, count, inv, counts,
@@ -269,7 +308,7 @@ def fit(
     iact_r, _ = stats.integrated_autocorrelation(resid)
     s2 = float(resid @ resid) / dof * max(1.0, iact_r)
     cov = s2 * np.linalg.pinv(jt.T @ jt)
-    trend = _trend_t(resid, age0, age1, live, inv, counts)
+    trend = _trend_t(resid, age0, age1, live, inv, counts, wander)
     got = TransientFit(
         len(taus),
         taus,
@@ -287,6 +326,43 @@ def fit(
     return evaluate(got, s_arr, per, age0, age1, count, ch)
 
 
+def _crossover_weights(sign: FloatArray) -> FloatArray:
+    """Weights of the crossover estimate (the mean of the two role orders' batch means)."""
+    n = sign.size
+    plus = sign > 0
+    if plus.any() and not plus.all():
+        return np.where(plus, 0.5 / int(plus.sum()), 0.5 / int((~plus).sum()))
+    return np.full(n, 1.0 / max(n, 1))
+
+
+def _quiet_bounds(
+    z: FloatArray,
+    zt: FloatArray,
+    yt: FloatArray,
+    sign: FloatArray,
+    grid: FloatArray,
+    m: int,
+    dof0: int,
+) -> tuple[tuple[float, float], ...]:
+    """Per time constant on the grid, the largest shift of the crossover estimate one
+    exponential could make and still fit the batches: its ``m`` columns fitted by least
+    squares on the within-period variation, ``|fitted shift| + QUIET_Z x its sd`` (the
+    residual variance inflated by its integrated autocorrelation time)."""
+    w = _crossover_weights(sign)
+    iact, _ = stats.integrated_autocorrelation(yt)
+    s2 = float(yt @ yt) / max(1, dof0) * max(1.0, iact)
+    out: list[tuple[float, float]] = []
+    for k in range(grid.size):
+        cols = slice(k * m, (k + 1) * m)
+        x = zt[:, cols]
+        inv = np.linalg.pinv(x.T @ x)
+        a = inv @ (x.T @ yt)
+        u = w @ z[:, cols]
+        var = s2 * float(u @ inv @ u)
+        out.append((float(grid[k]), abs(float(u @ a)) + QUIET_Z * math.sqrt(max(var, 0.0))))
+    return tuple(out)
+
+
 def _trend_t(
     resid: FloatArray,
     age0: FloatArray,
@@ -294,10 +370,20 @@ def _trend_t(
     live: NDArray[np.bool_],
     inv: NDArray[np.intp],
     counts: FloatArray,
+    wander: tuple[float, float] | None = None,
 ) -> float:
     """t statistic of one slope on the age since the apply, shared by all periods, in the
-    within-period residuals (variance inflated by their integrated autocorrelation time)."""
-    x = _demean(np.where(live, 0.5 * (age0 + age1), 0.0), inv, counts) * live
+    within-period residuals (variance inflated by their integrated autocorrelation time).
+
+    A slow wander of the host bias puts a slope of its own into every period, one that
+    differs from period to period (a transient's is the same in each): its variance, from
+    the pair's wander (an OU process: covariance ``sd^2 exp(-|dt| / tau)`` between batch
+    midpoints of one period) is added, and with three or more periods the slope's error is
+    at least the scatter of the periods' own slopes (issue 30 item 2: a wander's slope in
+    one or two periods opened the fit, the periods doubled, the fit took the wander inside
+    them for a transient at the bound and held the decision to the sample cap)."""
+    mid = 0.5 * (age0 + age1)
+    x = _demean(np.where(live, mid, 0.0), inv, counts) * live
     sxx = float(x @ x)
     n = resid.size
     if sxx <= 0.0 or n < 8:
@@ -306,7 +392,26 @@ def _trend_t(
     r = resid - beta * x
     iact, _ = stats.integrated_autocorrelation(r)
     s2 = float(r @ r) / max(1, n - int(counts.size) - 1) * max(1.0, iact)
-    return beta / math.sqrt(s2 / sxx) if s2 > 0 else 0.0
+    var = s2 / sxx
+    slopes: list[float] = []
+    extra = 0.0
+    for p in range(int(counts.size)):
+        sel = (inv == p) & live
+        if int(sel.sum()) < 3:
+            continue
+        xp = x[sel]
+        sp = float(xp @ xp)
+        if sp <= 0.0:
+            continue
+        slopes.append(float(xp @ resid[sel]) / sp)
+        if wander is not None and wander[0] > 0.0 and wander[1] > 0.0:
+            t = mid[sel]
+            cov = wander[0] ** 2 * np.exp(-np.abs(t[:, None] - t[None, :]) / wander[1])
+            extra += float(xp @ cov @ xp)
+    var += extra / (sxx * sxx)
+    if len(slopes) >= 3:
+        var = max(var, float(np.var(slopes, ddof=1)) / len(slopes))
+    return beta / math.sqrt(var) if var > 0 else 0.0
 
 
 def _refine(
@@ -421,11 +526,7 @@ def evaluate(
     correction = _curve(got.taus, amps, mask, age0, age1, count)
     jr = _jacobian(got.taus, amps, mask, age0, age1, count)
     # the crossover estimate: the mean of the two role orders' batch means
-    plus = s > 0
-    if plus.any() and not plus.all():
-        w = np.where(plus, 0.5 / int(plus.sum()), 0.5 / int((~plus).sum()))
-    else:
-        w = np.full(n, 1.0 / n)
+    w = _crossover_weights(s)
     grad = -(w @ jr)
     var = float(grad @ got.cov @ grad) if got.cov.shape == (grad.size, grad.size) else 0.0
     return replace(got, correction=correction, shift=float(w @ correction), var=max(0.0, var))

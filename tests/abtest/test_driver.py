@@ -22,8 +22,8 @@ from musku.domain import (
     Guardrail,
     StatsSettings,
 )
-from musku.errors import HostError, InputError
-from tests.abtest.fakes import A, B, FakePair, freq_level
+from musku.errors import HostError, InputError, LinkDown, UnsupportedError
+from tests.abtest.fakes import A, B, FakeHost, FakePair, freq_level
 
 
 def make_spec(**stats_kw: Any) -> ComparisonSpec:
@@ -551,3 +551,37 @@ def test_a_a_swaps_apply_nothing_and_skip_the_warmup() -> None:
     assert len(pair.applied) == 1  # only the first apply; role swaps change no host
     later = [x for x in rows if x["period"] > 0]
     assert later and not any(x["warmup"] for x in later)
+
+
+class _BlindHost(FakeHost):
+    """A host that cannot say what it runs: ``configuration()`` raises ``error``."""
+
+    def __init__(self, host: FakeHost, error: Exception) -> None:
+        super().__init__(host.name, host.config)
+        self.error = error
+
+    def configuration(self) -> Configuration:
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "error", [LinkDown("agent gone"), HostError("no answer"), UnsupportedError("no readback")]
+)
+def test_a_host_that_cannot_say_its_configuration_is_assumed_changed(error: Exception) -> None:
+    """The first apply asks each host what it runs (which host warms up); a host error from
+    the Host API is informational: both hosts count as changed and the comparison runs on."""
+    pair = FakePair(freq_level(0.03), seed=1)
+    blind = tuple(_BlindHost(h, error) for h in pair.hosts)
+    pair.hosts = (blind[0], blind[1])
+    r = run_comparison(pair, A, B, SPEC, seed=1, rule_options={"transient": "fit"})
+    assert r.decision is Decision.BETTER, r.reason
+
+
+def test_a_bug_reading_the_configuration_is_not_swallowed() -> None:
+    """Anything but a host error from ``configuration()`` is a bug: it goes up, not taken for
+    a change of configuration."""
+    pair = FakePair(freq_level(0.03), seed=1)
+    blind = tuple(_BlindHost(h, KeyError("core_freq")) for h in pair.hosts)
+    pair.hosts = (blind[0], blind[1])
+    with pytest.raises(KeyError, match="core_freq"):
+        run_comparison(pair, A, B, SPEC, seed=1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -231,3 +232,27 @@ def test_windows_dropped_after_the_fact_are_stored_as_warmup(tmp_path: Path) -> 
     assert est is not None
     half = 0.5 * (r.ci_high - r.ci_low)
     assert abs(math.expm1(est.mean) - r.estimate) < 0.05 * half
+
+
+@pytest.mark.parametrize("remembered", [0.0, 300.0])
+def test_fit_mode_searches_after_the_remembered_transient(remembered: float) -> None:
+    """In fit mode the first applies, searched to the transient's end, start the search
+    after the transient the pair remembers for the configurations (as the discard mode
+    does); the later applies discard only the blind minimum (the fit takes the rest), and
+    nothing is dropped after the fact."""
+    mem = PairMemory()
+    if remembered:
+        mem.transients[B.key()] = remembered
+    rows: list[dict[str, Any]] = []
+    pair = FakePair(freq_level(0.01), seed=62, warm_amp=0.02, warm_tau_s=20.0)
+    spec = ComparisonSpec(stats=StatsSettings(warmup_s=10.0, min_effect=0.005))
+    r = run_comparison(pair, A, B, spec, rule_options={"transient": "fit"}, seed=62, memory=mem,
+                       on_window=rows.extend)  # fmt: skip
+    assert r.decision is not Decision.ABORTED
+    warm = Counter(x["period"] for x in rows if x["host"] == 0 and x["warmup"])
+    if remembered:
+        assert warm[0] >= remembered  # 1-s windows
+    else:
+        assert warm[0] < 300
+    later = [warm[p] for p in warm if p >= 2]
+    assert all(n <= 10 for n in later), warm  # the blind minimum only

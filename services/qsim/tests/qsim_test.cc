@@ -394,6 +394,28 @@ TEST(Reproducible, PinnedFigures) {
   }
 }
 
+// An exponential stage with a size table (μqSim's poll and read costs) draws its time inline
+// when the batch's bytes fall within the table and through ServiceTimeGeneral past it (repeats
+// of the last row): the same figures as the engine before the inline case (pinned from it,
+// commit 4bbf897, on this model: an epoll stage whose batches of 1-16 jobs fall on every row and
+// past the table).
+TEST(Reproducible, SizeTableInlineAsGeneral) {
+  json m = OneStage(Stage("exp", 0, {{"queue", "epoll"}, {"batch", 4}, {"bytes_per_job", 10},
+                                     {"bytes_table", {{10, 2.0}, {20, 2.5}, {30, 3.0}}}}),
+                    600000, 0.2);
+  m["services"][0]["connections"] = 4;
+  m["client"]["connections"] = 4;
+  const json r = Sim(m);
+  // batches of 1.9 jobs on average, so many of 4 or more (40 bytes and more: past the table)
+  EXPECT_GT(r["jobs_run"].get<double>(), 1.5 * r["stage_runs"].get<double>());
+  EXPECT_EQ(Figures(r), "120180 209008 120181 62817 5.7258668898020693 3.911 28.103999999999999 stable");
+  if (const char* dump = std::getenv("QSIM_DUMP_TABLE")) {
+    std::FILE* f = std::fopen(dump, "w");
+    std::fprintf(f, "%s\n", m.dump().c_str());
+    std::fclose(f);
+  }
+}
+
 // A node that starts one child (its only one, or the one a probabilistic branch picks) with
 // neither join nor copies hands its own job on to it (Sim::Place): the same figures as the
 // engine that took a fresh job from the pool for each node (pinned from that engine, commit

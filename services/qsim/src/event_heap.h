@@ -21,31 +21,37 @@ struct Event {
 
 inline bool Before(const Event& x, const Event& y) { return x.t < y.t || (x.t == y.t && x.key < y.key); }
 
-// The event queue: a one-event slot in front of a 4-ary min-heap on (time, sequence).
+// The event queue: a one-event slot in front of a queue of the rest, which is a small sorted
+// array while it holds few events and a 4-ary min-heap on (time, sequence) when it grows.
 //
 // The slot holds the earliest event whenever the latest push was earlier than everything queued
 // (a thread's next completion a few microseconds ahead, a hop that lands before any other event):
-// such an event is popped without touching the heap (no sift-up on push, no sift-down on pop).
-// The order is exactly the heap's: (time, sequence) is a total order (sequences are unique), the
-// slot's event is before every event in the heap (invariant), and pop takes the slot first, so
-// the events come out in the same order as from the heap alone, ties included.
+// such an event is popped without touching the rest (no sift-up on push, no sift-down on pop).
+// Behind it, up to kSmallMax events are kept sorted latest first (the earliest at the back: a
+// pop is a pop_back, a push moves the events earlier than it one place, usually a few); past
+// that the array becomes a 4-ary heap (an array sorted earliest first is one already) until it
+// shrinks to kSmallMax / 4, when it is sorted back. Every form pops the least event by (time,
+// sequence), a total order (sequences are unique), and the slot's event is before every other
+// (invariant), so events come out in the same order whichever form holds them, ties included.
 class EventHeap {
  public:
+  static constexpr size_t kSmallMax = 32;  // sorted while at most this many (besides the slot)
+
   bool empty() const { return !has_front_ && v_.empty(); }
   size_t size() const { return v_.size() + (has_front_ ? 1 : 0); }
   void push(const Event& e) {
     if (has_front_) {
-      if (Before(e, front_)) {  // the new one is the earliest: the old slot event goes to the heap
-        HeapPush(front_);
+      if (Before(e, front_)) {  // the new one is the earliest: the old slot event goes behind
+        Insert(front_);
         front_ = e;
       } else {
-        HeapPush(e);
+        Insert(e);
       }
-    } else if (v_.empty() || Before(e, v_[0])) {
+    } else if (v_.empty() || Before(e, Top())) {
       front_ = e;
       has_front_ = true;
     } else {
-      HeapPush(e);
+      Insert(e);
     }
   }
   Event pop() {
@@ -53,10 +59,40 @@ class EventHeap {
       has_front_ = false;
       return front_;
     }
-    return HeapPop();
+    if (!big_) {
+      const Event top = v_.back();
+      v_.pop_back();
+      return top;
+    }
+    const Event top = HeapPop();
+    if (v_.size() <= kSmallMax / 4) {  // small again: back to the sorted form
+      std::sort(v_.begin(), v_.end(), [](const Event& x, const Event& y) { return Before(y, x); });
+      big_ = false;
+    }
+    return top;
   }
 
  private:
+  const Event& Top() const { return big_ ? v_[0] : v_.back(); }
+  void Insert(const Event& e) {
+    if (big_) {
+      HeapPush(e);
+      return;
+    }
+    if (v_.size() >= kSmallMax) {  // too many to keep sorted: reversed, the array is a heap
+      std::reverse(v_.begin(), v_.end());
+      big_ = true;
+      HeapPush(e);
+      return;
+    }
+    size_t i = v_.size();
+    v_.push_back(e);
+    while (i > 0 && Before(v_[i - 1], e)) {  // the events earlier than e move one place back
+      v_[i] = v_[i - 1];
+      --i;
+    }
+    v_[i] = e;
+  }
   void HeapPush(const Event& e) {
     size_t i = v_.size();
     v_.push_back(e);
@@ -92,6 +128,7 @@ class EventHeap {
 
   Event front_{};
   bool has_front_ = false;
+  bool big_ = false;  // v_ is a 4-ary heap (else sorted, latest first)
   std::vector<Event> v_;
 };
 

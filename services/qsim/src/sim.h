@@ -67,13 +67,26 @@ class Sim {
   void FinishNode(Job* j, double t);
   void Complete(Request* r);
   bool Lindley(Job* j, Instance& in);
-  // A batch of n jobs' service time (ns). The common case, an exponential time without a
-  // size table, inline; the rest in ServiceTimeGeneral. Both end in ScaleTime: the same
-  // operations in the same order as one function, so the same values bit for bit.
+  // A batch of n jobs' service time (ns). The common cases inline: an exponential time without
+  // a size table, or with one whose entries cover the batch's bytes (no repeat: a poll of a few
+  // ready connections, a read of a few jobs); the rest in ServiceTimeGeneral. Both end in
+  // ScaleTime: the same operations in the same order as one function, so the same values bit
+  // for bit.
   double ServiceTime(const StageSpec& st, const ServiceSpec& sv, size_t n, Rng& rng) {
-    if (st.dist == Dist::kExp && st.table_bytes.empty()) {
+    if (st.dist == Dist::kExp) {
+      double mean;
+      if (st.table_bytes.empty()) {
+        mean = st.mean_us + st.per_job_us * static_cast<double>(n - 1);
+      } else {
+        const double bytes = st.bytes_per_job * static_cast<double>(n);
+        const size_t size = st.table_bytes.size();
+        size_t i = 0;
+        while (i < size && st.table_bytes[i] < bytes) ++i;
+        if (i == size) return ServiceTimeGeneral(st, sv, n, rng);  // past the table: repeats
+        mean = st.table_us[i];
+      }
       double total = 0;
-      total += rng.Exp(st.mean_us + st.per_job_us * static_cast<double>(n - 1));
+      total += rng.Exp(mean);
       return ScaleTime(total, st, sv);
     }
     return ServiceTimeGeneral(st, sv, n, rng);

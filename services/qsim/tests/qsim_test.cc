@@ -394,6 +394,28 @@ TEST(Reproducible, PinnedFigures) {
   }
 }
 
+// An exponential stage with a size table (μqSim's poll and read costs) draws its time inline
+// when the batch's bytes fall within the table and through ServiceTimeGeneral past it (repeats
+// of the last row): the same figures as the engine before the inline case (pinned from it,
+// commit 4bbf897, on this model: an epoll stage whose batches of 1-16 jobs fall on every row and
+// past the table).
+TEST(Reproducible, SizeTableInlineAsGeneral) {
+  json m = OneStage(Stage("exp", 0, {{"queue", "epoll"}, {"batch", 4}, {"bytes_per_job", 10},
+                                     {"bytes_table", {{10, 2.0}, {20, 2.5}, {30, 3.0}}}}),
+                    600000, 0.2);
+  m["services"][0]["connections"] = 4;
+  m["client"]["connections"] = 4;
+  const json r = Sim(m);
+  // batches of 1.9 jobs on average, so many of 4 or more (40 bytes and more: past the table)
+  EXPECT_GT(r["jobs_run"].get<double>(), 1.5 * r["stage_runs"].get<double>());
+  EXPECT_EQ(Figures(r), "120180 209008 120181 62817 5.7258668898020693 3.911 28.103999999999999 stable");
+  if (const char* dump = std::getenv("QSIM_DUMP_TABLE")) {
+    std::FILE* f = std::fopen(dump, "w");
+    std::fprintf(f, "%s\n", m.dump().c_str());
+    std::fclose(f);
+  }
+}
+
 // A node that starts one child (its only one, or the one a probabilistic branch picks) with
 // neither join nor copies hands its own job on to it (Sim::Place): the same figures as the
 // engine that took a fresh job from the pool for each node (pinned from that engine, commit
@@ -606,9 +628,10 @@ TEST(Sampler, ExponentialMatchesEToTheMinusX) {
   EXPECT_LT(ks, 1.95 / std::sqrt(static_cast<double>(kN)));
 }
 
-// The event queue (a one-event slot in front of the 4-ary heap) pops in exactly (time, sequence)
-// order, ties included: interleaved pushes and pops on coarse times (many ties), each pop checked
-// against the smallest pending event by a plain scan. The engine's results depend on this order.
+// The event queue (a one-event slot in front of a sorted array or, past EventHeap::kSmallMax
+// events, a 4-ary heap) pops in exactly (time, sequence) order, ties included: interleaved pushes
+// and pops on coarse times (many ties), each pop checked against the smallest pending event by a
+// plain scan. The engine's results depend on this order.
 TEST(EventQueue, PopsInTimeThenSequenceOrderLikeTheHeapAlone) {
   namespace in = musku::qsim::internal;
   for (uint64_t seed = 1; seed <= 20; ++seed) {
@@ -617,9 +640,15 @@ TEST(EventQueue, PopsInTimeThenSequenceOrderLikeTheHeapAlone) {
     std::vector<in::Event> pending;  // the reference: everything pushed and not yet popped
     uint64_t seq = 0;
     double now = 0;
+    bool small = true;  // the queue was at most kSmallMax / 4 since it last exceeded kSmallMax
+    int crossings = 0;  // times it grew from there past kSmallMax (sorted -> heap -> sorted)
     for (int step = 0; step < 20000; ++step) {
       const uint64_t r = rng.Next();
-      if (pending.empty() || r % 100 < 55) {
+      // seeds 1-10: a queue that grows to thousands; 11-20: phases of 100 steps that fill it past
+      // the sorted form's bound (EventHeap::kSmallMax) and empty it below a quarter of it
+      const size_t target = (step / 100) % 2 == 0 ? in::EventHeap::kSmallMax + 8 : 2;
+      const uint64_t push_pct = seed <= 10 ? 55 : (pending.size() < target ? 90 : 10);
+      if (pending.empty() || r % 100 < push_pct) {
         // mostly near-future times (a thread's next completion), some far, some at `now`
         const double dt = r % 7 == 0 ? 0.0 : static_cast<double>((r >> 8) % (r % 3 == 0 ? 400 : 8));
         const in::Event e{now + dt, (seq++ << 8) | in::kDone, nullptr, static_cast<int>(seq), 0};
@@ -637,6 +666,15 @@ TEST(EventQueue, PopsInTimeThenSequenceOrderLikeTheHeapAlone) {
       }
       ASSERT_EQ(heap.size(), pending.size());
       ASSERT_EQ(heap.empty(), pending.empty());
+      if (pending.size() > in::EventHeap::kSmallMax && small) {
+        small = false;
+        ++crossings;
+      } else if (pending.size() <= in::EventHeap::kSmallMax / 4) {
+        small = true;
+      }
+    }
+    if (seed > 10) {
+      EXPECT_GE(crossings, 50) << "seed " << seed << ": the phases should cross the forms' bounds";
     }
   }
 }

@@ -95,7 +95,8 @@ def print_table(con: Any, table: Any) -> None:
         con.print(table)
         return
     if table.title:  # markup with user strings escaped, as the cells: print what it shows
-        con.print(Text.from_markup(str(table.title)).plain, markup=False)
+        # a Text, and no emoji codes: ":b:" in a name is text, whatever the console's setting
+        con.print(Text(Text.from_markup(str(table.title), emoji=False).plain))
     headers = [str(c.header) for c in table.columns]
     label = max((len(h) for h in headers), default=0)
     cells = [list(c.cells) for c in table.columns]
@@ -103,7 +104,11 @@ def print_table(con: Any, table: Any) -> None:
         for j, h in enumerate(headers):
             value = cells[j][i] if i < len(cells[j]) else ""
             # a str cell is rich markup (user strings in it are escaped): print what it shows
-            text = value.plain if hasattr(value, "plain") else Text.from_markup(str(value)).plain
+            text = (
+                value.plain
+                if hasattr(value, "plain")
+                else Text.from_markup(str(value), emoji=False).plain
+            )
             prefix = f"{h:>{label}}: "
             print_wrapped(con, prefix + text.replace("\n", " "), indent=label + 2)
         if i != table.row_count - 1:

@@ -122,3 +122,22 @@ def test_narrow_tables_print_titles_and_cells_as_written(title: str, cell: str) 
     lines = buf.getvalue().splitlines()
     assert lines[0] == title
     assert f"b: {cell}" in buf.getvalue().replace("\n   ", " ")
+
+
+def test_narrow_tables_keep_emoji_codes_as_text_on_any_console() -> None:
+    """Found by the property above: ``:b:`` came out as an emoji in a narrow table's block
+    form (rich's ``Text.from_markup`` replaces emoji codes unless told not to), even on a
+    console made without emoji."""
+    from rich.table import Table
+
+    from musku.display import print_table
+
+    for emoji in (True, False):
+        buf = io.StringIO()
+        con = Console(file=buf, width=30, highlight=False, color_system=None, emoji=emoji)
+        t = Table("a", "b", title=":b:")
+        t.add_row("w" * 40, ":o: :b:")
+        print_table(con, t)
+        lines = buf.getvalue().splitlines()
+        assert lines[0] == ":b:"
+        assert "b: :o: :b:" in buf.getvalue().replace("\n   ", " ")

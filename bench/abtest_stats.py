@@ -68,6 +68,8 @@ class Cond:
     wander_cal: bool = False
     effect: float = 0.01  # the power runs' true effect
     null_differs: bool = False  # the null candidate is another configuration (same speed)
+    # no null runs: they would repeat another row's (the same A/A model and seeds)
+    power_only: bool = False
     rule: str = "cs"
     options: tuple[tuple[str, Any], ...] = ()
     table: str = "main"
@@ -87,7 +89,8 @@ CONDITIONS: list[Cond] = [
     Cond("shipped model, noise calibrated", noise_cal=True),
     Cond("shipped model, noise calibrated 1.5x low", noise_cal=True, noise_scale=1 / 1.5),
     Cond("shipped model, noise calibrated 1.5x high", noise_cal=True, noise_scale=1.5),
-    Cond("shipped model, +0.5 % effect", effect=0.005),
+    Cond("shipped model, +0.5 % effect", effect=0.005, power_only=True),
+    Cond("shipped model, -0.5 % effect", effect=-0.005, power_only=True),
     Cond(
         "shipped model, noise calibrated 1.5x low, +0.5 % effect",
         noise_cal=True,
@@ -459,8 +462,8 @@ def report(conds: list[Cond], outs: list[Outcome], oracle_on: bool = True) -> bo
     _host_time_table(conds, by)
     eq_rows = [(i, c) for i, c in enumerate(conds) if c.effect < 0.01 and i in by]
     if eq_rows:
-        print("\nNO_DIFFERENCE at a true effect of min_effect (+0.5 %; target <= alpha = 5 %):")
-        print("| condition | runs | no_difference [CP 95 %] | better | median samples |")
+        print("\nNO_DIFFERENCE at a true effect of +-min_effect (0.5 %; target <= alpha = 5 %):")
+        print("| condition | runs | no_difference [CP 95 %] | better | worse | median samples |")
         print("|---|---|---|---|---|")
         for i, c in eq_rows:
             pw = [o for o in by[i] if o.task.kind == "power"]
@@ -468,9 +471,10 @@ def report(conds: list[Cond], outs: list[Outcome], oracle_on: bool = True) -> bo
             lo, hi = clopper_pearson(k, len(pw)) if pw else (math.nan, math.nan)
             med = statistics.median(o.samples for o in pw) if pw else math.nan
             good = sum(o.decision == "better" for o in pw)
+            bad = sum(o.decision == "worse" for o in pw)
             ok &= k <= 0.05 * len(pw)
             print(f"| {c.name} | {len(pw)} | {100 * k / max(1, len(pw)):.1f} % "
-                  f"[{100 * lo:.1f}, {100 * hi:.1f}] | {good} | {med:,.0f} |")  # fmt: skip
+                  f"[{100 * lo:.1f}, {100 * hi:.1f}] | {good} | {bad} | {med:,.0f} |")  # fmt: skip
     early_rows = [(i, c) for i, c in enumerate(conds) if c.calibrated and i in by]
     if early_rows:
         print("\nThe early path (a real calibration first; decided before the first swap):")
@@ -644,7 +648,9 @@ def main(argv: list[str] | None = None) -> int:
     calibrated_models: set[str] = set()  # calibration runs once per distinct pair model
     for i, c in enumerate(conds):
         if c.table == "main":
-            tasks += [(3 * j, Task(i, "null", args.seed + j)) for j in range(runs)]
+            tasks += [
+                (3 * j, Task(i, "null", args.seed + j)) for j in range(0 if c.power_only else runs)
+            ]
             tasks += [(9 * j, Task(i, "power", args.seed + 100_000 + j)) for j in range(power_runs)]
             model_key = json.dumps([c.noise, c.load, c.warm, c.host_bias], sort_keys=True)
             if model_key in calibrated_models:

@@ -616,6 +616,10 @@ def main(argv: list[str] | None = None) -> int:
         help="[statistics] period: swap (3x the swap cost, default) or auto (cost model)",
     )  # fmt: skip
     ap.add_argument(
+        "--rule-option", action="append", default=[], metavar="KEY=VALUE",
+        help="a cs rule option for every cs row (e.g. equivalence=sprt; repeat for several)",
+    )  # fmt: skip
+    ap.add_argument(
         "--save", type=Path,
         help="append every run's outcome to this JSON-lines file (runs it holds are skipped)",
     )  # fmt: skip
@@ -627,6 +631,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1 or args.jobs < 1 or args.pairing_runs < 0:
         ap.error("--runs and --jobs must be >= 1, --pairing-runs >= 0")
     conds = CONDITIONS + pairing_conds()
+    extra: list[tuple[str, Any]] = []
+    for item in args.rule_option:
+        key, eq, val = item.partition("=")
+        if not eq or not key:
+            ap.error(f"--rule-option {item!r}: expected KEY=VALUE")
+        try:
+            extra.append((key, json.loads(val)))
+        except json.JSONDecodeError:
+            extra.append((key, val))  # a bare string
+    if extra:
+        conds = [replace(c, options=c.options + tuple(extra)) if c.rule == "cs" else c
+                 for c in conds]  # fmt: skip
     if args.load:
         missing = [str(p) for p in args.load if not p.is_file()]
         if missing:

@@ -251,7 +251,7 @@ def test_cs_equivalence_decided_on_the_one_sided_bounds() -> None:
     for seed in range(200):
         ev = crossover_data(0.0, 0.01, 0.014, 80, seed)
         tost, old = (
-            ConfidenceSequenceRule(seed=0),
+            ConfidenceSequenceRule(seed=0, equivalence="tost"),
             ConfidenceSequenceRule(seed=0, equivalence="interval"),
         )
         tost.start(setup)
@@ -311,7 +311,8 @@ def test_cs_sprt_changes_no_better_or_worse_decision(
     """``equivalence = "sprt"`` touches NO_DIFFERENCE only: on the same data its interval,
     estimate and every BETTER / WORSE are those of ``tost``; where it decides NO_DIFFERENCE
     the SPRT bounds lie inside +-min_effect."""
-    sprt, tost = ConfidenceSequenceRule(seed=0, equivalence="sprt"), ConfidenceSequenceRule(seed=0)
+    sprt = ConfidenceSequenceRule(seed=0, equivalence="sprt")
+    tost = ConfidenceSequenceRule(seed=0, equivalence="tost")
     sprt.start(SETUP)
     tost.start(SETUP)
     ev = crossover_data(mu, bias, sd, n, seed)

@@ -411,7 +411,8 @@ def _stats(runs: list[Outcome]) -> dict[str, Any]:
     null = [o for o in runs if o.task.kind == "null"]
     pw = [o for o in runs if o.task.kind == "power"]
     k, n, fp = _fp(null)
-    good = sum(o.decision == "better" for o in pw)
+    # the right sign: better for a gain, worse for a loss (the -0.5 % row)
+    good = sum(o.decision == ("worse" if o.truth < 0 else "better") for o in pw)
     plo, phi = clopper_pearson(good, len(pw)) if pw else (float("nan"), float("nan"))
     cov_runs = [o for o in runs if o.decision != "aborted"]
     cov = sum(o.ci_low <= o.truth <= o.ci_high for o in cov_runs)
@@ -446,7 +447,7 @@ def report(conds: list[Cond], outs: list[Outcome], oracle_on: bool = True) -> bo
         s = _stats(by[i])
         checks = [
             s["fp_k"] <= 0.05 * s["null_n"],
-            s["power"] >= 0.90 or c.effect < 0.01,  # a +0.5 % row: the table below
+            s["power"] >= 0.90 or abs(c.effect) < 0.01,  # a +-0.5 % row: the table below
             s["coverage"] >= 0.94,
         ]
         ok &= all(checks)
@@ -460,11 +461,11 @@ def report(conds: list[Cond], outs: list[Outcome], oracle_on: bool = True) -> bo
             f"| {flag} | {s['null_host_h']:.2f} |"
         )
     _host_time_table(conds, by)
-    eq_rows = [(i, c) for i, c in enumerate(conds) if c.effect < 0.01 and i in by]
+    eq_rows = [(i, c) for i, c in enumerate(conds) if abs(c.effect) < 0.01 and i in by]
     if eq_rows:
         print("\nNO_DIFFERENCE at a true effect of +-min_effect (0.5 %; target <= alpha = 5 %):")
         print("| condition | runs | no_difference [CP 95 %] | better | worse | median samples |")
-        print("|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|")
         for i, c in eq_rows:
             pw = [o for o in by[i] if o.task.kind == "power"]
             k = sum(o.decision == "no_difference" for o in pw)

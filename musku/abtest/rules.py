@@ -84,7 +84,7 @@ Ville's inequality); NO_DIFFERENCE once both are rejected. A side once rejected 
 rejected while the batch means are only appended to (a rebuild, i.e. a new batch size or
 windows trimmed as warm-up, forgets both: a rejection on data since judged contaminated does
 not stand). Issue 30's goal for a true 0 needs it (docs/abtest.md, "Equivalence by SPRT":
-median samples of a true 0 2,342 -> 1,818 on the shipped model, same seeds).
+median samples of a true 0 2,326 -> 1,816 on the shipped model, same 300 seeds).
 The reported interval is the two-sided one whichever is used, so its coverage does not
 change; BETTER / WORSE do not depend on this option."""
 
@@ -497,8 +497,9 @@ class ConfidenceSequenceRule(DecisionRule):
         """Whether equivalence bounds (``lo``, ``hi`` on the log scale; ``rel_*`` the same
         relative) lie inside +-min_effect. ``sprt`` tests the log-scale margin
         ``log(1 + min_effect)`` on both sides (its alternative hypotheses are on the log
-        scale; on the relative scale the lower side is then 0.025 % of min_effect
-        stricter); the confidence-sequence bounds are compared relative, as before."""
+        scale; on the relative scale the lower side is then stricter by a factor 1 / (1 +
+        min_effect): -0.4975 % at min_effect 0.5 %); the confidence-sequence bounds are
+        compared relative, as before."""
         assert self.setup is not None
         if self.equivalence == "sprt":
             m = math.log1p(self.setup.min_effect)

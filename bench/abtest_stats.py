@@ -109,6 +109,19 @@ CONDITIONS: list[Cond] = [
     Cond("host bias 2 %, calibrated, +3 % effect", host_bias=0.02, calibrated=True, effect=0.03),
     Cond("candidate warm-up +5 % tau 120 s", warmup=(0.05, 120.0), null_differs=True),
     Cond("candidate warm-up +10 % tau 300 s", warmup=(0.10, 300.0), null_differs=True),
+    # the equivalence error where decisions take many long periods (power runs only)
+    Cond(
+        "candidate warm-up +10 % tau 300 s, +0.5 % effect",
+        warmup=(0.10, 300.0),
+        effect=0.005,
+        power_only=True,
+    ),  # fmt: skip
+    Cond(
+        "candidate warm-up +10 % tau 300 s, -0.5 % effect",
+        warmup=(0.10, 300.0),
+        effect=-0.005,
+        power_only=True,
+    ),  # fmt: skip
     # diagnostic: the warm-up rows without the per-host wander (their ~1 h periods let the
     # wander move the host bias between periods, which the crossover does not remove)
     Cond(

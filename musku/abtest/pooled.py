@@ -109,6 +109,9 @@ class PooledLook:
     strata: int  # strata in the decision (mature ones)
     clock: float = math.nan  # the host clock by which its data existed
     futile: str = ""  # why no decision can come from more samples per pair (heterogeneity)
+    # the sprt equivalence bounds (relative) NO_DIFFERENCE is decided on; NaN: the interval
+    eq_low: float = math.nan
+    eq_high: float = math.nan
 
 
 def run_pooled_comparison(
@@ -344,19 +347,31 @@ class _Pool:
         est = to_relative(pe.mean, self.dir)
         lo, hi = to_relative(pe.mean - hw, self.dir), to_relative(pe.mean + hw, self.dir)
         decision: Decision | None = None
+        # equivalence = "sprt" (the one pair's rule option): two one-sided SPRTs on the
+        # pooled estimate, both at this look (strata join and leave between looks: no
+        # memory of earlier ones); otherwise the two-sided interval inside +-min_effect
+        m = self.spec.stats.min_effect
+        eq_lo, eq_hi = math.nan, math.nan
+        inside = -m < lo and hi < m
+        if rule.equivalence == "sprt":
+            b_lo, b_hi = stats.sprt_bounds(pe.mean, pe.se * pe.se, rule.alpha_equivalence(), pe.df)
+            eq_lo, eq_hi = to_relative(b_lo, self.dir), to_relative(b_hi, self.dir)
+            inside = -math.log1p(m) < b_lo and b_hi < math.log1p(m)
         if len(use) >= self.min_strata():
-            m = self.spec.stats.min_effect
             if lo > 0:
                 decision = Decision.BETTER
             elif hi < 0:
                 decision = Decision.WORSE
-            elif -m < lo and hi < m:
+            elif inside:
                 decision = Decision.NO_DIFFERENCE
         # the data of the strata judged existed by the latest of their clocks (a pair that
         # ran ahead into a swap without a look since is not in it)
         clock = max(self._own_clock(s) for s in part)
         futile = "" if decision is not None or not use else self._futile(pe, n_eff, n_opt, alpha)
-        return PooledLook(decision, est, lo, hi, pe, len(use), clock=clock, futile=futile)
+        return PooledLook(
+            decision, est, lo, hi, pe, len(use), clock=clock, futile=futile, eq_low=eq_lo,
+            eq_high=eq_hi,
+        )  # fmt: skip
 
     def min_strata(self) -> int:
         """Mature strata a decision needs: MIN_STRATA, or every pair of a smaller pool
@@ -416,6 +431,11 @@ class _Pool:
             return v.decision, f"{interval} excludes 0 {on}"
         if v.decision is Decision.NO_DIFFERENCE:
             m = self.spec.stats.min_effect
+            if math.isfinite(v.eq_low):
+                return v.decision, (
+                    f"equivalence bounds [{pct(v.eq_low)}, {pct(v.eq_high)}] (two one-sided "
+                    f"SPRTs) lie inside ±{m * 100:.2f} % {on}; {interval}"
+                )
             return v.decision, f"{interval} lies inside ±{m * 100:.2f} % {on}"
         if v.futile:
             return Decision.INCONCLUSIVE, f"{v.futile}: {interval} {on}"

@@ -190,6 +190,29 @@ def test_a_pooled_aa_ends_no_difference_sooner_than_one_pair() -> None:
     assert clock8 < 0.6 * clock1, (clock8, clock1)
 
 
+def test_a_pooled_aa_under_sprt_equivalence_decides_on_the_pooled_sprts() -> None:
+    """``equivalence = "sprt"`` reaches the pool: an A/A on 4 pairs ends no_difference on
+    the two SPRTs of the pooled estimate (said in the reason), no later than the pool's
+    two-sided interval would."""
+    model, base, _ = _model()
+    runs = {
+        eq: run_pooled_comparison(
+            _pairs(model, base, 4, 21),
+            base,
+            base,
+            SPEC,
+            seed=21,
+            rule_options={"equivalence": eq},
+        )  # fmt: skip
+        for eq in ("sprt", "tost")
+    }
+    for eq, r in runs.items():
+        assert r.decision is Decision.NO_DIFFERENCE, (eq, r.reason)
+    assert "two one-sided SPRTs" in runs["sprt"].reason
+    assert "SPRT" not in runs["tost"].reason
+    assert runs["sprt"].samples <= runs["tost"].samples
+
+
 class _Breaks(SimPair):
     """A simulated pair whose link goes down for good after ``after`` windows."""
 

@@ -251,7 +251,7 @@ def test_cs_equivalence_decided_on_the_one_sided_bounds() -> None:
     for seed in range(200):
         ev = crossover_data(0.0, 0.01, 0.014, 80, seed)
         tost, old = (
-            ConfidenceSequenceRule(seed=0),
+            ConfidenceSequenceRule(seed=0, equivalence="tost"),
             ConfidenceSequenceRule(seed=0, equivalence="interval"),
         )
         tost.start(setup)
@@ -294,3 +294,86 @@ def test_cs_a_two_percent_effect_never_stops_no_difference_at_one_percent(
     v = rule.look(evidence(ev.batch_d, ev.batch_sign, direction))
     assert v.decision is not Decision.NO_DIFFERENCE
     assert v.decision is not Decision.WORSE
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(
+    mu=st.floats(-0.03, 0.03),
+    sd=st.floats(0.002, 0.05),
+    bias=st.floats(-0.02, 0.02),
+    n=st.integers(24, 300),
+    seed=st.integers(0, 2**32 - 1),
+    direction=st.sampled_from([1.0, -1.0]),
+)
+def test_cs_sprt_changes_no_better_or_worse_decision(
+    mu: float, sd: float, bias: float, n: int, seed: int, direction: float
+) -> None:
+    """``equivalence = "sprt"`` touches NO_DIFFERENCE only: on the same data its interval,
+    estimate and every BETTER / WORSE are those of ``tost``; where it decides NO_DIFFERENCE
+    the SPRT bounds lie inside +-min_effect."""
+    sprt = ConfidenceSequenceRule(seed=0, equivalence="sprt")
+    tost = ConfidenceSequenceRule(seed=0, equivalence="tost")
+    sprt.start(SETUP)
+    tost.start(SETUP)
+    ev = crossover_data(mu, bias, sd, n, seed)
+    ev = evidence(ev.batch_d, ev.batch_sign, direction)
+    v, w = sprt.look(ev), tost.look(ev)
+    assert (v.estimate, v.ci_low, v.ci_high) == (w.estimate, w.ci_low, w.ci_high)
+    if w.decision in (Decision.BETTER, Decision.WORSE):
+        assert v.decision is w.decision
+    if v.decision in (Decision.BETTER, Decision.WORSE):
+        assert w.decision is v.decision
+    if v.decision is Decision.NO_DIFFERENCE:
+        assert -0.005 < v.eq_low < v.estimate < v.eq_high < 0.005
+        assert "SPRT" in sprt.method()
+
+
+def test_cs_sprt_decides_a_true_zero_sooner_than_tost() -> None:
+    """Growing A/A crossovers looked at batch by batch: ``sprt`` reaches NO_DIFFERENCE
+    sooner than ``tost`` in most paths and in total. Not in every path: its bound, ``theta
+    +- sqrt(theta^2 + 2 V log(1 / alpha))``, is narrower than the one-sided sequence's
+    near ``theta = 0`` but grows faster with ``|theta|``."""
+    sooner, total = 0, [0, 0]
+    for seed in range(30):
+        full = crossover_data(0.0, 0.003, 0.02, 600, seed)
+        stops = []
+        for eq in ("sprt", "tost"):
+            rule = ConfidenceSequenceRule(seed=0, equivalence=eq)
+            rule.start(SETUP)
+            stop = 601
+            for n in range(20, 601, 20):
+                ev = evidence(full.batch_d[:n], full.batch_sign[:n])
+                if rule.look(ev).decision is Decision.NO_DIFFERENCE:
+                    stop = n
+                    break
+            stops.append(stop)
+        sooner += stops[0] < stops[1]
+        total = [total[0] + stops[0], total[1] + stops[1]]
+    assert sooner >= 20 and total[0] < 0.9 * total[1], (sooner, total)
+
+
+def test_cs_sprt_keeps_a_rejected_side_until_the_batches_are_rebuilt() -> None:
+    """A side rejected at a mature look stays rejected while batches are only appended
+    (the bounds reported are the tightest seen); a rebuild (other batch means, another
+    batch size) forgets it."""
+    rule = ConfidenceSequenceRule(seed=0, equivalence="sprt")
+    rule.start(SETUP)
+    base = crossover_data(0.0, 0.0, 0.01, 200, 3)
+    first = rule.look(evidence(base.batch_d, base.batch_sign))
+    assert first.eq_high < 0.005  # "effect >= +0.5 %" rejected here
+    # 20 more batches pulling the estimate up: alone they would not reject that side
+    more = np.r_[base.batch_d, np.full(20, 0.02)]
+    sign = np.r_[base.batch_sign, np.tile([1, -1], 10)].astype(np.int8)
+    fresh = ConfidenceSequenceRule(seed=0, equivalence="sprt")
+    fresh.start(SETUP)
+    alone = fresh.look(evidence(more, sign))
+    kept = rule.look(evidence(more, sign))
+    assert alone.eq_high > first.eq_high
+    assert kept.eq_high == pytest.approx(first.eq_high)
+    # the same values rebuilt (one batch mean changed): forgotten
+    rebuilt = more.copy()
+    rebuilt[0] += 1e-9
+    again = rule.look(evidence(rebuilt, sign))
+    assert again.eq_high == pytest.approx(alone.eq_high, rel=1e-6)
+    with pytest.raises(InputError, match="sprt"):
+        ConfidenceSequenceRule(equivalence="wald")

@@ -18,7 +18,13 @@ from musku.abtest import run_comparison
 from musku.abtest import transient as tr
 from musku.abtest.calibration import PairMemory, pair_identity
 from musku.abtest.rules import make_rule
-from musku.domain import ComparisonSpec, Decision, PairCalibration, StatsSettings
+from musku.domain import (
+    ComparisonSpec,
+    Configuration,
+    Decision,
+    PairCalibration,
+    StatsSettings,
+)
 from musku.errors import InputError
 from musku.sim import SimModel, SimPair
 
@@ -28,6 +34,20 @@ SIM_SPEC = ComparisonSpec(
 )
 
 FIT = {"transient": "fit"}  # the rule option (the default is "discard")
+
+
+def _slow_wander_plus_one_percent() -> tuple[SimModel, Configuration, Configuration]:
+    """The shipped model with a per-host wander of 1 % over ~17 min and the prefetcher step
+    set to exactly +1 %: the model, the baseline and the candidate."""
+    data = tomllib.loads((ROOT / "experiments/sim/web-skylake18.toml").read_text())
+    data["knobs"]["prefetch"]["throughput"]["l2hw_dcu"] = 1.0 / 1.01
+    data.setdefault("noise", {}).update({"wander_sd": 0.01, "wander_tau_s": 1000.0})
+    model = SimModel.from_dict(data, source="web-skylake18 + slow wander")
+    assert model.reference_config is not None
+    base = model.reference_config.with_("prefetch", "l2hw_dcu")
+    return model, base, base.with_("prefetch", "all_on")
+
+
 Batches = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
@@ -200,13 +220,7 @@ def test_a_drifting_pair_never_ends_at_the_warmup_cap() -> None:
     """A per-host wander of 1 % over ~17 min and a true +1 %: the search per apply took the
     drift for a transient that never ends (INCONCLUSIVE at the 3,600 s warm-up cap); fitted
     jointly, the comparison decides, with the right sign."""
-    data = tomllib.loads((ROOT / "experiments/sim/web-skylake18.toml").read_text())
-    data["knobs"]["prefetch"]["throughput"]["l2hw_dcu"] = 1.0 / 1.01
-    data.setdefault("noise", {}).update({"wander_sd": 0.01, "wander_tau_s": 1000.0})
-    model = SimModel.from_dict(data, source="web-skylake18 + slow wander")
-    assert model.reference_config is not None
-    base = model.reference_config.with_("prefetch", "l2hw_dcu")
-    cand = base.with_("prefetch", "all_on")
+    model, base, cand = _slow_wander_plus_one_percent()
     pair = SimPair(model, seed=101000, initial=(base, base))
     r = run_comparison(pair, base, cand, SIM_SPEC, seed=101000, rule_options=FIT)
     assert "did not end within" not in r.reason
@@ -332,13 +346,7 @@ def test_a_wandering_pair_is_not_held_to_the_cap_by_the_fit() -> None:
     wander's slope opened the fit, the periods doubled to 5,000 s, the fit took the wander
     in them for a transient at the bound (sd 3.7 %) and the comparison ended INCONCLUSIVE
     at the 30,000-sample cap. With the wander in the trend test it decides, right."""
-    data = tomllib.loads((ROOT / "experiments/sim/web-skylake18.toml").read_text())
-    data["knobs"]["prefetch"]["throughput"]["l2hw_dcu"] = 1.0 / 1.01
-    data.setdefault("noise", {}).update({"wander_sd": 0.01, "wander_tau_s": 1000.0})
-    model = SimModel.from_dict(data, source="web-skylake18 + slow wander")
-    assert model.reference_config is not None
-    base = model.reference_config.with_("prefetch", "l2hw_dcu")
-    cand = base.with_("prefetch", "all_on")
+    model, base, cand = _slow_wander_plus_one_percent()
     pair = SimPair(model, seed=101009, initial=(base, base))
     _, hw = pair_identity(pair.describe())
     cal = PairCalibration(

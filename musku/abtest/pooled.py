@@ -356,7 +356,7 @@ class _Pool:
         if rule.equivalence == "sprt":
             b_lo, b_hi = stats.sprt_bounds(pe.mean, pe.se * pe.se, rule.alpha_equivalence(), pe.df)
             eq_lo, eq_hi = to_relative(b_lo, self.dir), to_relative(b_hi, self.dir)
-            inside = -math.log1p(m) < b_lo and b_hi < math.log1p(m)
+            inside = rule.equivalent(b_lo, b_hi, eq_lo, eq_hi)  # its margin, as one pair's
         if len(use) >= self.min_strata():
             if lo > 0:
                 decision = Decision.BETTER

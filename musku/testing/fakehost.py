@@ -491,8 +491,15 @@ class FakeKernelFS(HostFS):
             super().write_bytes(path, data)
 
     def store(self, path: str, text: str) -> None:
-        """Set a file's content as the kernel would show it (no rule, no journal)."""
-        self.host(path).write_text(text)
+        """Set a file's content as the kernel would show it (no rule, no journal).
+
+        Atomically, as a kernel attribute reads: a reader in another process (a test polling
+        the tree while a forked agent writes it) sees the old or the new text, never the
+        empty file between a truncation and its write."""
+        target = self.host(path)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.store")
+        tmp.write_text(text)
+        os.replace(tmp, target)
 
     _store = store  # its earlier name, which fake kernels of the tests still override/call
 

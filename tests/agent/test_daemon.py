@@ -29,8 +29,8 @@ def test_lapsed_lease_reverts_within_the_lease_period(tmp_path: Path) -> None:
     host = fake_host(tmp_path / "host")
     cfg = config(tmp_path, sample_interval_s=0.1)
     pid = spawn_daemon(cfg, host)
+    c = AgentClient(cfg.socket)
     try:
-        c = AgentClient(cfg.socket)
         # a busy machine delays renewals and the agent's tick alike: scale the lease and the
         # slack, not what is checked (renewals hold it; the lapse reverts within lease + a tick)
         lease = scaled(1.0)
@@ -54,8 +54,8 @@ def test_lapsed_lease_reverts_within_the_lease_period(tmp_path: Path) -> None:
         assert t_reverted - t_last <= lease + scaled(0.3), (t_reverted - t_last, lease)
         st = c.call("status")
         assert st["experiment"] == "" and st["lease_remaining_s"] is None
-        c.close()
     finally:
+        c.close()
         _stop(pid)
 
 

@@ -167,6 +167,7 @@ struct Instance {
   int waking = 0;          // threads woken but not yet running
   size_t outstanding = 0;  // jobs queued or in service (least-loaded)
   bool defer_wake = false; // a batching stage: a woken thread starts after this instant's events
+  bool direct = false;     // a job that finds it empty may go straight to an idle thread (EnqueueQ)
   bool lindley = false;    // FCFS servers: departures computed on arrival (Sim::Lindley)
   bool chain = false;      // one thread on cores of its own: a job's stages may chain (Sim::Chain)
   int max_entry = 0;       // the highest stage index a job enters the instance at (a node's first)

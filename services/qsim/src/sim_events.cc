@@ -192,8 +192,9 @@ inline void Sim::EnqueueQ(Job* j, const NodeSpec& n, Instance& in) {
   // the instance's queues and takes it; this does the same without the queue: its accounting
   // folded as in Fuse (length 0 -> 1 -> 0 at this instant: the last change's time and the
   // maximum), the waking count back where it was, the same service-time draw and completion
-  // event from RunBatch. Results byte-identical (tests: Reproducible.*, Fusion.*).
-  if (in.pending == 0 && in.waking == 0 && !in.defer_wake && !in.idle.empty()) {
+  // event from RunBatch. Results byte-identical (tests: Reproducible.*, Fusion.*; the model key
+  // no_stage_fusion, every stage change through the queues, turns it off too).
+  if (in.direct && in.pending == 0 && in.waking == 0 && !in.idle.empty()) {
     const int tid = in.idle.back();
     Thread& t = threads_[static_cast<size_t>(tid)];
     const ServiceSpec& sv = *in.sv;

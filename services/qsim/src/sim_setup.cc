@@ -71,6 +71,7 @@ void Sim::Setup() {
       in.queues.resize(sv.stages.size());
       for (const StageSpec& st : sv.stages) in.defer_wake = in.defer_wake || st.batch > 1;
       in.max_entry = max_entry[s];
+      in.direct = !in.defer_wake && !m_.no_stage_fusion;
       bool own_cores = true;
       for (int c : is.cores) own_cores = own_cores && core_users[static_cast<size_t>(is.machine)][static_cast<size_t>(c)] == 1;
       in.lindley = lindley[s] && (sv.simple || (own_cores && is.cores.size() >= static_cast<size_t>(sv.threads)));

@@ -93,7 +93,7 @@ void Sim::Spawn(Request* r, int node, int from_machine, double now, int copy) {
     r->join_time[slot] = std::max(r->join_time[slot], t);
     if (++r->join_count[slot] < n.join) return;
     Job* j = job_pool_.Get();
-    *j = Job{r, node, 0, inst, r->conn, -1, 0};
+    *j = Job{r, node, 0, inst, r->conn, -1};
     j->spec = &n;
     j->rt = &nr;
     if (!nr.by_conn) r->sticky[static_cast<size_t>(n.service)] = inst;
@@ -123,7 +123,7 @@ void Sim::Spawn(Request* r, int node, int from_machine, double now, int copy) {
 // (FinishNode does the same inline for a job it hands on.)
 inline void Sim::Place(Job* j, Request* r, const NodeRt& cn, int from_machine, double now, int copy) {
   const int inst = PlaceInst(r, cn, copy);
-  *j = Job{r, cn.node, 0, inst, r->conn, copy, 0};
+  *j = Job{r, cn.node, 0, inst, r->conn, copy};
   j->spec = cn.spec;
   j->rt = &cn;
   const double lat = HopNs(from_machine, inst_machine_[static_cast<size_t>(inst)]);
@@ -665,7 +665,7 @@ void Sim::FinishNode(Job* j, double t) {
       const NodeRt& cn = *next;
       const int copy = j->copy;
       const int inst = PlaceInst(r, cn, copy);
-      *j = Job{r, cn.node, 0, inst, r->conn, copy, 0};
+      *j = Job{r, cn.node, 0, inst, r->conn, copy};
       j->spec = cn.spec;
       j->rt = &cn;
       const double lat = HopNs(machine, inst_machine_[static_cast<size_t>(inst)]);
@@ -810,7 +810,7 @@ void Sim::Loop() {
           // the copy number keeps counting past the instance count, so that a chain that
           // follows the copies onto a service with more instances still spreads them
           const int copy = ev.b + k;
-          *j = Job{r, ev.a, 0, base + copy % ninst, r->conn, copy, 0};
+          *j = Job{r, ev.a, 0, base + copy % ninst, r->conn, copy};
           j->spec = &n;
           j->rt = &node_rt_[static_cast<size_t>(r->path)][static_cast<size_t>(ev.a)];
           Enqueue(j);

@@ -105,9 +105,9 @@ void Sim::Setup() {
         in.busy_core0 = &machines_[static_cast<size_t>(in.machine)].cores[static_cast<size_t>(in.cores[0])].busy_time;
     }
   }
-  nmachines_ = static_cast<int>(m_.machines.size());
-  for (int from = -1; from < nmachines_; ++from)
-    for (int to = 0; to < nmachines_; ++to) lat_ns_.push_back(Latency(from, to));
+  client_ns_ = Latency(-1, 0);
+  local_ns_ = Latency(0, 0);
+  net_ns_ = Latency(0, 1);
   node_rt_.resize(m_.paths.size());
   for (size_t p = 0; p < m_.paths.size(); ++p) node_rt_[p].resize(m_.paths[p].nodes.size());
   for (size_t p = 0; p < m_.paths.size(); ++p) {

@@ -41,7 +41,7 @@ class Sim {
     return (from_machine == to_machine ? m_.local_latency_us : m_.net_latency_us) * 1000.0;
   }
   // Latency's three values computed once at set-up (the same values; not a table per machine
-  // pair: the imported fan-out has 1,002 machines, 8 MB of it cost its set-up 0.2M cache misses)
+  // pair: the imported fan-out has 1,001 machines, 8 MB of it cost its set-up 0.2M cache misses)
   double HopNs(int from_machine, int to_machine) const {
     if (from_machine < 0) return client_ns_;
     return from_machine == to_machine ? local_ns_ : net_ns_;

@@ -12,6 +12,32 @@
 
 namespace musku::qsim::internal {
 
+// A path node compiled at set-up (docs/qsim.md "2026-11-29 night: a compiled path"): what a
+// visit would otherwise look up or decide per job. A job keeps a pointer to its node's record.
+struct NodeRt {
+  const NodeSpec* spec = nullptr;
+  int node = 0;
+  int service = 0;
+  int base = 0;    // the service's first instance
+  int ninst = 1;   // its instance count
+  // The instance is base + conn % ninst whatever the request did before: lb = "connection"
+  // (Route's answer and so the sticky instance's), or one instance. Such a service's sticky
+  // entry is neither read nor written.
+  bool by_conn = false;
+  bool plain = false;  // no connection pool, no held thread to release (Enqueue's checks)
+  // The child this node hands its job on to, resolved: branch "all" with one child, which has
+  // no join and no fan-out copies (FinishNode: no routing decision, no lookup); else null
+  const NodeRt* only = nullptr;
+  // The node's first stage (the only one at a Lindley instance) and its batch-of-one service
+  // time: exponential without a size table (exp1) has the mean mean1, the same value
+  // ServiceTime computes; backlog_mean_ns is Lindley's divisor for the backlog bound.
+  int stage = 0;
+  const StageSpec* st = nullptr;
+  bool exp1 = false;
+  double mean1 = 0;
+  double backlog_mean_ns = 1;
+};
+
 struct Request {
   double start = 0;
   int path = 0;
@@ -34,11 +60,15 @@ struct Job {
   int inst = 0;  // global instance index
   int conn = 0;
   int copy = -1;  // instance offset inherited from a fan-out (copies) ancestor, -1 = none
-  double node_arrival = 0;
   bool pooled = false;  // holds one of its node's pool connections
+  double node_arrival = 0;
   Job* next = nullptr;  // the next job on the same connection sub-queue (ConnQ)
   const NodeSpec* spec = nullptr;  // paths[req->path].nodes[node], kept to save the loads
+  const NodeRt* rt = nullptr;      // the same node compiled (NodeRt)
 };
+// One cache line: a fan-out writes a thousand jobs a request (with the NodeRt pointer and
+// `pooled` after `node_arrival`, 72 bytes cost the imported fan-out 2.4x the LL write misses)
+static_assert(sizeof(Job) <= 64, "a job fits one cache line");
 
 // A connection's sub-queue of an epoll/socket stage: an intrusive FIFO through Job::next (two
 // pointers per connection, no allocation; a std::deque per connection cost a cache miss or two
@@ -140,9 +170,13 @@ struct Instance {
   int waking = 0;          // threads woken but not yet running
   size_t outstanding = 0;  // jobs queued or in service (least-loaded)
   bool defer_wake = false; // a batching stage: a woken thread starts after this instant's events
+  bool direct = false;     // a job that finds it empty may go straight to an idle thread (EnqueueQ)
   bool lindley = false;    // FCFS servers: departures computed on arrival (Sim::Lindley)
   bool chain = false;      // one thread on cores of its own: a job's stages may chain (Sim::Chain)
   int max_entry = 0;       // the highest stage index a job enters the instance at (a node's first)
+  const ServiceSpec* sv = nullptr;  // its service
+  double* busy_thread0 = nullptr;   // Lindley: thread 0's busy time
+  double* busy_core0 = nullptr;     // Lindley: core 0's busy time (null: simple execution)
   double free_at = 0;              // Lindley, one thread: when it is next free
   std::vector<double> free_at_k;  // Lindley, several: when each is next free (size: threads)
 };

@@ -66,8 +66,9 @@ void Sim::NewRequest(int user) {
   Reset(r->join_count, static_cast<size_t>(ps.join_slots), 0);
   Reset(r->join_time, static_cast<size_t>(ps.join_slots), 0.0);
   Reset(r->join_inst, static_cast<size_t>(ps.join_slots), -1);
-  Reset(r->sticky, m_.services.size(), -1);
-  Reset(r->held, m_.services.size(), -1);
+  // (no service whose instance depends on the request's history, no held thread: not read)
+  if (need_sticky_) Reset(r->sticky, m_.services.size(), -1);
+  if (need_held_) Reset(r->held, m_.services.size(), -1);
   ++live_requests_;
   ++issued_;
   if (r->measured) ++issued_measured_;
@@ -75,21 +76,27 @@ void Sim::NewRequest(int user) {
 }
 
 void Sim::Spawn(Request* r, int node, int from_machine, double now, int copy) {
-  const NodeSpec& n = m_.paths[static_cast<size_t>(r->path)].nodes[static_cast<size_t>(node)];
+  const NodeRt& nr = node_rt_[static_cast<size_t>(r->path)][static_cast<size_t>(node)];
+  const NodeSpec& n = *nr.spec;
   if (n.join > 1) {
     const size_t slot = static_cast<size_t>(n.join_slot);
     if (r->join_inst[slot] < 0) {
-      const int sticky = r->sticky[static_cast<size_t>(n.service)];
-      r->join_inst[slot] = sticky >= 0 ? sticky : Route(r, n.service);
+      if (nr.by_conn) {
+        r->join_inst[slot] = nr.base + r->conn % nr.ninst;  // Route's answer, the sticky one's
+      } else {
+        const int sticky = r->sticky[static_cast<size_t>(n.service)];
+        r->join_inst[slot] = sticky >= 0 ? sticky : Route(r, n.service);
+      }
     }
     const int inst = r->join_inst[slot];
     const double t = now + Latency(from_machine, inst_[static_cast<size_t>(inst)].machine);
     r->join_time[slot] = std::max(r->join_time[slot], t);
     if (++r->join_count[slot] < n.join) return;
     Job* j = job_pool_.Get();
-    *j = Job{r, node, 0, inst, r->conn, -1, 0};
+    *j = Job{r, node, 0, inst, r->conn, -1};
     j->spec = &n;
-    r->sticky[static_cast<size_t>(n.service)] = inst;
+    j->rt = &nr;
+    if (!nr.by_conn) r->sticky[static_cast<size_t>(n.service)] = inst;
     ++r->tokens;
     ++live_jobs_;
     Push(r->join_time[slot], kJobArrive, 0, 0, j);
@@ -108,25 +115,18 @@ void Sim::Spawn(Request* r, int node, int from_machine, double now, int copy) {
   Job* j = job_pool_.Get();
   ++r->tokens;
   ++live_jobs_;
-  Place(j, r, node, n, from_machine, now, copy);
+  Place(j, r, nr, from_machine, now, copy);
 }
 
-// A node with neither join nor fan-out copies: its instance (its fan-out copy's, the request's
-// sticky one or routed), the job set up on it (a fresh one from Spawn, or its parent's, handed
-// on by FinishNode) and delivered: at once if it arrives now, else through an arrival event.
-inline void Sim::Place(Job* j, Request* r, int node, const NodeSpec& n, int from_machine, double now, int copy) {
-  int inst;
-  if (copy >= 0) {  // follows its fan-out copy: the instance at the same offset
-    const int ninst = static_cast<int>(m_.services[static_cast<size_t>(n.service)].instances.size());
-    inst = svc_first_inst_[static_cast<size_t>(n.service)] + copy % ninst;
-  } else {
-    const int sticky = r->sticky[static_cast<size_t>(n.service)];
-    inst = (sticky >= 0) ? sticky : Route(r, n.service);
-    r->sticky[static_cast<size_t>(n.service)] = inst;
-  }
-  *j = Job{r, node, 0, inst, r->conn, copy, 0};
-  j->spec = &n;
-  const double lat = Latency(from_machine, inst_[static_cast<size_t>(inst)].machine);
+// A node with neither join nor fan-out copies: its instance (PlaceInst), the job set up on it (a
+// fresh one from Spawn) and delivered: at once if it arrives now, else through an arrival event.
+// (FinishNode does the same inline for a job it hands on.)
+inline void Sim::Place(Job* j, Request* r, const NodeRt& cn, int from_machine, double now, int copy) {
+  const int inst = PlaceInst(r, cn, copy);
+  *j = Job{r, cn.node, 0, inst, r->conn, copy};
+  j->spec = cn.spec;
+  j->rt = &cn;
+  const double lat = HopNs(from_machine, inst_machine_[static_cast<size_t>(inst)]);
   if (lat == 0 && now == now_) {
     Enqueue(j);  // same instant: no event needed
   } else {
@@ -138,6 +138,22 @@ void Sim::Enqueue(Job* j) {
   Request* r = j->req;
   const NodeSpec& n = *j->spec;
   Instance& in = inst_[static_cast<size_t>(j->inst)];
+  if (j->pos == 0 && j->rt->plain) {  // no pool (so not pooled), no thread to release
+    j->node_arrival = now_;
+    if (in.lindley) {
+      FinishNode(j, Lindley(j, in));
+      return;
+    }
+  } else {
+    Enqueue2(j, r, n, in);
+    return;
+  }
+  EnqueueQ(j, n, in);
+}
+
+// Enqueue's general case: a node's first stage with a connection pool or a held thread to
+// release, or a later stage
+void Sim::Enqueue2(Job* j, Request* r, const NodeSpec& n, Instance& in) {
   if (j->pos == 0 && !j->pooled) j->node_arrival = now_;
   if (j->pos == 0 && n.pool > 0 && !j->pooled) {  // a call needs a free connection
     PoolRt& p = pools_[static_cast<size_t>(n.pool_slot)];
@@ -159,10 +175,63 @@ void Sim::Enqueue(Job* j) {
     return;
   }
   if (in.lindley) {
-    Lindley(j, in);
+    FinishNode(j, Lindley(j, in));
     return;
   }
-  StageQ& q = in.queues[static_cast<size_t>(n.stages[static_cast<size_t>(j->pos)])];
+  EnqueueQ(j, n, in);
+}
+
+// The job into its stage's queue, a thread woken for it
+inline void Sim::EnqueueQ(Job* j, const NodeSpec& n, Instance& in) {
+  const int s = n.stages[static_cast<size_t>(j->pos)];
+  StageQ& q = in.queues[static_cast<size_t>(s)];
+  // Straight to an idle thread (the compiled visit's common case, docs/qsim.md "2026-11-29
+  // night"): no job queued on the instance, no thread being woken, the wake-up not deferred and
+  // the core MakeRunnable would pick free. Through the queue, Wake wakes exactly one thread
+  // (the last idle one), MakeRunnable grants it that core and StartWork finds this job alone in
+  // the instance's queues and takes it; this does the same without the queue: its accounting
+  // folded as in Fuse (length 0 -> 1 -> 0 at this instant: the last change's time and the
+  // maximum), the waking count back where it was, the same service-time draw and completion
+  // event from RunBatch. Results byte-identical (tests: Reproducible.*, Fusion.*; the model key
+  // no_stage_fusion, every stage change through the queues, turns it off too).
+  if (in.direct && in.pending == 0 && in.waking == 0 && !in.idle.empty()) {
+    const int tid = in.idle.back();
+    Thread& t = threads_[static_cast<size_t>(tid)];
+    const ServiceSpec& sv = *in.sv;
+    int core = -1;
+    bool ok = t.private_job == nullptr;
+    if (!sv.simple && ok) {
+      MachineRt& mc = machines_[static_cast<size_t>(in.machine)];
+      if (sv.pinned) {
+        const int c = in.cores[static_cast<size_t>(t.index) % in.cores.size()];
+        if (!mc.cores[static_cast<size_t>(c)].busy) core = c;
+      } else {
+        for (int c : in.cores)
+          if (!mc.cores[static_cast<size_t>(c)].busy) {
+            core = c;
+            break;
+          }
+      }
+      if (core >= 0) {
+        mc.cores[static_cast<size_t>(core)].busy = true;
+        t.core = core;
+      } else {
+        ok = false;  // it would wait on the run queue: the general path
+      }
+    }
+    if (ok) {
+      in.idle.pop_back();
+      t.idle = false;
+      t.batch.clear();
+      t.batch_stage = s;
+      t.batch.push_back(j);
+      q.last = now_;
+      if (q.max_len < 1) q.max_len = 1;
+      ++in.outstanding;
+      RunBatch(tid, t, in, sv);
+      return;
+    }
+  }
   QueueChange(q, +1);
   if (q.kind == QueueKind::kFifo) {
     q.fifo.push_back(j);
@@ -540,54 +609,84 @@ void Sim::Done(int tid) {
   in.idle.push_back(tid);
 }
 
-// A node finished at time t (now, or later for a Lindley instance, see below).
+// A node finished at time t (now, or later for a Lindley instance, see below). A loop, not a
+// recursion (the compiled path, docs/qsim.md "2026-11-29 night"): a job handed on to its only
+// child that arrives at once at a Lindley instance is served there (its departure computed) and
+// that node finishes in the next turn, in the order the calls FinishNode -> Place -> Enqueue ->
+// Lindley -> FinishNode made before.
 void Sim::FinishNode(Job* j, double t) {
-  Request* r = j->req;
-  const NodeSpec& n = *j->spec;
-  if (r->measured) svc_hist_[static_cast<size_t>(n.service)].Record(static_cast<int64_t>(t - j->node_arrival));
-  if (!win_svc_.empty()) win_svc_[static_cast<size_t>(n.service)].Record(static_cast<int64_t>(t - j->node_arrival));
-  if (j->pooled) {  // the reply is back: the connection takes the next waiting call
-    j->pooled = false;
-    PoolRt& p = pools_[static_cast<size_t>(n.pool_slot)];
-    --p.busy;
-    if (!p.waiting.empty()) {
-      Job* w = p.waiting.front();
-      p.waiting.pop_front();
-      ++p.busy;
-      w->pooled = true;
-      Enqueue(w);
-    }
-  }
-  const int machine = inst_[static_cast<size_t>(j->inst)].machine;
-  if (!n.children.empty()) {
-    int only = -1;  // the one child this node starts, if one
-    if (n.branch == Branch::kAll) {
-      if (n.children.size() == 1) only = n.children[0];
-      else
-        for (int c : n.children) Spawn(r, c, machine, t, j->copy);
-    } else {
-      const double u = rng_branch_.Uniform();
-      size_t k = 0;
-      while (k + 1 < n.child_cdf.size() && u >= n.child_cdf[k]) ++k;
-      only = n.children[k];
-    }
-    if (only >= 0) {
-      const NodeSpec& cn = m_.paths[static_cast<size_t>(r->path)].nodes[static_cast<size_t>(only)];
-      if (cn.join <= 1 && cn.copies <= 1) {
-        // The job goes on as its only child's: no pool round trip, the request's token and the
-        // live-job count handed over (what Spawn's ++ and this function's -- would net to).
-        // Nothing below may touch j or r: the child may finish the request at once.
-        Place(j, r, only, cn, machine, t, j->copy);
-        return;
+  for (;;) {
+    Request* r = j->req;
+    const NodeRt& nr = *j->rt;
+    const NodeSpec& n = *nr.spec;
+    if (r->measured) svc_hist_[static_cast<size_t>(nr.service)].Record(static_cast<int64_t>(t - j->node_arrival));
+    if (!win_svc_.empty()) win_svc_[static_cast<size_t>(nr.service)].Record(static_cast<int64_t>(t - j->node_arrival));
+    if (j->pooled) {  // the reply is back: the connection takes the next waiting call
+      j->pooled = false;
+      PoolRt& p = pools_[static_cast<size_t>(n.pool_slot)];
+      --p.busy;
+      if (!p.waiting.empty()) {
+        Job* w = p.waiting.front();
+        p.waiting.pop_front();
+        ++p.busy;
+        w->pooled = true;
+        Enqueue(w);
       }
-      Spawn(r, only, machine, t, j->copy);
     }
-  } else {
-    r->done = std::max(r->done, t);  // a leaf of the tree: it answers the client
+    const int machine = inst_machine_[static_cast<size_t>(j->inst)];
+    const NodeRt* next = nr.only;  // the child the job is handed on to, if one
+    if (next == nullptr) {
+      if (!n.children.empty()) {
+        int only = -1;  // the one child this node starts, if one
+        if (n.branch == Branch::kAll) {
+          if (n.children.size() == 1) only = n.children[0];
+          else
+            for (int c : n.children) Spawn(r, c, machine, t, j->copy);
+        } else {
+          const double u = rng_branch_.Uniform();
+          size_t k = 0;
+          while (k + 1 < n.child_cdf.size() && u >= n.child_cdf[k]) ++k;
+          only = n.children[k];
+        }
+        if (only >= 0) {
+          const NodeRt& cn = node_rt_[static_cast<size_t>(r->path)][static_cast<size_t>(only)];
+          if (cn.spec->join <= 1 && cn.spec->copies <= 1) next = &cn;
+          else Spawn(r, only, machine, t, j->copy);
+        }
+      } else {
+        r->done = std::max(r->done, t);  // a leaf of the tree: it answers the client
+      }
+    }
+    if (next != nullptr) {
+      // The job goes on as its only child's: no pool round trip, the request's token and the
+      // live-job count handed over (what Spawn's ++ and this function's -- would net to).
+      // Nothing below may touch r after the delivery: the child may finish the request at once.
+      // (Place, inline: the instance, the job set up on it, its delivery.)
+      const NodeRt& cn = *next;
+      const int copy = j->copy;
+      const int inst = PlaceInst(r, cn, copy);
+      *j = Job{r, cn.node, 0, inst, r->conn, copy};
+      j->spec = cn.spec;
+      j->rt = &cn;
+      const double lat = HopNs(machine, inst_machine_[static_cast<size_t>(inst)]);
+      if (lat == 0 && t == now_) {  // same instant: no event needed
+        Instance& in = inst_[static_cast<size_t>(inst)];
+        if (cn.plain && in.lindley) {  // Enqueue's case for it: served on arrival
+          j->node_arrival = now_;
+          t = Lindley(j, in);
+          continue;  // FinishNode(j, t)
+        }
+        Enqueue(j);
+      } else {
+        Push(t + lat, kJobArrive, 0, 0, j);
+      }
+      return;
+    }
+    job_pool_.Put(j);
+    --live_jobs_;
+    if (--r->tokens == 0) Complete(r);
+    return;
   }
-  job_pool_.Put(j);
-  --live_jobs_;
-  if (--r->tokens == 0) Complete(r);
 }
 
 // The fast path for an instance that is first-come-first-served servers (every stage fifo with
@@ -600,10 +699,10 @@ void Sim::FinishNode(Job* j, double t) {
 // order whatever their stage (the event path would take a later stage's job first when several
 // wait: a network stack's rx before its tx); the queue-length figures come from Little's law
 // (waiting time / window).
-bool Sim::Lindley(Job* j, Instance& in) {
-  const ServiceSpec& sv = m_.services[static_cast<size_t>(in.service)];
-  const NodeSpec& n = *j->spec;
-  const int stage = n.stages[0];
+[[gnu::always_inline]] inline double Sim::Lindley(Job* j, Instance& in) {
+  const ServiceSpec& sv = *in.sv;
+  const NodeRt& nr = *j->rt;
+  const int stage = nr.stage;
   size_t k = 0;  // the thread free first (the lowest-numbered of those free now)
   const size_t c = in.free_at_k.size();
   double* free_at = &in.free_at;
@@ -613,30 +712,34 @@ bool Sim::Lindley(Job* j, Instance& in) {
     free_at = &in.free_at_k[k];
   }
   const double start = std::max(now_, *free_at);
-  const double d = ServiceTime(sv.stages[static_cast<size_t>(stage)], sv, 1, in.queues[static_cast<size_t>(stage)].rng);
+  StageQ& q = in.queues[static_cast<size_t>(stage)];
+  // ServiceTime's exponential case without a size table, its operations in its order
+  const double d = nr.exp1 ? ScaleTime(0.0 + q.rng.Exp(nr.mean1), *nr.st, sv) : ServiceTime(*nr.st, sv, 1, q.rng);
   const double dep = start + d;
   *free_at = dep;
   // the backlog is in the free times, not in live requests: bound it the same way
-  const double mean_ns = std::max(1.0, sv.stages[static_cast<size_t>(stage)].mean_us * 1000.0);
-  const double backlog = (start - now_) / mean_ns * static_cast<double>(c);
+  const double backlog = (start - now_) / nr.backlog_mean_ns * static_cast<double>(c);
   if (backlog > static_cast<double>(m_.max_live_requests))
     Stop("a backlog of more than " + std::to_string(m_.max_live_requests) + " jobs at " + sv.name, true);
   const double b = std::min(dep, end_) - std::max(start, measure_start_);
   if (b > 0) {
-    threads_[static_cast<size_t>(in.first_thread) + k].busy_time += b;
     // thread k on core k of the instance's (the event path puts a woken thread on the first
     // free core: the per-core split may differ, the machine's total does not)
-    if (!sv.simple) machines_[static_cast<size_t>(in.machine)].cores[static_cast<size_t>(in.cores[k])].busy_time += b;
+    if (k == 0) {
+      *in.busy_thread0 += b;
+      if (in.busy_core0 != nullptr) *in.busy_core0 += b;
+    } else {
+      threads_[static_cast<size_t>(in.first_thread) + k].busy_time += b;
+      if (!sv.simple) machines_[static_cast<size_t>(in.machine)].cores[static_cast<size_t>(in.cores[k])].busy_time += b;
+    }
   }
-  StageQ& q = in.queues[static_cast<size_t>(stage)];
   if (now_ >= measure_start_) {
     q.area += start - now_;
     if (start > now_ && q.max_len == 0) q.max_len = 1;
   }
   ++stage_runs_;
   ++jobs_run_;
-  FinishNode(j, dep);
-  return true;
+  return dep;  // the caller finishes the node at dep (FinishNode)
 }
 
 void Sim::Complete(Request* r) {
@@ -707,8 +810,9 @@ void Sim::Loop() {
           // the copy number keeps counting past the instance count, so that a chain that
           // follows the copies onto a service with more instances still spreads them
           const int copy = ev.b + k;
-          *j = Job{r, ev.a, 0, base + copy % ninst, r->conn, copy, 0};
+          *j = Job{r, ev.a, 0, base + copy % ninst, r->conn, copy};
           j->spec = &n;
+          j->rt = &node_rt_[static_cast<size_t>(r->path)][static_cast<size_t>(ev.a)];
           Enqueue(j);
         }
         break;

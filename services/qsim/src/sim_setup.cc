@@ -71,6 +71,7 @@ void Sim::Setup() {
       in.queues.resize(sv.stages.size());
       for (const StageSpec& st : sv.stages) in.defer_wake = in.defer_wake || st.batch > 1;
       in.max_entry = max_entry[s];
+      in.direct = !in.defer_wake && !m_.no_stage_fusion;
       bool own_cores = true;
       for (int c : is.cores) own_cores = own_cores && core_users[static_cast<size_t>(is.machine)][static_cast<size_t>(c)] == 1;
       in.lindley = lindley[s] && (sv.simple || (own_cores && is.cores.size() >= static_cast<size_t>(sv.threads)));
@@ -94,6 +95,49 @@ void Sim::Setup() {
       inst_.push_back(std::move(in));
     }
   }
+  // the compiled path (NodeRt): per node, what a visit would otherwise look up or decide per job
+  for (Instance& in : inst_) {
+    in.sv = &m_.services[static_cast<size_t>(in.service)];
+    inst_machine_.push_back(in.machine);
+    if (in.lindley) {
+      in.busy_thread0 = &threads_[static_cast<size_t>(in.first_thread)].busy_time;
+      if (!in.sv->simple)
+        in.busy_core0 = &machines_[static_cast<size_t>(in.machine)].cores[static_cast<size_t>(in.cores[0])].busy_time;
+    }
+  }
+  client_ns_ = Latency(-1, 0);
+  local_ns_ = Latency(0, 0);
+  net_ns_ = Latency(0, 1);
+  node_rt_.resize(m_.paths.size());
+  for (size_t p = 0; p < m_.paths.size(); ++p) node_rt_[p].resize(m_.paths[p].nodes.size());
+  for (size_t p = 0; p < m_.paths.size(); ++p) {
+    const std::vector<NodeSpec>& nodes = m_.paths[p].nodes;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const NodeSpec& n = nodes[i];
+      const ServiceSpec& sv = m_.services[static_cast<size_t>(n.service)];
+      NodeRt& nr = node_rt_[p][i];
+      nr.spec = &n;
+      nr.node = static_cast<int>(i);
+      nr.service = n.service;
+      nr.base = svc_first_inst_[static_cast<size_t>(n.service)];
+      nr.ninst = static_cast<int>(sv.instances.size());
+      nr.by_conn = sv.lb == Lb::kConnection || nr.ninst == 1;
+      need_sticky_ = need_sticky_ || !nr.by_conn;
+      need_held_ = need_held_ || n.hold_thread || n.release_thread;
+      nr.plain = n.pool == 0 && !n.release_thread;
+      if (n.branch == Branch::kAll && n.children.size() == 1) {
+        const NodeSpec& c = nodes[static_cast<size_t>(n.children[0])];
+        if (c.join <= 1 && c.copies <= 1) nr.only = &node_rt_[p][static_cast<size_t>(n.children[0])];
+      }
+      nr.stage = n.stages[0];
+      nr.st = &sv.stages[static_cast<size_t>(nr.stage)];
+      nr.exp1 = nr.st->dist == Dist::kExp && nr.st->table_bytes.empty();
+      // ServiceTime's mean for a batch of one, the same expression (the same value)
+      nr.mean1 = nr.st->mean_us + nr.st->per_job_us * static_cast<double>(size_t{1} - 1);
+      nr.backlog_mean_ns = std::max(1.0, nr.st->mean_us * 1000.0);
+    }
+  }
+
   // client connections index each service's connection sub-queues modulo its connection count
   for (const ServiceSpec& sv : m_.services)
     if (sv.connections < 1) throw ModelError("connections must be >= 1");

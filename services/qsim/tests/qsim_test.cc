@@ -754,6 +754,74 @@ TEST(Fusion, SameResultAsThroughTheQueues) {
   EXPECT_EQ(chained, 40);
 }
 
+// A job that finds its instance empty goes straight to an idle thread (Sim::EnqueueQ, the
+// compiled path of docs/qsim.md "2026-11-29 night"), without the queue, the wake-up, the run
+// queue and StartWork's scan: the same result as through them (no_stage_fusion sends every job
+// through the queues), whole documents but the event count, over the kinds of queue (epoll,
+// fifo, socket, all batch 1 so that nothing defers a wake-up), of execution (simple, threads,
+// pinned: a core the thread would get or would wait for), one and three threads, one and two
+// cores, two loads (one near saturation, where jobs find the instance busy), cores shared with
+// a two-thread service or not, one and two instances.
+TEST(Fusion, DirectStartSameAsThroughTheQueues) {
+  int cases = 0;
+  for (const char* exec : {"simple", "threads", "pinned"}) {
+    for (int threads : {1, 3}) {
+      for (int cores : {1, 2}) {
+        for (double qps : {30000.0, 90000.0}) {
+          for (bool share : {true, false}) {
+            for (int ninst : {1, 2}) {
+              json st = json::array({Stage("exp", 2, {{"name", "poll"}, {"queue", "epoll"}}),
+                                     Stage("exp", 4, {{"name", "parse"}}),
+                                     Stage("const", 1.5, {{"name", "read"}, {"queue", "socket"}}),
+                                     Stage("lognormal", 3, {{"name", "reply"}, {"sigma", 0.4}})});
+              json front_inst = json::array(), side_cores = json::array();
+              for (int k = 0; k < ninst; ++k) {
+                json cl = json::array();
+                for (int i = 0; i < cores; ++i) cl.push_back(k * cores + i);
+                front_inst.push_back({{"machine", 0}, {"cores", cl}});
+                if (share && k == 0) side_cores = cl;
+              }
+              if (!share) side_cores = {ninst * cores, ninst * cores + 1};
+              json m = {{"seed", 12},
+                        {"duration_s", 0.05},
+                        {"warmup_s", 0.005},
+                        {"max_live_requests", 20000},
+                        {"machines", {{{"name", "m0"}, {"cores", ninst * cores + 2}}}},
+                        {"services",
+                         {{{"name", "front"}, {"execution", exec}, {"threads", threads}, {"connections", 8},
+                           {"context_switch_us", 0.3}, {"stages", st}, {"instances", front_inst}},
+                          {{"name", "side"}, {"execution", "threads"}, {"threads", 2},
+                           {"stages", {Stage("exp", 1, {{"name", "a"}}), Stage("exp", 1, {{"name", "b"}})}},
+                           {"instances", {{{"machine", 0}, {"cores", side_cores}}}}}}},
+                        {"paths",
+                         {{{"nodes",
+                            {{{"service", 0}, {"stages", {0, 1, 2, 3}}, {"children", {1}}},
+                             {{"service", 1}, {"stages", {0, 1}}, {"children", {2}}},
+                             {{"service", 0}, {"stages", {1, 3}}}}}}}},
+                        {"client", {{"kind", "open"}, {"connections", 8}, {"epochs", {{{"end_s", 0.05}, {"qps", qps}}}}}}};
+              json direct = Sim(m);
+              m["no_stage_fusion"] = true;
+              json queued = Sim(m);
+              for (json* r : {&direct, &queued}) {
+                r->erase("cpu_s");
+                r->erase("peak_rss_kib");
+                r->erase("events");
+              }
+              const std::string what = std::string(exec) + " threads " + std::to_string(threads) + " cores " +
+                                       std::to_string(cores) + " qps " + std::to_string(qps) + " share " +
+                                       std::to_string(share) + " instances " + std::to_string(ninst);
+              ASSERT_GT(queued["completed"].get<double>(), 50) << what;
+              EXPECT_EQ(direct.dump(), queued.dump()) << what;
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 96);
+}
+
 // The Lindley fast path on threads with cores of their own (threads and pinned execution, a
 // network stack's shape; one thread, and two on two cores: Kiefer-Wolfowitz): the same
 // departures as the event path, which draws the same service times from the instance's own

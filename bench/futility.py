@@ -73,9 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         with mp.get_context("fork").Pool(args.jobs, ab._init, (conds,)) as pool:
             outs = list(pool.imap(ab._run, tasks, chunksize=2))
-    print(
-        "\n| row | runs | decisions | not_better [CP 95 %] | median samples | median host h |"
-    )
+    print("\n| row | runs | decisions | not_better [CP 95 %] | median samples | median host h |")
     print("|---|---|---|---|---|---|")
     for i, (name, _, _, _) in enumerate(ROWS):
         mine = [o for o in outs if o.task.cond == i]

@@ -28,11 +28,20 @@ _NEW = (*_OLD, "not_better")
 
 
 def _decision_check(values: tuple[str, ...]) -> None:
+    # SQLite rebuilds the table and renames the copy to ``decisions``; the analysts' views
+    # read it (v_comparisons, v_soft_skus), and a rename that rewrites the views' references
+    # fails while the old table is gone: the legacy rename leaves the views' text as it is
+    # (the same name again), as SQLite documents for this rebuild
+    sqlite = op.get_bind().dialect.name == "sqlite"
+    if sqlite:
+        op.execute("PRAGMA legacy_alter_table = ON")
     with op.batch_alter_table("decisions", recreate="auto") as batch:
         batch.drop_constraint(op.f("ck_decisions_decision"), type_="check")
         batch.create_check_constraint(
             op.f("ck_decisions_decision"), f"decision IN ({', '.join(repr(v) for v in values)})"
         )
+    if sqlite:
+        op.execute("PRAGMA legacy_alter_table = OFF")
 
 
 def upgrade() -> None:

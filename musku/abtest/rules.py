@@ -12,7 +12,9 @@ from :data:`RULES` (``"module:Class"`` strings, built-ins as aliases) or passed 
                 one-sided sequential probability ratio tests (Wald, against the point
                 alternative 0, each at alpha) reject "effect beyond +-min_effect"
                 (``equivalence = "sprt"``; ``"tost"``: the two one-sided bounds of the
-                sequence inside). Valid under continuous monitoring. The host bias's
+                sequence inside). Opt-in per comparison (``futility = bar``): also stops
+                NOT_BETTER when a one-sided SPRT rejects "effect >= bar" (the futility
+                stop; the sweep's walks ask it). Valid under continuous monitoring. The host bias's
                 change between periods (slow wander) is a variance component
                 (``wander_sd`` / ``wander_tau_s`` prior, or measured from the periods).
                 Before the first

@@ -927,7 +927,9 @@ class Runner:
             duel = self.compare(f"{purpose}:runoff", champion.candidate, challenger.candidate)
             if duel.decision is Decision.BETTER:
                 champion = challenger
-        confirm = self.compare(f"{purpose}:confirm", incumbent, champion.candidate)
+        confirm = self._again(
+            purpose, self.compare(f"{purpose}:confirm", incumbent, champion.candidate)
+        )
         if confirm.decision is not Decision.BETTER:
             self.progress.message(
                 f"{purpose}: {change_text(incumbent, champion.candidate)} not confirmed "
@@ -935,6 +937,20 @@ class Runner:
             )
             return incumbent
         return champion.candidate
+
+    def _again(self, purpose: str, confirm: ComparisonResult) -> ComparisonResult:
+        """A confirmation that measured nothing (``inconclusive`` with no sample: a warm-up
+        transient that did not end within the tester's cap) is no evidence either way: it is
+        measured once more (``PURPOSE:confirm:again``). Seen on the Web/Skylake one-pair
+        sweep of seed 1 once the futility stop had moved its timeline: shp=300 (+1.4 %,
+        better twice) was dropped on such a confirmation (docs/design.md)."""
+        if confirm.decision is not Decision.INCONCLUSIVE or confirm.samples > 0:
+            return confirm
+        self.progress.message(
+            f"{purpose}: the confirmation measured nothing ({confirm.reason.split(';')[0]}): "
+            "measuring it again"
+        )
+        return self.compare(f"{purpose}:confirm:again", confirm.baseline, confirm.candidate)
 
     def side_by_side(
         self,
@@ -1031,6 +1047,7 @@ class Runner:
         if beat:
             champion = max(beat, key=lambda r: r.estimate)
             confirm = self.compare(f"{purpose}:confirm", incumbent, champion.candidate)
+        confirm = self._again(purpose, confirm)
         if confirm.decision is not Decision.BETTER:
             self.progress.message(
                 f"{purpose}: {change_text(incumbent, champion.candidate)} not confirmed "

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from musku.domain import Decision
 from musku.experiment import load_experiment
 from musku.hosts.pool import open_pool
@@ -92,3 +94,18 @@ def test_a_walk_past_its_best_ends_on_the_futility_stop(tmp_path: Path) -> None:
     assert second.reason.startswith(f"not better by {bar * 100:+.2f} %"), second.reason
     assert out.skipped == [256]
     assert runner.clock_s == first.host_time_s + second.host_time_s
+
+
+def test_the_futility_bar_is_the_walk_best_lower_bound_or_min_effect() -> None:
+    """A walk's next setting must beat the best ``better`` so far by its lower bound (what
+    the choice's run-off calls clearly behind), and ``min_effect`` at least."""
+    from musku.domain import Configuration
+    from musku.sweep.strategies import futility_bar
+    from musku.testing.storage import comparison_result
+
+    base = Configuration.of({"shp": 0})
+    assert futility_bar(None, 0.005) == 0.005
+    strong = comparison_result(base, base.with_("shp", 64), Decision.BETTER, 0.031)
+    assert futility_bar(strong, 0.005) == pytest.approx(0.019)  # its ci_low
+    weak = comparison_result(base, base.with_("shp", 64), Decision.BETTER, 0.013)
+    assert futility_bar(weak, 0.005) == 0.005  # ci_low +0.1 %: min_effect wins

@@ -748,7 +748,7 @@ class Runner:
                     # effect is far from the bar, and pairs joining past its expected time
                     # make it wait for three mature strata, each joiner's own warm-ups,
                     # reboots and both role orders (docs/design.md "The futility stop in
-                    # the sweep": core_count=14 177 min joined, 94 not)
+                    # the sweep": core_count=14 177 min joined, 94-102 min not)
                     return out
                 for q in sched.join(lead, self, t, lambda k: model.comparison_s(changed, k)):
                     if q not in self._memories:

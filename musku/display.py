@@ -28,6 +28,7 @@ _COLOURS = {
     Decision.WORSE: "red",
     Decision.NO_DIFFERENCE: "yellow",
     Decision.INCONCLUSIVE: "magenta",
+    Decision.NOT_BETTER: "yellow",
     Decision.GUARDRAIL: "red",
     Decision.ABORTED: "grey50",
 }

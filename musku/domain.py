@@ -179,6 +179,9 @@ class Decision(enum.Enum):
     WORSE = "worse"  # interval excludes 0 on the bad side
     NO_DIFFERENCE = "no_difference"  # interval inside +-min_effect: no meaningful difference
     INCONCLUSIVE = "inconclusive"  # sample cap reached first
+    # a futility stop (opt-in per comparison, rule option ``futility``): "effect >= bar"
+    # rejected at alpha by a one-sided SPRT; says nothing about worse or equivalent
+    NOT_BETTER = "not_better"
     GUARDRAIL = "guardrail"  # candidate broke a guardrail: pruned
     ABORTED = "aborted"  # interrupted or a host failed; not a result
 

@@ -1263,6 +1263,10 @@ class _Comparison:
                     f"tests) lie inside ±{m * 100:.2f} % after {n:,} samples; {interval}"
                 )
             return v.decision, f"{interval} lies inside ±{m * 100:.2f} % after {n:,} samples"
+        if v.decision is Decision.NOT_BETTER:
+            return v.decision, (
+                f"{futility_reason(self.rule, v.fut_bound, f'after {n:,} samples')}; {interval}"
+            )
         if capped:
             need = self._windows_needed()
             if need is not None:
@@ -1562,6 +1566,17 @@ def _wander_gate(rule: DecisionRule, memory: PairMemory) -> None:
     if got is not None and ok:
         name = f"calibration {cal.id}" if cal.id is not None else "the calibration"
         rule.use_wander(got[0], got[1], name)  # type: ignore[attr-defined]
+
+
+def futility_reason(rule: DecisionRule, bound: float, on: str) -> str:
+    """The reason of a futility stop (:data:`Decision.NOT_BETTER`): what was shown, at which
+    level, with the bound."""
+    bar = float(getattr(rule, "futility", math.nan))
+    alpha = rule.setup.alpha if rule.setup is not None else math.nan
+    return (
+        f"not better by {pct(bar)}: the effect is below {pct(bar)} at "
+        f"{(1 - alpha) * 100:.0f} % (one-sided SPRT, futility bound {pct(bound)}) {on}"
+    )
 
 
 def run_comparison(

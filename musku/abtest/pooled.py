@@ -52,6 +52,7 @@ from musku.abtest.driver import (
     _Stop,
     _Transient,
     _wander_gate,
+    futility_reason,
     run_comparison,
     validate_spec,
 )
@@ -112,6 +113,7 @@ class PooledLook:
     # the sprt equivalence bounds (relative) NO_DIFFERENCE is decided on; NaN: the interval
     eq_low: float = math.nan
     eq_high: float = math.nan
+    fut_bound: float = math.nan  # the futility stop's bound (rule option ``futility``)
 
 
 def run_pooled_comparison(
@@ -364,13 +366,21 @@ class _Pool:
                 decision = Decision.WORSE
             elif inside:
                 decision = Decision.NO_DIFFERENCE
+        fut = math.nan
+        if rule.futility is not None:  # the futility stop on the pooled estimate, this look
+            f_log = stats.futility_bound(
+                pe.mean, pe.se * pe.se, rule.futility_margin(), rule.alpha_equivalence(), pe.df
+            )
+            fut = to_relative(f_log, self.dir)
+            if decision is None and len(use) >= self.min_strata() and rule.futile(f_log):
+                decision = Decision.NOT_BETTER
         # the data of the strata judged existed by the latest of their clocks (a pair that
         # ran ahead into a swap without a look since is not in it)
         clock = max(self._own_clock(s) for s in part)
         futile = "" if decision is not None or not use else self._futile(pe, n_eff, n_opt, alpha)
         return PooledLook(
             decision, est, lo, hi, pe, len(use), clock=clock, futile=futile, eq_low=eq_lo,
-            eq_high=eq_hi,
+            eq_high=eq_hi, fut_bound=fut,
         )  # fmt: skip
 
     def min_strata(self) -> int:
@@ -437,6 +447,9 @@ class _Pool:
                     f"SPRTs) lie inside ±{m * 100:.2f} % {on}; {interval}"
                 )
             return v.decision, f"{interval} lies inside ±{m * 100:.2f} % {on}"
+        if v.decision is Decision.NOT_BETTER:
+            rule = self.strata[0].cmp.rule
+            return v.decision, f"{futility_reason(rule, v.fut_bound, on)}; {interval}"
         if v.futile:
             return Decision.INCONCLUSIVE, f"{v.futile}: {interval} {on}"
         if final:

@@ -12,7 +12,9 @@ from :data:`RULES` (``"module:Class"`` strings, built-ins as aliases) or passed 
                 one-sided sequential probability ratio tests (Wald, against the point
                 alternative 0, each at alpha) reject "effect beyond +-min_effect"
                 (``equivalence = "sprt"``; ``"tost"``: the two one-sided bounds of the
-                sequence inside). Valid under continuous monitoring. The host bias's
+                sequence inside). Opt-in per comparison (``futility = bar``): also stops
+                NOT_BETTER when a one-sided SPRT rejects "effect >= bar" (the futility
+                stop; the sweep's walks ask it). Valid under continuous monitoring. The host bias's
                 change between periods (slow wander) is a variance component
                 (``wander_sd`` / ``wander_tau_s`` prior, or measured from the periods).
                 Before the first
@@ -172,6 +174,9 @@ class Verdict:
     # the equivalence bounds (one-sided, each at alpha) NO_DIFFERENCE is decided on; NaN: none
     eq_low: float = math.nan
     eq_high: float = math.nan
+    # the futility stop's bound (rule option ``futility``): the smallest bar a one-sided SPRT
+    # rejects "effect >= bar" for at this look (relative); NaN: no futility question
+    fut_bound: float = math.nan
 
     @classmethod
     def undecided(cls, estimate: float = math.nan) -> Verdict:
@@ -264,8 +269,22 @@ class ConfidenceSequenceRule(DecisionRule):
         noise_check: float = NOISE_CHECK,
         calibrated_noise: bool = CALIBRATED_NOISE,
         transient: str = transient_mod.DEFAULT_MODE,
+        futility: float | None = None,
     ) -> None:
         super().__init__(seed=seed)
+        if futility is not None and not (
+            isinstance(futility, int | float)
+            and not isinstance(futility, bool)
+            and math.isfinite(futility)
+            and 0.0 <= futility < 1.0
+        ):
+            raise InputError(
+                f"cs rule: futility = {futility!r} must be a relative bar in [0, 1) "
+                "(the effect the candidate must beat)"
+            )
+        # the comparison's question (opt-in): only "is the candidate better by >= this bar?"
+        # A one-sided SPRT that rejects "effect >= bar" stops it NOT_BETTER (FUTILITY)
+        self.futility = None if futility is None else float(futility)
         if transient not in transient_mod.MODES:
             raise InputError(
                 f"cs rule: transient = {transient!r} must be one of "
@@ -491,7 +510,34 @@ class ConfidenceSequenceRule(DecisionRule):
                 decision = Decision.WORSE
             elif self.equivalent(eq_lo, eq_hi, e_lo, e_hi):
                 decision = Decision.NO_DIFFERENCE
-        return Verdict(decision, v_est, v_lo, v_hi, detail, eq_low=e_lo, eq_high=e_hi)
+        fut = math.nan
+        if self.futility is not None:
+            f_log = stats.futility_bound(
+                est.mean,
+                est.se * est.se,
+                self.futility_margin(),
+                self.alpha_equivalence(),
+                est.df,
+            )
+            fut = to_relative(f_log, rel)
+            if enough and decision is None and self.futile(f_log):
+                decision = Decision.NOT_BETTER
+        return Verdict(
+            decision, v_est, v_lo, v_hi, detail, eq_low=e_lo, eq_high=e_hi, fut_bound=fut
+        )
+
+    def futility_margin(self) -> float:
+        """How far below the futility bar the SPRT's point alternative sits (log scale):
+        ``log(1 + min_effect)``, the equivalence's margin, so a bar of ``min_effect`` is the
+        equivalence's upper side exactly."""
+        assert self.setup is not None
+        return math.log1p(self.setup.min_effect)
+
+    def futile(self, bound: float) -> bool:
+        """Whether a futility bound (log scale, :func:`musku.abtest.stats.futility_bound`)
+        rejects "effect >= the bar" (rule option ``futility``): the bound at or below the
+        bar's ``log(1 + futility)``."""
+        return self.futility is not None and bound <= math.log1p(self.futility)
 
     def equivalent(self, lo: float, hi: float, rel_lo: float, rel_hi: float) -> bool:
         """Whether equivalence bounds (``lo``, ``hi`` on the log scale; ``rel_*`` the same
@@ -643,6 +689,8 @@ class ConfidenceSequenceRule(DecisionRule):
         cov = f", CUPED on {self.covariate}" if self.covariate else ""
         if self.equivalence == "sprt":
             cov += ", equivalence by two one-sided SPRTs"
+        if self.futility is not None:
+            cov += f", futility stop at {pct(self.futility)} (one-sided SPRT)"
         if self.noise is not None:
             cov += (
                 f", noise pooled with {self.noise_source}'s (lrv {self.noise.lrv:.3g} per "

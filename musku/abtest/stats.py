@@ -808,6 +808,31 @@ def sprt_bounds(
     return theta - h, theta + h
 
 
+def futility_bound(
+    theta: float, var: float, margin: float, alpha: float, df: float = math.inf
+) -> float:
+    """The futility stop's bound (log scale): the smallest bar ``b`` for which a one-sided
+    **SPRT** rejects "``delta >= b``" at level ``alpha``, given the estimate ``theta`` with
+    variance ``var`` (on ``df`` degrees of freedom: :func:`sprt_variance_factor`).
+
+    The test of "``delta >= b``" is Wald's likelihood ratio of the point alternative ``b -
+    margin`` against ``b`` (Gaussian): ``exp(margin (b - theta - margin / 2) / var)``, a
+    nonnegative martingale in the information under ``delta = b`` and a supermartingale
+    beyond it, so by Ville's inequality it reaches ``1 / alpha`` at *any* look with
+    probability at most ``alpha``: valid under continuous monitoring, for a bar fixed before
+    the comparison's data. It rejects exactly when ``b >= theta + margin / 2 + var log(1 /
+    alpha) / margin``, the bound returned. With ``b = margin`` it is the equivalence's upper
+    side (:func:`sprt_bounds`: "``delta >= margin``" rejected against the alternative 0);
+    a higher bar moves the alternative with it (the alternative is always ``margin`` below
+    the bar), so "not better than the walk's best" is as quick to show as "not better than
+    ``margin``" when the candidate sits equally far below each. Not a confidence bound
+    (each bar's test is valid on its own). ``+inf`` without a finite estimate."""
+    if not (math.isfinite(theta) and math.isfinite(var) and var >= 0.0 and margin > 0.0):
+        return math.inf
+    c = var * sprt_variance_factor(alpha, df) * math.log(1.0 / alpha)
+    return theta + margin / 2.0 + c / margin
+
+
 @dataclass(frozen=True)
 class PooledEstimate:
     """Several pairs' crossover estimates of one effect combined (log scale)."""

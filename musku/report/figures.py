@@ -45,6 +45,7 @@ COLOURS = {
     Decision.WORSE: "#d73027",
     Decision.NO_DIFFERENCE: "#8c8c8c",
     Decision.INCONCLUSIVE: "#9e6ebd",
+    Decision.NOT_BETTER: "#b8a88a",
     Decision.GUARDRAIL: "#d73027",
     Decision.ABORTED: "#bbbbbb",
 }

@@ -41,7 +41,7 @@ table{border-collapse:collapse;font-size:.82em;margin:6px 0 10px}th,td{border-bo
 th{background:#f6f6f6}td.num{text-align:right;white-space:nowrap}.iv{white-space:nowrap}
 figure{margin:8px 0}figure img{max-width:100%;height:auto}figcaption{font-size:.82em;color:#444}
 details{border:1px solid #e3e3e3;border-radius:4px;margin:4px 0;padding:2px 8px}summary{cursor:pointer;font-size:.88em}
-.better{color:#1a9850}.worse,.guardrail{color:#d73027}.no_difference{color:#777}.inconclusive{color:#9e6ebd}.aborted{color:#aaa}
+.better{color:#1a9850}.worse,.guardrail{color:#d73027}.no_difference{color:#777}.not_better{color:#8a7a5c}.inconclusive{color:#9e6ebd}.aborted{color:#aaa}
 .legend{font-size:.8em}.lg{margin-right:14px;white-space:nowrap}.sw{display:inline-block;width:14px;height:10px;margin-right:4px;vertical-align:middle}
 .sw.ln{height:0;border-top:2px solid}pre{background:#f7f7f7;padding:8px;overflow-x:auto;font-size:.8em}nav a{margin-right:10px}
 """

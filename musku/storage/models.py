@@ -46,7 +46,15 @@ TS = DateTime(timezone=True)
 EXPERIMENT_STATUSES = ("created", "running", "interrupted", "done", "failed", "aborted")
 COMPARISON_STATUSES = ("running", "finished", "aborted")
 QUEUE_STATES = ("queued", "claimed", "done")
-DECISIONS = ("better", "worse", "no_difference", "inconclusive", "guardrail", "aborted")
+DECISIONS = (
+    "better",
+    "worse",
+    "no_difference",
+    "inconclusive",
+    "guardrail",
+    "aborted",
+    "not_better",
+)
 SAMPLE_METRIC_COLUMNS = ("mips", "qps", "p99_ms", "qos_violation_rate", "power_w")
 """Metrics with their own column in ``samples``; any other metric goes to ``samples.extra``."""
 

@@ -183,11 +183,18 @@ class SharedRunner(Runner):
         return item
 
     def compare(
-        self, purpose: str, baseline: Configuration, candidate: Configuration
+        self,
+        purpose: str,
+        baseline: Configuration,
+        candidate: Configuration,
+        *,
+        futility: float | None = None,
     ) -> ComparisonResult:
+        # shared (a queue that workers claim): the row carries no question, so the
+        # comparison is two-sided whatever ``futility`` says (docs/abtest.md)
         if not self.shared:
             try:
-                return super().compare(purpose, baseline, candidate)
+                return super().compare(purpose, baseline, candidate, futility=futility)
             except Interrupted as exc:
                 raise self._stopped(exc.message) from None
         assert self.store is not None and self.experiment_id is not None

@@ -240,6 +240,14 @@ def critical_path(timeline: Sequence[Span]) -> list[tuple[Span, str]]:
 T = TypeVar("T")
 R = TypeVar("R")
 Job = tuple[str, Configuration, Configuration]  # (purpose, baseline, candidate)
+
+
+def _question(futility: float | None) -> dict[str, Any] | None:
+    """The tester's rule options for a comparison's question: the futility stop's bar
+    (docs/abtest.md "The futility stop"), or None for the two-sided test."""
+    return None if futility is None else {"futility": futility}
+
+
 MAX_INTERRUPTIONS = 3  # a comparison whose link is lost more often counts its pair as failed
 SCHEDULE_POLL_S = 0.005  # how often a free pair looks at the busy pairs' host clocks
 
@@ -570,11 +578,20 @@ class Runner:
 
     # ------------------------------------------------------------------ comparisons
     def compare(
-        self, purpose: str, baseline: Configuration, candidate: Configuration
+        self,
+        purpose: str,
+        baseline: Configuration,
+        candidate: Configuration,
+        *,
+        futility: float | None = None,
     ) -> ComparisonResult:
         """One A/B comparison (or its stored answer on resume). Raises Interrupted on Ctrl-C.
         A lane holding several pairs (:meth:`map`) pools it over those still live; idle
-        pairs of the pool may join a lane before a comparison (:meth:`_Schedule.grow`)."""
+        pairs of the pool may join a lane before a comparison (:meth:`_Schedule.grow`).
+
+        ``futility``: the comparison only asks "is the candidate better by at least this
+        much (relative)?" (the tester's futility stop, rule option ``futility``): it may
+        end ``not_better`` once "effect >= futility" is rejected; None: two-sided."""
         self._join_idle(purpose, baseline, candidate)
         if self._sched is not None or self._group is not None:
             # a lane of a pooled map (pairs may join it meanwhile), or a share of one
@@ -582,7 +599,7 @@ class Runner:
             if not left:
                 raise HostError(f"{purpose}: every pair of its task failed")
             if self._sched is not None or len(left) > 1:
-                return self._pooled(purpose, baseline, candidate, left)
+                return self._pooled(purpose, baseline, candidate, left, futility)
         key, cached = self._begin(purpose, baseline, candidate)
         if cached is not None:
             return cached
@@ -621,6 +638,7 @@ class Runner:
                     should_stop=self.stop.is_set,
                     seed=self.seed * 100_003 + self._counter,
                     memory=self.memory,
+                    rule_options=_question(futility),
                 )
                 break
             except LinkDown as exc:
@@ -654,7 +672,12 @@ class Runner:
         return self._pooled(purpose, baseline, candidate, live)
 
     def _pooled(
-        self, purpose: str, baseline: Configuration, candidate: Configuration, live: list[int]
+        self,
+        purpose: str,
+        baseline: Configuration,
+        candidate: Configuration,
+        live: list[int],
+        futility: float | None = None,
     ) -> ComparisonResult:
         """:meth:`compare_pooled` on the pool's pairs ``live``; on a lane of a pooled
         :meth:`map`, idle pairs may join it while it runs (:meth:`_Schedule.join`)."""
@@ -719,7 +742,14 @@ class Runner:
                 # the comparison's common clock: where this lane decides next (its pairs'
                 # own clocks may run ahead of it in a warm-up), read by the other lanes
                 self._live = (self._live[0], None, max(t, self._live[2] or 0.0))
-                out = []
+                out: list[tuple[HostPair, Any]] = []
+                if futility is not None:
+                    # a futility question is not joined: it ends soon by design where the
+                    # effect is far from the bar, and pairs joining past its expected time
+                    # make it wait for three mature strata, each joiner's own warm-ups,
+                    # reboots and both role orders (docs/design.md "The futility stop in
+                    # the sweep": core_count=14 177 min joined, 94-102 min not)
+                    return out
                 for q in sched.join(lead, self, t, lambda k: model.comparison_s(changed, k)):
                     if q not in self._memories:
                         self._memories[q] = memory_for(
@@ -753,6 +783,7 @@ class Runner:
                 seed=self.seed * 100_003 + self._counter,
                 memories=memories,
                 join=join,
+                rule_options=_question(futility),
             )
         except HostError:
             if self.store is not None and cmp_id is not None and self.experiment_id is not None:
@@ -903,7 +934,9 @@ class Runner:
             duel = self.compare(f"{purpose}:runoff", champion.candidate, challenger.candidate)
             if duel.decision is Decision.BETTER:
                 champion = challenger
-        confirm = self.compare(f"{purpose}:confirm", incumbent, champion.candidate)
+        confirm = self._again(
+            purpose, self.compare(f"{purpose}:confirm", incumbent, champion.candidate)
+        )
         if confirm.decision is not Decision.BETTER:
             self.progress.message(
                 f"{purpose}: {change_text(incumbent, champion.candidate)} not confirmed "
@@ -912,8 +945,26 @@ class Runner:
             return incumbent
         return champion.candidate
 
+    def _again(self, purpose: str, confirm: ComparisonResult) -> ComparisonResult:
+        """A confirmation that measured nothing (``inconclusive`` with no sample: a warm-up
+        transient that did not end within the tester's cap) is no evidence either way: it is
+        measured once more (``PURPOSE:confirm:again``). Seen on the Web/Skylake one-pair
+        sweep of seed 1 once the futility stop had moved its timeline: shp=300 (+1.4 %,
+        better twice) was dropped on such a confirmation (docs/design.md)."""
+        if confirm.decision is not Decision.INCONCLUSIVE or confirm.samples > 0:
+            return confirm
+        self.progress.message(
+            f"{purpose}: the confirmation measured nothing ({confirm.reason.split(';')[0]}): "
+            "measuring it again"
+        )
+        return self.compare(f"{purpose}:confirm:again", confirm.baseline, confirm.candidate)
+
     def side_by_side(
-        self, purpose: str, baseline: Configuration, candidates: Sequence[Configuration]
+        self,
+        purpose: str,
+        baseline: Configuration,
+        candidates: Sequence[Configuration],
+        futility: Sequence[float | None] | None = None,
     ) -> list[ComparisonResult]:
         """The first of ``candidates`` compared against ``baseline`` (:meth:`compare`), or,
         on a lane of a pooled map where pairs are idle at its host time for two pools or
@@ -922,7 +973,9 @@ class Runner:
         (:meth:`_at_once`). For a unimodal walk's next settings (issue 31 item 3: a knob's
         settings side by side when pairs are idle): the walk's chain is one comparison long
         instead of ``m``, at the price of settings past the walk's stop. Otherwise (one
-        pair, too few idle) exactly :meth:`compare` of the first."""
+        pair, too few idle) exactly :meth:`compare` of the first. ``futility[j]``: candidate
+        ``j``'s futility bar (:meth:`compare`), None for none."""
+        bars = list(futility) if futility is not None else [None] * len(candidates)
         todo = [c for c in candidates if (purpose, baseline.key(), c.key()) not in self._cache]
         if self._sched is not None and len(todo) >= 2 and not self.stop.is_set():
             sched, lead = self._sched
@@ -932,8 +985,8 @@ class Runner:
                 m = min(len(candidates), len(left) // MIN_POOL)
                 if m >= 2:
                     jobs = [(purpose, baseline, c) for c in candidates[:m]]
-                    return self._at_once(jobs, left, [MIN_POOL] * m)
-        return [self.compare(purpose, baseline, candidates[0])]
+                    return self._at_once(jobs, left, [MIN_POOL] * m, bars[:m])
+        return [self.compare(purpose, baseline, candidates[0], futility=bars[0])]
 
     def _runoff_and_confirm(
         self,
@@ -1001,6 +1054,7 @@ class Runner:
         if beat:
             champion = max(beat, key=lambda r: r.estimate)
             confirm = self.compare(f"{purpose}:confirm", incumbent, champion.candidate)
+        confirm = self._again(purpose, confirm)
         if confirm.decision is not Decision.BETTER:
             self.progress.message(
                 f"{purpose}: {change_text(incumbent, champion.candidate)} not confirmed "
@@ -1010,12 +1064,18 @@ class Runner:
         return champion.candidate
 
     def _at_once(
-        self, jobs: list[Job], pairs: list[int], floor: Sequence[int] | None = None
+        self,
+        jobs: list[Job],
+        pairs: list[int],
+        floor: Sequence[int] | None = None,
+        futility: Sequence[float | None] | None = None,
     ) -> list[ComparisonResult]:
         """The comparisons ``jobs`` at the same time on shares of this lane's ``pairs`` (the
         first jobs get the extra pairs; ``floor[j]``: at least that many for job ``j``, one
         by default), each share a sub-lane pooling its pairs; results, host time and the
-        clock (the longest share's) join this lane's in job order."""
+        clock (the longest share's) join this lane's in job order. ``futility[j]``: job
+        ``j``'s futility bar (:meth:`compare`)."""
+        bars = list(futility) if futility is not None else [None] * len(jobs)
         assert self.pool is not None
         pool, n = self.pool, len(jobs)
         # one pair each (or the floor); the spare pairs to the first jobs (the close duels)
@@ -1049,7 +1109,7 @@ class Runner:
 
         def run(j: int) -> None:
             try:
-                out[j] = subs[j].compare(*jobs[j])
+                out[j] = subs[j].compare(*jobs[j], futility=bars[j])
             except BaseException as exc:  # re-raised below, the first in job order
                 errors[j] = exc
                 if not isinstance(exc, HostError):  # Ctrl-C, a crash: the others stop too

@@ -32,7 +32,7 @@ def _ordered(knob: str) -> bool:
 
 
 def _losing(result: ComparisonResult) -> bool:
-    return result.decision in (Decision.WORSE, Decision.GUARDRAIL)
+    return result.decision in (Decision.WORSE, Decision.GUARDRAIL, Decision.NOT_BETTER)
 
 
 def _scan_knob(runner: Runner, purpose: str, base: Configuration, knob: str) -> KnobOutcome:
@@ -60,30 +60,45 @@ def _walk(
     *,
     unimodal: bool,
 ) -> KnobOutcome:
-    """One walk of a knob's scan (see :func:`_scan_knob`), into ``outcome``."""
+    """One walk of a knob's scan (see :func:`_scan_knob`), into ``outcome``.
+
+    Only "is it better?" matters past the walk's first setting, so those comparisons ask
+    just that (the tester's futility stop, :func:`futility_bar`): a setting shown below the
+    bar ends ``not_better``. The first setting of a walk is two-sided (a unimodal walk's
+    stop needs its ``worse``); a walk of one setting (a knob's single setting on a pool)
+    asks for ``min_effect``. Under the unimodal stop a ``not_better`` after a ``better`` in
+    the walk ends the walk (past its best: shown below the best's lower bound); before any
+    ``better`` it counts as a loss for the two-losses stop."""
     previous: ComparisonResult | None = None
+    best: ComparisonResult | None = None  # the walk's best ``better`` so far
+    min_effect = runner.experiment.spec.stats.min_effect
     n = 0
     while n < len(walk):
         # on a pool's lane with pairs idle for it, the walk's next settings side by side
         # (each pooled over a share of them, Runner.side_by_side); else the next one
         cands = [base.with_(outcome.knob, v) for v in walk[n:]]
+        bars = [
+            None if n + j == 0 and len(walk) > 1 else futility_bar(best, min_effect)
+            for j in range(len(cands))
+        ]
         batch = (
-            runner.side_by_side(purpose, base, cands)
+            runner.side_by_side(purpose, base, cands, bars)
             if unimodal
-            else [runner.compare(purpose, base, cands[0])]
+            else [runner.compare(purpose, base, cands[0], futility=bars[0])]
         )
         for j, result in enumerate(batch):
             outcome.results.append(result)
             if result.decision is Decision.GUARDRAIL:
                 outcome.pruned.append(walk[n + j])
             if unimodal and len(walk) > n + j + 1:
+                past_best = best is not None and result.decision is Decision.NOT_BETTER
                 two_losses = (
                     previous is not None
                     and _losing(previous)
                     and _losing(result)
                     and result.estimate < previous.estimate
                 )
-                if two_losses:
+                if two_losses or past_best:
                     # settings measured at once beyond the stop are kept: they were measured
                     for k, later in enumerate(batch[j + 1 :], start=n + j + 1):
                         outcome.results.append(later)
@@ -92,8 +107,21 @@ def _walk(
                     outcome.skipped.extend(walk[n + len(batch) :])
                     return outcome
             previous = result
+            if result.decision is Decision.BETTER and (
+                best is None or result.estimate > best.estimate
+            ):
+                best = result
         n += len(batch)
     return outcome
+
+
+def futility_bar(best: ComparisonResult | None, min_effect: float) -> float:
+    """The futility bar of a walk's next setting: better than the walk's best ``better`` so
+    far by its lower bound (a setting shown below it is clearly behind the best: the
+    choice's run-off would not take it), and by ``min_effect`` at least."""
+    if best is None or not math.isfinite(best.ci_low):
+        return min_effect
+    return min(max(min_effect, best.ci_low), 0.99)
 
 
 def _choose(

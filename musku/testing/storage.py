@@ -283,6 +283,19 @@ class StorageContract:
             other = store.start_comparison(exp, "knob:cdp", base, base.with_("cdp", "6:5"))
             store.finish_comparison(other, r_nodiff)  # a result of other configurations
 
+    def test_a_futility_stop_is_stored_and_read_back(
+        self, store: ResultStore, experiment: Experiment
+    ) -> None:
+        """Revision 0013: a comparison the futility stop ended (``not_better``) is a
+        completed result like the others (a resumed sweep does not measure it again)."""
+        exp = store.create_experiment(experiment)
+        base = experiment.production
+        cand = base.with_("thp", "never")
+        cmp_id = store.start_comparison(exp, "knob:thp", base, cand)
+        r = comparison_result(base, cand, Decision.NOT_BETTER, -0.001)
+        store.finish_comparison(cmp_id, r)
+        assert store.completed(exp) == [("knob:thp", r)]
+
     def test_comparisons_name_the_pair_they_ran_on(
         self, store: ResultStore, experiment: Experiment
     ) -> None:

@@ -86,8 +86,9 @@ def _bias(seed: int, i: int) -> float:
     return float(rng.choice([-1.0, 1.0]) * rng.uniform(0.02, 0.03))
 
 
-def run_one(r_i: int, aa: bool, seed: int) -> dict[str, Any]:
-    """One comparison of row ``r_i`` (an A/A with ``aa``) on ``seed``."""
+def run_one(r_i: int, aa: bool, seed: int, design: str = "crossover") -> dict[str, Any]:
+    """One comparison of row ``r_i`` (an A/A with ``aa``) on ``seed`` with the pooled
+    ``design`` (one pair: always the one pair's test)."""
     from musku.abtest.pooled import run_pooled_comparison
     from musku.domain import ComparisonSpec, StatsSettings
     from musku.sim import SimPair
@@ -115,7 +116,9 @@ def run_one(r_i: int, aa: bool, seed: int) -> dict[str, Any]:
     model = _model(0.01)
     base = model.reference_config.with_("prefetch", "l2hw_dcu")
     cand = base if aa else base.with_("prefetch", "all_on")
-    r = run_pooled_comparison(pairs, base, cand, spec, seed=seed)
+    r = run_pooled_comparison(
+        pairs, base, cand, spec, seed=seed, design=design if row.pairs > 1 else "crossover"
+    )
     return {
         "row": row.name,
         "aa": aa,
@@ -127,10 +130,12 @@ def run_one(r_i: int, aa: bool, seed: int) -> dict[str, Any]:
         "clock_s": r.host_time_s,
         "samples": r.samples,
         "heterogeneous": "differs between the pairs" in r.reason,
+        "design": design,
+        "fallback": "then the crossover" in r.reason,
     }
 
 
-def _task(task: tuple[int, bool, int]) -> dict[str, Any]:
+def _task(task: tuple[int, bool, int, str]) -> dict[str, Any]:
     return run_one(*task)
 
 
@@ -205,6 +210,12 @@ def main(argv: list[str] | None = None) -> int:
         "--save", type=Path, help="append each run to this JSON-lines file; skip runs it holds"
     )
     ap.add_argument("--table", type=Path, help="print the table of a saved file and exit")
+    ap.add_argument(
+        "--design",
+        choices=("crossover", "pre"),
+        default="crossover",
+        help="the pooled design (run_pooled_comparison's design=; save each to its own file)",
+    )
     args = ap.parse_args(argv)
     if args.table is not None:
         runs = [json.loads(x) for x in args.table.read_text().splitlines() if x.strip()]
@@ -222,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     have = {(o["row"], bool(o["aa"]), int(o["seed"])) for o in done}
     # seed-major: every row grows together, so a stopped run still has all rows
     tasks = [
-        (r, aa, FIRST_SEED + s)
+        (r, aa, FIRST_SEED + s, args.design)
         for s in range(runs_n)
         for r in rows
         for aa in (True, False)

@@ -63,6 +63,7 @@ from musku.domain import (
     Sample,
 )
 from musku.errors import HostError, UnsupportedError
+from musku.hosts.base import HostPair
 
 PRE_S = 1800.0  # default pre-period (host seconds of baseline on both hosts)
 PRE_BATCH = 20  # windows per batch mean (the model's AR(1) 0.6: neighbours' correlation ~0)
@@ -79,7 +80,7 @@ FloatArray = NDArray[np.float64]
 @dataclass
 class _PrePair:
     index: int
-    pair: object  # HostPair (kept loose: only now/apply/windows are used)
+    pair: HostPair
     sign: float  # +1: the candidate on hosts[1]; -1: on hosts[0]
     d_pre: FloatArray = field(default_factory=lambda: np.zeros(0))
     c_pre: FloatArray | None = None
@@ -142,7 +143,7 @@ def _batch_var(x: FloatArray, b: int) -> tuple[float, float]:
 class _PreDesign:
     def __init__(
         self,
-        pairs: Sequence[object],
+        pairs: Sequence[HostPair],
         baseline: Configuration,
         candidate: Configuration,
         spec: ComparisonSpec,
@@ -190,20 +191,18 @@ class _PreDesign:
             p.failed = str(exc)
 
     def _pre(self, p: _PrePair) -> None:
-        d, c = _columns(p.pair.windows(self.interval, self.pre_n), self.spec.metric)  # type: ignore[attr-defined]
+        d, c = _columns(p.pair.windows(self.interval, self.pre_n), self.spec.metric)
         p.d_pre, p.c_pre = d, c
 
     def _apply(self, p: _PrePair) -> None:
-        configs = (
-            (self.baseline, self.candidate) if p.sign > 0 else (self.candidate, self.baseline)
-        )
-        p.pair.apply(configs)  # type: ignore[attr-defined]
-        p.t_apply = float(p.pair.now())  # type: ignore[attr-defined]
+        configs = (self.baseline, self.candidate) if p.sign > 0 else (self.candidate, self.baseline)
+        p.pair.apply(configs)
+        p.t_apply = float(p.pair.now())
         if self.blind_n:
-            p.pair.windows(self.interval, self.blind_n)  # type: ignore[attr-defined]
+            p.pair.windows(self.interval, self.blind_n)
 
     def _batch(self, p: _PrePair) -> None:
-        d, c = _columns(p.pair.windows(self.interval, PRE_BATCH), self.spec.metric)  # type: ignore[attr-defined]
+        d, c = _columns(p.pair.windows(self.interval, PRE_BATCH), self.spec.metric)
         p.d_post.extend(d.tolist())
         if c is not None and p.c_pre is not None:
             p.c_post.extend(c.tolist())
@@ -288,7 +287,7 @@ class _PreDesign:
                 if self.look.decision is not None or n >= min(self.horizon_n, self.cap):
                     break
         live = self._live()
-        clock = max(float(p.pair.now()) - p.t_apply for p in live)  # type: ignore[attr-defined]
+        clock = max(float(p.pair.now()) - p.t_apply for p in live)
         return self.look, clock, max(len(p.d_post) for p in live)
 
     def reason(self, look: PreLook, clock: float, n_post: int) -> str:
@@ -300,7 +299,7 @@ class _PreDesign:
             f"on the baseline, not in the clock)"
         )
         failed = [
-            f"{'+'.join(h.name for h in p.pair.hosts)} failed ({p.failed})"  # type: ignore[attr-defined]
+            f"{'+'.join(h.name for h in p.pair.hosts)} failed ({p.failed})"
             for p in self.pairs
             if p.failed
         ]
@@ -314,7 +313,7 @@ class _PreDesign:
 
 
 def run_pre_pooled(
-    pairs: Sequence[object],
+    pairs: Sequence[HostPair],
     baseline: Configuration,
     candidate: Configuration,
     spec: ComparisonSpec,

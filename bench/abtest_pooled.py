@@ -157,11 +157,15 @@ def table(runs: Iterable[dict[str, Any]], rows: Sequence[Row] = ROWS) -> list[st
         if row.half:
             by[(row.name, True)] = by.get((f"{row.pairs} pairs", True), {})
     one = {aa: by.get(("1 pair", aa), {}) for aa in (True, False)}
+    # the pre-period design: how many runs its first stage handed over to the crossover
+    pre = any(o.get("design") == "pre" for d in by.values() for o in d.values())
     out = [
         "| design | A/A runs | A/A false positives [95 % CI] | A/A coverage | +1 % runs "
         "| power [95 % CI] | coverage | A/A median clock h (x 1 pair) "
-        "| +1 % median clock h (x 1 pair) | +1 % stopped: pairs differ | +1 % host-h |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| +1 % median clock h (x 1 pair) | +1 % stopped: pairs differ | +1 % host-h |"
+        + (" to the crossover A/A, +1 % |" if pre else ""),
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        + (" --- |" if pre else ""),
     ]
     for row in rows:
         null, eff = by.get((row.name, True), {}), by.get((row.name, False), {})
@@ -192,6 +196,12 @@ def table(runs: Iterable[dict[str, Any]], rows: Sequence[Row] = ROWS) -> list[st
             f"| {n1} | {good / n1:.1%} [{lo1:.1%}, {hi1:.1%}] | {cov1:.1%} "
             f"| {clock(null, True)} | {clock(eff, False)} | {het}/{n1} "
             f"| {c1 * 2 * row.pairs:.2f} |"
+            + (
+                f" {sum(bool(o.get('fallback')) for o in null.values())}, "
+                f"{sum(bool(o.get('fallback')) for o in eff.values())} |"
+                if pre
+                else ""
+            )
         )
     return out
 

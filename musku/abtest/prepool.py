@@ -31,8 +31,11 @@ heterogeneity. One apply per pair, no swap, no second warm-up.
   alpha; each pair's standard error from batch means (``PRE_BATCH`` windows) of its pre and
   post series, Satterthwaite degrees of freedom.
 - **The crossover only where needed.** With no decision after ``PRE_HORIZON_S`` of post
-  host time the pairs go on as the ordinary pooled crossover (new data, the rest of alpha):
-  the heterogeneous pools and the hard cases get the design that handles them.
+  host time, or as soon as the pairs' estimates differ so much that this stage cannot
+  decide however long it measures (the crossover pool's heterogeneity test; here the
+  spread may also be the hosts' drift since the pre-period), the pairs go on as the
+  ordinary pooled crossover (new data, the rest of alpha): the heterogeneous pools and
+  the hard cases get the design that tells the effect's heterogeneity from drift.
 - **Clock.** The result's ``host_time_s`` is counted from the apply: the pre-period is
   production history the spool already holds (free only when the pair served the baseline
   for ``pre_s`` before; inside a sweep's sequence of comparisons it is not free). The
@@ -68,7 +71,7 @@ from musku.hosts.base import HostPair
 PRE_S = 1800.0  # default pre-period (host seconds of baseline on both hosts)
 PRE_BATCH = 20  # windows per batch mean (the model's AR(1) 0.6: neighbours' correlation ~0)
 PRE_MIN_POST = 120  # steady post windows (after the transient found) before a decision
-PRE_HORIZON_S = 1800.0  # post host time before handing over to the crossover
+PRE_HORIZON_S = 900.0  # post host time before handing over to the crossover
 PRE_ALPHA_SHARE = 0.5  # the pre stage's share of alpha (the crossover after it: the rest)
 PRE_MIN_STRATA = 3  # strata a decision needs (every pair of a smaller pool)
 TRANSIENT_EPS = 0.1  # as the driver's: the transient ends below this x min_effect
@@ -102,6 +105,9 @@ class PreLook:
     discard: int  # post windows the joint transient search dropped
     open: bool  # the transient search holds the decision
     pooled: stats.PooledEstimate | None = None
+    # why this stage cannot decide however long it measures (the pairs' estimates differ
+    # beyond their errors: the effect or the hosts' drift since the pre-period); "" if not
+    futile: str = ""
 
 
 def balanced_signs(k: int, seed: int) -> list[float]:
@@ -267,7 +273,35 @@ class _PreDesign:
                 decision = Decision.WORSE
             elif -m < lo and hi < m:
                 decision = Decision.NO_DIFFERENCE
-        return PreLook(decision, est, lo, hi, len(means), end, is_open, pe)
+        futile = ""
+        if decision is None and not is_open and pe.tau > 0.0 and len(means) >= need:
+            futile = self._futile(pe, means, ses, n_eff, n_opt)
+        return PreLook(decision, est, lo, hi, len(means), end, is_open, pe, futile)
+
+    def _futile(
+        self,
+        pe: stats.PooledEstimate,
+        means: list[float],
+        ses: list[float],
+        n_eff: float,
+        n_opt: float,
+    ) -> str:
+        """As the crossover pool's: a 99 % lower bound on the between-pair sd above 0 that
+        keeps the interval (its variance >= tau^2 / k) from excluding 0 and from fitting
+        inside ±min_effect however long the pairs measure. Here that sd may be the hosts'
+        drift since the pre-period as well as the effect's heterogeneity, so it hands over
+        to the crossover (which tells them apart) instead of ending the comparison."""
+        tau = stats.tau_lower(means, ses, 0.99)
+        if tau <= 0.0:
+            return ""
+        k = len(means)
+        floor = stats.cs_halfwidth(tau / math.sqrt(k), n_eff, self.alpha, n_opt, df=k - 1)
+        if abs(pe.mean) >= floor or floor < math.log1p(self.spec.stats.min_effect):
+            return ""
+        return (
+            f"the pairs' estimates differ beyond their errors (between-pair sd "
+            f"{pe.tau * 100:.2f} %, at least {tau * 100:.2f} % at 99 %)"
+        )
 
     # ------------------------------------------------------------ the run
 
@@ -284,7 +318,11 @@ class _PreDesign:
                 self._each(ex, self._batch)
                 self.look = self.judge()
                 n = max(len(p.d_post) for p in self._live())
-                if self.look.decision is not None or n >= min(self.horizon_n, self.cap):
+                if (
+                    self.look.decision is not None
+                    or self.look.futile
+                    or n >= min(self.horizon_n, self.cap)
+                ):
                     break
         live = self._live()
         clock = max(float(p.pair.now()) - p.t_apply for p in live)
@@ -309,7 +347,8 @@ class _PreDesign:
         if look.decision is Decision.NO_DIFFERENCE:
             m = self.spec.stats.min_effect
             return f"{interval} lies inside ±{m * 100:.2f} % {on}{tail}"
-        return f"no decision within {clock:,.0f} s after the apply: {interval} {on}{tail}"
+        why = f"{look.futile}: " if look.futile else ""
+        return f"{why}no decision within {clock:,.0f} s after the apply: {interval} {on}{tail}"
 
 
 def run_pre_pooled(

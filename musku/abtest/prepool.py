@@ -274,9 +274,38 @@ class _PreDesign:
             elif -m < lo and hi < m:
                 decision = Decision.NO_DIFFERENCE
         futile = ""
-        if decision is None and not is_open and pe.tau > 0.0 and len(means) >= need:
-            futile = self._futile(pe, means, ses, n_eff, n_opt)
+        if decision is None and not is_open and len(means) >= need:
+            if pe.tau > 0.0:
+                futile = self._futile(pe, means, ses, n_eff, n_opt)
+            if not futile:
+                futile = self._hopeless(pe, ses, n - end, n_eff, n_opt)
         return PreLook(decision, est, lo, hi, len(means), end, is_open, pe, futile)
+
+    def _hopeless(
+        self, pe: stats.PooledEstimate, ses: list[float], post: int, n_eff: float, n_opt: float
+    ) -> str:
+        """Whether this stage, measured on to its horizon, would still end undecided: the
+        interval projected to the horizon (each pair's error shrunk as ``1/L + 1/P``, the
+        between-pair variance ``tau^2 / k`` kept, the same degrees of freedom) neither fits
+        inside ±min_effect nor excludes 0 around today's estimate. Handing over is never a
+        decision (the alpha split is fixed beforehand), so a point estimate may choose it:
+        an A/A whose pairs drift apart goes to the crossover without the rest of the
+        horizon first."""
+        left = self.horizon_n - post
+        if left <= 0 or post <= 0:
+            return ""
+        k = len(ses)
+        shrink = (1.0 / self.horizon_n + 1.0 / self.pre_n) / (1.0 / post + 1.0 / self.pre_n)
+        fe = 1.0 / sum(1.0 / (x * x) for x in ses)
+        var = pe.tau**2 / k + fe * shrink
+        hw = stats.cs_halfwidth(math.sqrt(var), n_eff / shrink, self.alpha, n_opt, df=pe.df)
+        m = math.log1p(self.spec.stats.min_effect)
+        if hw < m or abs(pe.mean) > hw:
+            return ""
+        return (
+            f"its interval projected to the horizon ({self.horizon_n * self.interval:,.0f} s) "
+            f"stays wider than ±{math.expm1(m) * 100:.2f} % around {pct(math.expm1(pe.mean))}"
+        )
 
     def _futile(
         self,

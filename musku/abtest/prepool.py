@@ -75,7 +75,10 @@ PRE_HORIZON_S = 900.0  # post host time before handing over to the crossover
 PRE_ALPHA_SHARE = 0.5  # the pre stage's share of alpha (the crossover after it: the rest)
 PRE_MIN_STRATA = 3  # strata a decision needs (every pair of a smaller pool)
 TRANSIENT_EPS = 0.1  # as the driver's: the transient ends below this x min_effect
-TRANSIENT_T = 2.0
+# a fitted transient counts beyond this many standard errors: lower than the driver's 2.0,
+# as the candidate's transient is on one host only here (a crossover's swap changes both)
+# and one undetected after the blind minimum biases the first looks by 0.2-0.5 %
+TRANSIENT_T = 1.0
 
 FloatArray = NDArray[np.float64]
 
@@ -278,26 +281,34 @@ class _PreDesign:
             if pe.tau > 0.0:
                 futile = self._futile(pe, means, ses, n_eff, n_opt)
             if not futile:
-                futile = self._hopeless(pe, ses, n - end, n_eff, n_opt)
+                futile = self._hopeless(pe, means, ses, n - end, n_eff, n_opt)
         return PreLook(decision, est, lo, hi, len(means), end, is_open, pe, futile)
 
     def _hopeless(
-        self, pe: stats.PooledEstimate, ses: list[float], post: int, n_eff: float, n_opt: float
+        self,
+        pe: stats.PooledEstimate,
+        means: list[float],
+        ses: list[float],
+        post: int,
+        n_eff: float,
+        n_opt: float,
     ) -> str:
         """Whether this stage, measured on to its horizon, would still end undecided: the
         interval projected to the horizon (each pair's error shrunk as ``1/L + 1/P``, the
-        between-pair variance ``tau^2 / k`` kept, the same degrees of freedom) neither fits
+        between-pair variance kept at its 90 % lower bound, the same degrees of freedom:
+        a between-pair sd barely estimated early on must not hand over a +1 %) neither fits
         inside ±min_effect nor excludes 0 around today's estimate. Handing over is never a
         decision (the alpha split is fixed beforehand), so a point estimate may choose it:
         an A/A whose pairs drift apart goes to the crossover without the rest of the
         horizon first."""
         left = self.horizon_n - post
-        if left <= 0 or post <= 0:
+        tau = stats.tau_lower(means, ses, 0.9)
+        if left <= 0 or post <= 0 or tau <= 0.0:
             return ""
         k = len(ses)
         shrink = (1.0 / self.horizon_n + 1.0 / self.pre_n) / (1.0 / post + 1.0 / self.pre_n)
         fe = 1.0 / sum(1.0 / (x * x) for x in ses)
-        var = pe.tau**2 / k + fe * shrink
+        var = tau**2 / k + fe * shrink
         hw = stats.cs_halfwidth(math.sqrt(var), n_eff / shrink, self.alpha, n_opt, df=pe.df)
         m = math.log1p(self.spec.stats.min_effect)
         if hw < m or abs(pe.mean) > hw:

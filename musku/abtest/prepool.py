@@ -24,7 +24,9 @@ heterogeneity. One apply per pair, no swap, no second warm-up.
   :func:`~musku.abtest.stats.detect_warmup`, the driver's level ``TRANSIENT_EPS``) run on
   that mean series; every pair's windows count from the end found, and no decision comes
   while the fit is at its longest time constant or the end has less than
-  ``max(PRE_MIN_POST, end / 2)`` windows after it.
+  ``max(PRE_MIN_POST, end / 2)`` windows after it. A fitted transient counts from one
+  standard error (the driver's: two), as the transient is on one host only; an A/A whose
+  candidate is the baseline applies nothing and has no transient to search.
 - **Always valid.** The pooled estimate's interval is the crossover's confidence sequence
   (:func:`~musku.abtest.stats.cs_halfwidth`) at the intrinsic time ``sum 1 / (1/L_i + 1/P_i)``
   (post and pre windows), with ``alpha_pre = PRE_ALPHA_SHARE x alpha`` of the comparison's
@@ -241,10 +243,12 @@ class _PreDesign:
         # the common transient: the pairs' post series minus their pre means, averaged
         mean_post = np.mean([s1[:n] - s0.mean() for s0, s1 in series], axis=0)
         eps = TRANSIENT_EPS * math.log1p(self.spec.stats.min_effect)
-        fit = stats.fit_transient(mean_post, eps=eps, threshold=TRANSIENT_T)
-        mser = stats.detect_warmup(mean_post)
-        end = max(fit.end, mser.discard)
-        still = fit.at_limit or (mser.extend and fit.end == 0)
+        end, still = 0, False
+        if self.baseline != self.candidate:  # nothing applied, no transient (an A/A)
+            fit = stats.fit_transient(mean_post, eps=eps, threshold=TRANSIENT_T)
+            mser = stats.detect_warmup(mean_post)
+            end = max(fit.end, mser.discard)
+            still = fit.at_limit or (mser.extend and fit.end == 0)
         is_open = still or n - end < max(PRE_MIN_POST, end / 2)
         means, ses, dfs, n_eff = [], [], [], 0.0
         for s0, s1 in series:

@@ -30,7 +30,9 @@ every batch stays honest.
 - The early (pre-crossover) path is off: a pool decides on crossovers only.
 
 With one pair this is exactly :func:`musku.abtest.driver.run_comparison` (said once in the
-result's method)."""
+result's method). ``design="pre"`` runs the pre-period design instead
+(:mod:`musku.abtest.prepool`: each pair's bias from a concurrent baseline pre-period, one
+apply per pair; not the default), with this crossover pool after it where needed."""
 
 from __future__ import annotations
 

@@ -164,3 +164,18 @@ def test_what_the_pre_period_design_refuses() -> None:
     with pytest.raises(UnsupportedError, match="store windows"):
         run_pooled_comparison(pairs, base, cand, SPEC, design="pre", on_window=lambda i, r: None)
     assert all(p.now() == 0.0 for p in pairs)  # refused before anything ran
+
+
+@pytest.mark.parametrize(("k", "seed"), [(8, 7016), (4, 7014)])
+def test_a_zero_change_missed_transient_no_longer_decides_worse(k: int, seed: int) -> None:
+    """The bench's "A/A a 0 % change" seeds that decided WORSE at 220 s / 180 s when a
+    decision could come 120 windows after the blind minimum (the joint search missed the
+    candidate's transient there): with 240 the pre stage does not decide against the
+    change (it hands over or finds no difference) and its interval covers 0."""
+    model, base, cand = _model(0.0)
+    design = prepool._PreDesign(
+        _pairs(model, base, k, seed), base, cand, SPEC, seed, prepool.PRE_S, 900.0, None
+    )
+    look, clock, n_post = design.run()
+    assert look.decision in (None, Decision.NO_DIFFERENCE), (look, clock)
+    assert look.ci_low <= 0.0 <= look.ci_high, look

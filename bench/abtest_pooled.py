@@ -9,8 +9,8 @@ the estimand is the pool's average, +0.5 %); 4 and 8 pairs whose hosts differ by
 unchecked constant bias of 2-3 % each (sign and size drawn per pair: the model's own bias is
 0.3 % and the same on every pair); 4 and 8 pairs whose A/A is a real change with no effect
 (prefetch l2hw_dcu -> all_on set equal: the model's 5 %, 45-s warm-up after the change; the
-other rows' A/A applies nothing), their +1 % runs the plain rows'. Per row: A/A false positives with the Clopper-Pearson
-95 % interval and the A/A coverage of 0; power at the effect (decided ``better``) with its
+other rows' A/A applies nothing), their +1 % runs the plain rows'. Per row: A/A false
+positives with the Clopper-Pearson 95 % interval and the A/A coverage of 0; power at the effect (decided ``better``) with its
 interval and the coverage of the pool's average effect; median host-clock to the decision
 (the latest clock of the pairs it used; a comparison that ends without one: the longest
 pair's) for the A/A and the effect, and its ratio to one pair's on the same seeds; how many

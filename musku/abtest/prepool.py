@@ -25,9 +25,10 @@ heterogeneity. One apply per pair, no swap, no second warm-up.
   that mean series; every pair's windows count from the end found, and no decision comes
   while the fit is at its longest time constant, the end has less than
   ``max(PRE_MIN_POST, end / 2)`` windows after it, or fewer than ``PRE_MIN_SPAN`` windows
-  were measured since the blind minimum (a transient the search misses is diluted). A fitted transient counts from one
-  standard error (the driver's: two), as the transient is on one host only; an A/A whose
-  candidate is the baseline applies nothing and has no transient to search.
+  were measured since the blind minimum (a transient the search misses is diluted). A
+  fitted transient counts from one standard error (the driver's: two), as the transient
+  is on one host only; an A/A whose candidate is the baseline applies nothing and has no
+  transient to search.
 - **Always valid.** The pooled estimate's interval is the crossover's confidence sequence
   (:func:`~musku.abtest.stats.cs_halfwidth`) at the intrinsic time ``sum 1 / (1/L_i + 1/P_i)``
   (post and pre windows), with ``alpha_pre = PRE_ALPHA_SHARE x alpha`` of the comparison's
@@ -38,7 +39,10 @@ heterogeneity. One apply per pair, no swap, no second warm-up.
   decide however long it measures (the crossover pool's heterogeneity test; here the
   spread may also be the hosts' drift since the pre-period), the pairs go on as the
   ordinary pooled crossover (new data, the rest of alpha): the heterogeneous pools and
-  the hard cases get the design that tells the effect's heterogeneity from drift.
+  the hard cases get the design that tells the effect's heterogeneity from drift. Also
+  as soon as the interval projected to the horizon (the between-pair sd at its 90 % lower
+  bound) could neither fit inside ±min_effect nor exclude 0: handing over is never a
+  decision (the alpha split is fixed), so a point estimate may choose when.
 - **Clock.** The result's ``host_time_s`` is counted from the apply: the pre-period is
   production history the spool already holds (free only when the pair served the baseline
   for ``pre_s`` before; inside a sweep's sequence of comparisons it is not free). The

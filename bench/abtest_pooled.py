@@ -7,8 +7,10 @@ Rows: 1, 2, 4 and 8 pairs of the shipped Web/Skylake model (the set-up of
 4 and 8 pairs with the effect on half the pairs only (+1 % on even pairs, 0 on the others:
 the estimand is the pool's average, +0.5 %); 4 and 8 pairs whose hosts differ by an
 unchecked constant bias of 2-3 % each (sign and size drawn per pair: the model's own bias is
-0.3 % and the same on every pair). Per row: A/A false positives with the Clopper-Pearson
-95 % interval and the A/A coverage of 0; power at the effect (decided ``better``) with its
+0.3 % and the same on every pair); 4 and 8 pairs whose A/A is a real change with no effect
+(prefetch l2hw_dcu -> all_on set equal: the model's 5 %, 45-s warm-up after the change; the
+other rows' A/A applies nothing), their +1 % runs the plain rows'. Per row: A/A false
+positives with the Clopper-Pearson 95 % interval and the A/A coverage of 0; power at the effect (decided ``better``) with its
 interval and the coverage of the pool's average effect; median host-clock to the decision
 (the latest clock of the pairs it used; a comparison that ends without one: the longest
 pair's) for the A/A and the effect, and its ratio to one pair's on the same seeds; how many
@@ -51,6 +53,9 @@ class Row:
     noisy: bool = False  # pair 0 has 3x the noise
     half: bool = False  # the effect on even pairs only
     biased: bool = False  # each pair's hosts differ by 2-3 % (random sign)
+    # the A/A is a real change with no effect (prefetch set equal, its 5 %, 45-s warm-up
+    # kept): the candidate's transient is on one host only in the pre-period design
+    change: bool = False
 
 
 ROWS = [
@@ -64,6 +69,8 @@ ROWS = [
     Row("8 pairs, effect on half", 8, half=True),
     Row("4 pairs, host bias 2-3 %", 4, biased=True),
     Row("8 pairs, host bias 2-3 %", 8, biased=True),
+    Row("4 pairs, A/A a 0 % change", 4, change=True),
+    Row("8 pairs, A/A a 0 % change", 8, change=True),
 ]
 
 _MODELS: dict[float, Any] = {}
@@ -86,8 +93,9 @@ def _bias(seed: int, i: int) -> float:
     return float(rng.choice([-1.0, 1.0]) * rng.uniform(0.02, 0.03))
 
 
-def run_one(r_i: int, aa: bool, seed: int) -> dict[str, Any]:
-    """One comparison of row ``r_i`` (an A/A with ``aa``) on ``seed``."""
+def run_one(r_i: int, aa: bool, seed: int, design: str = "crossover") -> dict[str, Any]:
+    """One comparison of row ``r_i`` (an A/A with ``aa``) on ``seed`` with the pooled
+    ``design`` (one pair: always the one pair's test)."""
     from musku.abtest.pooled import run_pooled_comparison
     from musku.domain import ComparisonSpec, StatsSettings
     from musku.sim import SimPair
@@ -99,7 +107,7 @@ def run_one(r_i: int, aa: bool, seed: int) -> dict[str, Any]:
     )
     pairs = []
     for i in range(row.pairs):
-        effect = 0.0 if aa or (row.half and i % 2) else 0.01
+        effect = 0.0 if aa or (row.half and i % 2) else 0.01  # a change row's A/A: 0 too
         model = _model(effect)
         base = model.reference_config.with_("prefetch", "l2hw_dcu")
         pairs.append(
@@ -114,8 +122,10 @@ def run_one(r_i: int, aa: bool, seed: int) -> dict[str, Any]:
         )
     model = _model(0.01)
     base = model.reference_config.with_("prefetch", "l2hw_dcu")
-    cand = base if aa else base.with_("prefetch", "all_on")
-    r = run_pooled_comparison(pairs, base, cand, spec, seed=seed)
+    cand = base if aa and not row.change else base.with_("prefetch", "all_on")
+    r = run_pooled_comparison(
+        pairs, base, cand, spec, seed=seed, design=design if row.pairs > 1 else "crossover"
+    )
     return {
         "row": row.name,
         "aa": aa,
@@ -127,10 +137,12 @@ def run_one(r_i: int, aa: bool, seed: int) -> dict[str, Any]:
         "clock_s": r.host_time_s,
         "samples": r.samples,
         "heterogeneous": "differs between the pairs" in r.reason,
+        "design": design,
+        "fallback": "then the crossover" in r.reason,
     }
 
 
-def _task(task: tuple[int, bool, int]) -> dict[str, Any]:
+def _task(task: tuple[int, bool, int, str]) -> dict[str, Any]:
     return run_one(*task)
 
 
@@ -151,12 +163,18 @@ def table(runs: Iterable[dict[str, Any]], rows: Sequence[Row] = ROWS) -> list[st
     for row in rows:  # an effect-on-half row's A/A is the plain row's of its size
         if row.half:
             by[(row.name, True)] = by.get((f"{row.pairs} pairs", True), {})
+        if row.change:  # a change row's +1 % runs are the plain row's
+            by[(row.name, False)] = by.get((f"{row.pairs} pairs", False), {})
     one = {aa: by.get(("1 pair", aa), {}) for aa in (True, False)}
+    # the pre-period design: how many runs its first stage handed over to the crossover
+    pre = any(o.get("design") == "pre" for d in by.values() for o in d.values())
     out = [
         "| design | A/A runs | A/A false positives [95 % CI] | A/A coverage | +1 % runs "
         "| power [95 % CI] | coverage | A/A median clock h (x 1 pair) "
-        "| +1 % median clock h (x 1 pair) | +1 % stopped: pairs differ | +1 % host-h |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| +1 % median clock h (x 1 pair) | +1 % stopped: pairs differ | +1 % host-h |"
+        + (" to the crossover A/A, +1 % |" if pre else ""),
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        + (" --- |" if pre else ""),
     ]
     for row in rows:
         null, eff = by.get((row.name, True), {}), by.get((row.name, False), {})
@@ -187,6 +205,12 @@ def table(runs: Iterable[dict[str, Any]], rows: Sequence[Row] = ROWS) -> list[st
             f"| {n1} | {good / n1:.1%} [{lo1:.1%}, {hi1:.1%}] | {cov1:.1%} "
             f"| {clock(null, True)} | {clock(eff, False)} | {het}/{n1} "
             f"| {c1 * 2 * row.pairs:.2f} |"
+            + (
+                f" {sum(bool(o.get('fallback')) for o in null.values())}, "
+                f"{sum(bool(o.get('fallback')) for o in eff.values())} |"
+                if pre
+                else ""
+            )
         )
     return out
 
@@ -205,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
         "--save", type=Path, help="append each run to this JSON-lines file; skip runs it holds"
     )
     ap.add_argument("--table", type=Path, help="print the table of a saved file and exit")
+    ap.add_argument(
+        "--design",
+        choices=("crossover", "pre"),
+        default="crossover",
+        help="the pooled design (run_pooled_comparison's design=; save each to its own file)",
+    )
     args = ap.parse_args(argv)
     if args.table is not None:
         runs = [json.loads(x) for x in args.table.read_text().splitlines() if x.strip()]
@@ -222,11 +252,13 @@ def main(argv: list[str] | None = None) -> int:
     have = {(o["row"], bool(o["aa"]), int(o["seed"])) for o in done}
     # seed-major: every row grows together, so a stopped run still has all rows
     tasks = [
-        (r, aa, FIRST_SEED + s)
+        (r, aa, FIRST_SEED + s, args.design)
         for s in range(runs_n)
         for r in rows
         for aa in (True, False)
-        if (ROWS[r].name, aa, FIRST_SEED + s) not in have and not (aa and ROWS[r].half)
+        if (ROWS[r].name, aa, FIRST_SEED + s) not in have
+        and not (aa and ROWS[r].half)
+        and not (not aa and ROWS[r].change)
     ]
     out = [o for o in done if o["row"] in {ROWS[r].name for r in rows}]
     sink = args.save.open("a") if args.save is not None else None

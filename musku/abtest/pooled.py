@@ -30,7 +30,9 @@ every batch stays honest.
 - The early (pre-crossover) path is off: a pool decides on crossovers only.
 
 With one pair this is exactly :func:`musku.abtest.driver.run_comparison` (said once in the
-result's method)."""
+result's method). ``design="pre"`` runs the pre-period design instead
+(:mod:`musku.abtest.prepool`: each pair's bias from a concurrent baseline pre-period, one
+apply per pair; not the default), with this crossover pool after it where needed."""
 
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ from musku.domain import (
     Decision,
     TimeBreakdown,
 )
-from musku.errors import HostError, InputError
+from musku.errors import HostError, InputError, UnsupportedError
 from musku.hosts.base import HostPair
 
 Outcome = tuple[Decision, str]
@@ -131,6 +133,8 @@ def run_pooled_comparison(
     memories: Sequence[PairMemory] | None = None,
     on_warmup: Callable[[int, list[int]], None] | None = None,
     join: Callable[[float], Sequence[tuple[HostPair, PairMemory]]] | None = None,
+    design: str = "crossover",
+    pre_s: float | None = None,
 ) -> ComparisonResult:
     """Run one comparison of ``candidate`` (role B) against ``baseline`` (role A) on every
     pair of ``pairs`` at once and return the pooled result (module doc).
@@ -145,11 +149,46 @@ def run_pooled_comparison(
     that join it there (numbered on after ``pairs``): each starts its own crossover (its own
     warm-up and both role orders) on the common clock from ``t`` and enters the decision
     once mature, like the others. With ``join``, even one pair runs as a pool (crossovers
-    only), so pairs may join it."""
+    only), so pairs may join it.
+
+    ``design="pre"`` (not the default: docs/abtest.md, issue 30's pooled goal) measures
+    each pair's host bias in a concurrent pre-period of ``pre_s`` on the baseline
+    (:mod:`musku.abtest.prepool`), applies the candidate to one host per pair and falls
+    back to this crossover pool (with the rest of alpha) when it has not decided by its
+    horizon; ``on_window``, ``on_warmup``, ``join`` and guardrails are not supported there
+    yet (:class:`UnsupportedError`)."""
     validate_spec(spec)
     pairs = list(pairs)
     if not pairs:
         raise InputError("a pooled comparison needs at least one pair")
+    if design not in ("crossover", "pre"):
+        raise InputError(f"unknown pooled design {design!r}: 'crossover' or 'pre'")
+    if design == "pre":
+        from musku.abtest import prepool
+
+        if on_window is not None or on_warmup is not None or join is not None:
+            raise UnsupportedError(
+                "the pre-period pooled design does not store windows or take joining pairs "
+                "yet: use design='crossover'"
+            )
+
+        def then(rest: ComparisonSpec) -> ComparisonResult:
+            return run_pooled_comparison(
+                pairs, baseline, candidate, rest, on_progress=on_progress,
+                should_stop=should_stop, seed=seed, rule=rule, rule_options=rule_options,
+                memories=memories,
+            )  # fmt: skip
+
+        return prepool.run_pre_pooled(
+            pairs,
+            baseline,
+            candidate,
+            spec,
+            seed=int(spec.stats.seed if seed is None else seed),
+            pre_s=prepool.PRE_S if pre_s is None else pre_s,
+            should_stop=should_stop,
+            then=then,
+        )
     names = [tuple(h.name for h in p.hosts) for p in pairs]
     seen: set[str] = set()
     for hs in names:

@@ -791,7 +791,7 @@ class Runner:
                     live.append(q)
                     joined.append(t)
                     self._mechanism([pool.pairs[q]])
-                out.append((pool.pairs[q], self._memories[q]))
+                    out.append((pool.pairs[q], self._memories[q]))
                 if out:
                     self.progress.message(
                         f"{purpose}: {len(out)} idle pair(s) joined at {t / 60:.0f} min "

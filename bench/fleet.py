@@ -37,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -62,9 +63,7 @@ def paper_sku() -> dict[str, Any]:
 PAPER_SKU = paper_sku()
 
 
-def _fleet_file(
-    tmp: str, n: int, mode: str = "independent", reboot_knobs: str = "reboot"
-) -> Path:
+def _fleet_file(tmp: str, n: int, mode: str = "independent", reboot_knobs: str = "reboot") -> Path:
     """A copy of the experiment with ``fleet = n``, sweep ``mode``, ``[sweep] reboot_knobs``,
     the model path absolute."""
     text = EXPERIMENT.read_text().replace('mode = "independent"', f'mode = "{mode}"')
@@ -174,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if 2 not in sizes:
         sizes = [2, *sizes]  # today's sweep: the baseline of the ratios
-    run = {"pairwise": partial(sweep, reboot_knobs=a.reboot_knobs), "multi-arm": multiarm_mode, "ma-list": multiarm_list}
+    run: dict[str, Callable[[tuple[int, int]], dict[str, Any]]] = {
+        "pairwise": partial(sweep, reboot_knobs=a.reboot_knobs),
+        "multi-arm": multiarm_mode,
+        "ma-list": multiarm_list,
+    }
     jobs = [("pairwise", n, s) for n in sizes for s in range(a.seeds)]
     jobs += [
         (k, n, s)

@@ -135,9 +135,7 @@ class SweepTable(Strict):
     ] = "unimodal"
     reboot_knobs: Annotated[
         str,
-        one_of(
-            ("reboot", "scan-live"), "[sweep] reboot_knobs must be 'reboot' or 'scan-live'"
-        ),
+        one_of(("reboot", "scan-live"), "[sweep] reboot_knobs must be 'reboot' or 'scan-live'"),
     ] = Field(
         default="reboot",
         description="'scan-live': scan a reboot knob with its live mechanism (no reboot), then "

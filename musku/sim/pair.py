@@ -339,9 +339,7 @@ class SimPair(HostPair):
                 # its own is replaced by the new one's (cold caches, remapped heap, ...)
                 self._warm[h] = [
                     (start, w.amplitude, w.tau_s)
-                    for w in self.model.warmups(
-                        old[h], cfg, live=set_live[h], also=forced[h]
-                    )
+                    for w in self.model.warmups(old[h], cfg, live=set_live[h], also=forced[h])
                 ]
                 self.hosts[h]._config = cfg
                 self._points[h] = self._point(h, cfg)

@@ -71,11 +71,12 @@ def _confirm_reboot(
     if not _live(runner, outcome.knob) or outcome.best_value == outcome.baseline_value:
         return outcome
     chosen = base.with_(outcome.knob, outcome.best_value)
+    value = chosen[outcome.knob]
     result = runner.compare(f"{purpose}:reboot", base, chosen)
     outcome.results.append(result)
     if result.decision is not Decision.BETTER:
         runner.progress.message(
-            f"{outcome.knob}: {format_value(outcome.knob, outcome.best_value)} (chosen live) is "
+            f"{outcome.knob}: {format_value(outcome.knob, value)} (chosen live) is "
             f"{result.decision.value} with the reboot: {outcome.knob} stays at the baseline"
         )
         outcome.best_value = outcome.baseline_value

@@ -501,10 +501,10 @@ def _check_reboot_scan(src: Document, experiment: Experiment) -> None:
             "sweep",
         )
     at = src.where(line_of(src.text, "reboot_knobs", "sweep"))
-    if experiment.mode == "multiarm":
+    if experiment.mode in ("multiarm", "exhaustive"):
         raise UnsupportedError(
-            f"{where}: mode 'multiarm' scans on groups, not pairs (use it with the pairwise "
-            "strategies: independent, search)",
+            f"{where}: mode {str(experiment.mode)!r} has no per-knob scan on pairs to run "
+            "live (use it with independent or search)",
             where=at,
         )
     no_live = [k for k in reboot if not spec_of(k).live_mechanism]

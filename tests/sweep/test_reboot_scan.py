@@ -226,7 +226,8 @@ AGENT_HOSTS = '[hosts]\nbackend = "agent"\nhosts = ["a", "b"]\n'
     [
         ('reboot_knobs = "scan-live"', 'reboot_knobs = "live"', 3, "must be 'reboot' or"),
         ("tolerates_reboot = true", "tolerates_reboot = false", 3, "no reboot knob"),
-        ('mode = "independent"', 'mode = "multiarm"', 4, "multiarm"),
+        ('mode = "independent"', 'mode = "multiarm"', 4, "'multiarm' has no per-knob scan"),
+        ('mode = "independent"', 'mode = "exhaustive"', 4, "'exhaustive' has no per-knob"),
         ("[hosts]\n", "AGENT", 4, "cannot switch"),
     ],
 )

@@ -25,7 +25,8 @@ For pairwise it also prints the host-clock beside the schedule's own estimate
 host time went (measuring, warm-up, switching, reboots: host-hours and minutes per comparison).
 
 Usage: ``python bench/fleet.py [--sizes 2,16,32,64] [--seeds 10] [--jobs 2] [--aa-runs 300]
-[--strategies pairwise,multi-arm,ma-list]``.
+[--strategies pairwise,multi-arm,ma-list] [--reboot-knobs reboot|scan-live]``
+(``--reboot-knobs scan-live``: pairwise with ``[sweep] reboot_knobs = "scan-live"``).
 The hosts are simulated on virtual clocks, so a busy machine changes only the wall time.
 """
 
@@ -36,7 +37,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +63,12 @@ def paper_sku() -> dict[str, Any]:
 PAPER_SKU = paper_sku()
 
 
-def _fleet_file(tmp: str, n: int, mode: str = "independent") -> Path:
-    """A copy of the experiment with ``fleet = n``, sweep ``mode``, the model path absolute."""
+def _fleet_file(tmp: str, n: int, mode: str = "independent", reboot_knobs: str = "reboot") -> Path:
+    """A copy of the experiment with ``fleet = n``, sweep ``mode``, ``[sweep] reboot_knobs``,
+    the model path absolute."""
     text = EXPERIMENT.read_text().replace('mode = "independent"', f'mode = "{mode}"')
+    if reboot_knobs != "reboot":
+        text = text.replace("[sweep]\n", f'[sweep]\nreboot_knobs = "{reboot_knobs}"\n')
     model = (EXPERIMENT.parent / "sim" / "web-skylake18.toml").resolve()
     text = text.replace('model = "sim/web-skylake18.toml"', f'model = "{model}"')
     if n > 2:
@@ -72,7 +78,9 @@ def _fleet_file(tmp: str, n: int, mode: str = "independent") -> Path:
     return path
 
 
-def sweep(args: tuple[int, int], mode: str = "independent") -> dict[str, Any]:
+def sweep(
+    args: tuple[int, int], mode: str = "independent", reboot_knobs: str = "reboot"
+) -> dict[str, Any]:
     """``musku sweep`` itself on a simulated fleet of ``n`` hosts, in ``mode``."""
     n, seed = args
     from musku.experiment import load_experiment
@@ -80,7 +88,7 @@ def sweep(args: tuple[int, int], mode: str = "independent") -> dict[str, Any]:
     from musku.sweep.runner import critical_path
 
     with tempfile.TemporaryDirectory() as tmp:
-        exp = load_experiment(_fleet_file(tmp, n, mode))
+        exp = load_experiment(_fleet_file(tmp, n, mode, reboot_knobs))
         t0 = time.process_time()
         rep = run_sweep(exp, seed=seed)
         cpu = time.process_time() - t0
@@ -143,6 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(STRATEGIES),
         help=f"comma-separated, of {', '.join(STRATEGIES)} (pairwise is always run)",
     )
+    ap.add_argument(
+        "--reboot-knobs",
+        choices=("reboot", "scan-live"),
+        default="reboot",
+        help="pairwise's [sweep] reboot_knobs (docs/experiment.md): 'scan-live' scans "
+        "core_count with cpuset/hotplug and confirms the choice with a reboot",
+    )
     a = ap.parse_args(argv)
     chosen = {"pairwise", *a.strategies.split(",")}
     if not chosen <= set(STRATEGIES):
@@ -158,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if 2 not in sizes:
         sizes = [2, *sizes]  # today's sweep: the baseline of the ratios
-    run = {"pairwise": sweep, "multi-arm": multiarm_mode, "ma-list": multiarm_list}
+    run: dict[str, Callable[[tuple[int, int]], dict[str, Any]]] = {
+        "pairwise": partial(sweep, reboot_knobs=a.reboot_knobs),
+        "multi-arm": multiarm_mode,
+        "ma-list": multiarm_list,
+    }
     jobs = [("pairwise", n, s) for n in sizes for s in range(a.seeds)]
     jobs += [
         (k, n, s)
@@ -177,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
     today = statistics.median(r["host_hours"] for r in out[("pairwise", 2)])
     print(
-        f"Web/Skylake independent sweep, {a.seeds} seeds per cell "
+        f"Web/Skylake independent sweep, {a.seeds} seeds per cell, reboot knobs: "
+        f"{a.reboot_knobs} "
         f"(wall {wall:.0f} s, {a.jobs} jobs)"
     )
     print(

@@ -23,7 +23,7 @@ from musku.domain import (
     Value,
     format_value,
 )
-from musku.errors import InputError
+from musku.errors import InputError, UnsupportedError
 from musku.inputfiles import safe_exists
 from musku.knob_spec import (
     LineError,
@@ -35,7 +35,7 @@ from musku.knob_spec import (
     spec_of,
 )
 from musku.registry import BACKENDS, STRATEGIES
-from musku.schema.document import Document
+from musku.schema.document import Document, line_of
 from musku.schema.experiment import (
     MAX_CORES,
     MAX_LLC_WAYS,  # noqa: F401 (part of this module's interface)
@@ -120,6 +120,16 @@ class Experiment:
     threading: ThreadingSection | None = None  # the [threading] table, if the file has one
     predict: PredictSection | None = None  # the [predict] table, if the file has one
     order_by: str = "none"  # "prediction": each knob's settings by predicted gain (scan_order)
+    # "scan-live": reboot knobs scanned with their live mechanism, the choice confirmed with
+    # the reboot ([sweep] reboot_knobs; strategies._scan_knob); "reboot": as they are
+    reboot_scan: str = "reboot"
+
+    @property
+    def live_knobs(self) -> frozenset[str]:
+        """The reboot knobs of the space a scan sets live (empty unless ``scan-live``)."""
+        if self.reboot_scan != "scan-live":
+            return frozenset()
+        return frozenset(k for k in self.space if k in self.spec.reboot_knobs)
 
     @property
     def cotune(self) -> CotuneSpec | None:
@@ -470,9 +480,46 @@ def load_experiment(path: str | Path) -> Experiment:
         threading=threading,
         predict=_predict(f.predict),
         order_by=f.sweep.order_by,
+        reboot_scan=f.sweep.reboot_knobs,
     )
+    _check_reboot_scan(src, experiment)
     strategy.check(experiment)  # what the mode cannot run (exhaustive's size, multiarm's pool)
     return experiment
+
+
+def _check_reboot_scan(src: Document, experiment: Experiment) -> None:
+    """``[sweep] reboot_knobs = "scan-live"`` needs a reboot knob to scan, every one with a
+    live mechanism (bad input otherwise), on hosts that can switch mechanisms (the sim)."""
+    if experiment.reboot_scan != "scan-live":
+        return
+    where = "[sweep] reboot_knobs = 'scan-live'"
+    reboot = sorted(k for k in experiment.space if k in experiment.spec.reboot_knobs)
+    if not reboot:
+        raise src.error(
+            f"{where}: the space has no reboot knob (or the service does not tolerate reboots)",
+            "reboot_knobs",
+            "sweep",
+        )
+    at = src.where(line_of(src.text, "reboot_knobs", "sweep"))
+    if experiment.mode in ("multiarm", "exhaustive"):
+        raise UnsupportedError(
+            f"{where}: mode {str(experiment.mode)!r} has no per-knob scan on pairs to run "
+            "live (use it with independent or search)",
+            where=at,
+        )
+    no_live = [k for k in reboot if not spec_of(k).live_mechanism]
+    if no_live:
+        raise UnsupportedError(
+            f"{where}: {', '.join(no_live)} has no live mechanism (only a reboot sets it)",
+            where=at,
+        )
+    if experiment.hosts.backend != "sim":
+        raise UnsupportedError(
+            f"{where}: hosts backend {experiment.hosts.backend!r} cannot switch "
+            f"{', '.join(reboot)} between the live and the reboot mechanism per comparison "
+            "(only the sim backend can yet)",
+            where=at,
+        )
 
 
 def _predict(t: PredictTable | None) -> PredictSection | None:

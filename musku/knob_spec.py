@@ -107,6 +107,9 @@ class KnobSpec:
     high_is_cores: bool = False  # COUNT: at most the platform's cores
     ordered: bool | None = None  # unimodal scans walk its settings (default: GHZ and COUNT)
     needs_reboot: bool = False  # default when a catalog does not say (``reboot = true``)
+    # a reboot knob that can also be set live, without a reboot (core_count's cpuset/hotplug
+    # mode): ``[sweep] reboot_knobs = "scan-live"`` may scan it that way (docs/experiment.md)
+    live_mechanism: bool = False
     service_flag: str = ""  # a [service] flag that must be true to sweep it ("uses_shp")
     columns: tuple[Column, ...] = ()  # the wide view's columns (default: from the kind)
     msrs: tuple[Msr, ...] = ()  # registers it reads or writes (the HostFS allow-list)

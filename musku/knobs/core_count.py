@@ -116,6 +116,7 @@ SPEC = KnobSpec(
     description="active physical cores",
     low=1,
     high_is_cores=True,
+    live_mechanism=True,
 )
 
 

@@ -133,6 +133,14 @@ class SweepTable(Strict):
     scan: Annotated[
         str, one_of(("unimodal", "full"), "[sweep] scan must be 'unimodal' or 'full'")
     ] = "unimodal"
+    reboot_knobs: Annotated[
+        str,
+        one_of(("reboot", "scan-live"), "[sweep] reboot_knobs must be 'reboot' or 'scan-live'"),
+    ] = Field(
+        default="reboot",
+        description="'scan-live': scan a reboot knob with its live mechanism (no reboot), then "
+        "confirm the chosen setting once with the reboot (docs/experiment.md)",
+    )
     order_by: Annotated[
         str,
         one_of(("none", "prediction"), "[sweep] order_by must be 'none' or 'prediction'"),

@@ -97,6 +97,17 @@ def _warmups(value: Any) -> Any:
     return value
 
 
+class LiveEntry(Strict):
+    """``[knobs.<knob>.live]``: the knob set by its live mechanism (no reboot), for a reboot
+    knob that has one: ``throughput``, a multiplier on top of the setting's own while the
+    host runs it live (away from the setting it booted with); ``warmup``, the transient of a
+    live change instead of the setting's ``[knobs.<knob>.warmup]`` (none: only
+    ``[noise.warmup]``)."""
+
+    throughput: Multiplier = 1.0
+    warmup: WarmupEntry | None = None
+
+
 class KnobTable(Strict):
     """``[knobs.<knob>]``: the knob's multipliers per setting (settings are the keys)."""
 
@@ -105,6 +116,7 @@ class KnobTable(Strict):
     qos: Annotated[dict[str, Rate], _table_of("qos")] = {}
     power: Annotated[dict[str, Multiplier], _table_of("power")] = {}
     warmup: Annotated[dict[str, WarmupEntry], BeforeValidator(_warmups)] = {}
+    live: LiveEntry | None = None
     description: Any = ""
 
     @classmethod

@@ -175,6 +175,10 @@ class KnobResponse:
     qos: Mapping[Value, float]
     power: Mapping[Value, float]
     warmup: Mapping[Value, Warmup] = field(default_factory=dict)
+    # the live mechanism ([knobs.<knob>.live]; None: the model does not model one): the
+    # multiplier on the setting's throughput while set live, and a live change's transient
+    live_throughput: float | None = None
+    live_warmup: Warmup | None = None
 
     @property
     def settings(self) -> tuple[Value, ...]:
@@ -411,8 +415,18 @@ class SimModel:
                     where=self.source,
                 )
 
-    def point(self, config: Configuration) -> Point:
-        """Noiseless response of ``config``; knobs it leaves out sit at the reference."""
+    def point(self, config: Configuration, live: frozenset[str] = frozenset()) -> Point:
+        """Noiseless response of ``config``; knobs it leaves out sit at the reference.
+        ``live``: knobs the host runs with their live mechanism (away from the setting it
+        booted with): their ``[knobs.<knob>.live] throughput`` multiplies the response."""
+        if live:
+            base = self.point(config)
+            m = 1.0
+            for knob in sorted(live):
+                resp = self.knobs.get(knob)
+                if resp is not None and resp.live_throughput is not None:
+                    m *= resp.live_throughput
+            return Point(base.throughput * m, base.p99 / m, base.qos, base.power)
         cached = self._cache.get(config)
         if cached is not None:
             return cached
@@ -441,18 +455,29 @@ class SimModel:
             self._cache[config] = result
         return result
 
-    def warmups(self, old: Configuration, new: Configuration) -> list[Warmup]:
+    def warmups(
+        self,
+        old: Configuration,
+        new: Configuration,
+        live: frozenset[str] = frozenset(),
+        also: frozenset[str] = frozenset(),
+    ) -> list[Warmup]:
         """The transients a host goes through when it changes from ``old`` to ``new``: the
         default ``[noise.warmup]`` one, plus the extra one of every changed knob whose new
         setting has a ``[knobs.<knob>.warmup]`` entry, plus that of every interaction with a
-        ``warmup`` that holds at ``new`` and whose knobs the change touched."""
+        ``warmup`` that holds at ``new`` and whose knobs the change touched. Knobs in
+        ``live`` changed by their live mechanism: their ``[knobs.<knob>.live] warmup``
+        instead; knobs in ``also`` count as changed (a live setting now set by a reboot)."""
         n = self.noise
         out = [Warmup(n.warmup_amplitude, n.warmup_tau_s)] if n.warmup_amplitude > 0 else []
         a, b = self.full_settings(old), self.full_settings(new)
-        changed = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+        changed = {k for k in set(a) | set(b) if a.get(k) != b.get(k)} | set(also)
         for knob in sorted(changed):
             resp = self.knobs.get(knob)
-            w = resp.warmup.get(b[knob]) if resp is not None and knob in b else None
+            if knob in live:  # a live change: its own transient, not the reboot's
+                w = resp.live_warmup if resp is not None else None
+            else:
+                w = resp.warmup.get(b[knob]) if resp is not None and knob in b else None
             if w is not None and w.amplitude > 0:
                 out.append(w)
         for inter in self.interactions:
@@ -613,6 +638,12 @@ def _knob_response(
         qos=tables["qos"],
         power=tables["power"],
         warmup=_knob_warmups(src, knob, spec.warmup, tables["throughput"]),
+        live_throughput=None if spec.live is None else spec.live.throughput,
+        live_warmup=(
+            None
+            if spec.live is None or spec.live.warmup is None
+            else Warmup(spec.live.warmup.amplitude, spec.live.warmup.tau_s)
+        ),
     )
 
 

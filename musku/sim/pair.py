@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from musku.domain import Configuration, Sample
-from musku.errors import InputError, MuskuError
+from musku.domain import Configuration, Sample, Value
+from musku.errors import InputError, MuskuError, UnsupportedError
 from musku.hosts.base import Host, HostPair
 from musku.schema.hosts import SimOptions, parse_options
 from musku.sim.midtier import SimMidtier, SimTrainer
@@ -174,6 +174,15 @@ class SimPair(HostPair):
         self._simple = n.shared_load and n.innovation_df == 0 and n.wander_sd == 0
         self.applies = 0
         self.reboots = 0
+        # the live mechanism (docs/sim.md "Reboot knobs set live"): reboot knobs the next
+        # applies set live (no reboot: the runner sets it for a scan-live walk), and per host
+        # each reboot knob's setting as booted (a live setting is one away from it)
+        self.live_knobs: frozenset[str] = frozenset()
+        self._boot: list[dict[str, Value]] = [
+            {k: v for k, v in model.full_settings(cfg).items() if k in self.reboot_knobs}
+            for cfg in initial
+        ]
+        self.host_reboots = [0, 0]  # reboots per host (one apply reboots a host at most once)
         self._setup_threading(model, names, initial, cotune, trainer, table_dir)
 
     # ----------------------------------------------------------------- threading
@@ -269,6 +278,13 @@ class SimPair(HostPair):
             raise
         return spent
 
+    def _point(self, h: int, cfg: Configuration) -> Point:
+        """Host ``h``'s response at ``cfg``: reboot knobs away from their booted setting
+        run live (the model's ``[knobs.<knob>.live]``)."""
+        full = self.model.full_settings(cfg)
+        live = frozenset(k for k, v in self._boot[h].items() if full.get(k) != v)
+        return self.model.point(cfg, live=live)
+
     # ----------------------------------------------------------------- HostPair
 
     def now(self) -> float:
@@ -283,14 +299,36 @@ class SimPair(HostPair):
             self.model.check(merged)  # raises before anything changes
             new.append(merged)
         costs = np.zeros(2)
+        boot_before = [dict(b) for b in self._boot]
+        set_live: list[frozenset[str]] = [frozenset(), frozenset()]
+        forced: list[frozenset[str]] = [frozenset(), frozenset()]
         for h, (host, cfg) in enumerate(zip(self.hosts, new, strict=True)):
-            changed = host.configuration().diff(cfg)
+            target = self.model.full_settings(cfg)
+            # a setting run live that is now to be set by the reboot mechanism is a change
+            relive = {
+                k
+                for k in self.reboot_knobs - self.live_knobs
+                if target.get(k) != self._boot[h].get(k)
+            }
+            changed = set(host.configuration().diff(cfg)) | relive
             if not changed:
                 continue
             cost = self.model.timing.apply_s
-            if self.reboot_knobs.intersection(changed):
+            # a reboot knob changes by a reboot unless set live; back at the booted setting
+            # a live setting is undone live (the kernel command line never changed)
+            rebooted = {
+                k
+                for k in self.reboot_knobs.intersection(changed)
+                if k not in self.live_knobs and target.get(k) != self._boot[h].get(k)
+            }
+            set_live[h] = frozenset(self.reboot_knobs.intersection(changed) - rebooted)
+            forced[h] = frozenset(relive)
+            if rebooted:
                 cost += self.model.timing.reboot_s
                 self.reboots += 1
+                self.host_reboots[h] += 1
+                for k in rebooted:
+                    self._boot[h][k] = target[k]
             costs[h] = cost
         t0 = self._t
         old = [h.configuration() for h in self.hosts]
@@ -300,10 +338,11 @@ class SimPair(HostPair):
                 # a change restarts the transient: what the old configuration had left of
                 # its own is replaced by the new one's (cold caches, remapped heap, ...)
                 self._warm[h] = [
-                    (start, w.amplitude, w.tau_s) for w in self.model.warmups(old[h], cfg)
+                    (start, w.amplitude, w.tau_s)
+                    for w in self.model.warmups(old[h], cfg, live=set_live[h], also=forced[h])
                 ]
                 self.hosts[h]._config = cfg
-                self._points[h] = self.model.point(cfg)
+                self._points[h] = self._point(h, cfg)
             if self.midtiers is not None:
                 self.midtiers[h].config = self.hosts[h].configuration()
         try:
@@ -311,9 +350,10 @@ class SimPair(HostPair):
             costs += self._cotune(new, old)
         except MuskuError as exc:
             # never a half-applied host: both back at their configurations, time still spent
+            self._boot = boot_before
             for h, cfg in enumerate(old):
                 self.hosts[h]._config = cfg
-                self._points[h] = self.model.point(cfg)
+                self._points[h] = self._point(h, cfg)
                 if self.midtiers is not None:
                     self.midtiers[h].config = cfg
             self._update_factors()
@@ -722,6 +762,14 @@ def pair_setup(experiment: Experiment) -> PairSetup:
             "section (which threading serves each configuration best)",
             where=where,
         )
+    for knob in sorted(experiment.live_knobs):
+        resp = model.knobs.get(knob)
+        if resp is not None and resp.live_throughput is None:
+            raise UnsupportedError(
+                f"[sweep] reboot_knobs = 'scan-live': the sim model {model.source} does not "
+                f"model {knob}'s live mechanism (add [knobs.{knob}.live], docs/sim.md)",
+                where=where,
+            )
     return PairSetup(opts, model, baseline, frozenset(experiment.spec.reboot_knobs), cotune)
 
 

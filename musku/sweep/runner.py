@@ -23,9 +23,11 @@ round (what they had finished is answered from the store, as on resume).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -34,6 +36,7 @@ from musku.abtest.calibration import announce, memory_for
 from musku.abtest.pooled import run_pooled_comparison
 from musku.domain import (
     ComparisonResult,
+    ComparisonSpec,
     Configuration,
     Decision,
     SoftSku,
@@ -561,6 +564,9 @@ class Runner:
         self._sched: tuple[_Schedule, int] | None = None
         self._model: CostModel | None = None
         self._host_names: tuple[str, str] | None = None
+        # reboot knobs this runner's comparisons set live (a scan-live walk, Runner.live):
+        # the spec the tester gets has them as no-reboot knobs, and sim pairs set them live
+        self.live_knobs: frozenset[str] = frozenset()
         # the pair's calibration and remembered warm-up transients (issue 19)
         self.memory = memory_for(pair, store if experiment_id is not None else None)
         self._announced: set[int] = set()
@@ -627,11 +633,12 @@ class Runner:
 
             try:
                 self._live = (self.clock_s, self.pair.now(), None)
+                self._mechanism([self.pair])
                 result = run_comparison(
                     self.pair,
                     baseline,
                     candidate,
-                    self.experiment.spec,
+                    self._spec(),
                     on_window=stored if on_window is not None else None,
                     on_warmup=on_warmup,
                     on_progress=self.progress.comparison_progress,
@@ -655,6 +662,31 @@ class Runner:
                     self.store.abort_running(self.experiment_id, only=cmp_id)
                 raise
         return self._finish(purpose, key, cmp_id, result, hosts=2)
+
+    @contextlib.contextmanager
+    def live(self, knobs: frozenset[str]) -> Iterator[None]:
+        """Within: this runner's comparisons set ``knobs`` (reboot knobs) with their live
+        mechanism ([sweep] reboot_knobs = "scan-live", strategies._scan_knob)."""
+        before = self.live_knobs
+        self.live_knobs = frozenset(knobs)
+        try:
+            yield
+        finally:
+            self.live_knobs = before
+
+    def _spec(self) -> ComparisonSpec:
+        """The tester's spec: knobs set live are no reboot knobs for it (periods, costs)."""
+        spec = self.experiment.spec
+        if not self.live_knobs & spec.reboot_knobs:
+            return spec
+        return dataclasses.replace(spec, reboot_knobs=spec.reboot_knobs - self.live_knobs)
+
+    def _mechanism(self, pairs: Sequence[HostPair]) -> None:
+        """Tell the pairs which reboot knobs this comparison sets live (sim pairs model
+        both mechanisms; the experiment's check refuses scan-live on other backends)."""
+        for pair in pairs:
+            if hasattr(pair, "live_knobs"):
+                pair.live_knobs = self.live_knobs
 
     def compare_pooled(
         self, purpose: str, baseline: Configuration, candidate: Configuration
@@ -758,6 +790,7 @@ class Runner:
                     groups.append(pool.groups[q])
                     live.append(q)
                     joined.append(t)
+                    self._mechanism([pool.pairs[q]])
                     out.append((pool.pairs[q], self._memories[q]))
                 if out:
                     self.progress.message(
@@ -770,12 +803,13 @@ class Runner:
         self._live = (
             (self.clock_s, None, 0.0) if join is not None else (self.clock_s, self.pair.now(), None)
         )
+        self._mechanism([pool.pairs[p] for p in live])
         try:
             result = run_pooled_comparison(
                 [pool.pairs[p] for p in live],
                 baseline,
                 candidate,
-                self.experiment.spec,
+                self._spec(),
                 on_window=on_window,
                 on_warmup=on_warmup,
                 on_progress=self.progress.comparison_progress,

@@ -17,7 +17,7 @@ import math
 import threading
 from collections.abc import Callable
 
-from musku.domain import ComparisonResult, Configuration, Decision
+from musku.domain import ComparisonResult, Configuration, Decision, format_value
 from musku.errors import InputError
 from musku.knob_spec import spec_of
 from musku.sweep.limits import EXHAUSTIVE_LIMIT  # the loader refuses the same
@@ -46,9 +46,41 @@ def _scan_knob(runner: Runner, purpose: str, base: Configuration, knob: str) -> 
     """
     outcome = KnobOutcome(knob=knob, baseline_value=base[knob], best_value=base[knob])
     walks = scan_order(runner.experiment, knob, base[knob])
-    for walk in walks:
-        _walk(runner, purpose, base, outcome, walk, unimodal=len(walks) == 2)
-    return _choose(runner, purpose, base, outcome)
+    with runner.live(_live(runner, knob)):
+        for walk in walks:
+            _walk(runner, purpose, base, outcome, walk, unimodal=len(walks) == 2)
+        _choose(runner, purpose, base, outcome)
+    return _confirm_reboot(runner, purpose, base, outcome)
+
+
+def _live(runner: Runner, knob: str) -> frozenset[str]:
+    """``{knob}`` when its scan uses the live mechanism ([sweep] reboot_knobs = "scan-live"
+    and a reboot knob), else empty."""
+    return frozenset({knob}) & runner.experiment.live_knobs
+
+
+def _confirm_reboot(
+    runner: Runner, purpose: str, base: Configuration, outcome: KnobOutcome
+) -> KnobOutcome:
+    """Under ``[sweep] reboot_knobs = "scan-live"``: a reboot knob's setting chosen with the
+    live mechanism is confirmed once with the reboot mechanism against the baseline
+    (two-sided, ``PURPOSE:reboot``). Not ``better`` there: the knob falls back to the
+    baseline's setting (the live scan's ranking is then no evidence for what the reboot
+    sets; a reboot scan would cost what the live one saved, docs/design.md). A knob whose
+    live scan kept the baseline needs no confirmation."""
+    if not _live(runner, outcome.knob) or outcome.best_value == outcome.baseline_value:
+        return outcome
+    chosen = base.with_(outcome.knob, outcome.best_value)
+    value = chosen[outcome.knob]
+    result = runner.compare(f"{purpose}:reboot", base, chosen)
+    outcome.results.append(result)
+    if result.decision is not Decision.BETTER:
+        runner.progress.message(
+            f"{outcome.knob}: {format_value(outcome.knob, value)} (chosen live) is "
+            f"{result.decision.value} with the reboot: {outcome.knob} stays at the baseline"
+        )
+        outcome.best_value = outcome.baseline_value
+    return outcome
 
 
 def _walk(
@@ -169,7 +201,8 @@ def _scans_on_pool(runner: Runner, base: Configuration, knobs: list[str]) -> lis
     def walk(r: Runner, i: int) -> KnobOutcome:
         knob, values, unimodal = walks[i]
         o = KnobOutcome(knob=knob, baseline_value=base[knob], best_value=base[knob])
-        parts[i] = _walk(r, f"knob:{knob}", base, o, values, unimodal=unimodal)
+        with r.live(_live(r, knob)):
+            parts[i] = _walk(r, f"knob:{knob}", base, o, values, unimodal=unimodal)
         return parts[i]
 
     def choose(r: Runner, k: int) -> KnobOutcome:
@@ -179,7 +212,12 @@ def _scans_on_pool(runner: Runner, base: Configuration, knobs: list[str]) -> lis
             merged.results += parts[i].results
             merged.pruned += parts[i].pruned
             merged.skipped += parts[i].skipped
-        out = _choose(r, f"knob:{knob}", base, merged, _ahead(r, base, knob, decided, lock))
+        live = _live(r, knob)
+        # a live choice is confirmed with the reboot before the validations may start
+        ahead = None if live else _ahead(r, base, knob, decided, lock)
+        with r.live(live):
+            out = _choose(r, f"knob:{knob}", base, merged, ahead)
+        out = _confirm_reboot(r, f"knob:{knob}", base, out)
         start = r.task_start()
         if start is not None:
             with lock:

@@ -679,26 +679,27 @@ TEST(EventQueue, PopsInTimeThenSequenceOrderLikeTheHeapAlone) {
   }
 }
 
-// Stage fusion and chains (docs/qsim.md "Engine", Sim::Fuse, Sim::Chain): a thread that
-// finishes one job's stage runs the job's next stage at once when the queues would give it that
-// job anyway, and a thread alone on its cores draws such stages ahead and gets one completion
-// event for them. Neither may change anything: every figure of the result document (CPU time,
-// RSS and the event count aside) is the same as with every stage change through the queues,
-// over execution kinds, thread and core counts, queue kinds (fifo, epoll, socket), batching,
-// context switches, loads below and above capacity, a second service sharing the cores
-// (runnable threads waiting for a core) or on cores of its own, one or two instances (each its
-// own streams), a warm-up and an end of the run that fall inside chains.
-TEST(Fusion, SameResultAsThroughTheQueues) {
-  int cases = 0, chained = 0;
+// The 96 cases of the Fusion tests below: execution kinds, thread and core counts, two loads, a
+// second service sharing the cores or on cores of its own, one or two instances. `batched`: the
+// poll and read stages batch (4 and 2 jobs; a batch may defer a wake-up), else all batch 1.
+// `check(what, result with fusion, result with every stage change through the queues)`.
+template <typename Check>
+int ForEachFusionCase(int seed, bool batched, Check check) {
+  int cases = 0;
   for (const char* exec : {"simple", "threads", "pinned"}) {
     for (int threads : {1, 3}) {
       for (int cores : {1, 2}) {
         for (double qps : {30000.0, 90000.0}) {
           for (bool share : {true, false}) {
             for (int ninst : {1, 2}) {
-              json st = json::array({Stage("exp", 2, {{"name", "poll"}, {"queue", "epoll"}, {"batch", 4}, {"per_job_us", 0.5}}),
-                                     Stage("exp", 4, {{"name", "parse"}}),
-                                     Stage("const", 1.5, {{"name", "read"}, {"queue", "socket"}, {"batch", 2}}),
+              json poll = {{"name", "poll"}, {"queue", "epoll"}}, read = {{"name", "read"}, {"queue", "socket"}};
+              if (batched) {
+                poll["batch"] = 4;
+                poll["per_job_us"] = 0.5;
+                read["batch"] = 2;
+              }
+              json st = json::array({Stage("exp", 2, poll), Stage("exp", 4, {{"name", "parse"}}),
+                                     Stage("const", 1.5, read),
                                      Stage("lognormal", 3, {{"name", "reply"}, {"sigma", 0.4}})});
               json front_inst = json::array(), side_cores = json::array();
               for (int k = 0; k < ninst; ++k) {
@@ -708,7 +709,7 @@ TEST(Fusion, SameResultAsThroughTheQueues) {
                 if (share && k == 0) side_cores = cl;
               }
               if (!share) side_cores = {ninst * cores, ninst * cores + 1};
-              json m = {{"seed", 11},
+              json m = {{"seed", seed},
                         {"duration_s", 0.05},
                         {"warmup_s", 0.005},
                         {"max_live_requests", 20000},
@@ -728,18 +729,10 @@ TEST(Fusion, SameResultAsThroughTheQueues) {
               json fused = Sim(m);
               m["no_stage_fusion"] = true;
               json queued = Sim(m);
-              // fewer events: chains happened (one thread, and its cores its own or no cores at all)
-              if (fused["events"].get<double>() < queued["events"].get<double>()) ++chained;
-              for (json* r : {&fused, &queued}) {
-                r->erase("cpu_s");
-                r->erase("peak_rss_kib");
-                r->erase("events");
-              }
               const std::string what = std::string(exec) + " threads " + std::to_string(threads) + " cores " +
                                        std::to_string(cores) + " qps " + std::to_string(qps) + " share " +
                                        std::to_string(share) + " instances " + std::to_string(ninst);
-              ASSERT_GT(queued["completed"].get<double>(), 50) << what;
-              EXPECT_EQ(fused.dump(), queued.dump()) << what;
+              check(what, fused, queued);
               ++cases;
             }
           }
@@ -747,6 +740,31 @@ TEST(Fusion, SameResultAsThroughTheQueues) {
       }
     }
   }
+  return cases;
+}
+
+// Stage fusion and chains (docs/qsim.md "Engine", Sim::Fuse, Sim::Chain): a thread that
+// finishes one job's stage runs the job's next stage at once when the queues would give it that
+// job anyway, and a thread alone on its cores draws such stages ahead and gets one completion
+// event for them. Neither may change anything: every figure of the result document (CPU time,
+// RSS and the event count aside) is the same as with every stage change through the queues,
+// over execution kinds, thread and core counts, queue kinds (fifo, epoll, socket), batching,
+// context switches, loads below and above capacity, a second service sharing the cores
+// (runnable threads waiting for a core) or on cores of its own, one or two instances (each its
+// own streams), a warm-up and an end of the run that fall inside chains.
+TEST(Fusion, SameResultAsThroughTheQueues) {
+  int chained = 0;
+  const int cases = ForEachFusionCase(11, true, [&](const std::string& what, json& fused, json& queued) {
+    // fewer events: chains happened (one thread, and its cores its own or no cores at all)
+    if (fused["events"].get<double>() < queued["events"].get<double>()) ++chained;
+    for (json* r : {&fused, &queued}) {
+      r->erase("cpu_s");
+      r->erase("peak_rss_kib");
+      r->erase("events");
+    }
+    ASSERT_GT(queued["completed"].get<double>(), 50) << what;
+    EXPECT_EQ(fused.dump(), queued.dump()) << what;
+  });
   EXPECT_EQ(cases, 96);
   // chains: simple with one thread (16 cases), threads and pinned with one thread on cores of
   // their own (8 each), or the second of two instances when the side service shares the first's
@@ -763,62 +781,15 @@ TEST(Fusion, SameResultAsThroughTheQueues) {
 // cores, two loads (one near saturation, where jobs find the instance busy), cores shared with
 // a two-thread service or not, one and two instances.
 TEST(Fusion, DirectStartSameAsThroughTheQueues) {
-  int cases = 0;
-  for (const char* exec : {"simple", "threads", "pinned"}) {
-    for (int threads : {1, 3}) {
-      for (int cores : {1, 2}) {
-        for (double qps : {30000.0, 90000.0}) {
-          for (bool share : {true, false}) {
-            for (int ninst : {1, 2}) {
-              json st = json::array({Stage("exp", 2, {{"name", "poll"}, {"queue", "epoll"}}),
-                                     Stage("exp", 4, {{"name", "parse"}}),
-                                     Stage("const", 1.5, {{"name", "read"}, {"queue", "socket"}}),
-                                     Stage("lognormal", 3, {{"name", "reply"}, {"sigma", 0.4}})});
-              json front_inst = json::array(), side_cores = json::array();
-              for (int k = 0; k < ninst; ++k) {
-                json cl = json::array();
-                for (int i = 0; i < cores; ++i) cl.push_back(k * cores + i);
-                front_inst.push_back({{"machine", 0}, {"cores", cl}});
-                if (share && k == 0) side_cores = cl;
-              }
-              if (!share) side_cores = {ninst * cores, ninst * cores + 1};
-              json m = {{"seed", 12},
-                        {"duration_s", 0.05},
-                        {"warmup_s", 0.005},
-                        {"max_live_requests", 20000},
-                        {"machines", {{{"name", "m0"}, {"cores", ninst * cores + 2}}}},
-                        {"services",
-                         {{{"name", "front"}, {"execution", exec}, {"threads", threads}, {"connections", 8},
-                           {"context_switch_us", 0.3}, {"stages", st}, {"instances", front_inst}},
-                          {{"name", "side"}, {"execution", "threads"}, {"threads", 2},
-                           {"stages", {Stage("exp", 1, {{"name", "a"}}), Stage("exp", 1, {{"name", "b"}})}},
-                           {"instances", {{{"machine", 0}, {"cores", side_cores}}}}}}},
-                        {"paths",
-                         {{{"nodes",
-                            {{{"service", 0}, {"stages", {0, 1, 2, 3}}, {"children", {1}}},
-                             {{"service", 1}, {"stages", {0, 1}}, {"children", {2}}},
-                             {{"service", 0}, {"stages", {1, 3}}}}}}}},
-                        {"client", {{"kind", "open"}, {"connections", 8}, {"epochs", {{{"end_s", 0.05}, {"qps", qps}}}}}}};
-              json direct = Sim(m);
-              m["no_stage_fusion"] = true;
-              json queued = Sim(m);
-              for (json* r : {&direct, &queued}) {
-                r->erase("cpu_s");
-                r->erase("peak_rss_kib");
-                r->erase("events");
-              }
-              const std::string what = std::string(exec) + " threads " + std::to_string(threads) + " cores " +
-                                       std::to_string(cores) + " qps " + std::to_string(qps) + " share " +
-                                       std::to_string(share) + " instances " + std::to_string(ninst);
-              ASSERT_GT(queued["completed"].get<double>(), 50) << what;
-              EXPECT_EQ(direct.dump(), queued.dump()) << what;
-              ++cases;
-            }
-          }
-        }
-      }
+  const int cases = ForEachFusionCase(12, false, [](const std::string& what, json& direct, json& queued) {
+    for (json* r : {&direct, &queued}) {
+      r->erase("cpu_s");
+      r->erase("peak_rss_kib");
+      r->erase("events");
     }
-  }
+    ASSERT_GT(queued["completed"].get<double>(), 50) << what;
+    EXPECT_EQ(direct.dump(), queued.dump()) << what;
+  });
   EXPECT_EQ(cases, 96);
 }
 

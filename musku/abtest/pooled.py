@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from musku.abtest import stats
+from musku.abtest import prepool, stats
 from musku.abtest.calibration import PairMemory
 from musku.abtest.driver import (
     Progress,
@@ -164,8 +164,6 @@ def run_pooled_comparison(
     if design not in ("crossover", "pre"):
         raise InputError(f"unknown pooled design {design!r}: 'crossover' or 'pre'")
     if design == "pre":
-        from musku.abtest import prepool
-
         if on_window is not None or on_warmup is not None or join is not None:
             raise UnsupportedError(
                 "the pre-period pooled design does not store windows or take joining pairs "

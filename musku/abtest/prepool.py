@@ -57,7 +57,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -435,7 +435,6 @@ def run_pre_pooled(
     if look.decision is None and not stopped and then is not None:
         conf = 1.0 - (1.0 - spec.stats.confidence) * (1.0 - PRE_ALPHA_SHARE)
         rest = then(_with_confidence(spec, conf))
-        from dataclasses import replace
 
         return replace(
             rest,
@@ -467,6 +466,5 @@ def run_pre_pooled(
 
 
 def _with_confidence(spec: ComparisonSpec, confidence: float) -> ComparisonSpec:
-    from dataclasses import replace
 
     return replace(spec, stats=replace(spec.stats, confidence=confidence))

@@ -49,9 +49,16 @@ def test_sweep_records_threading_per_comparison_and_reuses_tables(tmp_path: Path
     exp = load_experiment(ON)
     with open_store(f"sqlite:///{db}") as store:
         first = run_sweep(exp, store=store)
-        tables = len(store.threading_tables(service="setalgebra"))
+        before = {
+            (t.host, t.config_key): t.id for t in store.threading_tables(service="setalgebra")
+        }
         second = run_sweep(exp, store=store)
-        assert len(store.threading_tables(service="setalgebra")) == tables  # none retrained
+        after = {(t.host, t.config_key): t.id for t in store.threading_tables(service="setalgebra")}
+        # none retrained: every (host, configuration) the first sweep tuned keeps its table; the
+        # second sweep's own noise may take a walk one setting further (the futility stop ends a
+        # walk on a not_better whose timing varies), and only such new settings get a table
+        assert {k: after[k] for k in before} == before
+        tables = len(after)
     assert first.best["core_count"] == 14 and first.best["thp"] == "always"
     # (host, configuration) pairs seen: one table each
     with sqlite3.connect(db) as con:
